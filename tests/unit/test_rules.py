@@ -1,0 +1,146 @@
+"""Rule files: what loads, and how a broken one is reported."""
+
+from pathlib import Path
+
+import pytest
+
+from theow_workers.core.rules import Mode, RuleError, load_rules, parse_rule
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+REFERENCE_RULE = """\
+name: module_path_rename
+description: >
+  Module had a URL rename. Build fails because the required
+  path doesn't match the module's declared path.
+tags: [go, dep_resolution, rename, manual]
+collection: go_rules
+notes: written for the single-process Theow library
+
+when:
+  - fact: problem_type
+    equals: dep_resolution
+  - fact: stderr
+    regex: 'declares its path as: (\\S+)\\s+but was required as: (\\S+)'
+    examples:
+      - |
+        github.com/imdario/mergo@v1.0.2: parsing go.mod:
+              module declares its path as: dario.cat/mergo
+              but was required as: github.com/imdario/mergo
+
+then:
+  - action: fix_path_rename
+    params:
+      new_path: "{extract.1}"
+      old_path: "{extract.2}"
+"""
+
+PROBABILISTIC_RULE = """\
+name: build_failure_unknown
+description: Build fails with an error not covered by deterministic rules.
+tags: [go, build, catchall, manual]
+when:
+  - fact: problem_type
+    equals: build_failure
+llm_config:
+  prompt_template: file://prompts/investigate_build_failure.md
+  tools: [read_file, write_file, run_command]
+  constraints:
+    max_tool_calls: 15
+    max_tokens: 8192
+  use_secondary: true
+"""
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / f"{name}.rule.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_a_rule_written_for_the_reference_library_loads_unchanged(tmp_path):
+    write(tmp_path, "module_path_rename", REFERENCE_RULE)
+    write(tmp_path, "build_failure_unknown", PROBABILISTIC_RULE)
+    ruleset = load_rules(tmp_path)
+    assert ruleset.errors == ()
+    rules = ruleset.by_name()
+    assert rules["module_path_rename"].mode is Mode.FIX
+    assert rules["module_path_rename"].collection == "go_rules"
+    assert rules["build_failure_unknown"].type == "probabilistic"
+    assert rules["build_failure_unknown"].llm_config.use_secondary is True
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "reason"),
+    [
+        (
+            "name: r\nmode: track\nwhen:\n  - fact: stderr\n    regx: boom\n",
+            5,
+            "unknown key 'regx'",
+        ),
+        (
+            "name: r\nmode: track\nsurprise: 1\nwhen:\n  - {fact: a, equals: b}\n",
+            3,
+            "unknown key 'surprise'",
+        ),
+        ("name: r\nmode: track\nwhen: []\n", 3, "`when` is empty"),
+        (
+            "name: r\nmode: track\nwhen:\n  - fact: stderr\n    regex: '(unclosed'\n",
+            5,
+            "does not compile",
+        ),
+        (
+            "name: r\nwhen:\n  - {fact: a, equals: b}\nthen:\n  - action: nowhere\n",
+            5,
+            "unknown action 'nowhere'",
+        ),
+        (
+            "name: other\nmode: track\nwhen:\n  - {fact: a, equals: b}\n",
+            1,
+            "differs from file name 'r'",
+        ),
+        ("name: r\nmode: track\nwhen:\n  - fact: a\n", 4, "has no operator"),
+        ("name: r\nmode: sometimes\nwhen:\n  - {fact: a, equals: b}\n", 2, "mode"),
+        ("name: r\nwhen:\n  - {fact: a, equals: b}\n", 1, "needs at least one action"),
+        ("name: r\nwhen: [unclosed\n", 3, "invalid YAML"),
+        (
+            "name: r\nwhen:\n  - {fact: s, regex: 'x (a)'}\nthen:\n  - action: echo\n    params: {v: '{extract.2}'}\n",
+            6,
+            "1 group(s)",
+        ),
+    ],
+)
+def test_a_broken_rule_file_is_reported_with_file_line_and_reason(tmp_path, text, line, reason):
+    path = write(tmp_path, "r", text)
+    with pytest.raises(RuleError) as caught:
+        parse_rule(text, path, known_actions=frozenset({"echo"}))
+    assert caught.value.path == str(path)
+    assert caught.value.line == line
+    assert reason in caught.value.reason
+    assert str(caught.value).startswith(f"{path}:{line}: ")
+
+
+def test_loading_a_directory_collects_every_problem_and_keeps_the_good_rules(tmp_path):
+    write(tmp_path, "good", "name: good\nmode: track\nwhen:\n  - {fact: a, equals: b}\n")
+    write(tmp_path, "bad", "name: bad\nmode: track\nwhen: []\n")
+    write(tmp_path, "worse", "name: nope\nmode: track\nwhen:\n  - {fact: a, equals: b}\n")
+    ruleset = load_rules(tmp_path)
+    assert [r.name for r in ruleset.rules] == ["good"]
+    assert sorted(Path(e.path).name for e in ruleset.errors) == ["bad.rule.yaml", "worse.rule.yaml"]
+
+
+def test_the_content_hash_changes_with_the_rule_and_with_the_model():
+    rule = parse_rule(REFERENCE_RULE)
+    edited = parse_rule(REFERENCE_RULE.replace("dep_resolution", "dependency_resolution"))
+    assert rule.content_hash("m1") == parse_rule(REFERENCE_RULE).content_hash("m1")
+    assert rule.content_hash("m1") != edited.content_hash("m1")
+    assert rule.content_hash("m1") != rule.content_hash("m2")
+
+
+def test_the_fixture_rules_all_load():
+    from theow_workers.core.actions import load_actions
+
+    actions = load_actions(FIXTURES / "actions")
+    ruleset = load_rules(FIXTURES / "rules", known_actions=frozenset(actions.names()))
+    assert ruleset.errors == ()
+    assert len(ruleset.rules) >= 8

@@ -1,0 +1,160 @@
+"""Resolving one submission: every failure gets exactly one recorded verdict."""
+
+from pathlib import Path
+
+import pytest
+
+from theow_client.verdict import Status
+from theow_workers.core.memory import InMemoryStore
+from theow_workers.core.service import ResolveService, ResolveSettings
+from theow_workers.runtime import Knowledge
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def knowledge() -> Knowledge:
+    loaded = Knowledge.load(FIXTURES / "rules", FIXTURES / "actions")
+    assert loaded.rules.errors == ()
+    return loaded
+
+
+@pytest.fixture
+def store() -> InMemoryStore:
+    return InMemoryStore()
+
+
+@pytest.fixture
+def service(knowledge, store) -> ResolveService:
+    return ResolveService(
+        store,
+        rulebook=lambda: knowledge.book,
+        actions=lambda: knowledge.actions,
+        settings=ResolveSettings(action_timeout=1.0),
+    )
+
+
+def submit(service, facts, failure_id="f1", **extra):
+    return service.resolve(
+        {"failure_id": failure_id, "facts": facts, **extra}, fallback_id=failure_id
+    )
+
+
+def test_a_matching_rule_runs_its_action_and_the_verdict_carries_the_output(service, store):
+    verdict = submit(service, {"stderr": "x\nECHO hello\n", "job": "build-7"})
+    assert verdict.status is Status.RESOLVED
+    assert verdict.rule == "tf_echo"
+    assert verdict.outputs == (
+        {
+            "action": "echo",
+            "output": {"status": "ok", "params": {"word": "hello", "job": "build-7"}},
+        },
+    )
+    assert store.attempts[0].outcome == "success"
+    assert store.stats["tf_echo"].successes == 1
+
+
+def test_facts_that_are_not_an_object_are_rejected_and_recorded(service, store):
+    verdict = service.resolve({"failure_id": "bad", "facts": ["not", "an", "object"]}, "bad")
+    assert verdict.status is Status.REJECTED
+    assert "facts must be a JSON object, got list" in verdict.reason
+    assert "bad" in store.failures
+    assert store.verdicts["bad"] is verdict
+
+
+def test_a_payload_that_is_not_an_object_is_recorded_under_the_task_id(service, store):
+    verdict = service.resolve("garbage", fallback_id="task-1")
+    assert verdict.status is Status.REJECTED
+    assert store.failures["task-1"].notes["payload_preview"] == "'garbage'"
+
+
+@pytest.mark.parametrize("facts", [{"job": "j"}, {"stderr": ""}, {"stderr": "   \n"}])
+def test_missing_or_empty_stderr_is_unmatched_with_the_reason(service, facts):
+    verdict = submit(service, facts)
+    assert verdict.status is Status.UNMATCHED
+    assert "no log text" in verdict.reason
+
+
+def test_a_50_mb_log_is_cut_to_head_and_tail_and_the_cut_is_noted(service, store):
+    log = "noise line\n" * (50 * 1024 * 1024 // 11) + "ECHO tail\n"
+    verdict = submit(service, {"stderr": log, "job": "j"})
+    assert verdict.status is Status.RESOLVED  # the error at the end survives
+    kept = store.failures["f1"].facts["stderr"]
+    assert len(kept) < 70 * 1024
+    note = store.failures["f1"].notes["truncated"]["stderr"]
+    assert note["original_chars"] == len(log)
+    assert note["omitted_chars"] > 49 * 1024 * 1024
+
+
+def test_bytes_that_are_not_utf8_are_replaced_not_fatal(service, store):
+    verdict = submit(service, {"stderr": b"ECHO caf\xe9 \xff\xfe", "job": "j"})
+    assert verdict.status is Status.RESOLVED
+    assert "\ufffd" in store.failures["f1"].facts["stderr"]
+
+
+def test_an_action_that_raises_fails_the_attempt_and_the_next_rule_is_tried(service, store):
+    verdict = submit(service, {"stderr": "EXPLODE 42"})
+    assert verdict.status is Status.RESOLVED
+    assert verdict.rule == "tf_explode_fallback"
+    assert verdict.attempts == 2
+    first, second = store.attempts
+    assert (first.rule, first.outcome) == ("tf_explode", "error")
+    assert "RuntimeError: boom" in first.error
+    assert (second.rule, second.outcome) == ("tf_explode_fallback", "success")
+    assert store.stats["tf_explode"].failures == 1
+
+
+def test_when_every_attempt_fails_the_verdict_is_failed_with_each_reason(service):
+    verdict = submit(service, {"stderr": "EXPLODE without a number"})
+    assert verdict.status is Status.FAILED
+    assert "tf_explode: action 'explode' raised RuntimeError: boom" in verdict.reason
+
+
+def test_an_action_that_hangs_is_stopped_at_its_time_limit_and_recorded(service, store):
+    verdict = submit(service, {"stderr": "HANG_FOREVER"})
+    assert verdict.status is Status.FAILED
+    assert store.attempts[0].outcome == "timeout"
+    assert "timed out after 1s" in store.attempts[0].error
+
+
+def test_retry_and_track_rules_decide_without_running_anything(service):
+    assert submit(service, {"stderr": "read: Connection reset by peer"}, "a").status is Status.RETRY
+    tracked = submit(service, {"stderr": "test timed out", "problem_type": "test_failure"}, "b")
+    assert (tracked.status, tracked.rule, tracked.mode) == (
+        Status.TRACKED,
+        "tf_problem_type",
+        "track",
+    )
+
+
+def test_a_client_side_action_is_bound_but_not_run_on_the_worker(service):
+    verdict = submit(service, {"stderr": "missing file config.ini"})
+    assert verdict.status is Status.RESOLVED
+    assert verdict.outputs == ()
+    (bound,) = verdict.client_actions
+    assert (bound.action, bound.params) == ("touch_file", {"name": "config.ini"})
+
+
+def test_the_same_failure_twice_gives_one_failure_and_one_verdict(service, store):
+    first = submit(service, {"stderr": "ECHO once", "job": "j"}, failure_id="dup")
+    second = submit(service, {"stderr": "ECHO once", "job": "j"}, failure_id="dup")
+    assert first == second
+    assert len(store.failures) == 1 and len(store.verdicts) == 1
+    assert len(store.attempts) == 1  # the action did not run twice
+
+
+def test_a_backtracking_regex_costs_a_bounded_time_and_the_next_failure_is_served(service):
+    verdict = submit(service, {"stderr": "a" * 50_000 + "!"}, "slow")
+    assert verdict.status is Status.UNMATCHED
+    assert submit(service, {"stderr": "ECHO next", "job": "j"}, "next").status is Status.RESOLVED
+
+
+def test_secrets_in_facts_never_reach_the_store(service, store):
+    submit(
+        service,
+        {
+            "stderr": "ECHO x\nexport GITHUB_TOKEN=ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+            "job": "j",
+        },
+    )
+    assert "ghp_abcdefghijklmnopqrstuvwxyz0123456789" not in store.failures["f1"].facts["stderr"]

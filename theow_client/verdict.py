@@ -1,0 +1,83 @@
+"""What a resolver worker decided about one failure.
+
+A Verdict travels as a plain dict through the Celery result backend and is
+stored in SQL by the workers; both sides use this one definition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Status(StrEnum):
+    RESOLVED = "resolved"  # a `fix` rule matched and its worker-side actions succeeded
+    RETRY = "retry"  # a `retry` rule matched: the failure is transient, run the step again
+    TRACKED = "tracked"  # a `track` rule matched: known cause, nothing to run
+    UNMATCHED = "unmatched"  # no rule validated against the facts
+    FAILED = "failed"  # rules validated, but every attempt's actions failed
+    REJECTED = "rejected"  # the submission itself was malformed
+    ERROR = "error"  # the worker could not decide (e.g. redelivered too often)
+    EXPLORING = "exploring"  # sent to an explorer worker
+    SPOOLED = "spooled"  # client side only: broker unreachable, kept on local disk
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# Statuses after which the client may run the step again.
+RETRYABLE = frozenset({Status.RESOLVED, Status.RETRY})
+
+
+@dataclass(frozen=True)
+class BoundAction:
+    """An action of the matched rule with its placeholders already filled in."""
+
+    action: str
+    params: dict[str, Any] = field(default_factory=dict)
+    client_side: bool = False
+
+
+@dataclass(frozen=True)
+class Verdict:
+    failure_id: str
+    status: Status
+    rule: str | None = None
+    mode: str | None = None
+    actions: tuple[BoundAction, ...] = ()
+    # One entry per worker-side action that ran: {"action": name, "output": ...}
+    outputs: tuple[dict[str, Any], ...] = ()
+    reason: str = ""
+    attempts: int = 0
+
+    @property
+    def client_actions(self) -> tuple[BoundAction, ...]:
+        return tuple(a for a in self.actions if a.client_side)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["status"] = self.status.value
+        data["actions"] = [asdict(a) for a in self.actions]
+        data["outputs"] = list(self.outputs)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Verdict:
+        return cls(
+            failure_id=str(data["failure_id"]),
+            status=Status(data["status"]),
+            rule=data.get("rule"),
+            mode=data.get("mode"),
+            actions=tuple(
+                BoundAction(
+                    action=a["action"],
+                    params=dict(a.get("params") or {}),
+                    client_side=bool(a.get("client_side", False)),
+                )
+                for a in data.get("actions") or ()
+            ),
+            outputs=tuple(data.get("outputs") or ()),
+            reason=str(data.get("reason") or ""),
+            attempts=int(data.get("attempts") or 0),
+        )

@@ -1,0 +1,62 @@
+"""The Celery application shared by every worker role.
+
+Queues ``resolve``, ``explore`` and ``replay`` are routed by task name
+(``theow_client.names.TASK_ROUTES``); a worker chooses its role with
+``--queues``. Delivery is at-least-once (late acks, a message whose worker
+dies goes back to the queue) and the effect exactly-once (idempotent tasks
+keyed by failure id, see ``theow_workers.core.service``).
+
+Warning: the visibility timeout must stay longer than every task's hard time
+limit and retry delay, or Redis hands a still-running task to a second worker.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+from celery.signals import worker_process_init
+
+from theow_client import names
+from theow_workers import runtime
+from theow_workers.config import Settings
+
+
+def make_app(settings: Settings | None = None) -> Celery:
+    settings = settings or Settings.load()
+    if settings.visibility_timeout <= settings.resolve_time_limit:
+        raise ValueError(
+            f"visibility_timeout ({settings.visibility_timeout}s) must exceed "
+            f"resolve_time_limit ({settings.resolve_time_limit}s)"
+        )
+    app = Celery("theow", broker=settings.redis_url, backend=settings.redis_url)
+    transport = {"visibility_timeout": settings.visibility_timeout}
+    app.conf.update(
+        task_routes=names.TASK_ROUTES,
+        task_default_queue=names.QUEUE_RESOLVE,
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        broker_transport_options=transport,
+        result_backend_transport_options=transport,
+        result_expires=24 * 3600,
+        task_time_limit=settings.resolve_time_limit,
+        task_soft_time_limit=max(1, settings.resolve_time_limit - 15),
+        broker_connection_retry_on_startup=True,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        include=["theow_workers.tasks"],
+    )
+    return app
+
+
+app = make_app()
+
+
+@worker_process_init.connect
+def _after_fork(**_: Any) -> None:
+    # Cheap on purpose (Celery allows 4 s here): only forget the parent's clients.
+    runtime.reset_after_fork()

@@ -1,0 +1,259 @@
+"""The ``theow`` command: rules, workers, the embedded stack, the demo."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from theow_workers.config import ConfigError, Settings
+from theow_workers.core.actions import ActionLoadError
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+rules_app = typer.Typer(no_args_is_help=True, help="Check, test and index rules.")
+db_app = typer.Typer(no_args_is_help=True, help="The SQL schema.")
+app.add_typer(rules_app, name="rules")
+app.add_typer(db_app, name="db")
+
+out = Console()
+err = Console(stderr=True)
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")]
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    err.print(f"[red]error:[/red] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def settings() -> Settings:
+    try:
+        return Settings.load()
+    except ConfigError as exc:
+        raise fail(str(exc), 2) from None
+
+
+@rules_app.command("check")
+def rules_check(
+    directory: Annotated[
+        Path | None, typer.Argument(help="Rules directory [default: THEOW_RULES_DIR or rules/]")
+    ] = None,
+    actions: Annotated[
+        Path | None, typer.Option(help="Actions directory [default: THEOW_ACTIONS_DIR or actions/]")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Validate every rule file; report each problem with file, line and reason."""
+    from theow_workers.runtime import Knowledge
+
+    s = settings()
+    rules_dir, actions_dir = directory or s.rules_dir, actions or s.actions_dir
+    try:
+        knowledge = Knowledge.load(rules_dir, actions_dir)
+    except ActionLoadError as exc:
+        raise fail(str(exc)) from None
+    errors = knowledge.rules.errors
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "rules": len(knowledge.rules.rules),
+                    "actions": len(knowledge.actions),
+                    "errors": [
+                        {"file": e.path, "line": e.line, "reason": e.reason} for e in errors
+                    ],
+                }
+            )
+        )
+    else:
+        for e in errors:
+            err.print(f"[red]{e}[/red]", highlight=False)
+        verdict = "[red]invalid[/red]" if errors else "[green]ok[/green]"
+        out.print(
+            f"{verdict}: {len(knowledge.rules.rules)} rules, {len(knowledge.actions)} actions, "
+            f"{len(errors)} problem(s) in {rules_dir}",
+            highlight=False,
+        )
+    if errors:
+        raise typer.Exit(1)
+
+
+@rules_app.command("test")
+def rules_test(
+    facts: Annotated[
+        Path, typer.Option("--facts", help="JSON file: one object, the failure's facts.")
+    ],
+    rules: Annotated[Path | None, typer.Option("--rules", help="Rules directory.")] = None,
+    actions: Annotated[Path | None, typer.Option("--actions", help="Actions directory.")] = None,
+    rule: Annotated[
+        list[str] | None, typer.Option("--rule", help="Try this rule first (repeatable).")
+    ] = None,
+    tag: Annotated[
+        list[str] | None, typer.Option("--tag", help="Try rules with this tag next.")
+    ] = None,
+    limit: Annotated[int, typer.Option(help="Other candidates to explain.")] = 10,
+    as_json: JsonFlag = False,
+) -> None:
+    """Dry-run one failure: which rule would match, with which params, and why not the others.
+
+    Runs no action and needs no server: the index is built in memory.
+    """
+    from theow_workers.explain import explain
+
+    s = settings()
+    try:
+        data = json.loads(facts.read_text(encoding="utf-8", errors="replace"))
+    except OSError as exc:
+        raise fail(f"{facts}: cannot read: {exc.strerror}", 2) from None
+    except json.JSONDecodeError as exc:
+        raise fail(f"{facts}:{exc.lineno}: not JSON: {exc.msg}", 2) from None
+    if not isinstance(data, dict):
+        raise fail(f"{facts}: facts must be a JSON object, got {type(data).__name__}", 2)
+    try:
+        report = explain(
+            data, rules or s.rules_dir, actions or s.actions_dir, rule or [], tag or []
+        )
+    except (ActionLoadError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    if as_json:
+        print(json.dumps(report))
+        return
+    _print_explanation(report, limit)
+
+
+def _print_explanation(report: dict[str, Any], limit: int) -> None:
+    if report["matched"]:
+        out.print(f"[green]matched[/green] [bold]{report['rule']}[/bold] (mode {report['mode']})")
+        for a in report["actions"]:
+            out.print(f"  then {a['action']} {json.dumps(a['params'])}", highlight=False)
+    else:
+        out.print("[yellow]no rule matched[/yellow]")
+    table = Table("rule", "similarity", "validated", "why", title="candidates")
+    others = [c for c in report["candidates"] if c["rule"] != report["rule"]]
+    for c in others[:limit]:
+        sim = "-" if c["similarity"] is None else f"{c['similarity']:.3f}"
+        table.add_row(c["rule"], sim, "yes" if c["validated"] else "no", c["reason"])
+    if others:
+        out.print(table)
+    if len(others) > limit:
+        out.print(f"[dim]{len(others) - limit} more candidates (use --limit or --json)[/dim]")
+
+
+@rules_app.command("sync")
+def rules_sync() -> None:
+    """Sync the Milvus index with the rules and actions directories now."""
+    from theow_workers.runtime import Knowledge, Runtime, sync_index
+
+    rt = Runtime(settings())
+    knowledge = Knowledge.load(rt.settings.rules_dir, rt.settings.actions_dir)
+    if knowledge.rules.errors:
+        raise fail(f"{len(knowledge.rules.errors)} invalid rule(s); run `theow rules check`")
+    report = sync_index(knowledge, rt.index, rt.embedder, rt.redis)
+    out.print(
+        f"index synced: {report.added} added, {report.updated} updated, "
+        f"{report.removed} removed, {report.unchanged} unchanged"
+    )
+
+
+@db_app.command("upgrade")
+def db_upgrade(revision: str = "head") -> None:
+    """Apply the Alembic migrations to THEOW_DATABASE_URL (SQLite by default)."""
+    from theow_workers.adapters.sql import migrate
+
+    s = settings()
+    migrate(s.sqlalchemy_url, revision)
+    out.print(f"database at revision {revision}")
+
+
+@app.command()
+def worker(
+    queues: Annotated[
+        str, typer.Option(help="Comma-separated queues: resolve, explore, replay.")
+    ] = "resolve",
+    concurrency: Annotated[int | None, typer.Option(help="Worker processes.")] = None,
+    loglevel: str = "INFO",
+) -> None:
+    """Run a Celery worker for the given queues (against the configured services)."""
+    from theow_client.names import QUEUES
+
+    wanted = [q.strip() for q in queues.split(",") if q.strip()]
+    unknown = [q for q in wanted if q not in QUEUES]
+    if unknown or not wanted:
+        raise fail(f"unknown queue(s) {unknown or queues!r}; choose from {', '.join(QUEUES)}", 2)
+    s = settings()
+    argv = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "theow_workers.celery_app",
+        "worker",
+        "--queues",
+        ",".join(wanted),
+        "--concurrency",
+        str(concurrency or s.worker_concurrency),
+        "--loglevel",
+        loglevel,
+    ]
+    os.execv(sys.executable, argv)
+
+
+@app.command()
+def up(
+    workers: Annotated[int, typer.Option(help="Resolver worker processes.")] = 2,
+) -> None:
+    """Start the embedded stack (Valkey, Milvus Lite, SQLite, a resolver worker) until Ctrl-C."""
+    from theow_workers.stack import EmbeddedStack, StackError
+
+    s = settings()
+    stack = EmbeddedStack(s)
+    try:
+        stack.start()
+        stack.start_worker(["resolve"], concurrency=workers)
+    except StackError as exc:
+        raise fail(str(exc)) from None
+    out.print(f"theow is up: broker {s.redis_url}, milvus {s.milvus_uri}, db {s.sqlalchemy_url}")
+    out.print(f"logs in {stack.home}; Ctrl-C stops everything")
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        while all(p.poll() is None for _, p in stack.processes):
+            time.sleep(0.5)
+        dead = [w for w, p in stack.processes if p.poll() is not None]
+        err.print(f"[red]{', '.join(dead)} exited; stopping[/red]")
+    except KeyboardInterrupt:
+        out.print("stopping…")
+    finally:
+        stack.stop()
+
+
+@app.command()
+def demo(
+    failures: Annotated[Path, typer.Option(help="JSON Lines of failure facts.")] = Path(
+        "examples/failures.jsonl"
+    ),
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for all verdicts.")] = 300.0,
+) -> None:
+    """Start the embedded stack, submit example failures, print what was resolved, stop."""
+    from theow_workers.demo import run_demo
+
+    raise typer.Exit(run_demo(settings(), failures, timeout, out))
+
+
+def main() -> None:
+    logging.basicConfig(
+        level=os.environ.get("THEOW_LOG_LEVEL", "WARNING"), format="%(name)s: %(message)s"
+    )
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""The one configuration loader: defaults → ``theow.yaml`` → environment.
+
+Every setting has an environment variable named ``THEOW_<FIELD>`` (upper
+case), except the LLM key, which is ``GEMINI_API_KEY`` as Google names it.
+``theow.yaml`` is read from the working directory, or from ``THEOW_CONFIG``.
+
+>>> Settings.load(env={"THEOW_REDIS_URL": "redis://cache:6379/0"}).redis_url
+'redis://cache:6379/0'
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from theow_client.names import DEFAULT_MILVUS_URI, DEFAULT_REDIS_URL
+
+CONFIG_FILE = "theow.yaml"
+# Variables whose names do not follow THEOW_<FIELD>.
+ENV_ALIASES = {"gemini_api_key": "GEMINI_API_KEY"}
+
+
+class ConfigError(ValueError):
+    pass
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Where state lives for the embedded stack (Valkey data, Milvus data, SQLite).
+    home: Path = Path(".theow")
+    redis_url: str = DEFAULT_REDIS_URL
+    database_url: str = ""  # empty: sqlite:///<home>/theow.db
+    milvus_uri: str = DEFAULT_MILVUS_URI
+    milvus_collection: str = "theow_index"
+    rules_dir: Path = Path("rules")
+    actions_dir: Path = Path("actions")
+    rules_poll_seconds: float = 2.0
+
+    explore: bool = False
+    llm: str = "gemini/gemini-2.5-flash"
+    llm_secondary: str = ""
+    gemini_api_key: str = ""
+    gemini_base_url: str = ""
+
+    # Reliability (DESIGN §8): visibility timeout > every task time limit.
+    visibility_timeout: int = 3600
+    resolve_time_limit: int = 300
+    max_deliveries: int = 3
+    action_timeout: float = 30.0
+    regex_timeout: float = 0.05
+    fact_limit: int = 64 * 1024
+    worker_concurrency: int = 2
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        return self.database_url or f"sqlite:///{(self.home / 'theow.db').resolve()}"
+
+    @classmethod
+    def load(cls, env: Mapping[str, str] | None = None, path: Path | None = None) -> Settings:
+        env = os.environ if env is None else env
+        data: dict[str, Any] = {}
+        file = path or Path(env.get("THEOW_CONFIG", CONFIG_FILE))
+        if file.is_file():
+            try:
+                loaded = yaml.safe_load(file.read_text()) or {}
+            except yaml.YAMLError as exc:
+                raise ConfigError(f"{file}: invalid YAML: {exc}") from exc
+            if not isinstance(loaded, dict):
+                raise ConfigError(f"{file}: must be a mapping of settings")
+            data.update(loaded)
+        for name in cls.model_fields:
+            var = ENV_ALIASES.get(name, f"THEOW_{name.upper()}")
+            if var in env:
+                data[name] = env[var]
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(p) for p in first["loc"])
+            raise ConfigError(
+                f"setting {field!r}: {first['msg']} (from {file} or environment)"
+            ) from None
+
+    @classmethod
+    def env_names(cls) -> list[str]:
+        return [ENV_ALIASES.get(n, f"THEOW_{n.upper()}") for n in cls.model_fields]

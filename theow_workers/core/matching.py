@@ -1,0 +1,212 @@
+"""Structural validation of a rule against facts, and parameter binding.
+
+A rule applies when every condition of ``when`` holds and every placeholder
+of ``then`` can be bound. Regexes run on bounded input with a time limit, so
+a pattern with catastrophic backtracking costs at most ``regex_timeout`` and
+then simply does not match.
+
+>>> from theow_workers.core.rules import parse_rule
+>>> rule = parse_rule('''
+... name: missing_module
+... mode: track
+... when: [{fact: stderr, regex: "No module named '(?P<module>[\\\\w.]+)'"}]
+... ''')
+>>> evaluate(rule, {"stderr": "No module named 'yaml'"}).captures.named
+{'module': 'yaml'}
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import regex
+
+from theow_client.verdict import BoundAction
+from theow_workers.core.rules import PLACEHOLDER, FactCondition, Rule, as_text
+
+DEFAULT_REGEX_TIMEOUT = 0.05  # seconds per regex search
+BRACE_ESCAPES = (("{{", "\x00"), ("}}", "\x01"))
+
+
+class UnboundPlaceholder(LookupError):
+    pass
+
+
+@dataclass
+class Captures:
+    numbered: dict[int, str] = field(default_factory=dict)
+    named: dict[str, str] = field(default_factory=dict)
+
+    def absorb(self, found: Any) -> None:
+        """Keep the first value seen for each group: earlier facts win."""
+        for i, value in enumerate(found.groups(), start=1):
+            if value is not None:
+                self.numbered.setdefault(i, value)
+        for name, value in found.groupdict().items():
+            if value is not None:
+                self.named.setdefault(name, value)
+
+
+@dataclass(frozen=True)
+class Match:
+    """The outcome of checking one rule: ok, or the first reason it does not apply."""
+
+    rule: Rule
+    ok: bool
+    reason: str
+    captures: Captures
+    actions: tuple[BoundAction, ...] = ()
+
+
+@lru_cache(maxsize=4096)
+def compiled(pattern: str) -> Any:
+    return regex.compile(pattern)
+
+
+@lru_cache(maxsize=4096)
+def required_literal(pattern: str) -> str | None:
+    """A substring every match of ``pattern`` must contain, if one is easy to see.
+
+    Checking ``literal in text`` first lets most rules fail in microseconds
+    without running the regex engine over a 64 KB log.
+    """
+    try:
+        parsed = re._parser.parse(pattern)  # type: ignore[attr-defined]
+    except (re.error, RecursionError, AttributeError):
+        return None
+    if parsed.state.flags & (re.IGNORECASE | re.VERBOSE):
+        return None
+    best, run = "", []
+    literal = re._constants.LITERAL  # type: ignore[attr-defined]
+    for op, arg in parsed:
+        if op is literal:
+            run.append(chr(arg))
+            continue
+        best = max(best, "".join(run), key=len)
+        run = []
+    best = max(best, "".join(run), key=len)
+    return best if len(best) >= 3 else None
+
+
+def _search(pattern: str, text: str, timeout: float) -> tuple[Any, str]:
+    """Search with a literal pre-check and a time limit; returns (match, reason)."""
+    literal = required_literal(pattern)
+    if literal is not None and literal not in text:
+        return None, f"regex {_short(pattern)!r} did not match"
+    try:
+        return compiled(pattern).search(text, timeout=timeout), ""
+    except TimeoutError:
+        return None, f"regex {_short(pattern)!r} timed out after {timeout:g}s"
+
+
+def check_condition(
+    condition: FactCondition, facts: dict[str, Any], captures: Captures, timeout: float
+) -> str:
+    """'' if the condition holds, else why not (and captures gain regex groups)."""
+    name = condition.fact
+    if name not in facts or facts[name] is None:
+        return f"fact {name!r} is missing"
+    text = as_text(facts[name])
+    ops = condition.model_fields_set
+    if "equals" in ops and text != as_text(condition.equals):
+        return f"fact {name!r} is {_short(text)!r}, not {as_text(condition.equals)!r}"
+    if "not_equals" in ops and text == as_text(condition.not_equals):
+        return f"fact {name!r} equals {text!r}"
+    if condition.one_of is not None and text not in {as_text(v) for v in condition.one_of}:
+        return f"fact {name!r} is {_short(text)!r}, not one of {condition.one_of}"
+    if condition.contains is not None and condition.contains not in text:
+        return f"fact {name!r} does not contain {_short(condition.contains)!r}"
+    if condition.not_contains is not None and condition.not_contains in text:
+        return f"fact {name!r} contains {_short(condition.not_contains)!r}"
+    if condition.regex is not None:
+        found, why = _search(condition.regex, text, timeout)
+        if found is None:
+            return f"fact {name!r}: {why}"
+        captures.absorb(found)
+    if condition.not_regex is not None:
+        found, why = _search(condition.not_regex, text, timeout)
+        if why and "timed out" in why:
+            return f"fact {name!r}: {why}"
+        if found is not None:
+            return f"fact {name!r} matches {_short(condition.not_regex)!r}"
+    return ""
+
+
+def _cost(condition: FactCondition) -> int:
+    """Cheap checks first: most rules are ruled out by an equals or a literal."""
+    if condition.regex is not None or condition.not_regex is not None:
+        return 2
+    return 0 if condition.contains is None and condition.not_contains is None else 1
+
+
+def evaluate(
+    rule: Rule,
+    facts: dict[str, Any],
+    *,
+    regex_timeout: float = DEFAULT_REGEX_TIMEOUT,
+    client_side: frozenset[str] = frozenset(),
+) -> Match:
+    """Check every condition of ``rule`` and bind its actions' params."""
+    captures = Captures()
+    # Captures are numbered in `when` order, so regex conditions are checked in
+    # file order after the cheap ones.
+    order = sorted(range(len(rule.when)), key=lambda i: (_cost(rule.when[i]), i))
+    for i in order:
+        reason = check_condition(rule.when[i], facts, captures, regex_timeout)
+        if reason:
+            return Match(rule, False, reason, captures)
+    try:
+        actions = tuple(
+            BoundAction(
+                step.action,
+                bind(step.params, captures, facts),
+                client_side=step.action in client_side,
+            )
+            for step in rule.then
+        )
+    except UnboundPlaceholder as exc:
+        return Match(rule, False, f"placeholder {{{exc.args[0]}}} cannot be bound", captures)
+    return Match(rule, True, "all facts hold", captures, actions)
+
+
+def bind(value: Any, captures: Captures, facts: dict[str, Any]) -> Any:
+    """Fill placeholders in every string of ``value``; captures win over facts."""
+    if isinstance(value, str):
+        return _bind_text(value, captures, facts)
+    if isinstance(value, dict):
+        return {k: bind(v, captures, facts) for k, v in value.items()}
+    if isinstance(value, list):
+        return [bind(v, captures, facts) for v in value]
+    return value
+
+
+def _lookup(key: str, captures: Captures, facts: dict[str, Any]) -> str:
+    head, _, tail = key.partition(".")
+    if head == "extract" and tail:
+        value = captures.numbered.get(int(tail)) if tail.isdigit() else captures.named.get(tail)
+    elif head == "facts" and tail:
+        value = as_text(facts[tail]) if facts.get(tail) is not None else None
+    elif not tail:
+        value = captures.named.get(key)
+        if value is None and facts.get(key) is not None:
+            value = as_text(facts[key])
+    else:
+        value = None
+    if value is None:
+        raise UnboundPlaceholder(key)
+    return value
+
+
+def _bind_text(text: str, captures: Captures, facts: dict[str, Any]) -> str:
+    for escape, marker in BRACE_ESCAPES:
+        text = text.replace(escape, marker)
+    bound = PLACEHOLDER.sub(lambda m: _lookup(m.group(1), captures, facts), text)
+    return bound.replace("\x00", "{").replace("\x01", "}")
+
+
+def _short(text: str, limit: int = 60) -> str:
+    text = text.replace("\n", "\\n")
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,139 @@
+"""In-memory implementations of the ports: real behaviour, no servers.
+
+Used by unit tests and by ``theow rules test`` (a dry run needs no Milvus,
+no SQL). ``HashingEmbedder`` is a bag-of-words stand-in for MiniLM where the
+model's meaning is not what a test is about.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import threading
+from collections.abc import Sequence
+
+from theow_client.verdict import Verdict
+from theow_workers.core.ports import (
+    AttemptRecord,
+    Embedder,
+    FailureRecord,
+    Hit,
+    IndexEntry,
+    RuleStats,
+    SyncReport,
+)
+
+_WORD = re.compile(r"[a-z0-9_]+")
+
+
+class HashingEmbedder:
+    """Token hashing into a fixed number of dimensions, L2-normalized."""
+
+    model_name = "hashing-bow"
+
+    def __init__(self, dim: int = 384) -> None:
+        self.dim = dim
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        vectors = []
+        for text in texts:
+            vector = [0.0] * self.dim
+            for word in _WORD.findall(text.lower()):
+                slot = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=4).digest(), "big")
+                vector[slot % self.dim] += 1.0
+            norm = math.sqrt(sum(v * v for v in vector)) or 1.0
+            vectors.append([v / norm for v in vector])
+        return vectors
+
+
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    na = math.sqrt(sum(x * x for x in a)) or 1.0
+    nb = math.sqrt(sum(y * y for y in b)) or 1.0
+    return dot / (na * nb)
+
+
+class InMemoryIndex:
+    def __init__(self) -> None:
+        self._entries: dict[str, tuple[IndexEntry, list[float]]] = {}
+
+    def sync(self, entries: Sequence[IndexEntry], embedder: Embedder) -> SyncReport:
+        wanted = {e.id: e for e in entries}
+        changed = [
+            e
+            for e in entries
+            if e.id not in self._entries or self._entries[e.id][0].content_hash != e.content_hash
+        ]
+        added = sum(1 for e in changed if e.id not in self._entries)
+        vectors = embedder.embed([e.text for e in changed]) if changed else []
+        for entry, vector in zip(changed, vectors, strict=True):
+            self._entries[entry.id] = (entry, vector)
+        removed = [i for i in self._entries if i not in wanted]
+        for i in removed:
+            del self._entries[i]
+        return SyncReport(
+            added=added,
+            updated=len(changed) - added,
+            removed=len(removed),
+            unchanged=len(entries) - len(changed),
+        )
+
+    def search(
+        self,
+        vector: Sequence[float],
+        *,
+        kind: str = "rule",
+        limit: int = 10,
+        facts: dict[str, str] | None = None,
+        names: Sequence[str] | None = None,
+    ) -> list[Hit]:
+        allowed = set(names) if names is not None else None
+        hits = []
+        for entry, stored in self._entries.values():
+            if entry.kind != kind or (allowed is not None and entry.name not in allowed):
+                continue
+            if facts and any(
+                k in entry.equals and facts.get(k) != v for k, v in entry.equals.items()
+            ):
+                continue
+            hits.append(Hit(entry.name, cosine(vector, stored)))
+        hits.sort(key=lambda h: h.similarity, reverse=True)
+        return hits[:limit]
+
+
+class InMemoryStore:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.failures: dict[str, FailureRecord] = {}
+        self.attempts: list[AttemptRecord] = []
+        self.verdicts: dict[str, Verdict] = {}
+        self.stats: dict[str, RuleStats] = {}
+
+    def add_failure(self, failure: FailureRecord) -> bool:
+        with self._lock:
+            if failure.id in self.failures:
+                return False
+            self.failures[failure.id] = failure
+            return True
+
+    def verdict(self, failure_id: str) -> Verdict | None:
+        return self.verdicts.get(failure_id)
+
+    def add_attempt(self, attempt: AttemptRecord) -> None:
+        with self._lock:
+            self.attempts.append(attempt)
+
+    def add_verdict(self, verdict: Verdict) -> Verdict:
+        with self._lock:
+            return self.verdicts.setdefault(verdict.failure_id, verdict)
+
+    def count_attempt(self, rule: str, success: bool) -> None:
+        with self._lock:
+            old = self.stats.get(rule, RuleStats())
+            self.stats[rule] = RuleStats(
+                old.successes + int(success), old.failures + int(not success)
+            )
+
+    def rule_stats(self) -> dict[str, RuleStats]:
+        return dict(self.stats)

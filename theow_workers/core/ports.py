@@ -1,0 +1,122 @@
+"""The small interfaces the core needs from the outside world.
+
+Each has a real adapter (MiniLM, Milvus, SQL) in ``theow_workers.adapters``
+and an in-memory implementation used by tests and by ``theow rules test``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from theow_client.verdict import Verdict
+
+
+class Embedder(Protocol):
+    model_name: str
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """Unit-length vectors, one per text."""
+        ...
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """One rule or action as the index stores it."""
+
+    id: str  # "rule:<name>" or "action:<name>"
+    kind: str  # "rule" | "action"
+    name: str
+    content_hash: str
+    text: str  # what gets embedded
+    equals: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SyncReport:
+    added: int = 0
+    updated: int = 0
+    removed: int = 0
+    unchanged: int = 0
+
+
+@dataclass(frozen=True)
+class Hit:
+    name: str
+    similarity: float
+
+
+class RuleIndex(Protocol):
+    def sync(self, entries: Sequence[IndexEntry], embedder: Embedder) -> SyncReport:
+        """Make the index hold exactly ``entries``, embedding only what changed."""
+        ...
+
+    def search(
+        self,
+        vector: Sequence[float],
+        *,
+        kind: str = "rule",
+        limit: int = 10,
+        facts: dict[str, str] | None = None,
+        names: Sequence[str] | None = None,
+    ) -> list[Hit]:
+        """Nearest entries of ``kind``; ``facts`` pre-filters on equals-facts (a rule
+        that does not constrain a key is never excluded by it); ``names`` restricts."""
+        ...
+
+
+@dataclass(frozen=True)
+class FailureRecord:
+    id: str
+    fingerprint: str
+    facts: dict[str, Any]
+    problem_type: str | None
+    source: str
+    received_at: datetime
+    explore: bool = False
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    failure_id: str
+    rule: str
+    params: list[dict[str, Any]]
+    outcome: str  # "success" | "error" | "timeout"
+    error: str = ""
+    duration_ms: float = 0.0
+    delivery: int = 1
+
+
+@dataclass(frozen=True)
+class RuleStats:
+    successes: int = 0
+    failures: int = 0
+
+    @property
+    def smoothed_ratio(self) -> float:
+        """Laplace-smoothed success ratio: 0.5 for a rule with no record yet."""
+        return (self.successes + 1) / (self.successes + self.failures + 2)
+
+
+class Store(Protocol):
+    def add_failure(self, failure: FailureRecord) -> bool:
+        """Record a failure; False if one with this id exists already (idempotent)."""
+        ...
+
+    def verdict(self, failure_id: str) -> Verdict | None: ...
+
+    def add_attempt(self, attempt: AttemptRecord) -> None: ...
+
+    def add_verdict(self, verdict: Verdict) -> Verdict:
+        """Store the verdict unless one exists; return whichever is stored."""
+        ...
+
+    def count_attempt(self, rule: str, success: bool) -> None:
+        """Atomically bump the rule's success or failure count."""
+        ...
+
+    def rule_stats(self) -> dict[str, RuleStats]: ...

@@ -1,0 +1,90 @@
+"""What of a failure is searched for, and what identifies its root cause.
+
+The semantic query comes from the error-relevant part of the log, not from
+every fact: the longest log-like fact, the lines in it that look like errors,
+and its tail, bounded in length. A big unrelated fact (a whole go.mod) does
+not drown the query.
+
+The fingerprint is a hash of that error text with the volatile parts (numbers,
+hex ids, paths in temp dirs, timestamps) normalized away: two failures with
+the same root cause on different machines share it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+LOG_FACTS = ("stderr", "log", "output", "stdout", "error", "traceback", "exception")
+ERROR_LINE = re.compile(
+    r"error|fatal|fail|exception|traceback|panic|cannot|can't|could not|couldn't|not found|"
+    r"no such|denied|refused|timed? ?out|unable|missing|unresolved|undefined|killed|abort",
+    re.IGNORECASE,
+)
+MAX_QUERY_CHARS = 2000
+MAX_ERROR_LINES = 12
+TAIL_LINES = 8
+MAX_LINE_CHARS = 300
+
+_VOLATILE = [
+    (
+        re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?"),
+        "<ts>",
+    ),
+    (
+        re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I),
+        "<uuid>",
+    ),
+    (re.compile(r"\b[0-9a-f]{7,}\b", re.I), "<hex>"),
+    (re.compile(r"(/tmp|/var/folders|/private/var)/\S+"), "<tmp>"),
+    (re.compile(r"\d+"), "<n>"),
+    (re.compile(r"[ \t]+"), " "),
+]
+
+
+def log_text(facts: dict[str, Any]) -> str:
+    """The failure's log: the first well-known log fact, else the longest multi-line text."""
+    for name in LOG_FACTS:
+        value = facts.get(name)
+        if isinstance(value, str) and value.strip():
+            return value
+    texts = [v for v in facts.values() if isinstance(v, str) and "\n" in v.strip()]
+    return max(texts, key=len, default="")
+
+
+def error_lines(text: str) -> list[str]:
+    """Lines that look like errors, then the tail; de-duplicated, in order."""
+    lines = [ln.strip()[:MAX_LINE_CHARS] for ln in text.splitlines() if ln.strip()]
+    picked = [ln for ln in lines if ERROR_LINE.search(ln)][-MAX_ERROR_LINES:]
+    picked += lines[-TAIL_LINES:]
+    return list(dict.fromkeys(picked))
+
+
+def query_text(facts: dict[str, Any]) -> str:
+    """Bounded text to embed for a failure."""
+    short = [
+        f"{k}: {v}"
+        for k, v in facts.items()
+        if isinstance(v, str) and 0 < len(v) <= 80 and "\n" not in v
+    ]
+    body = "\n".join(error_lines(log_text(facts)))
+    return ("\n".join(short[:6]) + "\n" + body).strip()[:MAX_QUERY_CHARS]
+
+
+def normalize(text: str) -> str:
+    text = text.lower()
+    for pattern, replacement in _VOLATILE:
+        text = pattern.sub(replacement, text)
+    return text.strip()
+
+
+def fingerprint(facts: dict[str, Any]) -> str:
+    """Same root cause → same fingerprint, whatever the run's ids and numbers."""
+    lines = error_lines(log_text(facts))
+    basis = "\n".join(normalize(ln) for ln in lines if ERROR_LINE.search(ln)) or "\n".join(
+        normalize(ln) for ln in lines
+    )
+    if not basis:
+        basis = normalize(" ".join(f"{k}={facts[k]}" for k in sorted(facts)))
+    return hashlib.sha256(basis.encode()).hexdigest()[:32]

@@ -1,0 +1,150 @@
+"""Choosing which rules to try for a failure, and in which order.
+
+Order (DESIGN §3): the rules the caller named, in order; then rules sharing a
+caller tag; then every other rule (when ``fallback``). Every candidate is
+validated structurally, so a rule whose facts all hold is found whatever its
+embedding rank: recall never depends on a top-K. Among validated rules of one
+group the order is similarity weighted by track record.
+
+Similarity is asked for only when it decides something (two or more rules of
+a group validate, or the caller wants an explanation): embedding the failure
+is the costliest step, and most failures validate one rule or none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from theow_workers.core.matching import DEFAULT_REGEX_TIMEOUT, Match, evaluate
+from theow_workers.core.ports import RuleStats
+from theow_workers.core.rules import Rule
+
+# names -> similarity in [0, 1]; computed lazily by the caller's index.
+Similarity = Callable[[Sequence[str]], dict[str, float]]
+
+NAMED, TAGGED, SEMANTIC = "named", "tag", "semantic"
+
+
+@dataclass(frozen=True)
+class Hints:
+    """What the submitter said about where to look."""
+
+    rules: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    fallback: bool = True
+    max_retries: int = 3
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Hints:
+        data = data or {}
+        return cls(
+            rules=tuple(str(r) for r in data.get("rules") or ()),
+            tags=tuple(str(t) for t in data.get("tags") or ()),
+            fallback=bool(data.get("fallback", True)),
+            max_retries=max(1, int(data.get("max_retries") or 3)),
+        )
+
+
+@dataclass(frozen=True)
+class RuleBook:
+    """The rules a worker resolves with, and which of their actions are client-side."""
+
+    rules: tuple[Rule, ...]
+    version: str
+    client_side: frozenset[str] = frozenset()
+    _by_name: dict[str, Rule] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._by_name.update({r.name: r for r in self.rules})
+
+    def get(self, name: str) -> Rule | None:
+        return self._by_name.get(name)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    rule: str
+    source: str
+    match: Match | None
+    similarity: float | None = None
+    score: float = 0.0
+    missing_reason: str = ""
+
+    @property
+    def validated(self) -> bool:
+        return self.match is not None and self.match.ok
+
+    @property
+    def reason(self) -> str:
+        return self.match.reason if self.match is not None else self.missing_reason
+
+
+@dataclass(frozen=True)
+class Plan:
+    attempts: tuple[Candidate, ...]  # validated, in the order to try them
+    rejected: tuple[Candidate, ...]  # did not validate, with the reason
+
+    @property
+    def candidates(self) -> tuple[Candidate, ...]:
+        return self.attempts + self.rejected
+
+
+def plan(
+    book: RuleBook,
+    facts: dict[str, Any],
+    hints: Hints = Hints(),
+    *,
+    similarity: Similarity | None = None,
+    stats: dict[str, RuleStats] | None = None,
+    explain: bool = False,
+    regex_timeout: float = DEFAULT_REGEX_TIMEOUT,
+) -> Plan:
+    """Validate every candidate rule and order the ones that apply."""
+    stats = stats or {}
+    groups: list[tuple[str, list[Rule]]] = []
+    missing: list[Candidate] = []
+    named: list[Rule] = []
+    for name in dict.fromkeys(hints.rules):
+        rule = book.get(name)
+        if rule is None:
+            missing.append(Candidate(name, NAMED, None, missing_reason=f"no rule named {name!r}"))
+        else:
+            named.append(rule)
+    taken = {r.name for r in named}
+    tagged = [r for r in book.rules if r.name not in taken and set(r.tags) & set(hints.tags)]
+    taken |= {r.name for r in tagged}
+    rest = [r for r in book.rules if r.name not in taken] if hints.fallback else []
+    groups = [(NAMED, named), (TAGGED, tagged), (SEMANTIC, rest)]
+
+    matches = {
+        rule.name: evaluate(rule, facts, regex_timeout=regex_timeout, client_side=book.client_side)
+        for _, rules in groups
+        for rule in rules
+    }
+    validated = [name for name, m in matches.items() if m.ok]
+    sims: dict[str, float] = {}
+    if similarity is not None:
+        if explain:
+            sims = similarity(list(matches))
+        elif len(validated) > 1:
+            sims = similarity(validated)
+
+    def candidate(rule: Rule, source: str) -> Candidate:
+        sim = sims.get(rule.name)
+        ratio = stats.get(rule.name, RuleStats()).smoothed_ratio
+        score = (sim if sim is not None else 1.0) * ratio
+        return Candidate(rule.name, source, matches[rule.name], sim, score)
+
+    attempts: list[Candidate] = []
+    rejected: list[Candidate] = list(missing)
+    for source, rules in groups:
+        members = [candidate(r, source) for r in rules]
+        ok = [c for c in members if c.validated]
+        if source != NAMED:
+            ok.sort(key=lambda c: c.score, reverse=True)
+        attempts.extend(ok)
+        rejected.extend(c for c in members if not c.validated)
+    rejected.sort(key=lambda c: c.similarity if c.similarity is not None else -1.0, reverse=True)
+    return Plan(tuple(attempts), tuple(rejected))

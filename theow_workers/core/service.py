@@ -1,0 +1,290 @@
+"""Resolving one submitted failure: record it, plan, run actions, decide.
+
+Every failure submitted gets exactly one recorded verdict: a malformed
+submission is recorded as ``rejected`` with the reason, a redelivered one
+returns the verdict already stored, and the store's unique constraint on the
+failure id makes a duplicate submit create nothing twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from theow_client.facts import DEFAULT_FACT_LIMIT, FactsError, bound_facts
+from theow_client.verdict import BoundAction, Status, Verdict
+from theow_workers.core.actions import ActionError, ActionRegistry, ActionTimeout, call_action
+from theow_workers.core.matching import DEFAULT_REGEX_TIMEOUT
+from theow_workers.core.ports import AttemptRecord, FailureRecord, Store
+from theow_workers.core.query import fingerprint, log_text
+from theow_workers.core.redact import redact
+from theow_workers.core.resolver import Candidate, Hints, Plan, RuleBook, Similarity, plan
+from theow_workers.core.rules import Mode
+
+log = logging.getLogger("theow.resolver")
+
+MODE_STATUS = {Mode.RETRY: Status.RETRY, Mode.TRACK: Status.TRACKED}
+PLAN_CACHE_SIZE = 2048
+
+
+@dataclass(frozen=True)
+class Submission:
+    failure_id: str
+    facts: dict[str, Any]
+    explore: bool = False
+    source: str = "unknown"
+    hints: Hints = Hints()
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def parse(
+        cls, payload: Any, fallback_id: str, fact_limit: int = DEFAULT_FACT_LIMIT
+    ) -> Submission:
+        """Read a task payload; FactsError says what is malformed."""
+        if not isinstance(payload, dict):
+            raise FactsError(f"submission must be a JSON object, got {type(payload).__name__}")
+        facts, truncated = bound_facts(payload.get("facts"), fact_limit)
+        notes = dict(payload.get("notes") or {})
+        if truncated:
+            notes.setdefault("truncated", {}).update(truncated)
+        return cls(
+            failure_id=str(payload.get("failure_id") or fallback_id),
+            facts=redact(facts),
+            explore=bool(payload.get("explore", False)),
+            source=str(payload.get("source") or "unknown"),
+            hints=Hints.from_dict(payload.get("hints")),
+            notes=notes,
+        )
+
+
+@dataclass(frozen=True)
+class ResolveSettings:
+    regex_timeout: float = DEFAULT_REGEX_TIMEOUT
+    action_timeout: float = 30.0
+    fact_limit: int = DEFAULT_FACT_LIMIT
+    dry_run: bool = False  # match and record, run no actions (replay)
+
+
+class ResolveService:
+    def __init__(
+        self,
+        store: Store,
+        rulebook: Callable[[], RuleBook],
+        actions: Callable[[], ActionRegistry],
+        similarity: Callable[[dict[str, Any]], Similarity] | None = None,
+        settings: ResolveSettings = ResolveSettings(),
+    ) -> None:
+        self.store = store
+        self.rulebook = rulebook
+        self.actions = actions
+        self.similarity = similarity
+        self.settings = settings
+        # Plans for facts seen before: a fleet sends the same failure many times.
+        self._plans: OrderedDict[str, Plan] = OrderedDict()
+
+    def resolve(self, payload: Any, fallback_id: str, delivery: int = 1) -> Verdict:
+        try:
+            sub = Submission.parse(payload, fallback_id, self.settings.fact_limit)
+        except FactsError as exc:
+            return self._reject(payload, fallback_id, str(exc))
+
+        existing = self._record(sub)
+        if existing is not None:
+            log.info("failure %s already decided: %s", sub.failure_id, existing.status)
+            return existing
+        verdict = self._decide(sub, delivery)
+        stored = self.store.add_verdict(verdict)
+        log.info(
+            "failure %s: %s%s",
+            sub.failure_id,
+            stored.status,
+            f" by {stored.rule}" if stored.rule else "",
+        )
+        return stored
+
+    def give_up(self, payload: Any, fallback_id: str, reason: str) -> Verdict:
+        """Record an error verdict without trying again (poison message, hard limit)."""
+        try:
+            sub = Submission.parse(payload, fallback_id, self.settings.fact_limit)
+        except FactsError as exc:
+            return self._reject(payload, fallback_id, str(exc))
+        existing = self._record(sub)
+        if existing is not None:
+            return existing
+        return self.store.add_verdict(Verdict(sub.failure_id, Status.ERROR, reason=reason))
+
+    def _record(self, sub: Submission) -> Verdict | None:
+        self.store.add_failure(
+            FailureRecord(
+                id=sub.failure_id,
+                fingerprint=fingerprint(sub.facts),
+                facts=sub.facts,
+                problem_type=_text_or_none(sub.facts.get("problem_type")),
+                source=sub.source,
+                received_at=datetime.now(UTC),
+                explore=sub.explore,
+                notes=sub.notes,
+            )
+        )
+        return self.store.verdict(sub.failure_id)
+
+    def _reject(self, payload: Any, fallback_id: str, reason: str) -> Verdict:
+        failure_id = fallback_id
+        if isinstance(payload, dict) and payload.get("failure_id"):
+            failure_id = str(payload["failure_id"])
+        log.warning("failure %s rejected: %s", failure_id, reason)
+        record = FailureRecord(
+            id=failure_id,
+            fingerprint="",
+            facts={},
+            problem_type=None,
+            source=str(payload.get("source", "unknown"))
+            if isinstance(payload, dict)
+            else "unknown",
+            received_at=datetime.now(UTC),
+            notes={"rejected": reason, "payload_preview": repr(payload)[:2000]},
+        )
+        self.store.add_failure(record)
+        return self.store.add_verdict(Verdict(failure_id, Status.REJECTED, reason=reason))
+
+    def plan_for(self, sub: Submission, book: RuleBook) -> Plan:
+        key = _plan_key(sub, book.version)
+        cached = self._plans.get(key)
+        if cached is not None:
+            self._plans.move_to_end(key)
+            return cached
+        similarity = self.similarity(sub.facts) if self.similarity is not None else None
+        result = plan(
+            book,
+            sub.facts,
+            sub.hints,
+            similarity=similarity,
+            stats=self.store.rule_stats() if similarity is not None else None,
+            regex_timeout=self.settings.regex_timeout,
+        )
+        # With two or more candidates the order depends on track records that
+        # move; only a plan with at most one candidate is safe to reuse.
+        if len(result.attempts) <= 1:
+            self._plans[key] = result
+            if len(self._plans) > PLAN_CACHE_SIZE:
+                self._plans.popitem(last=False)
+        return result
+
+    def _decide(self, sub: Submission, delivery: int) -> Verdict:
+        book = self.rulebook()
+        result = self.plan_for(sub, book)
+        if not result.attempts:
+            return Verdict(sub.failure_id, Status.UNMATCHED, reason=_unmatched_reason(sub, result))
+
+        registry = self.actions()
+        errors: list[str] = []
+        tried = 0
+        for candidate in result.attempts[: sub.hints.max_retries]:
+            tried += 1
+            verdict, error = self._attempt(sub, candidate, book, registry, delivery)
+            if verdict is not None:
+                return replace(verdict, attempts=tried)
+            errors.append(f"{candidate.rule}: {error}")
+        return Verdict(
+            sub.failure_id,
+            Status.FAILED,
+            reason="every matching rule failed: " + "; ".join(errors),
+            attempts=tried,
+        )
+
+    def _attempt(
+        self,
+        sub: Submission,
+        candidate: Candidate,
+        book: RuleBook,
+        registry: ActionRegistry,
+        delivery: int,
+    ) -> tuple[Verdict | None, str]:
+        assert candidate.match is not None
+        rule = candidate.match.rule
+        bound = candidate.match.actions
+        status = MODE_STATUS.get(rule.mode, Status.RESOLVED)
+        started = time.monotonic()
+        outputs: list[dict[str, Any]] = []
+        outcome, error = "success", ""
+        if rule.mode is Mode.FIX and not self.settings.dry_run:
+            try:
+                outputs = self._run_worker_actions(sub, bound, registry)
+            except ActionError as exc:
+                outcome = "timeout" if isinstance(exc, ActionTimeout) else "error"
+                error = str(exc)
+        elif rule.llm_config is not None:
+            outcome, error = "error", "probabilistic rule: no explorer is running"
+        self.store.add_attempt(
+            AttemptRecord(
+                failure_id=sub.failure_id,
+                rule=rule.name,
+                params=[{"action": a.action, "params": a.params} for a in bound],
+                outcome=outcome,
+                error=error,
+                duration_ms=(time.monotonic() - started) * 1000,
+                delivery=delivery,
+            )
+        )
+        self.store.count_attempt(rule.name, outcome == "success")
+        if outcome != "success":
+            log.info("failure %s: rule %s failed: %s", sub.failure_id, rule.name, error)
+            return None, error
+        return (
+            Verdict(
+                sub.failure_id,
+                status,
+                rule=rule.name,
+                mode=rule.mode.value,
+                actions=bound,
+                outputs=tuple(outputs),
+                reason=candidate.reason,
+            ),
+            "",
+        )
+
+    def _run_worker_actions(
+        self, sub: Submission, bound: tuple[BoundAction, ...], registry: ActionRegistry
+    ) -> list[dict[str, Any]]:
+        outputs = []
+        for step in bound:
+            if step.client_side:
+                continue
+            spec = registry.get(step.action)
+            if spec is None:
+                raise ActionError(f"action {step.action!r} is not registered on this worker")
+            output = call_action(
+                spec, step.params, facts=sub.facts, timeout=self.settings.action_timeout
+            )
+            outputs.append({"action": step.action, "output": _jsonable(output)})
+        return outputs
+
+
+def _plan_key(sub: Submission, version: str) -> str:
+    blob = json.dumps([version, sub.facts, sub.hints.__dict__], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _unmatched_reason(sub: Submission, result: Plan) -> str:
+    if not log_text(sub.facts).strip():
+        return "no rule matched; the facts carry no log text (stderr missing or empty)"
+    return f"no rule matched ({len(result.rejected)} checked)"
+
+
+def _text_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)[:200]
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return repr(value)

@@ -1,0 +1,119 @@
+"""``theow demo``: the whole resolver path on the embedded stack, start to finish.
+
+Starts Valkey, Milvus Lite and a resolver worker, submits every failure of a
+JSON Lines file through ``theow_client`` (as a build agent would), waits for
+every verdict, prints what was resolved by which rule, and shuts down.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from theow_client import Status, TheowClient, Verdict
+from theow_workers.config import Settings
+from theow_workers.runtime import Knowledge, Runtime, sync_index
+from theow_workers.stack import EmbeddedStack, StackError
+
+
+def read_failures(path: Path) -> list[dict[str, Any]]:
+    failures = []
+    with path.open(encoding="utf-8", errors="replace") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                facts = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{number}: not JSON: {exc.msg}") from None
+            if not isinstance(facts, dict):
+                raise ValueError(f"{path}:{number}: not a JSON object")
+            failures.append(facts)
+    return failures
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console,
+    )  # fmt: skip
+
+
+def run_demo(settings: Settings, path: Path, timeout: float, console: Console) -> int:
+    try:
+        failures = read_failures(path)
+    except (OSError, ValueError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+    stack = EmbeddedStack(settings)
+    try:
+        with console.status("starting Valkey, Milvus Lite, SQLite…"):
+            stack.start()
+        with console.status("indexing rules and actions (loads MiniLM)…"):
+            rt = Runtime(settings)
+            knowledge = Knowledge.load(settings.rules_dir, settings.actions_dir)
+            report = sync_index(knowledge, rt.index, rt.embedder, rt.redis)
+            rt.index.close()
+        console.print(
+            f"{len(knowledge.rules.rules)} rules, {len(knowledge.actions)} actions indexed "
+            f"({report.added + report.updated} embedded, {report.unchanged} unchanged)"
+        )
+        stack.start_worker(["resolve"])
+        verdicts = _submit_and_wait(settings, failures, timeout, console)
+    except StackError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 1
+    finally:
+        with console.status("stopping…"):
+            stack.stop()
+    _print_summary(verdicts, len(failures), console)
+    return 0 if len(verdicts) == len(failures) else 1
+
+
+def _submit_and_wait(
+    settings: Settings, failures: list[dict[str, Any]], timeout: float, console: Console
+) -> list[Verdict]:
+    verdicts: list[Verdict] = []
+    with TheowClient(redis_url=settings.redis_url) as client, _progress(console) as progress:
+        sending = progress.add_task("submitting", total=len(failures))
+        tickets = []
+        for facts in failures:
+            tickets.append(client.submit(facts, source="theow-demo"))
+            progress.advance(sending)
+        waiting = progress.add_task("verdicts", total=len(tickets))
+        for ticket in tickets:
+            try:
+                verdicts.append(ticket.wait(timeout))
+            except TimeoutError as exc:
+                console.print(f"[yellow]{exc}[/yellow]")
+            progress.advance(waiting)
+    return verdicts
+
+
+def _print_summary(verdicts: list[Verdict], submitted: int, console: Console) -> None:
+    by_status = Counter(v.status for v in verdicts)
+    by_rule = Counter(v.rule for v in verdicts if v.rule)
+    table = Table("rule", "mode", "failures", title="resolved by rule")
+    modes = {v.rule: v.mode for v in verdicts if v.rule}
+    for rule, count in by_rule.most_common():
+        table.add_row(rule, modes.get(rule) or "", str(count))
+    console.print(table)
+    summary = Table("outcome", "failures", title=f"{submitted} failures submitted")
+    for status in Status:
+        if by_status.get(status):
+            summary.add_row(status.value, str(by_status[status]))
+    missing = submitted - len(verdicts)
+    if missing:
+        summary.add_row("no verdict in time", str(missing))
+    console.print(summary)
+    matched = sum(by_status[s] for s in (Status.RESOLVED, Status.RETRY, Status.TRACKED))
+    console.print(
+        f"matched {matched}/{submitted} ({matched / max(1, submitted):.0%}), "
+        f"unmatched {by_status[Status.UNMATCHED]}"
+    )

@@ -1,0 +1,75 @@
+"""``theow rules test``: a dry run of the resolver on one failure, in process.
+
+Loads the rules and actions, builds an in-memory index with the real MiniLM
+embedder, and plans exactly as a worker would, without running an action.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from theow_client.facts import bound_facts
+from theow_workers.core.memory import InMemoryIndex
+from theow_workers.core.ports import Embedder
+from theow_workers.core.query import query_text
+from theow_workers.core.resolver import Hints, plan
+from theow_workers.runtime import Knowledge
+
+
+def explain(
+    facts: dict[str, Any],
+    rules_dir: Path,
+    actions_dir: Path,
+    rules: Sequence[str] = (),
+    tags: Sequence[str] = (),
+    embedder: Embedder | None = None,
+) -> dict[str, Any]:
+    """The decision for ``facts`` as the JSON object ``theow rules test --json`` prints."""
+    knowledge = Knowledge.load(rules_dir, actions_dir)
+    if knowledge.rules.errors:
+        first = knowledge.rules.errors[0]
+        raise ValueError(
+            f"{len(knowledge.rules.errors)} invalid rule file(s), first: {first} "
+            "(run `theow rules check`)"
+        )
+    if embedder is None:
+        from theow_workers.adapters.embedder import MiniLMEmbedder
+
+        embedder = MiniLMEmbedder()
+    facts, _ = bound_facts(facts)
+    index = InMemoryIndex()
+    index.sync(
+        [e for e in knowledge.index_entries(embedder.model_name) if e.kind == "rule"], embedder
+    )
+    vector = embedder.embed([query_text(facts)])[0]
+
+    def similarity(names: Sequence[str]) -> dict[str, float]:
+        hits = index.search(vector, names=list(names), limit=len(names))
+        return {h.name: round(h.similarity, 4) for h in hits}
+
+    result = plan(
+        knowledge.book, facts, Hints(rules=tuple(rules), tags=tuple(tags)),
+        similarity=similarity, explain=True,
+    )  # fmt: skip
+    chosen = result.attempts[0] if result.attempts else None
+    rule = knowledge.book.get(chosen.rule) if chosen else None
+    candidates = []
+    for rank, c in enumerate(result.candidates):
+        reason = c.reason
+        if c.validated and c is not chosen:
+            reason = f"validates too; ranked #{rank + 1} (score {c.score:.3f})"
+        candidates.append(
+            {"rule": c.rule, "similarity": c.similarity, "validated": c.validated, "reason": reason}
+        )
+    return {
+        "matched": chosen is not None,
+        "rule": chosen.rule if chosen else None,
+        "mode": rule.mode.value if rule else None,
+        "actions": [
+            {"action": a.action, "params": a.params}
+            for a in (chosen.match.actions if chosen and chosen.match else ())
+        ],
+        "candidates": candidates,
+    }

@@ -1,0 +1,255 @@
+"""The one place that builds clients, once per worker process, on first use.
+
+Celery forks pool processes; sockets, database pools and the MiniLM model
+must not be shared across a fork. ``Runtime`` builds each of them lazily in
+the process that uses it, and ``reset()`` (called after fork) drops whatever
+the parent built.
+
+``Runtime.rulebook()`` is how a worker notices a new rules version without a
+restart: at most every ``rules_poll_seconds`` it stats the rules and actions
+directories; when anything changed it reloads them and syncs the index under
+a Redis lock (one sync at a time, fleet-wide).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from theow_client import names
+from theow_workers.config import Settings
+from theow_workers.core.actions import ActionRegistry, load_actions
+from theow_workers.core.ports import Embedder, Hit, IndexEntry, RuleIndex, SyncReport
+from theow_workers.core.query import query_text
+from theow_workers.core.resolver import RuleBook, Similarity
+from theow_workers.core.rules import RuleError, RuleSet, as_text, load_rules
+from theow_workers.core.service import ResolveService, ResolveSettings
+
+log = logging.getLogger("theow.runtime")
+
+SYNC_LOCK_TIMEOUT = 300
+
+
+class RulesInvalid(Exception):
+    """The rules directory has errors; a worker keeps its last good rule set."""
+
+    def __init__(self, errors: Sequence[RuleError]) -> None:
+        self.errors = list(errors)
+        super().__init__("; ".join(str(e) for e in errors[:5]))
+
+
+@dataclass(frozen=True)
+class Knowledge:
+    """Rules and actions loaded together: rules are checked against the actions."""
+
+    rules: RuleSet
+    actions: ActionRegistry
+    book: RuleBook
+
+    @classmethod
+    def load(cls, rules_dir: Path, actions_dir: Path) -> Knowledge:
+        actions = load_actions(actions_dir)
+        rules = load_rules(rules_dir, known_actions=frozenset(actions.names()))
+        client_side = frozenset(s.name for s in actions if s.client_side)
+        return cls(rules, actions, RuleBook(rules.rules, rules.version, client_side))
+
+    def index_entries(self, model_name: str) -> list[IndexEntry]:
+        entries = [
+            IndexEntry(
+                id=f"rule:{r.name}",
+                kind="rule",
+                name=r.name,
+                content_hash=r.content_hash(model_name),
+                text=r.embedding_text(),
+                equals=r.equals_facts(),
+            )
+            for r in self.rules.rules
+        ]
+        for spec in self.actions:
+            text = f"{spec.name}: {spec.signature}\n{spec.doc}"
+            entries.append(
+                IndexEntry(
+                    id=f"action:{spec.name}",
+                    kind="action",
+                    name=spec.name,
+                    content_hash=_sha(f"{model_name}\n{text}"),
+                    text=text,
+                )
+            )
+        return entries
+
+    def equals_keys(self) -> frozenset[str]:
+        return frozenset(k for r in self.rules.rules for k in r.equals_facts())
+
+
+def _sha(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def directory_signature(*directories: Path) -> tuple[tuple[str, int, int], ...]:
+    """Cheap change detection: names, sizes and mtimes of rule and action files."""
+    found = []
+    for directory in directories:
+        if directory.is_dir():
+            for path in directory.rglob("*"):
+                if path.suffix in (".yaml", ".py") and path.is_file():
+                    stat = path.stat()
+                    found.append((str(path), stat.st_size, stat.st_mtime_ns))
+    return tuple(sorted(found))
+
+
+def sync_index(
+    knowledge: Knowledge, index: RuleIndex, embedder: Embedder, redis: Any | None
+) -> SyncReport:
+    """Sync the index with the rules, one process at a time (Redis lock)."""
+    entries = knowledge.index_entries(embedder.model_name)
+    if redis is None:
+        return index.sync(entries, embedder)
+    with redis.lock(
+        names.KEY_INDEX_SYNC_LOCK, timeout=SYNC_LOCK_TIMEOUT, blocking_timeout=SYNC_LOCK_TIMEOUT
+    ):
+        report = index.sync(entries, embedder)
+        redis.set(names.KEY_RULES_VERSION, knowledge.book.version)
+    return report
+
+
+class Runtime:
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings.load()
+        self._lock = threading.RLock()
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every client (after fork, or when settings change)."""
+        self._store: Any = None
+        self._index: Any = None
+        self._embedder: Any = None
+        self._redis: Any = None
+        self._service: ResolveService | None = None
+        self._knowledge: Knowledge | None = None
+        self._signature: tuple[tuple[str, int, int], ...] = ()
+        self._checked_at = 0.0
+
+    @property
+    def store(self) -> Any:
+        with self._lock:
+            if self._store is None:
+                from theow_workers.adapters.sql import SqlStore
+
+                self._store = SqlStore(self.settings.sqlalchemy_url)
+            return self._store
+
+    @property
+    def index(self) -> Any:
+        with self._lock:
+            if self._index is None:
+                from theow_workers.adapters.milvus_index import MilvusIndex
+
+                self._index = MilvusIndex(self.settings.milvus_uri, self.settings.milvus_collection)
+            return self._index
+
+    @property
+    def embedder(self) -> Any:
+        with self._lock:
+            if self._embedder is None:
+                from theow_workers.adapters.embedder import MiniLMEmbedder
+
+                self._embedder = MiniLMEmbedder()
+            return self._embedder
+
+    @property
+    def redis(self) -> Any:
+        with self._lock:
+            if self._redis is None:
+                import redis
+
+                self._redis = redis.Redis.from_url(self.settings.redis_url)
+            return self._redis
+
+    def knowledge(self) -> Knowledge:
+        """The current rules and actions, reloaded (and the index synced) when changed."""
+        now = time.monotonic()
+        with self._lock:
+            if (
+                self._knowledge is not None
+                and now - self._checked_at < self.settings.rules_poll_seconds
+            ):
+                return self._knowledge
+            self._checked_at = now
+            signature = directory_signature(self.settings.rules_dir, self.settings.actions_dir)
+            if self._knowledge is not None and signature == self._signature:
+                return self._knowledge
+            loaded = Knowledge.load(self.settings.rules_dir, self.settings.actions_dir)
+            if loaded.rules.errors:
+                if self._knowledge is None:
+                    raise RulesInvalid(loaded.rules.errors)
+                log.error(
+                    "rules changed but are invalid, keeping version %s: %s",
+                    self._knowledge.book.version,
+                    RulesInvalid(loaded.rules.errors),
+                )
+                self._signature = signature
+                return self._knowledge
+            sync_index(loaded, self.index, self.embedder, self.redis)
+            log.info(
+                "rules version %s: %d rules, %d actions",
+                loaded.book.version,
+                len(loaded.rules.rules),
+                len(loaded.actions),
+            )
+            self._knowledge, self._signature = loaded, signature
+            return loaded
+
+    def similarity_for(self, facts: dict[str, Any]) -> Similarity:
+        """A lazy similarity function for one failure: embeds only if called."""
+        keys = self.knowledge().equals_keys()
+        pinned = {k: as_text(v) for k, v in facts.items() if k in keys and v is not None}
+
+        def similarity(rule_names: Sequence[str]) -> dict[str, float]:
+            vector = self.embedder.embed([query_text(facts)])[0]
+            hits: list[Hit] = self.index.search(
+                vector, kind="rule", names=list(rule_names), facts=pinned
+            )
+            return {h.name: h.similarity for h in hits}
+
+        return similarity
+
+    @property
+    def service(self) -> ResolveService:
+        with self._lock:
+            if self._service is None:
+                s = self.settings
+                self._service = ResolveService(
+                    self.store,
+                    rulebook=lambda: self.knowledge().book,
+                    actions=lambda: self.knowledge().actions,
+                    similarity=self.similarity_for,
+                    settings=ResolveSettings(
+                        regex_timeout=s.regex_timeout,
+                        action_timeout=s.action_timeout,
+                        fact_limit=s.fact_limit,
+                    ),
+                )
+            return self._service
+
+
+_runtime: Runtime | None = None
+
+
+def current() -> Runtime:
+    global _runtime
+    if _runtime is None:
+        _runtime = Runtime()
+    return _runtime
+
+
+def reset_after_fork() -> None:
+    if _runtime is not None:
+        _runtime.reset()

