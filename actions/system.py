@@ -1,0 +1,174 @@
+"""System-package advisors for native builds (C/C++ headers, Rust linkers).
+
+Worker-side and pure: they map what the compiler or linker could not find to
+the Debian/Ubuntu package that provides it, and say how to install it. They
+never touch the network or the build's machine.
+"""
+
+from __future__ import annotations
+
+import re
+
+from theow_workers import action
+
+# Header (exact path as written in the #include) → Debian package.
+HEADER_TO_DEB: dict[str, str] = {
+    "zlib.h": "zlib1g-dev",
+    "ffi.h": "libffi-dev",
+    "Python.h": "python3-dev",
+    "bzlib.h": "libbz2-dev",
+    "lzma.h": "liblzma-dev",
+    "lz4.h": "liblz4-dev",
+    "zstd.h": "libzstd-dev",
+    "snappy.h": "libsnappy-dev",
+    "sqlite3.h": "libsqlite3-dev",
+    "yaml.h": "libyaml-dev",
+    "jpeglib.h": "libjpeg-dev",
+    "png.h": "libpng-dev",
+    "tiffio.h": "libtiff-dev",
+    "gif_lib.h": "libgif-dev",
+    "libpq-fe.h": "libpq-dev",
+    "pq-fe.h": "libpq-dev",
+    "mysql.h": "default-libmysqlclient-dev",
+    "gmp.h": "libgmp-dev",
+    "mpfr.h": "libmpfr-dev",
+    "pcre.h": "libpcre3-dev",
+    "pcre2.h": "libpcre2-dev",
+    "ncurses.h": "libncurses-dev",
+    "curses.h": "libncurses-dev",
+    "expat.h": "libexpat1-dev",
+    "krb5.h": "libkrb5-dev",
+    "ldap.h": "libldap-dev",
+    "lber.h": "libldap-dev",
+    "libudev.h": "libudev-dev",
+    "sodium.h": "libsodium-dev",
+    "jansson.h": "libjansson-dev",
+    "glib.h": "libglib2.0-dev",
+    "magic.h": "libmagic-dev",
+    "archive.h": "libarchive-dev",
+    "pcap.h": "libpcap-dev",
+    "cuda_runtime.h": "nvidia-cuda-toolkit-dev",
+}
+
+# Directory prefix of the #include path → Debian package.
+HEADER_DIR_TO_DEB: dict[str, str] = {
+    "openssl/": "libssl-dev",
+    "curl/": "libcurl4-openssl-dev",
+    "libxml/": "libxml2-dev",
+    "libxslt/": "libxslt1-dev",
+    "readline/": "libreadline-dev",
+    "uuid/": "uuid-dev",
+    "mysql/": "default-libmysqlclient-dev",
+    "postgresql/": "libpq-dev",
+    "boost/": "libboost-all-dev",
+    "gtest/": "libgtest-dev",
+    "gmock/": "libgmock-dev",
+    "systemd/": "libsystemd-dev",
+    "security/": "libpam0g-dev",
+    "sys/capability.h": "libcap-dev",
+    "sys/acl.h": "libacl1-dev",
+    "attr/": "libattr1-dev",
+    "X11/": "libx11-dev",
+    "GL/": "libgl-dev",
+    "SDL2/": "libsdl2-dev",
+    "event2/": "libevent-dev",
+    "gssapi/": "libkrb5-dev",
+    "sasl/": "libsasl2-dev",
+    "hiredis/": "libhiredis-dev",
+    "fmt/": "libfmt-dev",
+    "spdlog/": "libspdlog-dev",
+    "nlohmann/": "nlohmann-json3-dev",
+    "yaml-cpp/": "libyaml-cpp-dev",
+    "google/protobuf/": "libprotobuf-dev",
+    "grpcpp/": "libgrpc++-dev",
+    "gflags/": "libgflags-dev",
+    "glog/": "libgoogle-glog-dev",
+    "libusb-1.0/": "libusb-1.0-0-dev",
+    "alsa/": "libasound2-dev",
+    "freetype2/": "libfreetype-dev",
+    "ft2build.h": "libfreetype-dev",
+    "gnutls/": "libgnutls28-dev",
+    "libavcodec/": "libavcodec-dev",
+    "libavformat/": "libavformat-dev",
+    "selinux/": "libselinux1-dev",
+}
+
+# Linker program → Debian package providing it.
+LINKER_TO_DEB: dict[str, str] = {
+    "cc": "build-essential",
+    "gcc": "gcc",
+    "c++": "g++",
+    "g++": "g++",
+    "clang": "clang",
+    "clang++": "clang",
+    "lld": "lld",
+    "ld.lld": "lld",
+    "mold": "mold",
+    "musl-gcc": "musl-tools",
+    "x86_64-w64-mingw32-gcc": "gcc-mingw-w64-x86-64",
+    "i686-w64-mingw32-gcc": "gcc-mingw-w64-i686",
+}
+
+_HEADER = re.compile(r"[\w.+/-]+")
+_LINKER = re.compile(r"[\w.+-]+")
+_CROSS_GCC = re.compile(r"(?P<triple>[a-z0-9_]+-linux-gnu[a-z]*)-(?P<tool>gcc|g\+\+)")
+
+
+def deb_package_for_header(header: str) -> str | None:
+    """The Debian package that ships ``header``, if known."""
+    if header in HEADER_TO_DEB:
+        return HEADER_TO_DEB[header]
+    for prefix, package in HEADER_DIR_TO_DEB.items():
+        if header == prefix or (prefix.endswith("/") and header.startswith(prefix)):
+            return package
+    return HEADER_TO_DEB.get(header.rsplit("/", 1)[-1]) if "/" in header else None
+
+
+@action("suggest_apt_package")
+def suggest_apt_package(header: str) -> dict:
+    """Say which Debian/Ubuntu -dev package provides a C/C++ header the compiler could not find."""
+    if not _HEADER.fullmatch(header) or ".." in header:
+        return {"status": "error", "error": f"not a header path: {header!r}"}
+    package = deb_package_for_header(header)
+    if package is None:
+        return {
+            "status": "ok",
+            "header": header,
+            "package": None,
+            "confidence": "unknown",
+            "fix": f"apt-file search {header}  (then install the -dev package that ships it)",
+        }
+    return {
+        "status": "ok",
+        "header": header,
+        "package": package,
+        "confidence": "known",
+        "fix": f"apt-get install -y {package}",
+    }
+
+
+@action("suggest_linker_install")
+def suggest_linker_install(linker: str) -> dict:
+    """Say which package provides the linker that rustc (or cargo) could not find."""
+    if not _LINKER.fullmatch(linker):
+        return {"status": "error", "error": f"not a linker name: {linker!r}"}
+    package = LINKER_TO_DEB.get(linker)
+    if package is None and (cross := _CROSS_GCC.fullmatch(linker)):
+        tool = "g++" if cross.group("tool") == "g++" else "gcc"
+        package = f"{tool}-{cross.group('triple').replace('_', '-')}"
+    if package is None:
+        return {
+            "status": "ok",
+            "linker": linker,
+            "package": None,
+            "confidence": "unknown",
+            "fix": f"install {linker} in the build image, or point "
+            "target.<triple>.linker in .cargo/config.toml at a linker that exists",
+        }
+    return {
+        "status": "ok",
+        "linker": linker,
+        "package": package,
+        "confidence": "known",
+        "fix": f"apt-get install -y {package}",
+    }
