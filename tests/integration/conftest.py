@@ -1,0 +1,110 @@
+"""A fleet for integration tests: real Celery worker processes on real services.
+
+Workers are started exactly as ``theow worker`` starts them (``celery -A
+theow_workers.celery_app worker``), with the test's settings in their
+environment: the session's Redis/Valkey and Milvus Lite server, a fresh SQL
+database, a fresh Milvus collection and the fixture rules and actions.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from theow_workers.config import Settings
+from theow_workers.stack import EmbeddedStack
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+pytestmark = pytest.mark.integration
+
+
+@dataclass
+class Fleet:
+    settings: Settings
+    home: Path
+    stack: EmbeddedStack
+    clients: list[Any] = field(default_factory=list)
+
+    def start_worker(self, concurrency: int = 1, name: str = "resolver") -> Any:
+        proc = self.stack.start_worker(["resolve"], concurrency=concurrency, name=name)
+        self.wait_for_worker(name)
+        return proc
+
+    def wait_for_worker(self, name: str, timeout: float = 60) -> None:
+        """Wait until the worker answers a ping (it is consuming)."""
+        from celery import Celery
+
+        app = Celery(broker=self.settings.redis_url, backend=self.settings.redis_url)
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                replies = app.control.ping(timeout=0.5) or []
+                if any(name in key for reply in replies for key in reply):
+                    return
+            log = (self.home / f"worker-{name}.log").read_text(errors="replace")[-3000:]
+            raise AssertionError(f"worker {name} did not come up:\n{log}")
+        finally:
+            app.close()
+
+    def client(self) -> Any:
+        from theow_client import TheowClient
+
+        client = TheowClient(redis_url=self.settings.redis_url, spool_dir=self.home / "spool")
+        self.clients.append(client)
+        return client
+
+    def store(self) -> Any:
+        from theow_workers.adapters.sql import SqlStore
+
+        return SqlStore(self.settings.sqlalchemy_url)
+
+    def worker_log(self, name: str = "resolver") -> str:
+        return (self.home / f"worker-{name}.log").read_text(errors="replace")
+
+
+@pytest.fixture
+def fleet(
+    tmp_path: Path, redis_url: str, redis_client: Any, milvus_uri: str, sql_url: str
+) -> Iterator[Fleet]:
+    home = tmp_path / "home"
+    rules, actions = tmp_path / "rules", tmp_path / "actions"
+    shutil.copytree(FIXTURES / "rules", rules)
+    shutil.copytree(FIXTURES / "actions", actions)
+    env = {
+        "THEOW_HOME": str(home),
+        "THEOW_REDIS_URL": redis_url,
+        "THEOW_MILVUS_URI": milvus_uri,
+        # One collection for every fleet: rules rarely change between tests, so
+        # workers find the index in sync and need not load MiniLM to embed it.
+        "THEOW_MILVUS_COLLECTION": "fleet_fixture_rules",
+        "THEOW_DATABASE_URL": sql_url,
+        "THEOW_RULES_DIR": str(rules),
+        "THEOW_ACTIONS_DIR": str(actions),
+        "THEOW_ACTION_TIMEOUT": "2",
+        "THEOW_RULES_POLL_SECONDS": "0.5",
+    }
+    settings = Settings.load(env=env)
+    home.mkdir(parents=True)
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    stack = EmbeddedStack(settings)
+    fleet = Fleet(settings, home, stack)
+    try:
+        yield fleet
+    finally:
+        stack.stop(timeout=10)
+        for client in fleet.clients:
+            client.close()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

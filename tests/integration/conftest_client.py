@@ -1,0 +1,177 @@
+"""Fixtures for the theow_client tests: a dead broker, a clean Redis, a fake resolver.
+
+Imported explicitly by the client's test modules (``from ... import *``), so
+that they stay out of the shared conftest files.
+
+The fake resolver is a real Celery worker (``start_worker``, in a thread)
+consuming the real ``resolve`` queue with a tiny ``theow.resolve`` task. Each
+test tells it what to answer for its own ``scenario`` fact, so a message left
+over from another test can never take a test's answer.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery  # type: ignore[import-untyped]
+from celery.contrib.testing.worker import start_worker  # type: ignore[import-untyped]
+
+from theow_client import names
+from theow_client.verdict import BoundAction, Status, Verdict
+
+__all__ = [
+    "TOUCH_MARKER_ACTION",
+    "FakeResolver",
+    "actions_dir",
+    "client_redis_url",
+    "offline_env",
+    "resolver",
+    "resolver_worker",
+]
+
+Answer = Callable[[dict[str, Any]], dict[str, Any]]
+
+# A client-side action, as a deployment would ship it in actions/*.py.
+TOUCH_MARKER_ACTION = '''
+from pathlib import Path
+
+from theow_workers import action
+
+
+@action("touch_marker", client_side=True)
+def touch_marker(name: str, workspace: str) -> dict:
+    """Create the file the failing step is missing."""
+    (Path(workspace) / name).write_text("fixed by theow")
+    return {"status": "ok"}
+'''
+
+
+def closed_port() -> int:
+    """A local TCP port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def offline_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """The environment of a build agent whose broker is down; returns the spool dir."""
+    spool = tmp_path / "spool"
+    monkeypatch.setenv("THEOW_REDIS_URL", f"redis://127.0.0.1:{closed_port()}/0")
+    monkeypatch.setenv("THEOW_SPOOL_DIR", str(spool))
+    return spool
+
+
+@pytest.fixture
+def actions_dir(tmp_path: Path) -> Path:
+    directory = tmp_path / "actions"
+    directory.mkdir()
+    (directory / "fix.py").write_text(TOUCH_MARKER_ACTION)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def client_redis_url(redis_url: str) -> Iterator[str]:
+    """The test Redis of tests/conftest.py, its DB flushed before and after the module.
+
+    That fixture uses THEOW_TEST_REDIS_URL when set, else starts Valkey, and
+    skips (fails under CI) when neither is available. Only its DB is flushed.
+    """
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    yield redis_url
+    client.flushdb()
+    client.close()
+
+
+class FakeResolver:
+    """Answers ``theow.resolve`` from per-scenario scripts and records every payload."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.received: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self.scripts: dict[str, deque[Answer]] = defaultdict(deque)
+
+    def script(self, scenario: str, *answers: Answer) -> None:
+        with self.lock:
+            self.scripts[scenario].extend(answers)
+
+    def payloads(self, scenario: str) -> list[dict[str, Any]]:
+        with self.lock:
+            return list(self.received[scenario])
+
+    def wait_for(self, scenario: str, count: int, timeout: float = 15.0) -> list[dict[str, Any]]:
+        """The scenario's payloads once ``count`` arrived (sent without waiting, e.g.)."""
+        deadline = time.monotonic() + timeout
+        while len(self.payloads(scenario)) < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.payloads(scenario)
+
+    def answer(self, payload: dict[str, Any]) -> dict[str, Any]:
+        scenario = str(payload.get("facts", {}).get("scenario", ""))
+        with self.lock:
+            self.received[scenario].append(payload)
+            script = self.scripts[scenario]
+            respond = script.popleft() if script else verdict(Status.UNMATCHED)
+        return respond(payload)
+
+
+def verdict(status: Status, *, delay: float = 0.0, **fields: Any) -> Answer:
+    """An answer: the verdict the fake resolver returns for the next payload."""
+
+    def respond(payload: dict[str, Any]) -> dict[str, Any]:
+        time.sleep(delay)
+        return Verdict(failure_id=payload["failure_id"], status=status, **fields).to_dict()
+
+    return respond
+
+
+def raises(message: str) -> Answer:
+    def respond(payload: dict[str, Any]) -> dict[str, Any]:
+        raise RuntimeError(message)
+
+    return respond
+
+
+def fixed_by_touch_marker(name: str = "marker") -> Answer:
+    return verdict(
+        Status.RESOLVED,
+        rule="missing_marker",
+        mode="fix",
+        actions=(BoundAction("touch_marker", {"name": name}, client_side=True),),
+    )
+
+
+_FAKE = FakeResolver()
+
+
+@pytest.fixture(scope="module")
+def resolver_worker(client_redis_url: str) -> Iterator[Any]:
+    url = client_redis_url
+    app = Celery("theow-fake-resolver", broker=url, backend=url)
+    app.conf.update(task_serializer="json", result_serializer="json", accept_content=["json"])
+
+    @app.task(name=names.TASK_RESOLVE)  # type: ignore[untyped-decorator]
+    def resolve(payload: dict[str, Any]) -> dict[str, Any]:
+        return _FAKE.answer(payload)
+
+    with start_worker(app, perform_ping_check=False, queues=[names.QUEUE_RESOLVE]) as worker:
+        yield worker
+
+
+@pytest.fixture
+def resolver(
+    resolver_worker: Any, client_redis_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> FakeResolver:
+    """The running fake resolver; the client under test is pointed at its Redis."""
+    monkeypatch.setenv("THEOW_REDIS_URL", client_redis_url)
+    monkeypatch.setenv("THEOW_SPOOL_DIR", str(tmp_path / "spool"))
+    return _FAKE

@@ -1,0 +1,108 @@
+"""A build command's output reaches the terminal whole, and Theow a bounded head+tail."""
+
+from __future__ import annotations
+
+import io
+import sys
+
+import pytest
+
+from theow_client.capture import HeadTail, capture, shell_join
+from theow_client.facts import bound_facts
+
+
+def test_short_output_is_kept_whole() -> None:
+    keep = HeadTail(head=10, tail=10)
+    keep.write(b"hello ")
+    keep.write(b"world")
+    assert keep.text() == "hello world"
+    assert keep.omitted == 0
+
+
+def test_long_output_keeps_head_and_tail_and_says_what_was_cut() -> None:
+    keep = HeadTail(head=4, tail=6)
+    for chunk in (b"HEAD", b"-middle-" * 1000, b"TAIL!!"):
+        keep.write(chunk)
+    text = keep.text()
+    assert text.startswith("HEAD")
+    assert text.endswith("TAIL!!")
+    assert f"{8000} characters omitted" in text
+    assert keep.total == 8010
+
+
+def test_memory_stays_bounded_however_much_is_written() -> None:
+    keep = HeadTail(head=100, tail=1000)
+    for _ in range(10_000):
+        keep.write(b"x" * 977)
+    held = len(keep.head) + sum(len(chunk) for chunk in keep._tail)
+    assert held < 100 + 1000 + 977
+
+
+def test_invalid_utf8_is_replaced_not_fatal() -> None:
+    keep = HeadTail()
+    keep.write(b"caf\xe9 \xff done")
+    assert keep.text() == "caf\ufffd \ufffd done"
+
+
+def test_capture_passes_output_through_and_returns_exit_code() -> None:
+    out, err = io.BytesIO(), io.BytesIO()
+    script = "import sys; print('building'); print('error: boom', file=sys.stderr); sys.exit(3)"
+    result = capture([sys.executable, "-c", script], stdout_sink=out, stderr_sink=err)
+    assert result.exit_code == 3
+    assert result.stdout == "building\n"
+    assert result.stderr == "error: boom\n"
+    assert out.getvalue() == b"building\n"
+    assert err.getvalue() == b"error: boom\n"
+    assert result.duration > 0
+
+
+def test_huge_output_streams_whole_but_is_captured_bounded() -> None:
+    out = io.BytesIO()
+    script = (
+        "import sys\n"
+        "sys.stdout.write('first line\\n' + 'y' * 3_000_000 + '\\nerror: the real cause\\n')\n"
+    )
+    result = capture(
+        [sys.executable, "-c", script],
+        head=1024,
+        tail=2048,
+        stdout_sink=out,
+        stderr_sink=io.BytesIO(),
+    )
+    assert len(out.getvalue()) == result.stdout_bytes > 3_000_000
+    assert result.stdout.startswith("first line")
+    assert result.stdout.endswith("error: the real cause\n")
+    assert len(result.stdout) < 4096
+
+
+def test_missing_program_exits_127_like_a_shell() -> None:
+    err = io.BytesIO()
+    result = capture(["theow-no-such-program"], stderr_sink=err, stdout_sink=io.BytesIO())
+    assert result.exit_code == 127
+    assert "theow-no-such-program" in result.stderr
+    assert b"theow-no-such-program" in err.getvalue()
+
+
+def test_killed_by_signal_exits_128_plus_signal() -> None:
+    result = capture(["sh", "-c", "kill -TERM $$"], passthrough=False)
+    assert result.exit_code == 128 + 15
+
+
+def test_command_is_joined_as_a_shell_line() -> None:
+    assert shell_join(["go", "build", "./my dir"]) == "go build './my dir'"
+
+
+def test_captured_output_is_sent_as_captured_not_cut_twice() -> None:
+    script = "print('start'); print('z' * 500_000); print('error: at the end')"
+    result = capture([sys.executable, "-c", script], passthrough=False)
+    facts, notes = bound_facts({"stdout": result.stdout})
+    assert notes == {}
+    assert facts["stdout"] == result.stdout
+    assert result.stdout.count("characters omitted") == 1
+
+
+def test_output_reaches_a_text_only_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    terminal = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", terminal)
+    capture([sys.executable, "-c", "print('hello')"], stderr_sink=io.BytesIO())
+    assert terminal.getvalue() == "hello\n"

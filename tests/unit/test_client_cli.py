@@ -1,0 +1,154 @@
+"""`theow-client`: clear one-line argument errors, and the build's own exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest_client import *  # noqa: F403
+from theow_client.cli import format_verdict, main
+from theow_client.verdict import BoundAction, Status, Verdict
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    """The real `theow-client` command in a fresh process: code, stdout, stderr."""
+    process = subprocess.run(
+        [sys.executable, "-m", "theow_client.cli", *argv],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=dict(os.environ),
+        timeout=60,
+    )
+    return process.returncode, process.stdout, process.stderr
+
+
+def test_a_fact_without_equals_sign_is_a_usage_error(
+    offline_env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["submit", "--fact", "stderr"]) == 2
+    err = capsys.readouterr().err
+    assert err == "theow-client: --fact 'stderr': expected NAME=VALUE\n"
+    assert not offline_env.exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (None, "No such file"),
+        ("{broken", "not valid JSON"),
+        ("[1, 2]", "expected a JSON object, got list"),
+    ],
+)
+def test_a_bad_facts_file_is_a_usage_error_naming_it(
+    content: str | None,
+    problem: str,
+    offline_env: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    facts_file = tmp_path / "facts.json"
+    if content is not None:
+        facts_file.write_text(content)
+    assert main(["submit", "--facts-file", str(facts_file)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"theow-client: --facts-file {facts_file}: ")
+    assert problem in err
+    assert len(err.splitlines()) == 1
+
+
+def test_run_without_a_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--retries", "1", "--"]) == 2
+    assert "no command given" in capsys.readouterr().err
+
+
+def test_submit_spools_and_prints_the_failure_id_as_json(
+    offline_env: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "build.log"
+    log.write_bytes(b"error: caf\xe9 not found\n")
+    facts_file = tmp_path / "facts.json"
+    facts_file.write_text(json.dumps({"problem_type": "dependency_resolution", "n": 3}))
+
+    code = main(
+        [
+            *("submit", "--facts-file", str(facts_file), "--stderr-file", str(log)),
+            *("--fact", "step=go build", "--rule", "r1", "--tag", "go", "--explore", "--json"),
+        ]
+    )
+
+    assert code == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["spooled"] is True
+    payload = json.loads((offline_env / f"{printed['failure_id']}.json").read_text())
+    assert payload["facts"] == {
+        "problem_type": "dependency_resolution",
+        "n": 3,
+        "stderr": "error: caf\ufffd not found\n",
+        "step": "go build",
+    }
+    assert payload["explore"] is True
+    assert payload["hints"]["rules"] == ["r1"] and payload["hints"]["tags"] == ["go"]
+
+
+def test_submit_wait_when_spooled_prints_the_spooled_verdict(
+    offline_env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["submit", "--fact", "a=b", "--wait", "--json"]) == 0
+    verdict = json.loads(capsys.readouterr().out)
+    assert verdict["status"] == "spooled"
+
+
+def test_run_passes_the_commands_exit_code_and_output_through_when_theow_is_down(
+    offline_env: Path,
+) -> None:
+    script = "import sys; print('compiling'); print('ld: error', file=sys.stderr); sys.exit(7)"
+    code, out, err = run_cli("run", "--retries", "2", "--", sys.executable, "-c", script)
+    assert code == 7
+    assert out == "compiling\n"
+    assert err.startswith("ld: error\n")
+    assert "theow: broker unreachable" in err
+    (spooled,) = offline_env.glob("*.json")
+    facts = json.loads(spooled.read_text())["facts"]
+    assert facts["exit_code"] == 7
+    assert facts["stderr"] == "ld: error\n"
+    assert facts["cwd"] == str(ROOT)
+    assert facts["command"].endswith("sys.exit(7)'")
+
+
+def test_run_of_a_passing_command_reports_nothing(offline_env: Path) -> None:
+    code, out, _ = run_cli("run", "--", sys.executable, "-c", "print('ok')")
+    assert (code, out) == (0, "ok\n")
+    assert not offline_env.exists()
+
+
+def test_flush_reports_counts(offline_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    main(["submit", "--fact", "a=b"])
+    capsys.readouterr()
+    assert main(["flush"]) == 0
+    assert capsys.readouterr().out == "sent 0, 1 remaining\n"
+
+
+def test_human_verdict_shows_rule_actions_outputs_and_reason() -> None:
+    verdict = Verdict(
+        failure_id="f-1",
+        status=Status.RESOLVED,
+        rule="go_module_path_rename",
+        mode="fix",
+        actions=(BoundAction("go_mod_replace", {"old_path": "a", "new_path": "b"}, True),),
+        outputs=({"action": "go_mod_replace", "output": {"status": "ok"}},),
+        reason="matched",
+    )
+    text = format_verdict(verdict)
+    assert "status:  resolved" in text
+    assert "rule:    go_module_path_rename (mode fix)" in text
+    assert 'action:  go_mod_replace old_path="a" new_path="b" [client-side]' in text
+    assert '"output": {"status": "ok"}' in text
+    assert "reason:  matched" in text

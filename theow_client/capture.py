@@ -1,0 +1,185 @@
+"""Run a build command, show its output live, and keep a bounded copy for Theow.
+
+The output streams through to the terminal unchanged while the client keeps
+only the first ``head`` and the last ``tail`` bytes of each stream: a command
+printing gigabytes costs a few hundred kilobytes of memory, and the error at
+the end of the log is never lost.
+
+>>> result = capture(["sh", "-c", "echo out; echo err >&2; exit 3"])  # doctest: +SKIP
+out
+err
+>>> result.exit_code, result.stdout, result.stderr                     # doctest: +SKIP
+(3, 'out\\n', 'err\\n')
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import BinaryIO, TextIO, cast
+
+from theow_client.facts import CUT_MARKER, DEFAULT_FACT_LIMIT, HEAD_SHARE, decode
+
+# Just under the facts limit, marker included, so that bound_facts sends what
+# was captured as it is instead of cutting it a second time.
+_HEAD_CHARS = int(DEFAULT_FACT_LIMIT * HEAD_SHARE)
+DEFAULT_HEAD_BYTES = _HEAD_CHARS - 128
+DEFAULT_TAIL_BYTES = DEFAULT_FACT_LIMIT - _HEAD_CHARS - 128
+READ_CHUNK = 64 * 1024
+DRAIN_AFTER_EXIT = 2.0
+# Shell conventions, so `run` reports what a shell would have.
+EXIT_NOT_EXECUTABLE = 126
+EXIT_NOT_FOUND = 127
+
+
+class HeadTail:
+    """Keeps the first ``head`` and the last ``tail`` bytes written to it."""
+
+    def __init__(self, head: int = DEFAULT_HEAD_BYTES, tail: int = DEFAULT_TAIL_BYTES) -> None:
+        self.head_limit = head
+        self.tail_limit = tail
+        self.head = bytearray()
+        self._tail: deque[bytes] = deque()
+        self._tail_size = 0
+        self.total = 0
+        self._lock = threading.Lock()
+
+    def write(self, chunk: bytes) -> None:
+        with self._lock:
+            self._write(chunk)
+
+    def _write(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.head_limit - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if not chunk or self.tail_limit <= 0:
+            return
+        self._tail.append(chunk)
+        self._tail_size += len(chunk)
+        # Drop whole chunks that lie entirely before the last `tail` bytes.
+        while self._tail_size - len(self._tail[0]) >= self.tail_limit:
+            self._tail_size -= len(self._tail.popleft())
+
+    @property
+    def omitted(self) -> int:
+        return max(0, self.total - len(self.head) - min(self._tail_size, self.tail_limit))
+
+    def text(self) -> str:
+        """What was kept, decoded, with a marker saying how much was cut."""
+        with self._lock:
+            head = bytes(self.head)
+            tail = b"".join(self._tail)[-self.tail_limit :] if self.tail_limit > 0 else b""
+            omitted = self.omitted
+        if not omitted:
+            return decode(head + tail)
+        return decode(head) + CUT_MARKER.format(omitted=omitted) + decode(tail)
+
+
+@dataclass(frozen=True)
+class Captured:
+    exit_code: int
+    stdout: str
+    stderr: str
+    duration: float
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+
+
+def _pump(source: BinaryIO, sink: BinaryIO | None, keep: HeadTail) -> None:
+    while chunk := os.read(source.fileno(), READ_CHUNK):
+        keep.write(chunk)
+        if sink is not None:
+            try:
+                sink.write(chunk)
+                sink.flush()
+            except (OSError, ValueError):  # terminal gone: keep capturing anyway
+                sink = None
+    source.close()
+
+
+class _TextSink:
+    """Bytes written to a text-only stream (one without ``.buffer``), decoded."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, data: bytes) -> int:
+        return self.stream.write(decode(data))
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def _terminal(stream: TextIO) -> BinaryIO:
+    buffer = getattr(stream, "buffer", None)
+    return buffer if buffer is not None else cast(BinaryIO, _TextSink(stream))
+
+
+def capture(
+    command: Sequence[str],
+    *,
+    head: int = DEFAULT_HEAD_BYTES,
+    tail: int = DEFAULT_TAIL_BYTES,
+    cwd: str | None = None,
+    stdout_sink: BinaryIO | None = None,
+    stderr_sink: BinaryIO | None = None,
+    passthrough: bool = True,
+) -> Captured:
+    """Run ``command`` to completion; return its exit code and bounded output.
+
+    Output goes to ``stdout_sink``/``stderr_sink`` (default: this process's
+    stdout/stderr) as it arrives. The exit code follows shell conventions: 127
+    when the program does not exist, 126 when it cannot be executed, and
+    128+N when it was killed by signal N.
+    """
+    out_sink = stdout_sink or (_terminal(sys.stdout) if passthrough else None)
+    err_sink = stderr_sink or (_terminal(sys.stderr) if passthrough else None)
+    started = time.monotonic()
+    try:
+        process = subprocess.Popen(
+            list(command), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+    except OSError as exc:
+        code = EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_NOT_EXECUTABLE
+        message = f"theow-client: cannot run {command[0] if command else '(nothing)'}: {exc}\n"
+        if err_sink is not None:
+            err_sink.write(message.encode())
+            err_sink.flush()
+        return Captured(code, "", message, time.monotonic() - started, 0, len(message))
+
+    assert process.stdout is not None and process.stderr is not None
+    outputs = (HeadTail(head, tail), HeadTail(head, tail))
+    pumps = [
+        threading.Thread(target=_pump, args=(process.stdout, out_sink, outputs[0]), daemon=True),
+        threading.Thread(target=_pump, args=(process.stderr, err_sink, outputs[1]), daemon=True),
+    ]
+    for pump in pumps:
+        pump.start()
+    returncode = process.wait()
+    for pump in pumps:
+        # A daemon the command left behind may hold the pipes open forever;
+        # its output after the command exited is not the command's.
+        pump.join(timeout=DRAIN_AFTER_EXIT)
+    exit_code = 128 - returncode if returncode < 0 else returncode
+    return Captured(
+        exit_code=exit_code,
+        stdout=outputs[0].text(),
+        stderr=outputs[1].text(),
+        duration=time.monotonic() - started,
+        stdout_bytes=outputs[0].total,
+        stderr_bytes=outputs[1].total,
+    )
+
+
+def shell_join(command: Sequence[str]) -> str:
+    """The command as one line a person could paste into a shell."""
+    return shlex.join(command)

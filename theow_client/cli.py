@@ -1,0 +1,263 @@
+"""``theow-client``: the build agent's command line.
+
+    theow-client submit --fact problem_type=dependency_resolution --stderr-file build.log --wait
+    theow-client run --retries 2 -- go build ./...
+    theow-client flush
+
+``run`` wraps a build command: its output passes through, its exit code is the
+exit code of the last run, always; Theow's own problems are warnings on
+stderr. ``submit`` exits 0 once the failure is sent or spooled, even when
+``--wait`` gets no verdict in time (a warning says so), 1 when it could be
+neither sent nor spooled, and 2 for a bad argument.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from theow_client import config
+from theow_client.capture import Captured, HeadTail, capture, shell_join
+from theow_client.client import DEFAULT_WAIT_TIMEOUT, TheowClient, TheowUnavailable, Ticket
+from theow_client.facts import FactsError
+from theow_client.mark import should_rerun
+from theow_client.verdict import Status, Verdict
+
+EXIT_USAGE = 2
+EXIT_UNAVAILABLE = 1
+
+
+class ArgumentProblem(Exception):
+    """A bad command-line value; the message names the argument."""
+
+
+def parse_fact(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise ArgumentProblem(f"--fact {text!r}: expected NAME=VALUE")
+    return name.strip(), value
+
+
+def read_facts_file(path: str) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ArgumentProblem(f"--facts-file {path}: {exc.strerror or exc}") from exc
+    except ValueError as exc:
+        raise ArgumentProblem(f"--facts-file {path}: not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ArgumentProblem(
+            f"--facts-file {path}: expected a JSON object, got {type(data).__name__}"
+        )
+    return data
+
+
+def read_log(path: str) -> str:
+    """A log file (``-`` for stdin) of any size and encoding, bounded as it is read."""
+    keep = HeadTail()
+    try:
+        if path == "-":
+            stream = sys.stdin.buffer
+            while chunk := stream.read(64 * 1024):
+                keep.write(chunk)
+        else:
+            with open(path, "rb") as handle:
+                while chunk := handle.read(64 * 1024):
+                    keep.write(chunk)
+    except OSError as exc:
+        raise ArgumentProblem(f"--stderr-file {path}: {exc.strerror or exc}") from exc
+    return keep.text()
+
+
+def collect_facts(args: argparse.Namespace) -> dict[str, Any]:
+    """Facts from, in increasing precedence: --facts-file, --stderr-file, --fact."""
+    facts: dict[str, Any] = {}
+    if getattr(args, "facts_file", None):
+        facts.update(read_facts_file(args.facts_file))
+    if getattr(args, "stderr_file", None):
+        facts["stderr"] = read_log(args.stderr_file)
+    facts.update(parse_fact(text) for text in args.fact)
+    return facts
+
+
+def format_verdict(verdict: Verdict) -> str:
+    lines = [f"status:  {verdict.status}", f"failure: {verdict.failure_id}"]
+    if verdict.rule:
+        lines.append(
+            f"rule:    {verdict.rule}" + (f" (mode {verdict.mode})" if verdict.mode else "")
+        )
+    for bound in verdict.actions:
+        params = " ".join(f"{k}={json.dumps(v)}" for k, v in bound.params.items())
+        where = " [client-side]" if bound.client_side else ""
+        lines.append(f"action:  {bound.action} {params}".rstrip() + where)
+    for output in verdict.outputs:
+        lines.append(f"output:  {json.dumps(output, default=str)}")
+    if verdict.reason:
+        lines.append(f"reason:  {verdict.reason}")
+    return "\n".join(lines)
+
+
+def warn(message: str) -> None:
+    print(f"theow: {message}", file=sys.stderr)
+
+
+def wait_for(ticket: Ticket, timeout: float) -> Verdict | None:
+    """The verdict, or None with a warning when Theow did not answer."""
+    try:
+        return ticket.wait(timeout=timeout)
+    except (TimeoutError, TheowUnavailable) as exc:
+        warn(str(exc))
+        return None
+
+
+def cmd_submit(args: argparse.Namespace, client: TheowClient) -> int:
+    facts = collect_facts(args)
+    try:
+        ticket = client.submit(
+            facts,
+            explore=args.explore,
+            idempotency_key=args.idempotency_key,
+            rules=args.rule,
+            tags=args.tag,
+        )
+    except FactsError as exc:
+        raise ArgumentProblem(f"facts: {exc}") from exc
+    if not args.wait:
+        if args.json:
+            print(json.dumps({"failure_id": ticket.failure_id, "spooled": ticket.spooled}))
+        else:
+            print(ticket.failure_id)
+        return 0
+    verdict = wait_for(ticket, args.timeout)
+    if verdict is not None:
+        print(json.dumps(verdict.to_dict()) if args.json else format_verdict(verdict))
+    return 0
+
+
+def run_facts(args: argparse.Namespace, result: Captured) -> dict[str, Any]:
+    facts: dict[str, Any] = {
+        "command": shell_join(args.command),
+        "exit_code": result.exit_code,
+        "stdout": result.stdout,
+        "stderr": result.stderr,
+        "cwd": os.getcwd(),
+    }
+    facts.update(parse_fact(text) for text in args.fact)
+    return facts
+
+
+def ask_theow(args: argparse.Namespace, client: TheowClient, result: Captured, reruns: int) -> bool:
+    """Report a failed run; whether to run the command again. Never raises."""
+    try:
+        facts = run_facts(args, result)
+        ticket = client.submit(
+            facts, explore=args.explore, rules=args.rule, tags=args.tag, max_retries=args.retries
+        )
+        if reruns >= args.retries and not args.wait:
+            warn(f"reported failure {ticket.failure_id}" + (" (spooled)" if ticket.spooled else ""))
+            return False
+        verdict = wait_for(ticket, args.wait_timeout)
+        if verdict is None or verdict.status is Status.SPOOLED:  # already warned
+            return False
+        if args.json:
+            print(json.dumps(verdict.to_dict()), file=sys.stderr)
+        else:
+            warn(format_verdict(verdict).replace("\n", "\ntheow: "))
+        if reruns >= args.retries:
+            return False
+        return should_rerun(verdict, facts, actions_dir=args.actions_dir, workspace=os.getcwd())
+    except Exception as exc:
+        warn(f"could not help with this failure ({type(exc).__name__}: {exc})")
+        return False
+
+
+def cmd_run(args: argparse.Namespace, client: TheowClient) -> int:
+    if args.command[:1] == ["--"]:
+        args.command = args.command[1:]
+    if not args.command:
+        raise ArgumentProblem("run: no command given (theow-client run [options] -- CMD ARGS...)")
+    for text in args.fact:  # a bad --fact is a usage error before anything runs
+        parse_fact(text)
+    result = capture(args.command)
+    reruns = 0
+    while result.exit_code != 0 and ask_theow(args, client, result, reruns):
+        reruns += 1
+        warn(f"re-running {shell_join(args.command)} ({reruns}/{args.retries})")
+        result = capture(args.command)
+    return result.exit_code
+
+
+def cmd_flush(args: argparse.Namespace, client: TheowClient) -> int:
+    sent, remaining = client.flush()
+    print(f"sent {sent}, {remaining} remaining")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="theow-client", description=__doc__.split("\n")[0])
+    parser.add_argument("--redis-url", help=f"broker URL (default: ${config.ENV_REDIS_URL})")
+    parser.add_argument("--spool-dir", help=f"spool directory (default: ${config.ENV_SPOOL_DIR})")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log Theow's decisions")
+    commands = parser.add_subparsers(dest="cmd", required=True)
+
+    def common(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--fact", action="append", default=[], metavar="NAME=VALUE")
+        sub.add_argument("--rule", action="append", default=[], metavar="NAME")
+        sub.add_argument("--tag", action="append", default=[], metavar="TAG")
+        sub.add_argument("--explore", action="store_true", help="allow LLM exploration")
+        sub.add_argument("--wait", action="store_true", help="wait for the verdict")
+        sub.add_argument(
+            "--json", action="store_true", help="verdicts as JSON (run: on stderr, one per line)"
+        )
+
+    submit = commands.add_parser("submit", help="send one failure's facts")
+    common(submit)
+    submit.add_argument("--facts-file", metavar="FILE", help="JSON object of facts")
+    submit.add_argument(
+        "--stderr-file", metavar="FILE", help="log file for fact 'stderr' (- = stdin)"
+    )
+    submit.add_argument("--idempotency-key", metavar="KEY")
+    submit.add_argument("--timeout", type=float, default=DEFAULT_WAIT_TIMEOUT, metavar="S")
+    submit.set_defaults(handler=cmd_submit)
+
+    run = commands.add_parser("run", help="run a command; on failure ask Theow, maybe re-run")
+    common(run)
+    run.add_argument("--retries", type=int, default=0, metavar="N", help="re-runs (default 0)")
+    run.add_argument("--wait-timeout", type=float, default=DEFAULT_WAIT_TIMEOUT, metavar="S")
+    run.add_argument(
+        "--actions-dir", help=f"client-side actions (default: ${config.ENV_ACTIONS_DIR})"
+    )
+    run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    run.set_defaults(handler=cmd_run)
+
+    flush = commands.add_parser("flush", help="send failures spooled while the broker was down")
+    flush.set_defaults(handler=cmd_flush)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s"
+    )
+    client = TheowClient(redis_url=args.redis_url, spool_dir=args.spool_dir)
+    try:
+        code: int = args.handler(args, client)
+        return code
+    except ArgumentProblem as exc:
+        print(f"theow-client: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except TheowUnavailable as exc:
+        print(f"theow-client: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    finally:
+        client.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,295 @@
+"""Send a failure to Theow and read its verdict, without ever breaking the build.
+
+The client sends ``theow.resolve`` by name through Redis (broker and result
+backend at one URL) and never imports worker code. When the broker cannot be
+reached within ``timeout`` seconds the failure is spooled to local disk, and
+``flush`` sends it later.
+
+>>> ticket = TheowClient().submit({"stderr": log}, tags=["go"])  # doctest: +SKIP
+>>> ticket.wait(timeout=60).status                               # doctest: +SKIP
+<Status.RESOLVED: 'resolved'>
+
+Warning: ``wait`` blocks until a worker answers and raises ``TimeoutError``
+after ``timeout``; a spooled ticket answers at once with status ``spooled``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import sys
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from celery.exceptions import TimeoutError as CeleryTimeoutError  # type: ignore[import-untyped]
+from kombu.exceptions import OperationalError
+from kombu.utils.url import maybe_sanitize_url
+from redis.exceptions import RedisError
+
+from theow_client import config, names
+from theow_client.facts import FactsError, bound_facts
+from theow_client.spool import Spool, SpoolError
+from theow_client.verdict import Status, Verdict
+
+log = logging.getLogger("theow.client")
+
+# Fixed forever: the same idempotency key must give the same failure id on
+# every agent and every release, or a duplicate submit would count twice.
+FAILURE_ID_NAMESPACE = uuid.UUID("f4547d6e-1de0-417c-914f-d8a155c80a85")
+DEFAULT_SOURCE = "theow-client"
+DEFAULT_WAIT_TIMEOUT = 60.0
+
+# What "the broker is unreachable" looks like from here. RuntimeError is how
+# Celery's Redis result backend reports a failed reconnect.
+UNREACHABLE = (OperationalError, RedisError, OSError, CeleryTimeoutError, RuntimeError)
+
+
+class TheowUnavailable(ConnectionError):
+    """Theow could not be reached and the failure could not be kept either."""
+
+
+def failure_id_for(idempotency_key: str | None = None) -> str:
+    """A new failure id, or the one that ``idempotency_key`` always maps to.
+
+    >>> failure_id_for("build-42/step-3") == failure_id_for("build-42/step-3")
+    True
+    """
+    if idempotency_key is None:
+        return str(uuid.uuid4())
+    return str(uuid.uuid5(FAILURE_ID_NAMESPACE, idempotency_key))
+
+
+def build_payload(
+    facts: Any,
+    *,
+    failure_id: str,
+    explore: bool = False,
+    source: str = DEFAULT_SOURCE,
+    rules: list[str] | tuple[str, ...] | None = None,
+    tags: list[str] | tuple[str, ...] | None = None,
+    fallback: bool = True,
+    max_retries: int = 3,
+) -> dict[str, Any]:
+    """The single argument of the ``theow.resolve`` task, facts bounded.
+
+    Raises FactsError (a ValueError) when the facts are not a JSON object.
+    """
+    bounded, truncated = bound_facts(facts)
+    payload: dict[str, Any] = {
+        "failure_id": failure_id,
+        "facts": bounded,
+        "explore": bool(explore),
+        "source": source,
+        "submitted_at": datetime.now(UTC).isoformat(),
+        "hints": {
+            "rules": list(rules or []),
+            "tags": list(tags or []),
+            "fallback": bool(fallback),
+            "max_retries": int(max_retries),
+        },
+        "notes": {"truncated": truncated},
+    }
+    try:
+        json.dumps(payload)
+    except (TypeError, ValueError) as exc:
+        raise FactsError(f"facts are not JSON-serializable: {exc}") from exc
+    return payload
+
+
+def one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+@dataclass
+class Ticket:
+    """A submitted (or spooled) failure whose verdict can be waited for."""
+
+    failure_id: str
+    result: Any = field(default=None, repr=False)  # celery AsyncResult; None when spooled
+    spool_path: Path | None = None
+
+    @property
+    def spooled(self) -> bool:
+        return self.spool_path is not None
+
+    def wait(self, timeout: float = DEFAULT_WAIT_TIMEOUT) -> Verdict:
+        """Block until a worker returns the verdict, at most ``timeout`` seconds.
+
+        A failed worker task or a malformed answer becomes a Verdict with
+        status ``error``; no answer in time raises ``TimeoutError``; losing
+        the broker while waiting raises TheowUnavailable.
+        """
+        if self.result is None:
+            return Verdict(
+                failure_id=self.failure_id,
+                status=Status.SPOOLED,
+                reason=f"broker unreachable; spooled to {self.spool_path}",
+            )
+        try:
+            value = self.result.get(timeout=timeout, propagate=False, disable_sync_subtasks=False)
+        except CeleryTimeoutError as exc:
+            raise TimeoutError(
+                f"no verdict for failure {self.failure_id} within {timeout:g}s "
+                "(is a resolver worker running?)"
+            ) from exc
+        except UNREACHABLE as exc:
+            raise TheowUnavailable(
+                f"lost the broker while waiting for failure {self.failure_id}: {one_line(exc)}"
+            ) from exc
+        if self.result.failed():
+            return self._error(f"the resolve task failed on the worker: {one_line(value)}")
+        try:
+            return Verdict.from_dict(value)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            return self._error(f"malformed verdict from the worker ({one_line(exc)}): {value!r}")
+
+    def _error(self, reason: str) -> Verdict:
+        log.warning("theow: failure %s: %s", self.failure_id, reason)
+        return Verdict(failure_id=self.failure_id, status=Status.ERROR, reason=reason)
+
+
+class TheowClient:
+    """Submits failures to the resolve queue; spools them when it cannot.
+
+    ``timeout`` bounds every connection attempt and broker round trip, so a
+    dead or hung broker costs a build a couple of seconds, not minutes.
+    """
+
+    def __init__(
+        self,
+        redis_url: str | None = None,
+        spool_dir: str | os.PathLike[str] | None = None,
+        timeout: float = config.DEFAULT_CONNECT_TIMEOUT,
+    ) -> None:
+        self.redis_url = config.redis_url(redis_url)
+        self.spool = Spool(config.spool_dir(spool_dir))
+        self.timeout = timeout
+        self._app: Any = None
+
+    @property
+    def app(self) -> Any:
+        """The minimal Celery app used to send tasks and read results."""
+        if self._app is None:
+            self._app = config.celery_app(self.redis_url, self.timeout)
+        return self._app
+
+    def close(self) -> None:
+        """Release broker and backend connections (a new app is made on next use)."""
+        app, self._app = self._app, None
+        if app is None:
+            return
+        with contextlib.suppress(Exception):  # closing a dead connection must not raise
+            app.close()
+
+    def __enter__(self) -> TheowClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def submit(
+        self,
+        facts: dict[str, Any],
+        explore: bool = False,
+        idempotency_key: str | None = None,
+        *,
+        rules: list[str] | tuple[str, ...] | None = None,
+        tags: list[str] | tuple[str, ...] | None = None,
+        fallback: bool = True,
+        max_retries: int = 3,
+        source: str = DEFAULT_SOURCE,
+    ) -> Ticket:
+        """Send one failure; spool it if the broker is unreachable.
+
+        ``rules`` are tried first, in order, then rules sharing a ``tag``; with
+        ``fallback`` the resolver goes on to semantic search. Facts that are
+        not a JSON object raise ValueError: that is the caller's bug.
+        """
+        payload = build_payload(
+            facts,
+            failure_id=failure_id_for(idempotency_key),
+            explore=explore,
+            source=source,
+            rules=rules,
+            tags=tags,
+            fallback=fallback,
+            max_retries=max_retries,
+        )
+        try:
+            result = self.send(payload)
+        except UNREACHABLE as exc:
+            return Ticket(payload["failure_id"], spool_path=self._spool(payload, exc))
+        log.debug("theow: submitted failure %s", payload["failure_id"])
+        return Ticket(payload["failure_id"], result)
+
+    def send(self, payload: dict[str, Any]) -> Any:
+        """Publish a ready payload; raise one of UNREACHABLE if that fails.
+
+        The result backend is pinged first: it is the same Redis, and a ping
+        fails fast and cleanly where Celery's own reconnect logic would not.
+        """
+        app = self.app
+        try:
+            app.backend.client.ping()
+            return app.send_task(
+                names.TASK_RESOLVE,
+                args=[payload],
+                task_id=payload["failure_id"],
+                queue=names.QUEUE_RESOLVE,
+                retry=False,
+            )
+        except UNREACHABLE:
+            self.close()  # a half-connected app must not be reused
+            raise
+
+    def ticket(self, failure_id: str) -> Ticket:
+        """A Ticket for a failure submitted earlier, e.g. by another process."""
+        return Ticket(failure_id, self.app.AsyncResult(failure_id))
+
+    def flush(self) -> tuple[int, int]:
+        """Send spooled failures, oldest first; return ``(sent, remaining)``.
+
+        A file is deleted only after its payload was published. Stops at the
+        first send that fails, leaving the rest for the next flush.
+        """
+        sent = 0
+        for path in self.spool.pending():
+            try:
+                payload = self.spool.load(path)
+            except SpoolError as exc:
+                self.spool.set_aside(path, reason=str(exc))
+                continue
+            try:
+                self.send(payload)
+            except UNREACHABLE as exc:
+                log.warning("theow: broker unreachable at %s (%s)", self.safe_url, one_line(exc))
+                break
+            self.spool.remove(path)
+            sent += 1
+        return sent, len(self.spool.pending())
+
+    @property
+    def safe_url(self) -> str:
+        """The broker URL with any password masked, for messages."""
+        return str(maybe_sanitize_url(self.redis_url))
+
+    def _spool(self, payload: dict[str, Any], exc: BaseException) -> Path:
+        failure_id = payload["failure_id"]
+        try:
+            path = self.spool.put(payload)
+        except SpoolError as spool_exc:
+            raise TheowUnavailable(
+                f"broker unreachable at {self.safe_url} ({one_line(exc)}) "
+                f"and the failure could not be spooled: {spool_exc}"
+            ) from exc
+        print(
+            f"theow: broker unreachable at {self.safe_url} ({one_line(exc)}); "
+            f"spooled failure {failure_id} to {path}; run `theow-client flush` later",
+            file=sys.stderr,
+        )
+        return path
