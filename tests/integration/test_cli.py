@@ -1,0 +1,93 @@
+"""`theow rules check` and `theow rules test`, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures"
+
+pytestmark = pytest.mark.integration
+
+
+def theow(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "theow_workers.cli", *args],
+        cwd=cwd, capture_output=True, text=True, timeout=300,
+        env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "COLUMNS": "200"},
+    )  # fmt: skip
+
+
+def test_rules_check_passes_on_the_shipped_rules():
+    result = theow("rules", "check")
+    assert result.returncode == 0, result.stderr
+    assert "0 problem(s)" in result.stdout
+
+
+def test_rules_check_reports_every_broken_file_with_line_and_reason(tmp_path):
+    (tmp_path / "empty_when.rule.yaml").write_text("name: empty_when\nmode: track\nwhen: []\n")
+    (tmp_path / "typo.rule.yaml").write_text(
+        "name: typo\nmode: track\nwhen:\n  - fact: stderr\n    regx: x\n"
+    )
+    (tmp_path / "fine.rule.yaml").write_text(
+        "name: fine\nmode: track\nwhen:\n  - {fact: a, equals: b}\n"
+    )
+    result = theow("rules", "check", str(tmp_path), "--actions", str(FIXTURES / "actions"))
+    assert result.returncode == 1
+    assert f"{tmp_path}/empty_when.rule.yaml:3: `when` is empty" in result.stderr
+    assert f"{tmp_path}/typo.rule.yaml:5: unknown key 'regx'" in result.stderr
+    as_json = json.loads(theow("rules", "check", str(tmp_path), "--json").stdout)
+    assert as_json["rules"] == 1 and len(as_json["errors"]) == 2
+
+
+def test_rules_test_json_is_one_object_explaining_the_decision(tmp_path):
+    facts = tmp_path / "failure.json"
+    facts.write_text(json.dumps({"stderr": "EXPLODE 7\n", "job": "j"}))
+    result = theow(
+        "rules", "test", "--facts", str(facts), "--json",
+        "--rules", str(FIXTURES / "rules"), "--actions", str(FIXTURES / "actions"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)  # exactly one JSON object on stdout
+    assert set(report) == {"matched", "rule", "mode", "actions", "candidates"}
+    assert report["matched"] is True
+    assert report["rule"] in {"tf_explode", "tf_explode_fallback"}
+    candidates = {c["rule"]: c for c in report["candidates"]}
+    assert set(candidates["tf_echo"]) == {"rule", "similarity", "validated", "reason"}
+    assert candidates["tf_echo"]["validated"] is False
+    assert "did not match" in candidates["tf_echo"]["reason"]
+    assert isinstance(candidates["tf_echo"]["similarity"], float)
+    assert candidates["tf_explode_fallback"]["validated"] is True
+    fallback = {"action": "echo", "params": {"code": "7"}}
+    if report["rule"] == "tf_explode_fallback":
+        assert report["actions"] == [fallback]
+
+
+def test_rules_test_explains_in_words_for_a_person(tmp_path):
+    facts = tmp_path / "failure.json"
+    facts.write_text(json.dumps({"stderr": "missing file app.cfg"}))
+    result = theow(
+        "rules", "test", "--facts", str(facts),
+        "--rules", str(FIXTURES / "rules"), "--actions", str(FIXTURES / "actions"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "matched tf_client_fix" in result.stdout
+    assert 'touch_file {"name": "app.cfg"}' in result.stdout
+    assert "fact 'stderr' does not contain 'HANG_FOREVER'" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [("[1, 2]", "facts must be a JSON object, got list"), ("{oops", "not JSON")],
+)
+def test_rules_test_refuses_facts_that_are_not_a_json_object(tmp_path, content, message):
+    facts = tmp_path / "failure.json"
+    facts.write_text(content)
+    result = theow("rules", "test", "--facts", str(facts))
+    assert result.returncode == 2
+    assert message in result.stderr

@@ -1,0 +1,75 @@
+"""`theow up`: the embedded stack in the foreground, reachable by a client, stopped by Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import free_port
+from theow_client import Status, TheowClient
+from theow_client import config as client_config
+from theow_workers.config import Settings
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+pytestmark = pytest.mark.integration
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_client_and_stack_agree_on_defaults_without_configuration(monkeypatch):
+    monkeypatch.delenv("THEOW_REDIS_URL", raising=False)
+    stack_url = Settings.load(env={}).redis_url
+    assert client_config.redis_url(None) == stack_url
+    assert ":6379/" not in stack_url  # a developer's own Redis on the default port is left alone
+
+
+def test_theow_up_serves_a_client_and_stops_cleanly_on_ctrl_c(tmp_path, monkeypatch):
+    redis_port, milvus_port = free_port(), free_port()
+    env = dict(os.environ)
+    env.update(
+        THEOW_HOME=str(tmp_path / "home"),
+        THEOW_REDIS_URL=f"redis://127.0.0.1:{redis_port}/0",
+        THEOW_MILVUS_URI=f"http://127.0.0.1:{milvus_port}",
+        THEOW_RULES_DIR=str(FIXTURES / "rules"),
+        THEOW_ACTIONS_DIR=str(FIXTURES / "actions"),
+        THEOW_DATABASE_URL="",
+    )
+    up = subprocess.Popen(
+        [sys.executable, "-m", "theow_workers.cli", "up", "--workers", "1"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        monkeypatch.setenv("THEOW_REDIS_URL", env["THEOW_REDIS_URL"])
+        with TheowClient(
+            spool_dir=tmp_path / "spool"
+        ) as client:  # configured only by the environment
+            deadline = time.monotonic() + 90
+            ticket = None
+            while time.monotonic() < deadline and up.poll() is None:
+                if listening(redis_port) and listening(milvus_port):
+                    ticket = client.submit({"stderr": "ECHO up", "job": "j"})
+                    break
+                time.sleep(0.2)
+            assert ticket is not None and not ticket.spooled, (
+                up.stdout.read() if up.poll() is not None else ""
+            )
+            verdict = ticket.wait(120)
+        assert (verdict.status, verdict.rule) == (Status.RESOLVED, "tf_echo")
+        assert (tmp_path / "home" / "theow.db").exists()
+    finally:
+        up.send_signal(signal.SIGINT)
+        output, _ = up.communicate(timeout=60)
+    assert up.returncode == 0, output
+    assert "theow is up" in output
+    assert not listening(redis_port) and not listening(milvus_port)
