@@ -87,6 +87,45 @@ def rules_check(
         raise typer.Exit(1)
 
 
+@rules_app.command("list")
+def rules_list(
+    directory: Annotated[Path | None, typer.Argument(help="Rules directory.")] = None,
+    actions: Annotated[Path | None, typer.Option(help="Actions directory.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """List the rules with their mode, tags and actions."""
+    from theow_workers.runtime import Knowledge
+
+    s = settings()
+    try:
+        knowledge = Knowledge.load(directory or s.rules_dir, actions or s.actions_dir)
+    except ActionLoadError as exc:
+        raise fail(str(exc)) from None
+    rows = [
+        {
+            "name": r.name,
+            "mode": r.mode.value,
+            "type": r.type,
+            "tags": r.tags,
+            "actions": [step.action for step in r.then],
+            "description": " ".join(r.description.split()),
+        }
+        for r in sorted(knowledge.rules.rules, key=lambda r: r.name)
+    ]
+    if as_json:
+        print(json.dumps(rows))
+        return
+    table = Table("rule", "mode", "tags", "actions", "description")
+    for row in rows:
+        table.add_row(
+            row["name"], row["mode"], ", ".join(row["tags"]), ", ".join(row["actions"]),
+            row["description"][:70],
+        )  # fmt: skip
+    out.print(table)
+    for e in knowledge.rules.errors:
+        err.print(f"[red]{e}[/red]", highlight=False)
+
+
 @rules_app.command("test")
 def rules_test(
     facts: Annotated[

@@ -91,3 +91,11 @@ def test_rules_test_refuses_facts_that_are_not_a_json_object(tmp_path, content, 
     result = theow("rules", "test", "--facts", str(facts))
     assert result.returncode == 2
     assert message in result.stderr
+
+
+def test_rules_list_json_names_every_rule_with_its_mode_and_actions():
+    rows = json.loads(theow("rules", "list", "--json").stdout)
+    assert len(rows) == len(list((ROOT / "rules").glob("*.rule.yaml")))
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["network_flake"]["mode"] == "retry"
+    assert all(r["actions"] for r in rows if r["mode"] == "fix")

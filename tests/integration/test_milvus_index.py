@@ -85,3 +85,46 @@ def test_similar_text_ranks_first(milvus_uri, collection, minilm):
     assert hits[0].name == "dns"
     assert hits[0].similarity > hits[-1].similarity
     index.close()
+
+
+def test_a_validating_rule_is_found_by_a_worker_even_when_it_ranks_below_top_k(
+    tmp_path, milvus_uri, collection, redis_url, redis_client
+):
+    from theow_client.verdict import Status
+    from theow_workers.adapters.sql import migrate
+    from theow_workers.config import Settings
+    from theow_workers.core.query import query_text
+    from theow_workers.runtime import Runtime
+
+    rules, actions = tmp_path / "rules", tmp_path / "actions"
+    rules.mkdir()
+    actions.mkdir()
+    stderr = "npm ERR! code ERESOLVE\nnpm ERR! ERESOLVE unable to resolve dependency tree"
+    for i in range(30):  # read like the failure, never validate
+        (rules / f"decoy_{i}.rule.yaml").write_text(
+            f"name: decoy_{i}\nmode: track\ndescription: npm ERESOLVE unable to resolve dependency tree {i}\n"
+            f"when:\n  - {{fact: stderr, contains: 'NEVER-{i}'}}\n"
+        )
+    (rules / "right.rule.yaml").write_text(
+        "name: right\nmode: track\ndescription: zebra quartz violin\nwhen:\n  - {fact: stderr, contains: ERESOLVE}\n"
+    )
+    url = f"sqlite:///{tmp_path / 'theow.db'}"
+    migrate(url)
+    settings = Settings.load(
+        env={
+            "THEOW_REDIS_URL": redis_url,
+            "THEOW_MILVUS_URI": milvus_uri,
+            "THEOW_MILVUS_COLLECTION": collection,
+            "THEOW_DATABASE_URL": url,
+            "THEOW_RULES_DIR": str(rules),
+            "THEOW_ACTIONS_DIR": str(actions),
+        }
+    )
+    runtime = Runtime(settings)
+    verdict = runtime.service.resolve({"failure_id": "f", "facts": {"stderr": stderr}}, "f")
+
+    vector = runtime.embedder.embed([query_text({"stderr": stderr})])[0]
+    top_10 = [h.name for h in runtime.index.search(vector, limit=10)]
+    assert "right" not in top_10
+    assert (verdict.status, verdict.rule) == (Status.TRACKED, "right")
+    runtime.index.close()

@@ -111,3 +111,22 @@ def test_workers_pick_up_a_new_rule_without_a_restart(fleet):
     time.sleep(1.0)  # longer than THEOW_RULES_POLL_SECONDS
     verdict = client.submit(facts).wait(60)
     assert (verdict.status, verdict.rule) == (Status.TRACKED, "apt_missing_package")
+
+
+def test_a_failure_that_keeps_killing_workers_is_recorded_as_an_error_not_retried_forever(
+    fleet, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("THEOW_MAX_DELIVERIES", "1")
+    fleet.start_worker(concurrency=1)
+    marker = tmp_path / "crash-marker"
+    ticket = fleet.client().submit({"stderr": "CRASH_ONCE", "marker": str(marker)})
+    deadline = time.monotonic() + 60
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.2)
+    os.kill(int(marker.read_text()), signal.SIGKILL)
+
+    verdict = ticket.wait(90)
+    assert verdict.status is Status.ERROR
+    assert "delivered 2 times" in verdict.reason
+    assert count(fleet.store(), VerdictRow, failure_id=ticket.failure_id) == 1

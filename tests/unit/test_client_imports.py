@@ -30,3 +30,17 @@ def test_importing_the_client_loads_only_stdlib_celery_kombu_and_redis() -> None
     result = json.loads(process.stdout)
     assert result["loaded"] == []
     assert result["mark_is_decorator"]
+
+
+def test_the_client_install_pulls_only_celery_and_redis() -> None:
+    import re
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+
+    def names(requirements: list[str]) -> set[str]:
+        return {re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0].lower() for r in requirements}
+
+    assert names(project["dependencies"]) == {"celery", "redis"}
+    assert names(project["optional-dependencies"]["client"]) == {"celery", "redis"}
