@@ -134,9 +134,35 @@ def cmd_submit(args: argparse.Namespace, client: TheowClient) -> int:
             print(ticket.failure_id)
         return 0
     verdict = wait_for(ticket, args.timeout)
-    if verdict is not None:
-        print(json.dumps(verdict.to_dict()) if args.json else format_verdict(verdict))
+    if verdict is None:
+        return 0
+    exploration = None
+    if verdict.status is Status.EXPLORING:
+        try:
+            exploration = ticket.wait_exploration(timeout=args.timeout)
+        except (TimeoutError, TheowUnavailable) as exc:
+            warn(str(exc))
+    if args.json:
+        data = verdict.to_dict()
+        if exploration is not None:
+            data["exploration"] = exploration
+        print(json.dumps(data))
+    else:
+        print(format_verdict(verdict))
+        if exploration is not None:
+            print(format_exploration(exploration))
     return 0
+
+
+def format_exploration(exploration: dict[str, Any]) -> str:
+    lines = [f"exploration: {exploration.get('outcome')}"]
+    if exploration.get("proposal_id"):
+        lines.append(
+            f"proposal: {exploration['proposal_id']} (theow review show {exploration['proposal_id']})"
+        )
+    if exploration.get("reason"):
+        lines.append(f"why:     {exploration['reason']}")
+    return "\n".join(lines)
 
 
 def run_facts(args: argparse.Namespace, result: Captured) -> dict[str, Any]:

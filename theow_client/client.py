@@ -148,6 +148,31 @@ class Ticket:
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             return self._error(f"malformed verdict from the worker ({one_line(exc)}): {value!r}")
 
+    def wait_exploration(self, timeout: float = DEFAULT_WAIT_TIMEOUT) -> dict[str, Any]:
+        """After a verdict of ``exploring``: the exploration's outcome.
+
+        A dict with ``outcome`` (proposal, cache_hit, deduplicated, gave_up,
+        budget, rate_limited, session_limit, error), ``proposal_id`` when
+        there is one, and ``reason``. Raises TimeoutError like ``wait``.
+        """
+        if self.result is None:
+            return {"outcome": "spooled", "proposal_id": None, "reason": "not sent yet"}
+        pending = self.result.app.AsyncResult(names.explore_task_id(self.failure_id))
+        try:
+            value = pending.get(timeout=timeout, propagate=False, disable_sync_subtasks=False)
+        except CeleryTimeoutError as exc:
+            raise TimeoutError(
+                f"no exploration outcome for failure {self.failure_id} within {timeout:g}s "
+                "(is an explorer worker running with THEOW_EXPLORE=1?)"
+            ) from exc
+        if pending.failed() or not isinstance(value, dict):
+            return {
+                "outcome": "error",
+                "proposal_id": None,
+                "reason": f"explore task failed: {one_line(value)}",
+            }
+        return value
+
     def _error(self, reason: str) -> Verdict:
         log.warning("theow: failure %s: %s", self.failure_id, reason)
         return Verdict(failure_id=self.failure_id, status=Status.ERROR, reason=reason)

@@ -14,6 +14,23 @@ Redis keys (all under ``theow:``):
     Integer, expires after a day. How many times a resolve task for this
     failure was started; past ``max_deliveries`` the failure is recorded as an
     error instead of being tried again (a poison message must not crash-loop).
+``theow:llm:<model>:requests`` / ``theow:llm:<model>:tokens``
+    Sorted sets, the sliding window of the global rate limit
+    (``theow_workers/adapters/ratelimit.lua``).
+``theow:llm:<model>:backoff`` / ``theow:llm:<model>:stopped``
+    Strings with a TTL: a per-minute 429 makes every worker wait; a per-day
+    429 stops exploring with that model until the TTL ends (value: why).
+``theow:explore:sessions:<session id>``
+    Integer: LLM sessions started under a session id (a replay job, or an
+    hourly window), capped by ``session_limit.lua``.
+``theow:explore:flight:<fingerprint>``
+    String (the failure id exploring it), expires after the explore time
+    limit: single-flight, one LLM session per root cause fleet-wide.
+``theow:explore:done:<fingerprint>``
+    JSON of the finished exploration for that root cause (outcome, proposal).
+``theow:explore:cache``
+    Hash, proposal id → JSON {vector, rule_yaml, proposal_id}: the semantic
+    session cache shared by every explorer worker.
 """
 
 from __future__ import annotations
@@ -46,5 +63,30 @@ KEY_RULES_VERSION = KEY_PREFIX + "rules:version"
 KEY_INDEX_SYNC_LOCK = KEY_PREFIX + "lock:index-sync"
 
 
+KEY_EXPLORE_CACHE = KEY_PREFIX + "explore:cache"
+
+
 def key_deliveries(failure_id: str) -> str:
     return f"{KEY_PREFIX}deliveries:{failure_id}"
+
+
+def key_llm(model: str, part: str) -> str:
+    """``part``: requests, tokens, backoff or stopped."""
+    return f"{KEY_PREFIX}llm:{model}:{part}"
+
+
+def key_session_budget(session_id: str) -> str:
+    return f"{KEY_PREFIX}explore:sessions:{session_id}"
+
+
+def key_explore_flight(fingerprint: str) -> str:
+    return f"{KEY_PREFIX}explore:flight:{fingerprint}"
+
+
+def key_explore_done(fingerprint: str) -> str:
+    return f"{KEY_PREFIX}explore:done:{fingerprint}"
+
+
+def explore_task_id(failure_id: str) -> str:
+    """The explore task's id: a client waits on it for the exploration's outcome."""
+    return f"explore-{failure_id}"

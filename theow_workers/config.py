@@ -47,6 +47,27 @@ class Settings(BaseModel):
     llm_secondary: str = ""
     gemini_api_key: str = ""
     gemini_base_url: str = ""
+    # Global limits per model, shared by every explorer worker through Redis.
+    llm_requests_per_minute: int = 60
+    llm_tokens_per_minute: int = 1_000_000
+    # One session: sized for real logs (tens of KB per turn), not 8k.
+    llm_max_tool_calls: int = 30
+    llm_max_tokens: int = 600_000
+    llm_max_wait_seconds: float = 120.0
+    # LLM sessions per session id (a replay job, else an hourly window).
+    session_limit: int = 20
+    explore_time_limit: int = 900
+    # Permissions granted to deployment tools: fs-read, fs-write, shell, network (default: none).
+    explore_permissions: list[str] = []
+    # Python modules whose @tool functions are offered to the explorer.
+    explore_tools: list[str] = []
+    # Dollars per million tokens (input, output); estimates for cost reports.
+    llm_prices: dict[str, tuple[float, float]] = {
+        "gemini-2.5-flash": (0.30, 2.50),
+        "gemini-2.5-flash-lite": (0.10, 0.40),
+        "gemini-2.5-pro": (1.25, 10.00),
+        "gemini-2.0-flash": (0.10, 0.40),
+    }
 
     # Reliability (DESIGN §8): visibility timeout > every task time limit.
     visibility_timeout: int = 3600
@@ -74,10 +95,10 @@ class Settings(BaseModel):
             if not isinstance(loaded, dict):
                 raise ConfigError(f"{file}: must be a mapping of settings")
             data.update(loaded)
-        for name in cls.model_fields:
+        for name, info in cls.model_fields.items():
             var = ENV_ALIASES.get(name, f"THEOW_{name.upper()}")
             if var in env:
-                data[name] = env[var]
+                data[name] = _from_env(env[var], info.annotation)
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
@@ -90,3 +111,18 @@ class Settings(BaseModel):
     @classmethod
     def env_names(cls) -> list[str]:
         return [ENV_ALIASES.get(n, f"THEOW_{n.upper()}") for n in cls.model_fields]
+
+
+def _from_env(value: str, annotation: Any) -> Any:
+    """Lists from comma-separated text, mappings from JSON; the rest as pydantic parses it."""
+    origin = getattr(annotation, "__origin__", None)
+    if origin is list:
+        return [v.strip() for v in value.split(",") if v.strip()]
+    if origin is dict:
+        import json
+
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"expected a JSON object, got {value[:80]!r}") from exc
+    return value

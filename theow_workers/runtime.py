@@ -133,6 +133,7 @@ class Runtime:
         self._embedder: Any = None
         self._redis: Any = None
         self._service: ResolveService | None = None
+        self._explorer: Any = None
         self._knowledge: Knowledge | None = None
         self._signature: tuple[tuple[str, int, int], ...] = ()
         self._checked_at = 0.0
@@ -236,8 +237,23 @@ class Runtime:
                         action_timeout=s.action_timeout,
                         fact_limit=s.fact_limit,
                     ),
+                    explore=self._enqueue_exploration,
                 )
             return self._service
+
+    def _enqueue_exploration(self, sub: Any, rule: str | None) -> str:
+        from theow_workers.explorer.run import enqueue
+
+        return enqueue(self, sub.failure_id, rule, sub.session_id)
+
+    @property
+    def explorer(self) -> Any:
+        with self._lock:
+            if self._explorer is None:
+                from theow_workers.explorer.run import service
+
+                self._explorer = service(self)
+            return self._explorer
 
 
 _runtime: Runtime | None = None

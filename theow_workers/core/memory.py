@@ -12,6 +12,7 @@ import math
 import re
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 from theow_client.verdict import Verdict
 from theow_workers.core.ports import (
@@ -137,3 +138,47 @@ class InMemoryStore:
 
     def rule_stats(self) -> dict[str, RuleStats]:
         return dict(self.stats)
+
+
+class InMemoryExploreState:
+    """Single-flight, finished explorations, session budgets and the session cache, in one process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.flights: dict[str, str] = {}
+        self.done: dict[str, dict[str, Any]] = {}
+        self.sessions: dict[str, int] = {}
+        self.cache: dict[str, dict[str, Any]] = {}
+
+    def take_flight(self, fingerprint: str, failure_id: str, ttl: int) -> str | None:
+        with self._lock:
+            owner = self.flights.setdefault(fingerprint, failure_id)
+            return None if owner == failure_id else owner
+
+    def land(self, fingerprint: str) -> None:
+        with self._lock:
+            self.flights.pop(fingerprint, None)
+
+    def finish(self, fingerprint: str, record: dict[str, Any]) -> None:
+        self.done[fingerprint] = record
+
+    def finished(self, fingerprint: str) -> dict[str, Any] | None:
+        return self.done.get(fingerprint)
+
+    def take_session(self, session_id: str, limit: int, ttl: int) -> int:
+        with self._lock:
+            used = self.sessions.get(session_id, 0)
+            if used >= limit:
+                return -1
+            self.sessions[session_id] = used + 1
+            return used + 1
+
+    def remember(self, proposal_id: str, vector: list[float], rule_yaml: str) -> None:
+        self.cache[proposal_id] = {
+            "vector": vector,
+            "rule_yaml": rule_yaml,
+            "proposal_id": proposal_id,
+        }
+
+    def cached(self) -> list[dict[str, Any]]:
+        return list(self.cache.values())

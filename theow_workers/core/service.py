@@ -42,6 +42,7 @@ class Submission:
     source: str = "unknown"
     hints: Hints = Hints()
     notes: dict[str, Any] = field(default_factory=dict)
+    session_id: str | None = None  # groups LLM sessions under one budget (a replay job)
 
     @classmethod
     def parse(
@@ -61,6 +62,7 @@ class Submission:
             source=str(payload.get("source") or "unknown"),
             hints=Hints.from_dict(payload.get("hints")),
             notes=notes,
+            session_id=str(payload["session_id"]) if payload.get("session_id") else None,
         )
 
 
@@ -80,8 +82,11 @@ class ResolveService:
         actions: Callable[[], ActionRegistry],
         similarity: Callable[[dict[str, Any]], Similarity] | None = None,
         settings: ResolveSettings = ResolveSettings(),
+        explore: Callable[[Submission, str | None], str] | None = None,
     ) -> None:
+        """``explore(submission, rule_name)`` hands a failure to an explorer and says how."""
         self.store = store
+        self.explore = explore
         self.rulebook = rulebook
         self.actions = actions
         self.similarity = similarity
@@ -180,13 +185,19 @@ class ResolveService:
     def _decide(self, sub: Submission, delivery: int) -> Verdict:
         book = self.rulebook()
         result = self.plan_for(sub, book)
-        if not result.attempts:
+        exploring = sub.explore and self.explore is not None
+        # A probabilistic rule runs an LLM session: only when the submitter allowed exploring.
+        attempts = [c for c in result.attempts if exploring or not _probabilistic(c)]
+        if not attempts:
+            if exploring and self.explore is not None:
+                reason = self.explore(sub, None)
+                return Verdict(sub.failure_id, Status.EXPLORING, reason=reason)
             return Verdict(sub.failure_id, Status.UNMATCHED, reason=_unmatched_reason(sub, result))
 
         registry = self.actions()
         errors: list[str] = []
         tried = 0
-        for candidate in result.attempts[: sub.hints.max_retries]:
+        for candidate in attempts[: sub.hints.max_retries]:
             tried += 1
             verdict, error = self._attempt(sub, candidate, book, registry, delivery)
             if verdict is not None:
@@ -214,14 +225,20 @@ class ResolveService:
         started = time.monotonic()
         outputs: list[dict[str, Any]] = []
         outcome, error = "success", ""
+        if rule.llm_config is not None:
+            # A probabilistic rule: an LLM session with its prompt runs instead of actions,
+            # only when the submitter allowed exploration.
+            assert self.explore is not None
+            reason = self.explore(sub, rule.name)
+            return Verdict(
+                sub.failure_id, Status.EXPLORING, rule=rule.name, mode="explore", reason=reason
+            ), ""
         if rule.mode is Mode.FIX and not self.settings.dry_run:
             try:
                 outputs = self._run_worker_actions(sub, bound, registry)
             except ActionError as exc:
                 outcome = "timeout" if isinstance(exc, ActionTimeout) else "error"
                 error = str(exc)
-        elif rule.llm_config is not None:
-            outcome, error = "error", "probabilistic rule: no explorer is running"
         self.store.add_attempt(
             AttemptRecord(
                 failure_id=sub.failure_id,
@@ -265,6 +282,10 @@ class ResolveService:
             )
             outputs.append({"action": step.action, "output": _jsonable(output)})
         return outputs
+
+
+def _probabilistic(candidate: Candidate) -> bool:
+    return candidate.match is not None and candidate.match.rule.llm_config is not None
 
 
 def _plan_key(sub: Submission, version: str) -> str:

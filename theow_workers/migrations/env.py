@@ -3,6 +3,7 @@
 from alembic import context
 from sqlalchemy import engine_from_config, pool
 
+from theow_workers.adapters import explore_sql  # noqa: F401  (its tables belong to the metadata)
 from theow_workers.adapters.sql import Base
 
 config = context.config

@@ -1,0 +1,154 @@
+"""Explorer state shared by every worker through Redis.
+
+* ``RedisLimiter``: the global requests/min and tokens/min limit per model
+  (``ratelimit.lua``), the shared back-off after a 429, and the stop after a
+  per-day 429.
+* ``RedisExploreState``: single-flight per root cause, the record of finished
+  explorations, the semantic session cache, and session budgets
+  (``session_limit.lua``).
+
+Every key is named in ``theow_client.names``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from theow_client import names
+from theow_workers.core.llm import QuotaExhausted
+
+log = logging.getLogger("theow.limits")
+
+HERE = Path(__file__).resolve().parent
+WINDOW_MS = 60_000
+DONE_TTL = 7 * 24 * 3600
+CACHE_MAX = 2000
+
+
+def _script(redis: Any, name: str) -> Any:
+    return redis.register_script((HERE / name).read_text())
+
+
+class RedisLimiter:
+    """Requests/min and tokens/min per model, for every worker at once.
+
+    >>> limiter = RedisLimiter(redis, requests_per_minute=60, tokens_per_minute=1_000_000)  # doctest: +SKIP
+    >>> limiter.acquire("gemini-2.5-flash", tokens=12_000, max_wait=120)                   # doctest: +SKIP
+
+    Warning: tokens are reserved from an estimate before the request and
+    corrected with ``settle`` after it; a window can briefly hold more tokens
+    than the limit when estimates run low.
+    """
+
+    def __init__(self, redis: Any, requests_per_minute: int, tokens_per_minute: int) -> None:
+        self.redis = redis
+        self.rpm = requests_per_minute
+        self.tpm = tokens_per_minute
+        self._acquire = _script(redis, "ratelimit.lua")
+        self._settle = _script(redis, "settle.lua")
+        self._ids: dict[tuple[str, int], str] = {}
+
+    def _keys(self, model: str) -> list[str]:
+        return [names.key_llm(model, p) for p in ("requests", "tokens", "backoff", "stopped")]
+
+    def acquire(self, model: str, tokens: int, max_wait: float) -> None:
+        deadline = time.monotonic() + max_wait
+        request_id = uuid.uuid4().hex
+        while True:
+            code, wait_ms = self._acquire(
+                keys=self._keys(model), args=[self.rpm, self.tpm, tokens, request_id, WINDOW_MS]
+            )
+            if code == 0:
+                self._ids[(model, tokens)] = request_id
+                return
+            if code == 2:
+                reason = (
+                    self.redis.get(names.key_llm(model, "stopped")) or b"per-day quota exhausted"
+                )
+                raise QuotaExhausted(model, reason.decode(), int(wait_ms) / 1000, daily=True)
+            wait = int(wait_ms) / 1000
+            if time.monotonic() + wait > deadline:
+                raise QuotaExhausted(
+                    model,
+                    f"rate limit: would wait {wait:.1f}s, more than {max_wait:g}s",
+                    wait,
+                    daily=False,
+                )
+            log.info("rate limit for %s: waiting %.2fs", model, wait)
+            time.sleep(wait + random.uniform(0, 0.05))  # jitter: workers do not wake in lockstep
+
+    def settle(self, model: str, estimated: int, actual: int) -> None:
+        request_id = self._ids.pop((model, estimated), None)
+        if request_id is None or actual == estimated:
+            return
+        self._settle(
+            keys=[names.key_llm(model, "tokens")],
+            args=[f"{request_id}:{estimated}", f"{request_id}:{actual}"],
+        )
+
+    def back_off(self, model: str, seconds: float, daily: bool, reason: str) -> None:
+        ms = max(1, int(seconds * 1000))
+        if daily:
+            log.warning(
+                "LLM %s: per-day quota exhausted; exploring stops for %.0fs: %s",
+                model,
+                seconds,
+                reason,
+            )
+            self.redis.set(names.key_llm(model, "stopped"), reason[:500], px=ms)
+            return
+        log.info("LLM %s: 429, every worker backs off %.1fs", model, seconds)
+        key = names.key_llm(model, "backoff")
+        current = self.redis.pttl(key)
+        if current is None or int(current) < ms:
+            self.redis.set(key, reason[:500], px=ms)
+
+    def stopped(self, model: str) -> str | None:
+        value = self.redis.get(names.key_llm(model, "stopped"))
+        return value.decode() if value else None
+
+
+class RedisExploreState:
+    def __init__(self, redis: Any) -> None:
+        self.redis = redis
+        self._session_limit = _script(redis, "session_limit.lua")
+
+    def take_flight(self, fingerprint: str, failure_id: str, ttl: int) -> str | None:
+        """Become the one explorer of this root cause; else return who is."""
+        key = names.key_explore_flight(fingerprint)
+        if self.redis.set(key, failure_id, nx=True, ex=ttl):
+            return None
+        owner = self.redis.get(key)
+        return owner.decode() if owner else None
+
+    def land(self, fingerprint: str) -> None:
+        self.redis.delete(names.key_explore_flight(fingerprint))
+
+    def finish(self, fingerprint: str, record: dict[str, Any]) -> None:
+        self.redis.set(names.key_explore_done(fingerprint), json.dumps(record), ex=DONE_TTL)
+
+    def finished(self, fingerprint: str) -> dict[str, Any] | None:
+        value = self.redis.get(names.key_explore_done(fingerprint))
+        return json.loads(value) if value else None
+
+    def take_session(self, session_id: str, limit: int, ttl: int) -> int:
+        """The session's number under ``session_id``, or -1 when the budget is used up."""
+        return int(
+            self._session_limit(keys=[names.key_session_budget(session_id)], args=[limit, ttl])
+        )
+
+    def remember(self, proposal_id: str, vector: list[float], rule_yaml: str) -> None:
+        entry = json.dumps({"vector": vector, "rule_yaml": rule_yaml, "proposal_id": proposal_id})
+        self.redis.hset(names.KEY_EXPLORE_CACHE, proposal_id, entry)
+        if self.redis.hlen(names.KEY_EXPLORE_CACHE) > CACHE_MAX:
+            oldest = self.redis.hkeys(names.KEY_EXPLORE_CACHE)[: CACHE_MAX // 10]
+            self.redis.hdel(names.KEY_EXPLORE_CACHE, *oldest)
+
+    def cached(self) -> list[dict[str, Any]]:
+        return [json.loads(v) for v in self.redis.hvals(names.KEY_EXPLORE_CACHE)]

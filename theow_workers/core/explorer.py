@@ -1,0 +1,288 @@
+"""Exploring one unmatched failure, in the order DESIGN §4 sets.
+
+1. Same root cause (fingerprint) already explored → reuse its outcome; being
+   explored right now → come back later (``InFlight``). One LLM session per
+   root cause, fleet-wide.
+2. Semantic session cache: a recent proposal whose rule *validates against
+   these facts* is reused, its params re-bound to them.
+3. Session budget per session id; 4. the global rate limit (inside the gateway);
+5. the tool session itself, recorded whatever its outcome.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from theow_workers.core.explore import ExplorationContext, render_prompt, result_of
+from theow_workers.core.llm import Budget, Outcome, QuotaExhausted, SessionResult, Tool
+from theow_workers.core.matching import evaluate
+from theow_workers.core.rules import Rule, RuleError, parse_rule
+
+log = logging.getLogger("theow.explorer")
+
+CACHE_SIMILARITY = 0.6  # below this a cached proposal is not even validated
+
+
+@dataclass
+class Exploration:
+    failure_id: str
+    fingerprint: str
+    outcome: str
+    reason: str = ""
+    session_id: str = ""
+    rule: str | None = None
+    models: list[str] = field(default_factory=list)
+    turns: int = 0
+    tool_calls: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: float = 0.0
+    proposal_id: str | None = None
+    transcript: list[dict[str, Any]] = field(default_factory=list)
+    bound: list[dict[str, Any]] = field(default_factory=list)  # actions re-bound on a cache hit
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    id: str = field(default_factory=lambda: str(uuid.uuid4()))
+
+    def summary(self) -> dict[str, Any]:
+        """What the client reads as the exploration's outcome."""
+        return {
+            "exploration_id": self.id,
+            "failure_id": self.failure_id,
+            "outcome": self.outcome,
+            "proposal_id": self.proposal_id,
+            "rule": self.rule,
+            "reason": self.reason,
+            "actions": self.bound,
+            "tokens_in": self.tokens_in,
+            "tokens_out": self.tokens_out,
+            "cost": round(self.cost, 6),
+        }
+
+
+class InFlight(Exception):
+    """Another session is exploring this root cause right now."""
+
+    def __init__(self, fingerprint: str, owner: str) -> None:
+        super().__init__(f"root cause {fingerprint} is being explored for failure {owner}")
+        self.fingerprint = fingerprint
+        self.owner = owner
+
+
+class ExploreState(Protocol):
+    def take_flight(self, fingerprint: str, failure_id: str, ttl: int) -> str | None: ...
+    def land(self, fingerprint: str) -> None: ...
+    def finish(self, fingerprint: str, record: dict[str, Any]) -> None: ...
+    def finished(self, fingerprint: str) -> dict[str, Any] | None: ...
+    def take_session(self, session_id: str, limit: int, ttl: int) -> int: ...
+    def remember(self, proposal_id: str, vector: list[float], rule_yaml: str) -> None: ...
+    def cached(self) -> list[dict[str, Any]]: ...
+
+
+class ExplorationSink(Protocol):
+    def add_exploration(self, exploration: Any, proposal: dict[str, Any] | None = None) -> None: ...
+
+
+class Gateway(Protocol):
+    def tool_session(
+        self, prompt: str, tools: Sequence[Tool], budget: Budget, use_secondary: bool = False
+    ) -> SessionResult: ...
+
+
+@dataclass(frozen=True)
+class ExploreSettings:
+    budget: Budget = Budget()
+    session_limit: int = 20
+    session_ttl: int = 3600
+    flight_ttl: int = 900
+    prices: dict[str, tuple[float, float]] = field(default_factory=dict)  # model -> $/1M in, out
+
+
+def cost_of(result: SessionResult, prices: dict[str, tuple[float, float]]) -> float:
+    """Dollars for a session; a session that switched models is priced at its last one."""
+    model = result.models[-1] if result.models else ""
+    price_in, price_out = prices.get(model, prices.get(model.split("/")[-1], (0.0, 0.0)))
+    return (result.tokens_in * price_in + result.tokens_out * price_out) / 1_000_000
+
+
+def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=False))
+    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    return dot / norm if norm else 0.0
+
+
+class ExploreService:
+    def __init__(
+        self,
+        state: ExploreState,
+        sink: ExplorationSink,
+        gateway: Callable[[], Gateway],
+        embed: Callable[[str], list[float]],
+        settings: ExploreSettings = ExploreSettings(),
+        regex_timeout: float = 0.05,
+    ) -> None:
+        self.state = state
+        self.sink = sink
+        self.gateway = gateway
+        self.embed = embed
+        self.settings = settings
+        self.regex_timeout = regex_timeout
+
+    def explore(
+        self,
+        failure_id: str,
+        fingerprint: str,
+        facts: dict[str, Any],
+        context: ExplorationContext,
+        query: str,
+        session_id: str,
+        rule: Rule | None = None,
+    ) -> Exploration:
+        """Decide and record one exploration; raises InFlight to be retried later."""
+        base = Exploration(failure_id, fingerprint, Outcome.ERROR.value, session_id=session_id)
+        if rule is not None:
+            base.rule = rule.name
+        done = self.state.finished(fingerprint) if rule is None else None
+        if done is not None:
+            log.info(
+                "failure %s: root cause already explored (%s)", failure_id, done.get("outcome")
+            )
+            return self._record(base, Outcome.DEDUPLICATED, f"same root cause as failure {done['failure_id']}",
+                                proposal_id=done.get("proposal_id"))  # fmt: skip
+        owner = self.state.take_flight(fingerprint, failure_id, self.settings.flight_ttl)
+        if owner is not None and owner != failure_id:
+            raise InFlight(fingerprint, owner)
+        try:
+            return self._explore(base, facts, context, query, session_id, rule)
+        finally:
+            self.state.land(fingerprint)
+
+    def _explore(
+        self,
+        base: Exploration,
+        facts: dict[str, Any],
+        context: ExplorationContext,
+        query: str,
+        session_id: str,
+        rule: Rule | None,
+    ) -> Exploration:
+        vector = self.embed(query)
+        if rule is None:
+            hit = self._cache_hit(vector, facts)
+            if hit is not None:
+                proposal_id, bound = hit
+                log.info("failure %s: session cache hit, proposal %s", base.failure_id, proposal_id)
+                base.bound = bound
+                result = self._record(base, Outcome.CACHE_HIT, "a cached proposal validates against these facts",
+                                      proposal_id=proposal_id)  # fmt: skip
+                self.state.finish(base.fingerprint, result.summary())
+                return result
+        number = self.state.take_session(
+            session_id, self.settings.session_limit, self.settings.session_ttl
+        )
+        if number < 0:
+            log.info("failure %s: session limit %d reached for %s", base.failure_id,
+                     self.settings.session_limit, session_id)  # fmt: skip
+            return self._record(base, Outcome.LIMIT,
+                                f"session limit of {self.settings.session_limit} reached for {session_id}")  # fmt: skip
+
+        budget, prompt, tools, use_secondary = (
+            self.settings.budget,
+            render_prompt(facts),
+            context.meta_tools(),
+            False,
+        )
+        if rule is not None and rule.llm_config is not None:
+            config = rule.llm_config
+            budget = Budget.from_constraints(config.constraints, budget)
+            prompt = render_prompt(facts, extra=config.prompt_template)
+            tools = [
+                t for t in tools if t.name in {"test_rule", "submit_rule", "give_up", *config.tools}
+            ]
+            use_secondary = config.use_secondary
+        tools = tools + context.extra_tools
+        try:
+            session = self.gateway().tool_session(
+                prompt, tools, budget, use_secondary=use_secondary
+            )
+        except QuotaExhausted as exc:
+            log.warning("failure %s: rate limited: %s", base.failure_id, exc)
+            return self._record(base, Outcome.RATE_LIMITED, str(exc))
+        return self._from_session(base, session, vector)
+
+    def _from_session(
+        self, base: Exploration, session: SessionResult, vector: list[float]
+    ) -> Exploration:
+        base.models, base.turns, base.transcript = session.models, session.turns, session.transcript
+        base.tool_calls, base.tokens_in, base.tokens_out = (
+            len(session.tool_calls),
+            session.tokens_in,
+            session.tokens_out,
+        )
+        base.cost = cost_of(session, self.settings.prices)
+        result = result_of(session.payload)
+        if session.outcome is Outcome.PROPOSAL and result is not None:
+            proposal_id = str(uuid.uuid4())
+            proposal = {
+                "id": proposal_id,
+                "rule_name": result.rule.name,
+                "rule_yaml": result.rule_yaml,
+                "diffs": [d.to_dict() for d in result.actions],
+                "status": "pending",
+            }
+            base.bound = result.bound
+            recorded = self._record(base, Outcome.PROPOSAL, session.reason or f"proposed rule {result.rule.name}",
+                                    proposal_id=proposal_id, proposal=proposal)  # fmt: skip
+            self.state.remember(proposal_id, vector, result.rule_yaml)
+            self.state.finish(base.fingerprint, recorded.summary())
+            return recorded
+        reason = session.reason or str(session.payload.get("reason", ""))
+        recorded = self._record(base, session.outcome, reason)
+        if session.outcome in (Outcome.GAVE_UP, Outcome.DONE):
+            self.state.finish(base.fingerprint, recorded.summary())
+        return recorded
+
+    def _cache_hit(
+        self, vector: list[float], facts: dict[str, Any]
+    ) -> tuple[str, list[dict[str, Any]]] | None:
+        """The most similar cached proposal whose rule validates against ``facts``."""
+        entries = sorted(
+            ((_cosine(vector, e["vector"]), e) for e in self.state.cached()),
+            key=lambda p: p[0],
+            reverse=True,
+        )
+        for similarity, entry in entries:
+            if similarity < CACHE_SIMILARITY:
+                break
+            try:
+                cached_rule = parse_rule(entry["rule_yaml"])
+            except RuleError:
+                continue
+            match = evaluate(cached_rule, facts, regex_timeout=self.regex_timeout)
+            if match.ok:
+                return entry["proposal_id"], [
+                    {"action": a.action, "params": a.params} for a in match.actions
+                ]
+        return None
+
+    def _record(
+        self,
+        exploration: Exploration,
+        outcome: Outcome,
+        reason: str,
+        proposal_id: str | None = None,
+        proposal: dict[str, Any] | None = None,
+    ) -> Exploration:
+        exploration.outcome, exploration.reason, exploration.proposal_id = (
+            outcome.value,
+            reason,
+            proposal_id,
+        )
+        self.sink.add_exploration(exploration, proposal)
+        log.info("failure %s: exploration %s (%s)", exploration.failure_id, outcome.value, reason)
+        return exploration

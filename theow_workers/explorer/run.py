@@ -1,0 +1,128 @@
+"""Wiring one exploration request to the services of this worker process.
+
+The ``theow.explore`` task calls :func:`explore_failure` with
+``{"failure_id": ..., "rule": name-or-None, "session_id": ...}``; the failure's
+facts come from SQL (the resolver recorded them, secrets masked).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from theow_client import names
+from theow_workers.core.explore import ExplorationContext
+from theow_workers.core.explorer import Exploration, ExploreService, ExploreSettings
+from theow_workers.core.llm import Budget, Outcome, offered
+from theow_workers.core.proposal import Repository
+from theow_workers.core.query import query_text
+from theow_workers.explorer.tools import Workspace, deployment_tools, read_log_tool
+from theow_workers.runtime import Runtime
+
+
+def enqueue(runtime: Runtime, failure_id: str, rule: str | None, session_id: str | None) -> str:
+    """Send a failure to the explore queue; the reason the verdict gives."""
+    from theow_workers.celery_app import app
+
+    request = {"failure_id": failure_id, "rule": rule, "session_id": session_id}
+    task_id = names.explore_task_id(failure_id)
+    app.send_task(names.TASK_EXPLORE, args=[request], task_id=task_id, queue=names.QUEUE_EXPLORE)
+    what = f"probabilistic rule {rule}" if rule else "no rule matched"
+    return f"{what}; sent to an explorer (task {task_id})"
+
+
+def default_session_id() -> str:
+    """An hourly window: ``session_limit`` LLM sessions per hour unless a job names its own."""
+    return "hour:" + datetime.now(UTC).strftime("%Y-%m-%dT%H")
+
+
+def service(runtime: Runtime) -> ExploreService:
+    from theow_workers.adapters.explore_sql import ExploreStore
+    from theow_workers.adapters.gemini import gateway_from_settings
+    from theow_workers.adapters.redis_state import RedisExploreState, RedisLimiter
+
+    s = runtime.settings
+    limiter = RedisLimiter(runtime.redis, s.llm_requests_per_minute, s.llm_tokens_per_minute)
+    budget = Budget(
+        max_tool_calls=s.llm_max_tool_calls,
+        max_tokens=s.llm_max_tokens,
+        max_wait_seconds=s.llm_max_wait_seconds,
+    )
+    return ExploreService(
+        state=RedisExploreState(runtime.redis),
+        sink=ExploreStore(runtime.store),
+        gateway=lambda: gateway_from_settings(s, limiter),
+        embed=lambda text: runtime.embedder.embed([text])[0],
+        settings=ExploreSettings(
+            budget=budget,
+            session_limit=s.session_limit,
+            flight_ttl=s.explore_time_limit,
+            prices=s.llm_prices,
+        ),
+        regex_timeout=s.regex_timeout,
+    )
+
+
+def explore_failure(
+    runtime: Runtime, request: dict[str, Any], explorer: ExploreService
+) -> Exploration:
+    from theow_workers.adapters.explore_sql import ExploreStore
+
+    failure_id = str(request["failure_id"])
+    row = ExploreStore(runtime.store).failure(failure_id)
+    if row is None:
+        raise LookupError(f"failure {failure_id} is not in the database")
+    facts = dict(row.facts)
+    s = runtime.settings
+    if not s.explore:
+        exploration = Exploration(failure_id, row.fingerprint, Outcome.ERROR.value,
+                                  reason="THEOW_EXPLORE is not set on this worker: exploring is off")  # fmt: skip
+        ExploreStore(runtime.store).add_exploration(exploration)
+        return exploration
+
+    knowledge = runtime.knowledge()
+    rule = knowledge.book.get(request["rule"]) if request.get("rule") else None
+    actions_dir = Path(s.actions_dir).resolve()
+    repo = Repository(
+        rule_names=frozenset(r.name for r in knowledge.rules.rules),
+        action_files={spec.name: Path(spec.source_file) for spec in knowledge.actions},
+        actions_dir=actions_dir,
+        root=actions_dir.parent,
+    )
+
+    def search(query: str, kind: str, limit: int) -> Any:
+        return runtime.index.search(runtime.embedder.embed([query])[0], kind=kind, limit=limit)
+
+    context = ExplorationContext(
+        facts, knowledge.rules.rules, knowledge.actions, repo, search, s.regex_timeout
+    )
+    workspace = Workspace(facts)
+    try:
+        candidates = [read_log_tool(facts), *workspace.tools(), *deployment_tools(s.explore_tools)]
+        context.extra_tools = offered(candidates, s.explore_permissions)
+        return explorer.explore(
+            failure_id,
+            row.fingerprint,
+            facts,
+            context,
+            query_text(facts),
+            session_id=request.get("session_id") or default_session_id(),
+            rule=rule,
+        )
+    finally:
+        workspace.close()
+
+
+def record_explore_error(runtime: Runtime, request: dict[str, Any], reason: str) -> dict[str, Any]:
+    """Record an exploration that could not finish, so the failure keeps one outcome."""
+    from theow_workers.adapters.explore_sql import ExploreStore
+
+    failure_id = str(request["failure_id"])
+    store = ExploreStore(runtime.store)
+    row = store.failure(failure_id)
+    exploration = Exploration(
+        failure_id, row.fingerprint if row else "", Outcome.ERROR.value, reason=reason
+    )
+    store.add_exploration(exploration)
+    return exploration.summary()
