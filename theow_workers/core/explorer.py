@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from theow_workers.core.explore import ExplorationContext, render_prompt, result_of
-from theow_workers.core.llm import Budget, Outcome, QuotaExhausted, SessionResult, Tool
+from theow_workers.core.llm import Budget, ModelError, Outcome, QuotaExhausted, SessionResult, Tool
 from theow_workers.core.matching import evaluate
 from theow_workers.core.rules import Rule, RuleError, parse_rule
 
@@ -212,19 +212,27 @@ class ExploreService:
             )
         except QuotaExhausted as exc:
             log.warning("failure %s: rate limited: %s", base.failure_id, exc)
+            self._account(base, exc.partial)
             return self._record(base, Outcome.RATE_LIMITED, str(exc))
+        except ModelError as exc:
+            log.warning("failure %s: the model failed: %s", base.failure_id, exc)
+            self._account(base, exc.partial)
+            return self._record(base, Outcome.ERROR, f"the model failed: {exc}")
         return self._from_session(base, session, vector)
+
+    def _account(self, base: Exploration, session: SessionResult | None) -> None:
+        """Copy what a session used onto its record: tokens and cost count even when it failed."""
+        if session is None:
+            return
+        base.models, base.turns, base.transcript = session.models, session.turns, session.transcript
+        base.tool_calls = len(session.tool_calls)
+        base.tokens_in, base.tokens_out = session.tokens_in, session.tokens_out
+        base.cost = cost_of(session, self.settings.prices)
 
     def _from_session(
         self, base: Exploration, session: SessionResult, vector: list[float]
     ) -> Exploration:
-        base.models, base.turns, base.transcript = session.models, session.turns, session.transcript
-        base.tool_calls, base.tokens_in, base.tokens_out = (
-            len(session.tool_calls),
-            session.tokens_in,
-            session.tokens_out,
-        )
-        base.cost = cost_of(session, self.settings.prices)
+        self._account(base, session)
         result = result_of(session.payload)
         if session.outcome is Outcome.PROPOSAL and result is not None:
             proposal_id = str(uuid.uuid4())

@@ -1,0 +1,1 @@
+"""Fakes of outside services the tests cannot run for real (only Gemini so far)."""

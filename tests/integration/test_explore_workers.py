@@ -1,0 +1,143 @@
+"""Exploration end to end: client → resolver → explore queue → explorer workers → fake Gemini → SQL.
+
+The real google-genai client in each explorer worker process talks to a fake
+Gemini server on loopback (THEOW_GEMINI_BASE_URL). The fake's "brain" plays a
+model that reads the failure, proposes a rule for it, and, when told that a
+submission was rejected, corrects it.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from sqlalchemy import func, select
+
+from tests.fakes.gemini_server import (
+    FakeGemini,
+    function_call,
+    function_responses,
+    quota_error,
+    user_texts,
+)
+from theow_client import Status
+from theow_workers.adapters.explore_sql import ExplorationRow, ExploreStore, ProposalRow
+
+pytestmark = pytest.mark.integration
+
+MODEL = "gemini-2.5-flash"
+CAUSE = re.compile(r"component (\w+) failed: code=(\d+)")
+
+
+def rule_for(cause: str, regex: str | None = None) -> str:
+    regex = regex or rf"component {cause} failed: code=(?P<code>\d+)"
+    return (
+        f"name: component_{cause}_failure\n"
+        f"description: The {cause} component fails with an exit code.\n"
+        "mode: track\n"
+        "when:\n"
+        "  - fact: stderr\n"
+        f"    regex: '{regex}'\n"
+    )
+
+
+def proposing_brain(model: str, body: dict) -> dict:
+    """Submit a rule for the cause named in the log; fix it if it comes back rejected."""
+    cause = CAUSE.search("\n".join(user_texts(body))).group(1)
+    rejected = [r for r in function_responses(body) if "rejected" in str(r)]
+    if cause == "fussy" and not rejected:  # first a rule that does not match, to be corrected
+        return function_call(
+            "submit_rule", rule_yaml=rule_for(cause, "component fussy exploded"), actions=[]
+        )
+    return function_call("submit_rule", rule_yaml=rule_for(cause), actions=[])
+
+
+def failure(cause: str, n: int) -> dict:
+    return {
+        "stderr": f"build step {n}\nERROR: component {cause} failed: code={n}\n",
+        "job": f"job-{n}",
+    }
+
+
+@pytest.fixture
+def explorers(fleet, monkeypatch):
+    fake = FakeGemini(proposing_brain).start()
+    monkeypatch.setenv("THEOW_EXPLORE", "1")
+    monkeypatch.setenv("GEMINI_API_KEY", "test-key-not-secret")
+    monkeypatch.setenv("THEOW_GEMINI_BASE_URL", fake.url)
+    monkeypatch.setenv("THEOW_LLM", f"gemini/{MODEL}")
+
+    def start(count: int = 1) -> None:
+        fleet.start_worker()
+        for i in range(count):
+            name = f"explorer{i}"
+            fleet.stack.start_worker(["explore"], concurrency=1, name=name)
+            fleet.wait_for_worker(name)
+
+    yield fake, start
+    fake.stop()
+
+
+def count(store, model, **where) -> int:
+    with store.session() as s:
+        query = select(func.count()).select_from(model)
+        for key, value in where.items():
+            query = query.where(getattr(model, key) == value)
+        return int(s.execute(query).scalar_one())
+
+
+def test_an_unknown_failure_is_explored_into_a_pending_proposal_after_one_correction(
+    fleet, explorers
+):
+    fake, start = explorers
+    start()
+    ticket = fleet.client().submit(failure("fussy", 7), explore=True)
+    verdict = ticket.wait(60)
+    assert verdict.status is Status.EXPLORING
+    outcome = ticket.wait_exploration(120)
+    assert outcome["outcome"] == "proposal", outcome
+    assert fake.sessions(MODEL) == 1
+    assert len(fake.bodies(MODEL)) == 2  # the rejected submission, then the corrected one
+
+    store = ExploreStore(fleet.store())
+    (proposal,) = store.proposals(status="pending")
+    assert proposal.id == outcome["proposal_id"]
+    assert proposal.rule_name == "component_fussy_failure"
+    assert "component fussy failed" in proposal.rule_yaml
+    (exploration,) = store.explorations(ticket.failure_id)
+    assert exploration.turns == 2 and exploration.tokens_in > 0 and exploration.cost > 0
+    assert exploration.models == [MODEL]
+    assert "test-key-not-secret" not in str(exploration.transcript)
+
+
+def test_fifty_failures_from_five_root_causes_cost_exactly_five_sessions(fleet, explorers):
+    fake, start = explorers
+    start(count=2)
+    client = fleet.client()
+    causes = ["alpha", "bravo", "charlie", "delta", "echo"]
+    tickets = [client.submit(failure(causes[i % 5], i), explore=True) for i in range(50)]
+    outcomes = [t.wait_exploration(240)["outcome"] for t in tickets]
+
+    assert fake.sessions(MODEL) == 5
+    assert outcomes.count("proposal") == 5
+    assert set(outcomes) <= {"proposal", "deduplicated", "cache_hit"}
+    store = fleet.store()
+    assert count(store, ProposalRow) == 5
+    assert count(store, ExplorationRow) == 50  # every failure has its recorded outcome
+
+
+def test_a_per_day_quota_stops_exploring_and_says_why(fleet, explorers):
+    fake, start = explorers
+    fake.brain = lambda model, body: quota_error(per_day=True, retry_delay="3600s", model=model)
+    start()
+    client = fleet.client()
+    first = client.submit(failure("alpha", 1), explore=True)
+    assert first.wait_exploration(120)["outcome"] == "rate_limited"
+    requests_after_first = len(fake.requests)
+    second = client.submit(failure("bravo", 2), explore=True)
+    outcome = second.wait_exploration(120)
+    assert outcome["outcome"] == "rate_limited"
+    assert "quota" in outcome["reason"].lower()
+    time.sleep(0.2)
+    assert len(fake.requests) == requests_after_first  # no request reached the model
