@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
 
 from theow_client.names import DEFAULT_MILVUS_URI, DEFAULT_REDIS_URL
 
@@ -45,7 +45,7 @@ class Settings(BaseModel):
     explore: bool = False
     llm: str = "gemini/gemini-2.5-flash"
     llm_secondary: str = ""
-    gemini_api_key: str = ""
+    gemini_api_key: SecretStr = SecretStr("")  # never printed: repr shows **********
     gemini_base_url: str = ""
     # Global limits per model, shared by every explorer worker through Redis.
     llm_requests_per_minute: int = 60
@@ -77,6 +77,18 @@ class Settings(BaseModel):
     regex_timeout: float = 0.05
     fact_limit: int = 64 * 1024
     worker_concurrency: int = 2
+
+    # Replay (theow_workers/replay): small chunks, a bounded number queued, a separate
+    # worker at lower CPU priority so live resolves come first.
+    replay_chunk_size: int = 25
+    replay_in_flight: int = 8
+    replay_concurrency: int = 2
+    replay_nice: int = 10
+    replay_max_line_bytes: int = 16 * 1024 * 1024
+    # Tokens one exploration session is estimated to use: replay reports price their
+    # unmatched groups with these and llm_prices (estimates, not measurements).
+    llm_session_input_tokens: int = 100_000
+    llm_session_output_tokens: int = 5_000
 
     @property
     def sqlalchemy_url(self) -> str:

@@ -78,6 +78,7 @@ def fleet(
     rules, actions = tmp_path / "rules", tmp_path / "actions"
     shutil.copytree(FIXTURES / "rules", rules)
     shutil.copytree(FIXTURES / "actions", actions)
+    shutil.copytree(FIXTURES / "prompts", tmp_path / "prompts")  # file:// prompt templates
     env = {
         "THEOW_HOME": str(home),
         "THEOW_REDIS_URL": redis_url,

@@ -16,9 +16,11 @@ from sqlalchemy import func, select
 
 from tests.fakes.gemini_server import (
     FakeGemini,
+    declared,
     function_call,
     function_responses,
     quota_error,
+    text,
     user_texts,
 )
 from theow_client import Status
@@ -141,3 +143,35 @@ def test_a_per_day_quota_stops_exploring_and_says_why(fleet, explorers):
     assert "quota" in outcome["reason"].lower()
     time.sleep(0.2)
     assert len(fake.requests) == requests_after_first  # no request reached the model
+
+
+def test_a_probabilistic_rule_runs_its_own_prompt_and_tools_and_succeeds_only_when_done(
+    fleet, explorers
+):
+    fake, start = explorers
+
+    def investigator(model: str, body: dict) -> dict:
+        if not function_responses(body):
+            assert "Investigate this unusual failure" in "\n".join(user_texts(body))
+            return function_call("read_log", start_line=-5, lines=5)
+        return text("The widget ran out of pressure.\nDONE")
+
+    fake.brain = investigator
+    start()
+    ticket = fleet.client().submit(
+        {"stderr": "boot\nNEEDS_INVESTIGATION: widget 4\n"}, explore=True
+    )
+    verdict = ticket.wait(60)
+    assert (verdict.status, verdict.rule, verdict.mode) == (
+        Status.EXPLORING,
+        "tf_investigate",
+        "explore",
+    )
+    outcome = ticket.wait_exploration(120)
+    assert outcome["outcome"] == "done"
+    assert outcome["rule"] == "tf_investigate"
+    offered = set(declared(fake.bodies(MODEL)[0]))
+    assert offered == {"test_rule", "submit_rule", "give_up", "read_log"}
+
+    ungated = fleet.client().submit({"stderr": "NEEDS_INVESTIGATION again"}).wait(60)
+    assert ungated.status is Status.UNMATCHED  # without explore=True no LLM session runs

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import re
 import time
 from collections.abc import Sequence
@@ -56,6 +57,9 @@ NUDGE = "Call a tool: submit_rule or give_up"
 WARNING = "You have {calls} tool calls / {tokens} tokens left: call submit_rule or give_up now."
 _DONE = re.compile(r"^\s*done\s*$", re.I | re.M)
 _DELAY = re.compile(r"^\s*([0-9.]+)s\s*$")
+
+
+log = logging.getLogger("theow.llm")
 
 
 class GeminiGateway:
@@ -271,6 +275,7 @@ class GeminiGateway:
         args = dict(call.args or {})
         record = ToolCallRecord(name=name, args=args)
         result.tool_calls.append(record)
+        log.info("%s: tool call %s(%s)", self.model, name, ", ".join(sorted(args))[:200])
         response: dict[str, Any]
         try:
             tool = by_name.get(name)
@@ -284,6 +289,7 @@ class GeminiGateway:
             raise
         except ToolError as exc:
             record.error = str(exc)
+            log.info("%s: tool %s refused: %s", self.model, name, record.error[:300])
             response = {"error": record.error}
         except Exception as exc:  # a tool's bug is the model's information, not our crash
             record.error = f"{type(exc).__name__}: {exc}"
@@ -323,7 +329,10 @@ def gateway_from_settings(
                 f"setting {setting!r}: provider {provider!r} is not supported (only gemini/...)"
             )
         return GeminiGateway(
-            model, settings.gemini_api_key, settings.gemini_base_url or None, shared
+            model,
+            settings.gemini_api_key.get_secret_value(),
+            settings.gemini_base_url or None,
+            shared,
         )
 
     primary = build("llm", settings.llm)

@@ -125,7 +125,10 @@ class ExploreService:
         embed: Callable[[str], list[float]],
         settings: ExploreSettings = ExploreSettings(),
         regex_timeout: float = 0.05,
+        load_prompt: Callable[[str], str] = lambda template: template,
     ) -> None:
+        """``load_prompt`` turns a rule's ``prompt_template`` (inline or ``file://``) into text."""
+        self.load_prompt = load_prompt
         self.state = state
         self.sink = sink
         self.gateway = gateway
@@ -200,12 +203,12 @@ class ExploreService:
         if rule is not None and rule.llm_config is not None:
             config = rule.llm_config
             budget = Budget.from_constraints(config.constraints, budget)
-            prompt = render_prompt(facts, extra=config.prompt_template)
-            tools = [
-                t for t in tools if t.name in {"test_rule", "submit_rule", "give_up", *config.tools}
-            ]
+            prompt = render_prompt(facts, extra=self.load_prompt(config.prompt_template))
+            wanted = {"test_rule", "submit_rule", "give_up", *config.tools}
+            tools = [t for t in [*tools, *context.extra_tools] if t.name in wanted]
             use_secondary = config.use_secondary
-        tools = tools + context.extra_tools
+        else:
+            tools = tools + context.extra_tools
         try:
             session = self.gateway().tool_session(
                 prompt, tools, budget, use_secondary=use_secondary

@@ -61,7 +61,20 @@ def service(runtime: Runtime) -> ExploreService:
             prices=s.llm_prices,
         ),
         regex_timeout=s.regex_timeout,
+        load_prompt=lambda template: load_prompt(template, Path(s.rules_dir)),
     )
+
+
+def load_prompt(template: str, rules_dir: Path) -> str:
+    """An inline prompt, or ``file://PATH`` relative to the rules' parent directory (or absolute)."""
+    if not template.startswith("file://"):
+        return template
+    relative = template.removeprefix("file://")
+    for base in (rules_dir.resolve().parent, rules_dir.resolve()):
+        path = base / relative
+        if path.is_file():
+            return path.read_text(encoding="utf-8")
+    raise FileNotFoundError(f"prompt template {template!r} not found next to {rules_dir}")
 
 
 def explore_failure(
