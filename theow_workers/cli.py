@@ -17,12 +17,16 @@ from rich.table import Table
 
 from theow_workers.config import ConfigError, Settings
 from theow_workers.core.actions import ActionLoadError
+from theow_workers.review.cli import failures_app, meow_command, review_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 rules_app = typer.Typer(no_args_is_help=True, help="Check, test and index rules.")
 db_app = typer.Typer(no_args_is_help=True, help="The SQL schema.")
 app.add_typer(rules_app, name="rules")
 app.add_typer(db_app, name="db")
+app.add_typer(review_app, name="review")
+app.add_typer(failures_app, name="failures")
+app.command("meow")(meow_command)
 
 out = Console()
 err = Console(stderr=True)

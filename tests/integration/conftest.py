@@ -109,3 +109,24 @@ def fleet(
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@pytest.fixture
+def explorers(fleet, monkeypatch):
+    from tests.fakes.gemini_server import FakeGemini
+
+    fake = FakeGemini().start()  # give it a brain in the test: fake.brain = ...
+    monkeypatch.setenv("THEOW_EXPLORE", "1")
+    monkeypatch.setenv("GEMINI_API_KEY", "test-key-not-secret")
+    monkeypatch.setenv("THEOW_GEMINI_BASE_URL", fake.url)
+    monkeypatch.setenv("THEOW_LLM", "gemini/gemini-2.5-flash")
+
+    def start(count: int = 1) -> None:
+        fleet.start_worker()
+        for i in range(count):
+            name = f"explorer{i}"
+            fleet.stack.start_worker(["explore"], concurrency=1, name=name)
+            fleet.wait_for_worker(name)
+
+    yield fake, start
+    fake.stop()

@@ -15,7 +15,6 @@ import pytest
 from sqlalchemy import func, select
 
 from tests.fakes.gemini_server import (
-    FakeGemini,
     declared,
     function_call,
     function_responses,
@@ -62,25 +61,6 @@ def failure(cause: str, n: int) -> dict:
     }
 
 
-@pytest.fixture
-def explorers(fleet, monkeypatch):
-    fake = FakeGemini(proposing_brain).start()
-    monkeypatch.setenv("THEOW_EXPLORE", "1")
-    monkeypatch.setenv("GEMINI_API_KEY", "test-key-not-secret")
-    monkeypatch.setenv("THEOW_GEMINI_BASE_URL", fake.url)
-    monkeypatch.setenv("THEOW_LLM", f"gemini/{MODEL}")
-
-    def start(count: int = 1) -> None:
-        fleet.start_worker()
-        for i in range(count):
-            name = f"explorer{i}"
-            fleet.stack.start_worker(["explore"], concurrency=1, name=name)
-            fleet.wait_for_worker(name)
-
-    yield fake, start
-    fake.stop()
-
-
 def count(store, model, **where) -> int:
     with store.session() as s:
         query = select(func.count()).select_from(model)
@@ -93,6 +73,7 @@ def test_an_unknown_failure_is_explored_into_a_pending_proposal_after_one_correc
     fleet, explorers
 ):
     fake, start = explorers
+    fake.brain = proposing_brain
     start()
     ticket = fleet.client().submit(failure("fussy", 7), explore=True)
     verdict = ticket.wait(60)
@@ -115,6 +96,7 @@ def test_an_unknown_failure_is_explored_into_a_pending_proposal_after_one_correc
 
 def test_fifty_failures_from_five_root_causes_cost_exactly_five_sessions(fleet, explorers):
     fake, start = explorers
+    fake.brain = proposing_brain
     start(count=2)
     client = fleet.client()
     causes = ["alpha", "bravo", "charlie", "delta", "echo"]

@@ -64,6 +64,7 @@ class ExploreStore:
     """Reads failures and writes explorations and proposals, on a SqlStore's engine."""
 
     def __init__(self, store: SqlStore) -> None:
+        self.sql = store
         self.session = store.session
 
     def failure(self, failure_id: str) -> FailureRow | None:

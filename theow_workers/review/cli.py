@@ -1,0 +1,303 @@
+"""``theow review``, ``theow meow`` and ``theow failures``: looking at what came in and what was learned."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.syntax import Syntax
+from rich.table import Table
+
+review_app = typer.Typer(no_args_is_help=True, help="Review the explorer's proposals.")
+failures_app = typer.Typer(
+    no_args_is_help=True, help="Failures received and what happened to them."
+)
+
+out = Console()
+err = Console(stderr=True)
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    err.print(f"[red]error:[/red] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def _context() -> tuple[Any, Any]:
+    """The settings and an ExploreStore on the configured database (migrated)."""
+    from theow_workers.adapters.explore_sql import ExploreStore
+    from theow_workers.adapters.sql import SqlStore, migrate
+    from theow_workers.config import ConfigError, Settings
+
+    try:
+        settings = Settings.load()
+    except ConfigError as exc:
+        raise _fail(str(exc), 2) from None
+    migrate(settings.sqlalchemy_url)
+    return settings, ExploreStore(SqlStore(settings.sqlalchemy_url))
+
+
+def _exploration(store: Any, exploration_id: str) -> Any:
+    from theow_workers.adapters.explore_sql import ExplorationRow
+
+    with store.session() as s:
+        return s.get(ExplorationRow, exploration_id)
+
+
+@review_app.command("list")
+def review_list(
+    status: Annotated[str | None, typer.Option(help="pending, approved or rejected")] = "pending",
+    as_json: JsonFlag = False,
+) -> None:
+    """Proposals, newest last."""
+    from theow_workers.review.proposals import summary
+
+    if status not in (None, "pending", "approved", "rejected", "all"):
+        raise _fail(f"--status {status!r}: choose pending, approved, rejected or all", 2)
+    _, store = _context()
+    rows = [
+        summary(p, _exploration(store, p.exploration_id))
+        for p in store.proposals(None if status == "all" else status)
+    ]
+    if as_json:
+        print(json.dumps(rows))
+        return
+    table = Table(
+        "id", "rule", "status", "files", "cost $", "created", title=f"{len(rows)} proposal(s)"
+    )
+    for r in rows:
+        table.add_row(r["id"], r["rule"], r["status"], ", ".join(r["files"]) or "-", f"{r['cost']:.4f}",
+                      (r["created_at"] or "")[:19])  # fmt: skip
+    out.print(table)
+
+
+@review_app.command("show")
+def review_show(proposal_id: str, as_json: JsonFlag = False) -> None:
+    """The failure, the rule, the action diffs, tokens and cost."""
+    from theow_workers.core.query import error_lines, log_text
+    from theow_workers.review.proposals import summary
+
+    _, store = _context()
+    proposal = store.proposal(proposal_id)
+    if proposal is None:
+        raise _fail(f"no proposal {proposal_id!r} (see `theow review list`)")
+    exploration = _exploration(store, proposal.exploration_id)
+    failure = store.failure(proposal.failure_id)
+    info = summary(proposal, exploration)
+    if as_json:
+        print(json.dumps({**info, "rule_yaml": proposal.rule_yaml, "diffs": proposal.diffs,
+                          "facts": failure.facts if failure else None}))  # fmt: skip
+        return
+    out.print(
+        f"[bold]proposal {proposal.id}[/bold]  rule [bold]{proposal.rule_name}[/bold]  ({proposal.status})"
+    )
+    if failure is not None:
+        out.print(
+            f"failure {failure.id} received {failure.received_at:%Y-%m-%d %H:%M} from {failure.source}"
+        )
+        for line in error_lines(log_text(failure.facts))[-8:]:
+            out.print(f"  [dim]{line}[/dim]", highlight=False)
+    out.print(Syntax(proposal.rule_yaml, "yaml", theme="ansi_dark"))
+    for change in proposal.diffs:
+        out.print(f"[bold]{change['path']}[/bold]")
+        out.print(Syntax(change["diff"], "diff", theme="ansi_dark"))
+    out.print(f"tokens {info['tokens_in']} in / {info['tokens_out']} out, cost ${info['cost']:.4f}")
+    out.print(f"transcript: theow review transcript {proposal.id}")
+
+
+@review_app.command("transcript")
+def review_transcript(proposal_id: str) -> None:
+    """The LLM session that produced a proposal, as JSON."""
+    _, store = _context()
+    proposal = store.proposal(proposal_id)
+    if proposal is None:
+        raise _fail(f"no proposal {proposal_id!r}")
+    exploration = _exploration(store, proposal.exploration_id)
+    print(json.dumps(exploration.transcript if exploration else [], indent=1))
+
+
+@review_app.command("approve")
+def review_approve(
+    proposal_id: str,
+    edit: Annotated[bool, typer.Option("--edit", help="Edit the rule in $EDITOR first.")] = False,
+) -> None:
+    """Write the rule and apply the action diffs to the working tree (not committed)."""
+    from theow_workers.review.proposals import ReviewError, approve
+
+    settings, store = _context()
+    rule_yaml = None
+    if edit:
+        proposal = store.proposal(proposal_id)
+        if proposal is None:
+            raise _fail(f"no proposal {proposal_id!r}")
+        rule_yaml = _edit(proposal.rule_yaml)
+    try:
+        result = approve(
+            store, proposal_id, Path(settings.rules_dir), Path(settings.actions_dir), rule_yaml
+        )
+    except ReviewError as exc:
+        raise _fail(str(exc)) from None
+    if result.already:
+        out.print(f"proposal {proposal_id} was already approved; nothing to do")
+        return
+    for path in result.written:
+        out.print(f"wrote {path}")
+    _sync(settings)
+    out.print(f"approved {result.rule_name}; commit the files when you are happy with them")
+
+
+@review_app.command("reject")
+def review_reject(
+    proposal_id: str,
+    reason: Annotated[str, typer.Option("--reason", help="Why (kept with the proposal).")],
+) -> None:
+    """Reject a proposal; nothing is written."""
+    from theow_workers.review.proposals import ReviewError, reject
+
+    _, store = _context()
+    try:
+        reject(store, proposal_id, reason)
+    except ReviewError as exc:
+        raise _fail(str(exc)) from None
+    out.print(f"rejected {proposal_id}")
+
+
+def _edit(text: str) -> str:
+    editor = os.environ.get("EDITOR") or os.environ.get("VISUAL") or "vi"
+    with tempfile.NamedTemporaryFile("w", suffix=".rule.yaml", delete=False) as handle:
+        handle.write(text)
+    try:
+        subprocess.run([*editor.split(), handle.name], check=True)
+        return Path(handle.name).read_text()
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise _fail(f"editor {editor!r} failed: {exc}") from None
+    finally:
+        os.unlink(handle.name)
+
+
+def _sync(settings: Any) -> None:
+    """Sync the index now; when Milvus or Redis is down, workers sync on their next poll."""
+    from theow_workers.runtime import Knowledge, Runtime, sync_index
+
+    try:
+        runtime = Runtime(settings)
+        report = sync_index(
+            Knowledge.load(settings.rules_dir, settings.actions_dir),
+            runtime.index,
+            runtime.embedder,
+            runtime.redis,
+        )
+        out.print(f"index synced ({report.added} added, {report.updated} updated)")
+    except Exception as exc:  # the files are written; the index catches up on its own
+        err.print(
+            f"[yellow]index not synced now ({type(exc).__name__}); workers will sync on their next poll[/yellow]"
+        )
+
+
+def meow_command(
+    since: Annotated[str | None, typer.Option(help="Window, e.g. 24h, 7d.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Resolves, explores, hit rate, top and struggling rules, LLM cost (cat)."""
+    from theow_workers.review.stats import meow, parse_duration
+
+    try:
+        window = parse_duration(since) if since else None
+    except ValueError as exc:
+        raise _fail(str(exc), 2) from None
+    _, store = _context()
+    stats = meow(store.sql, window)
+    if as_json:
+        print(json.dumps(stats))
+        return
+    rate = "-" if stats["hit_rate"] is None else f"{stats['hit_rate']:.0%}"
+    out.print(f"(cat) {stats['resolves']} resolves, {stats['explores']} explores, hit rate {rate}"
+              f" over {stats['failures']} failures")  # fmt: skip
+    change = stats["hit_rate_change"]
+    if change["last_approval"]:
+        before, after = change["before"]["hit_rate"], change["after"]["hit_rate"]
+        fmt = lambda v: "-" if v is None else f"{v:.0%}"  # noqa: E731
+        out.print(f"(cat) hit rate {fmt(before)} before the last approval, {fmt(after)} since")
+    out.print(f"(cat) {stats['llm_sessions']} LLM sessions, ${stats['llm_cost']:.4f}; "
+              f"{stats['cache_hits_saved']} reused (about ${stats['estimated_cost_saved']:.4f} saved)")  # fmt: skip
+    out.print(
+        f"(cat) {stats['unmatched_waiting']} unmatched waiting, {stats['proposals_pending']} proposals pending"
+    )
+    for title, key in (("top rules", "top_rules"), ("struggling", "struggling_rules")):
+        if stats[key]:
+            table = Table("rule", "successes", "failures", title=title)
+            for r in stats[key]:
+                table.add_row(r["rule"], str(r["successes"]), str(r["failures"]))
+            out.print(table)
+
+
+@failures_app.command("list")
+def failures_list(
+    status: Annotated[
+        str | None, typer.Option(help="Only failures whose verdict has this status.")
+    ] = None,
+    since: Annotated[str | None, typer.Option(help="Window, e.g. 24h.")] = None,
+    limit: int = 50,
+    as_json: JsonFlag = False,
+) -> None:
+    """Recent failures with their verdicts."""
+    from theow_workers.review.failures import recent
+    from theow_workers.review.stats import parse_duration
+
+    try:
+        window = parse_duration(since) if since else None
+    except ValueError as exc:
+        raise _fail(str(exc), 2) from None
+    _, store = _context()
+    rows = recent(store, status=status, since=window, limit=limit)
+    if as_json:
+        print(json.dumps(rows))
+        return
+    table = Table(
+        "id",
+        "received",
+        "problem_type",
+        "status",
+        "rule",
+        "reason",
+        title=f"{len(rows)} failure(s)",
+    )
+    for r in rows:
+        table.add_row(r["id"], r["received_at"][:19], r["problem_type"] or "", r["status"] or "-",
+                      r["rule"] or "", (r["reason"] or "")[:60])  # fmt: skip
+    out.print(table)
+
+
+@failures_app.command("show")
+def failures_show(failure_id: str, as_json: JsonFlag = False) -> None:
+    """One failure: its facts, every attempt, its verdict and explorations."""
+    from theow_workers.review.failures import detail
+
+    _, store = _context()
+    info = detail(store, failure_id)
+    if info is None:
+        raise _fail(f"no failure {failure_id!r} (see `theow failures list`)")
+    if as_json:
+        print(json.dumps(info))
+        return
+    verdict = info["verdict"] or {}
+    out.print(
+        f"[bold]failure {failure_id}[/bold] from {info['source']} at {info['received_at'][:19]}"
+    )
+    out.print(
+        f"verdict: {verdict.get('status', '-')} {verdict.get('rule') or ''} {verdict.get('reason', '')}"
+    )
+    for a in info["attempts"]:
+        out.print(f"  attempt {a['rule']}: {a['outcome']} {a['error']} ({a['duration_ms']:.0f} ms)")
+    for e in info["explorations"]:
+        out.print(
+            f"  exploration {e['outcome']}: {e['reason']} (proposal {e['proposal_id'] or '-'}, ${e['cost']:.4f})"
+        )
+    for line in info["error_lines"]:
+        out.print(f"  [dim]{line}[/dim]", highlight=False)

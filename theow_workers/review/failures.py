@@ -1,0 +1,98 @@
+"""``theow failures``: what came in, what was tried, and why it ended as it did."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select
+
+from theow_workers.adapters.explore_sql import ExplorationRow, ExploreStore
+from theow_workers.adapters.sql import AttemptRow, FailureRow, VerdictRow
+from theow_workers.core.query import error_lines, log_text
+
+
+def recent(
+    store: ExploreStore, status: str | None = None, since: timedelta | None = None, limit: int = 50
+) -> list[dict[str, Any]]:
+    query = (
+        select(FailureRow, VerdictRow)
+        .outerjoin(VerdictRow, VerdictRow.failure_id == FailureRow.id)
+        .order_by(FailureRow.received_at.desc())
+        .limit(limit)
+    )
+    if status is not None:
+        query = query.where(VerdictRow.status == status)
+    if since is not None:
+        query = query.where(FailureRow.received_at >= datetime.now(UTC) - since)
+    with store.session() as s:
+        return [
+            {
+                "id": failure.id,
+                "received_at": failure.received_at.isoformat(),
+                "problem_type": failure.problem_type,
+                "source": failure.source,
+                "status": verdict.status if verdict else None,
+                "rule": verdict.rule if verdict else None,
+                "reason": verdict.reason if verdict else None,
+            }
+            for failure, verdict in s.execute(query).all()
+        ]
+
+
+def detail(store: ExploreStore, failure_id: str) -> dict[str, Any] | None:
+    with store.session() as s:
+        failure = s.get(FailureRow, failure_id)
+        if failure is None:
+            return None
+        verdict = s.get(VerdictRow, failure_id)
+        attempts = s.execute(
+            select(AttemptRow).where(AttemptRow.failure_id == failure_id).order_by(AttemptRow.id)
+        ).scalars()
+        explorations = s.execute(
+            select(ExplorationRow).where(ExplorationRow.failure_id == failure_id)
+        ).scalars()
+        return {
+            "id": failure.id,
+            "received_at": failure.received_at.isoformat(),
+            "source": failure.source,
+            "fingerprint": failure.fingerprint,
+            "facts": failure.facts,
+            "notes": failure.notes,
+            "error_lines": error_lines(log_text(failure.facts)),
+            "verdict": None
+            if verdict is None
+            else {
+                "status": verdict.status,
+                "rule": verdict.rule,
+                "mode": verdict.mode,
+                "actions": verdict.actions,
+                "outputs": verdict.outputs,
+                "reason": verdict.reason,
+            },
+            "attempts": [
+                {
+                    "rule": a.rule,
+                    "params": a.params,
+                    "outcome": a.outcome,
+                    "error": a.error,
+                    "duration_ms": a.duration_ms,
+                    "delivery": a.delivery,
+                }
+                for a in attempts
+            ],
+            "explorations": [
+                {
+                    "id": e.id,
+                    "outcome": e.outcome,
+                    "reason": e.reason,
+                    "proposal_id": e.proposal_id,
+                    "models": e.models,
+                    "turns": e.turns,
+                    "tokens_in": e.tokens_in,
+                    "tokens_out": e.tokens_out,
+                    "cost": e.cost,
+                }
+                for e in explorations
+            ],
+        }

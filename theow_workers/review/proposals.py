@@ -1,0 +1,188 @@
+"""Approving and rejecting proposals: the only way LLM output reaches ``rules/`` and ``actions/``.
+
+Approve writes ``rules/<name>.rule.yaml`` (refused if it exists: rules are
+immutable), applies each action diff (refused outside ``rules/`` and
+``actions/``, and refused when the target changed since the diff was made),
+re-validates the rule against the failure it came from, and records who
+approved and when. Nothing is committed to git: the files change in the
+working tree for the reviewer to commit. Either every file is written or none.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import update
+
+from theow_workers.adapters.explore_sql import ExploreStore, ProposalRow
+from theow_workers.core.matching import evaluate
+from theow_workers.core.patching import PatchError, apply_diff, sha256
+from theow_workers.core.rules import RULE_SUFFIX, RuleError, parse_rule
+from theow_workers.runtime import Knowledge
+
+
+class ReviewError(Exception):
+    """Why a proposal cannot be approved or rejected; one line for the reviewer."""
+
+
+@dataclass(frozen=True)
+class Approval:
+    proposal_id: str
+    rule_name: str
+    written: tuple[str, ...]
+    already: bool = False  # approved before: nothing was done
+
+
+def reviewer() -> str:
+    return os.environ.get("THEOW_REVIEWER") or getpass.getuser()
+
+
+def _inside(path: Path, roots: tuple[Path, ...]) -> bool:
+    resolved = path.resolve()
+    return any(resolved.is_relative_to(root.resolve()) for root in roots)
+
+
+def planned_files(
+    proposal: ProposalRow, rule_yaml: str, rules_dir: Path, actions_dir: Path
+) -> dict[Path, str]:
+    """Every file the approval writes with its new content; raises ReviewError."""
+    try:
+        rule = parse_rule(rule_yaml)
+    except RuleError as exc:
+        raise ReviewError(f"the rule is invalid: line {exc.line}: {exc.reason}") from None
+    rule_path = rules_dir / f"{rule.name}{RULE_SUFFIX}"
+    if rule_path.exists():
+        raise ReviewError(f"{rule_path} already exists: rules are immutable, choose another name")
+    files = {rule_path: rule_yaml if rule_yaml.endswith("\n") else rule_yaml + "\n"}
+    root = actions_dir.resolve().parent
+    for change in proposal.diffs:
+        target = root / change["path"]
+        if not _inside(target, (rules_dir, actions_dir)):
+            raise ReviewError(f"{change['path']}: outside {rules_dir}/ and {actions_dir}/, refused")
+        current = target.read_text(encoding="utf-8") if target.exists() else None
+        base = change.get("base_sha256", "")
+        if (current is None) != (base == "") or (current is not None and sha256(current) != base):
+            raise ReviewError(
+                f"{change['path']} changed since the proposal was made; "
+                "reject it, or re-explore the failure against the current file"
+            )
+        try:
+            files[target] = apply_diff(current or "", change["diff"])
+        except PatchError as exc:
+            raise ReviewError(f"{change['path']}: the diff does not apply: {exc}") from None
+    return files
+
+
+def approve(
+    store: ExploreStore,
+    proposal_id: str,
+    rules_dir: Path,
+    actions_dir: Path,
+    rule_yaml: str | None = None,
+) -> Approval:
+    """Apply a pending proposal to the working tree; a second approval does nothing."""
+    proposal = store.proposal(proposal_id)
+    if proposal is None:
+        raise ReviewError(f"no proposal {proposal_id!r} (see `theow review list`)")
+    if proposal.status == "approved":
+        return Approval(proposal.id, proposal.rule_name, (), already=True)
+    if proposal.status != "pending":
+        raise ReviewError(f"proposal {proposal_id} is {proposal.status}, not pending")
+    text = rule_yaml if rule_yaml is not None else proposal.rule_yaml
+    files = planned_files(proposal, text, rules_dir, actions_dir)
+    failure = store.failure(proposal.failure_id)
+    rule = parse_rule(text)
+    if failure is not None:
+        match = evaluate(rule, failure.facts)
+        if not match.ok:
+            raise ReviewError(
+                f"the rule no longer matches the failure it came from: {match.reason}"
+            )
+
+    originals = {
+        path: path.read_text(encoding="utf-8") if path.exists() else None for path in files
+    }
+    try:
+        for path, content in files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content, encoding="utf-8")
+        loaded = Knowledge.load(rules_dir, actions_dir)
+        problems = [
+            e for e in loaded.rules.errors if Path(e.path).resolve() in {p.resolve() for p in files}
+        ]
+        if problems or rule.name not in {r.name for r in loaded.rules.rules}:
+            raise ReviewError(
+                f"after applying, the rule does not load: {problems[0] if problems else 'missing'}"
+            )
+    except BaseException as exc:
+        _restore(originals)
+        if isinstance(exc, ReviewError):
+            raise
+        raise ReviewError(f"applying the proposal failed, nothing was changed: {exc}") from exc
+
+    with store.session.begin() as s:
+        done = s.execute(
+            update(ProposalRow)
+            .where(ProposalRow.id == proposal.id, ProposalRow.status == "pending")
+            .values(
+                status="approved",
+                reviewed_by=reviewer(),
+                reviewed_at=datetime.now(UTC),
+                rule_yaml=text,
+            )
+        )
+        if not done.rowcount:  # type: ignore[attr-defined]
+            raise ReviewError(f"proposal {proposal_id} was reviewed by someone else meanwhile")
+    return Approval(proposal.id, rule.name, tuple(str(p) for p in files))
+
+
+def reject(store: ExploreStore, proposal_id: str, reason: str) -> ProposalRow:
+    if not reason.strip():
+        raise ReviewError("a rejection needs a reason (--reason)")
+    proposal = store.proposal(proposal_id)
+    if proposal is None:
+        raise ReviewError(f"no proposal {proposal_id!r} (see `theow review list`)")
+    if proposal.status != "pending":
+        raise ReviewError(f"proposal {proposal_id} is {proposal.status}, not pending")
+    with store.session.begin() as s:
+        s.execute(
+            update(ProposalRow)
+            .where(ProposalRow.id == proposal.id)
+            .values(
+                status="rejected",
+                reviewed_by=reviewer(),
+                reviewed_at=datetime.now(UTC),
+                review_reason=reason,
+            )
+        )
+    return proposal
+
+
+def _restore(originals: dict[Path, str | None]) -> None:
+    for path, content in originals.items():
+        if content is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.write_text(content, encoding="utf-8")
+
+
+def summary(proposal: ProposalRow, exploration: Any | None) -> dict[str, Any]:
+    return {
+        "id": proposal.id,
+        "rule": proposal.rule_name,
+        "status": proposal.status,
+        "failure_id": proposal.failure_id,
+        "created_at": proposal.created_at.isoformat() if proposal.created_at else None,
+        "files": [d["path"] for d in proposal.diffs],
+        "tokens_in": exploration.tokens_in if exploration else 0,
+        "tokens_out": exploration.tokens_out if exploration else 0,
+        "cost": round(exploration.cost, 6) if exploration else 0.0,
+        "reviewed_by": proposal.reviewed_by,
+        "reviewed_at": proposal.reviewed_at.isoformat() if proposal.reviewed_at else None,
+        "review_reason": proposal.review_reason,
+    }
