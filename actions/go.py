@@ -1,8 +1,8 @@
-"""Go actions: module path renames and toolchain versions.
+"""Go actions: module path renames, toolchain versions and private modules.
 
 ``go_mod_replace`` runs on the build agent (it edits the workspace's go.mod);
-``suggest_go_toolchain`` is a worker-side advisor that only says what to do.
-Neither touches the network.
+``suggest_go_toolchain`` and ``suggest_goprivate`` are worker-side advisors
+that only say what to do. None of them touches the network.
 """
 
 from __future__ import annotations
@@ -83,10 +83,10 @@ def go_mod_replace(workspace: str, old_path: str, new_path: str, version: str) -
 
 
 @action("suggest_go_toolchain")
-def suggest_go_toolchain(required: str, running: str) -> dict:
+def suggest_go_toolchain(required: str, running: str = "") -> dict:
     """Say which Go toolchain a build needs when go.mod asks for a newer Go than the image has."""
     match = _GO_VERSION.fullmatch(required)
-    if not match or not _GO_VERSION.fullmatch(running):
+    if not match or (running and not _GO_VERSION.fullmatch(running)):
         return {"status": "error", "error": f"not Go versions: {required!r} / {running!r}"}
     major, minor, patch, pre = match.groups()
     # Since Go 1.21 toolchain names carry a patch number: "go 1.22" means go1.22.0.
@@ -103,4 +103,26 @@ def suggest_go_toolchain(required: str, running: str) -> dict:
         "fix": f"build with Go >= {required} (image golang:{image_tag}), "
         f"or let go fetch it: GOTOOLCHAIN={toolchain}+auto",
         "env": {"GOTOOLCHAIN": f"{toolchain}+auto"},
+    }
+
+
+# Hosts where the first path element is an owner: GOPRIVATE can name just the owner.
+_FORGES = ("github.com", "gitlab.com", "bitbucket.org")
+
+
+@action("suggest_goprivate")
+def suggest_goprivate(module: str) -> dict:
+    """Say how to fetch a private Go module that the public proxy and checksum database cannot see."""
+    if not _MODULE_PATH.fullmatch(module) or "/" not in module:
+        return {"status": "error", "error": f"not a module path: {module!r}"}
+    parts = module.split("/")
+    pattern = "/".join(parts[:2]) if parts[0] in _FORGES else parts[0]
+    return {
+        "status": "ok",
+        "module": module,
+        "goprivate": pattern,
+        "env": {"GOPRIVATE": pattern},
+        "fix": f"set GOPRIVATE={pattern} so go fetches {module} directly (not via proxy.golang.org "
+        "or sum.golang.org), and give git credentials for it (a .netrc or "
+        "url.<base>.insteadOf with a token)",
     }

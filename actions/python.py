@@ -1,8 +1,8 @@
-"""Python actions: missing modules and pip dependency conflicts.
+"""Python actions: missing modules, dependency conflicts, pins and interpreters.
 
-``suggest_pip_install`` and ``explain_pip_conflict`` are worker-side advisors;
-``add_python_requirement`` runs on the build agent and edits a requirements
-file. None of them touches the network.
+``add_python_requirement`` and ``pin_python_requirement`` run on the build
+agent and edit a requirements file; the others are worker-side advisors that
+read the log and say what to do. None of them touches the network.
 """
 
 from __future__ import annotations
@@ -153,4 +153,126 @@ def explain_pip_conflict(packages: str, facts: dict[str, Any] | None = None) -> 
         "conflict": causes,
         "pinned": pinned,
         "fix": fix,
+    }
+
+
+_FINAL_RELEASE = re.compile(r"\d+(?:\.\d+)*(?:\.post\d+)?")
+_REQUIREMENT_LINE = re.compile(
+    r"(?P<indent>\s*)(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?P<extras>\s*\[[^\]]*\])?"
+    r"\s*(?P<spec>[^;#]*?)(?P<marker>\s*;[^#]*?)?(?P<comment>\s+#.*)?"
+)
+
+
+def _release_key(version: str) -> tuple[int, ...]:
+    """Order of final releases: 2.10 after 2.9, a .post after its release."""
+    release, _, post = version.partition(".post")
+    return (*(int(part) for part in release.split(".")), int(post or -1))
+
+
+@action("pin_python_requirement", client_side=True)
+def pin_python_requirement(
+    workspace: str, package: str, available: str, requirements_file: str = "requirements.txt"
+) -> dict:
+    """Re-pin a requirement whose pinned version does not exist to the newest final release offered."""
+    if not _REQUIREMENT_NAME.fullmatch(package):
+        return {"status": "error", "error": f"not a package name: {package!r}"}
+    finals = [v.strip() for v in available.split(",") if _FINAL_RELEASE.fullmatch(v.strip())]
+    if not finals:
+        return {"status": "error", "error": f"no final release among {available!r}"}
+    version = max(finals, key=_release_key)
+    root = Path(workspace).resolve()
+    path = (root / requirements_file).resolve()
+    if not path.is_relative_to(root):
+        return {"status": "error", "error": f"{requirements_file!r} is outside the workspace"}
+    if not path.is_file():
+        return {"status": "error", "error": f"no {requirements_file} in {workspace}"}
+    lines = path.read_text(encoding="utf-8").splitlines()
+    found, previous = False, []
+    # Every line naming the package is re-pinned (one per environment marker).
+    for index, line in enumerate(lines):
+        match = _REQUIREMENT_LINE.fullmatch(line)
+        if not match or line.lstrip().startswith(("#", "-")):
+            continue
+        if _canonical(match["name"]) != _canonical(package):
+            continue
+        spec = match["spec"].strip()
+        if "--hash" in line or line.rstrip().endswith("\\"):
+            return {"status": "error", "error": f"{package} is hash-pinned: regenerate the file"}
+        if not spec.startswith("=="):
+            return {"status": "error", "error": f"{package} is not pinned with == ({spec!r})"}
+        found = True
+        previous.append(spec)
+        pinned = f"=={version}"
+        if spec != pinned:
+            extras = (match["extras"] or "").strip()
+            tail = (match["marker"] or "") + (match["comment"] or "")
+            lines[index] = f"{match['indent']}{match['name']}{extras}{pinned}{tail}"
+    if not found:
+        return {"status": "error", "error": f"{package} is not pinned in {requirements_file}"}
+    changed = []
+    if any(spec != f"=={version}" for spec in previous):
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        changed = [str(path)]
+    return {
+        "status": "ok",
+        "changed": changed,
+        "package": package,
+        "version": version,
+        "previous": previous,
+    }
+
+
+@action("explain_python_solver_conflict")
+def explain_python_solver_conflict(conflict: str, facts: dict[str, Any] | None = None) -> dict:
+    """Summarise a Poetry or uv "version solving failed": the chain of constraints that clash."""
+    log = str((facts or {}).get("stderr", ""))
+    chain: list[str] = []
+    for line in log.splitlines():
+        text = line.strip().lstrip("\u2570\u2500\u25b6 ").strip()
+        if not chain and not text.startswith("Because "):
+            continue
+        if not text:
+            break
+        chain.append(text)
+        if len(chain) >= 12:
+            break
+    packages = sorted(set(re.findall(r"\b([A-Za-z][\w.-]*) ?(?:\(|[=<>~^!]=?\d)", " ".join(chain))))
+    return {
+        "status": "ok",
+        "conflict": conflict.strip(),
+        "explanation": chain or [conflict.strip()],
+        "packages": packages,
+        "fix": "loosen one of the constraints named in the explanation (a pin in pyproject.toml "
+        "or a dependency's range), then lock again",
+    }
+
+
+@action("suggest_python_version")
+def suggest_python_version(required: str) -> dict:
+    """Say which Python a build needs when a package or the project requires a newer interpreter."""
+    lower = re.search(r"(?:>=|~=|\^|==|>)\s*(\d+\.\d+)", required)
+    if lower is None:
+        lower = re.fullmatch(r"\s*(\d+\.\d+)(?:\.\d+)?\s*", required)
+    if lower is None:
+        return {"status": "error", "error": f"no lower bound in {required!r}"}
+    version = lower.group(1)
+    return {
+        "status": "ok",
+        "required": required,
+        "python": version,
+        "fix": f"run this build on Python {version} or newer (image python:{version}, "
+        f"actions/setup-python python-version: '{version}'), or pin the package to a release "
+        "that still supports the current interpreter",
+    }
+
+
+@action("suggest_virtualenv")
+def suggest_virtualenv() -> dict:
+    """Say how to install packages when pip refuses an externally managed (PEP 668) Python."""
+    return {
+        "status": "ok",
+        "fix": "install into a virtual environment: python3 -m venv .venv && "
+        ". .venv/bin/activate && pip install ...",
+        "alternative": "in a throwaway CI container only: PIP_BREAK_SYSTEM_PACKAGES=1 "
+        "(or pip install --break-system-packages)",
     }

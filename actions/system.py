@@ -1,4 +1,4 @@
-"""System-package advisors for native builds (C/C++ headers, Rust linkers).
+"""System-package advisors for native builds (C/C++ headers, linkers, build tools).
 
 Worker-side and pure: they map what the compiler or linker could not find to
 the Debian/Ubuntu package that provides it, and say how to install it. They
@@ -172,3 +172,163 @@ def suggest_linker_install(linker: str) -> dict:
         "confidence": "known",
         "fix": f"apt-get install -y {package}",
     }
+
+
+# Build tools and commands → Debian package (None: not an apt package; the advice says why).
+TOOL_TO_DEB: dict[str, str | None] = {
+    "cc": "build-essential",
+    "gcc": "build-essential",
+    "c": "build-essential",
+    "cmake_c_compiler": "build-essential",
+    "c++": "g++",
+    "g++": "g++",
+    "cxx": "g++",
+    "cmake_cxx_compiler": "g++",
+    # pip's compiler on an amd64 Debian host: the native gcc, not a cross compiler.
+    "x86_64-linux-gnu-gcc": "build-essential",
+    "x86_64-linux-gnu-g++": "g++",
+    "clang": "clang",
+    "clang++": "clang",
+    "make": "make",
+    "gmake": "make",
+    "cmake": "cmake",
+    "ninja": "ninja-build",
+    "meson": "meson",
+    "pkg-config": "pkg-config",
+    "pkgconf": "pkgconf",
+    "autoconf": "autoconf",
+    "autoreconf": "autoconf",
+    "automake": "automake",
+    "aclocal": "automake",
+    "libtool": "libtool",
+    "libtoolize": "libtool",
+    "m4": "m4",
+    "bison": "bison",
+    "flex": "flex",
+    "patch": "patch",
+    "git": "git",
+    "curl": "curl",
+    "wget": "wget",
+    "unzip": "unzip",
+    "zip": "zip",
+    "xz": "xz-utils",
+    "bzip2": "bzip2",
+    "zstd": "zstd",
+    "rsync": "rsync",
+    "jq": "jq",
+    "file": "file",
+    "gpg": "gnupg",
+    "ssh": "openssh-client",
+    "scp": "openssh-client",
+    "python": "python3",
+    "python3": "python3",
+    "pip": "python3-pip",
+    "pip3": "python3-pip",
+    "protoc": "protobuf-compiler",
+    "perl": "perl",
+    "java": "default-jdk-headless",
+    "javac": "default-jdk-headless",
+    "mvn": "maven",
+    "go": "golang",
+    "node": "nodejs",
+    "npm": "npm",
+    "rustc": None,
+    "cargo": None,
+    "cl": None,
+    "cl.exe": None,
+    "msvc": None,
+    "microsoft visual c++": None,
+    "xcrun": None,
+    "xcode": None,
+    "vs": None,
+}
+
+# Commands that npm puts in node_modules/.bin from devDependencies.
+NODE_BINS = frozenset(
+    [
+        "tsc",
+        "vite",
+        "jest",
+        "eslint",
+        "webpack",
+        "next",
+        "react-scripts",
+        "prettier",
+        "vitest",
+        "tsx",
+        "ts-node",
+        "nx",
+        "turbo",
+        "rimraf",
+        "cross-env",
+        "rollup",
+        "esbuild",
+        "babel",
+        "mocha",
+        "nodemon",
+        "concurrently",
+        "ng",
+        "vue-cli-service",
+        "nuxt",
+        "astro",
+        "playwright",
+        "cypress",
+        "lerna",
+        "husky",
+        "patch-package",
+        "tailwindcss",
+        "postcss",
+        "sass",
+        "storybook",
+        "svelte-kit",
+    ]
+)
+
+_SPECIAL_FIXES = {
+    "rustc": "install a Rust toolchain (rustup, or a rust: image); when pip builds a package "
+    "that ships wheels (cryptography, orjson, pydantic-core) from source, upgrade pip first: "
+    "an old pip cannot use the newer wheels",
+    "msvc": 'install Visual Studio Build Tools with the "Desktop development with C++" workload',
+    "xcrun": "install the Xcode command line tools: xcode-select --install",
+}
+_SPECIAL_FIXES.update(
+    {
+        "cargo": _SPECIAL_FIXES["rustc"],
+        "cl": _SPECIAL_FIXES["msvc"],
+        "cl.exe": _SPECIAL_FIXES["msvc"],
+        "microsoft visual c++": _SPECIAL_FIXES["msvc"],
+        "vs": _SPECIAL_FIXES["msvc"],
+        "xcode": _SPECIAL_FIXES["xcrun"],
+    }
+)
+_TOOL = re.compile(r"[\w.+ -]{1,64}")
+
+
+@action("suggest_build_tool_install")
+def suggest_build_tool_install(tool: str) -> dict:
+    """Say how to get a compiler or command-line tool that the build could not find."""
+    if not _TOOL.fullmatch(tool):
+        return {"status": "error", "error": f"not a tool name: {tool!r}"}
+    key = tool.strip().lower()
+    result = {"status": "ok", "tool": tool, "package": None, "confidence": "known"}
+    if key in _SPECIAL_FIXES:
+        return {**result, "fix": _SPECIAL_FIXES[key]}
+    if key in NODE_BINS:
+        return {
+            **result,
+            "fix": f"{tool} comes from the project's devDependencies: install them (npm ci "
+            "without --omit=dev, NODE_ENV not 'production') and run it through an npm script "
+            "or npx",
+        }
+    package = TOOL_TO_DEB.get(key)
+    if package is None and (cross := _CROSS_GCC.fullmatch(key)):
+        tool_name = "g++" if cross.group("tool") == "g++" else "gcc"
+        package = f"{tool_name}-{cross.group('triple').replace('_', '-')}"
+    if package is None:
+        return {
+            **result,
+            "confidence": "unknown",
+            "fix": f"install {tool} in the build image (apt-file search bin/{tool} names the "
+            "package)",
+        }
+    return {**result, "package": package, "fix": f"apt-get install -y {package}"}

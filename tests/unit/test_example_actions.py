@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import pytest
@@ -283,8 +284,22 @@ def test_suggest_go_toolchain_names_a_real_toolchain(registry):
 
 
 def test_client_side_flags(registry):
+    """Actions that edit the build's workspace run on the agent; advisors on the worker."""
     client = {spec.name for spec in registry if spec.client_side}
-    assert client == {"go_mod_replace", "set_node_options", "add_python_requirement"}
+    assert client == {
+        "go_mod_replace",
+        "set_node_options",
+        "set_npmrc_option",
+        "add_python_requirement",
+        "pin_python_requirement",
+        "set_rust_toolchain",
+        "set_gradle_jvmargs",
+        "clear_workspace_cache",
+        "clear_python_bytecode",
+    }
+    for spec in registry:
+        takes_workspace = "workspace" in inspect.signature(spec.func).parameters
+        assert takes_workspace == spec.client_side, spec.name
 
 
 def test_rules_call_registered_actions_with_their_params(registry):

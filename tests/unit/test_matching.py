@@ -91,3 +91,14 @@ def test_a_backtracking_regex_on_a_long_line_gives_up_quickly_instead_of_stallin
 )
 def test_the_required_literal_is_only_what_every_match_must_contain(pattern, literal):
     assert required_literal(pattern) == literal
+
+
+def test_an_alternation_needs_one_of_its_literals_and_still_matches_every_wording():
+    from theow_workers.core.matching import required_literals
+
+    pattern = r"(?:Could not resolve host|Temporary failure in name resolution): (?P<host>\S+)"
+    assert required_literals(pattern) == ("Could not resolve host", "Temporary failure in name resolution")
+    r = rule(f"  - {{fact: stderr, regex: '{pattern}'}}", mode="track")
+    assert evaluate(r, {"stderr": "curl: (6) Could not resolve host: example.org"}).ok
+    assert evaluate(r, {"stderr": "git: Temporary failure in name resolution: github.com"}).ok
+    assert not evaluate(r, {"stderr": "all fine"}).ok

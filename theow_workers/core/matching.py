@@ -67,11 +67,13 @@ def compiled(pattern: str) -> Any:
 
 
 @lru_cache(maxsize=4096)
-def required_literal(pattern: str) -> str | None:
-    """A substring every match of ``pattern`` must contain, if one is easy to see.
+def required_literals(pattern: str) -> tuple[str, ...] | None:
+    """Substrings one of which every match of ``pattern`` must contain, if easy to see.
 
-    Checking ``literal in text`` first lets most rules fail in microseconds
-    without running the regex engine over a 64 KB log.
+    Checking ``any(literal in text)`` first lets most rules fail in
+    microseconds without running the regex engine over a 64 KB log. For an
+    alternation at the top (``a|b``) or in a group every match passes
+    through, it is one literal per alternative.
     """
     try:
         parsed = re._parser.parse(pattern)  # type: ignore[attr-defined]
@@ -79,27 +81,60 @@ def required_literal(pattern: str) -> str | None:
         return None
     if parsed.state.flags & (re.IGNORECASE | re.VERBOSE):
         return None
+    return _literals(list(parsed))
+
+
+def required_literal(pattern: str) -> str | None:
+    """The single literal every match contains, when there is one (see required_literals)."""
+    found = required_literals(pattern)
+    return found[0] if found is not None and len(found) == 1 else None
+
+
+_C = re._constants  # type: ignore[attr-defined]
+MIN_LITERAL = 3
+
+
+def _literals(sequence: list[Any]) -> tuple[str, ...] | None:
     best, run = "", []
-    literal = re._constants.LITERAL  # type: ignore[attr-defined]
-    for op, arg in parsed:
-        if op is literal:
+    options: tuple[str, ...] | None = None
+    for op, arg in sequence:
+        if op is _C.LITERAL:
             run.append(chr(arg))
             continue
         best = max(best, "".join(run), key=len)
         run = []
+        if options is not None:
+            continue
+        if op is _C.BRANCH:
+            options = _any_of(arg[1])
+        elif op is _C.SUBPATTERN and not arg[1] & re.IGNORECASE:
+            options = _literals(list(arg[3]))
     best = max(best, "".join(run), key=len)
-    return best if len(best) >= 3 else None
+    if len(best) >= MIN_LITERAL:
+        return (best,)
+    return options
 
 
-def _search(pattern: str, text: str, timeout: float) -> tuple[Any, str]:
-    """Search with a literal pre-check and a time limit; returns (match, reason)."""
-    literal = required_literal(pattern)
-    if literal is not None and literal not in text:
-        return None, f"regex {_short(pattern)!r} did not match"
+def _any_of(alternatives: list[Any]) -> tuple[str, ...] | None:
+    found = [_literals(list(alternative)) for alternative in alternatives]
+    if not found or any(f is None for f in found):
+        return None
+    return tuple(dict.fromkeys(x for f in found if f is not None for x in f))
+
+
+class RegexTimeout(Exception):
+    pass
+
+
+def _search(pattern: str, text: str, timeout: float) -> Any:
+    """Search with a literal pre-check and a time limit; RegexTimeout past the limit."""
+    literals = required_literals(pattern)
+    if literals is not None and not any(literal in text for literal in literals):
+        return None
     try:
-        return compiled(pattern).search(text, timeout=timeout), ""
+        return compiled(pattern).search(text, timeout=timeout)
     except TimeoutError:
-        return None, f"regex {_short(pattern)!r} timed out after {timeout:g}s"
+        raise RegexTimeout(f"regex {_short(pattern)!r} timed out after {timeout:g}s") from None
 
 
 def check_condition(
@@ -121,17 +156,16 @@ def check_condition(
         return f"fact {name!r} does not contain {_short(condition.contains)!r}"
     if condition.not_contains is not None and condition.not_contains in text:
         return f"fact {name!r} contains {_short(condition.not_contains)!r}"
-    if condition.regex is not None:
-        found, why = _search(condition.regex, text, timeout)
-        if found is None:
-            return f"fact {name!r}: {why}"
-        captures.absorb(found)
-    if condition.not_regex is not None:
-        found, why = _search(condition.not_regex, text, timeout)
-        if why and "timed out" in why:
-            return f"fact {name!r}: {why}"
-        if found is not None:
+    try:
+        if condition.regex is not None:
+            found = _search(condition.regex, text, timeout)
+            if found is None:
+                return f"fact {name!r}: regex {_short(condition.regex)!r} did not match"
+            captures.absorb(found)
+        if condition.not_regex is not None and _search(condition.not_regex, text, timeout) is not None:
             return f"fact {name!r} matches {_short(condition.not_regex)!r}"
+    except RegexTimeout as exc:
+        return f"fact {name!r}: {exc}"
     return ""
 
 
