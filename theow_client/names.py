@@ -14,6 +14,10 @@ Redis keys (all under ``theow:``):
     Integer, expires after a day. How many times a resolve task for this
     failure was started; past ``max_deliveries`` the failure is recorded as an
     error instead of being tried again (a poison message must not crash-loop).
+``theow:resolving:<failure_id>``
+    String with a short TTL kept fresh while a worker resolves that failure:
+    a duplicate submit of the same failure waits for the first one's verdict
+    instead of running the actions twice; a killed worker's claim expires.
 ``theow:llm:<model>:requests`` / ``theow:llm:<model>:tokens``
     Sorted sets, the sliding window of the global rate limit
     (``theow_workers/adapters/ratelimit.lua``).
@@ -68,6 +72,10 @@ KEY_EXPLORE_CACHE = KEY_PREFIX + "explore:cache"
 
 def key_deliveries(failure_id: str) -> str:
     return f"{KEY_PREFIX}deliveries:{failure_id}"
+
+
+def key_resolving(failure_id: str) -> str:
+    return f"{KEY_PREFIX}resolving:{failure_id}"
 
 
 def key_llm(model: str, part: str) -> str:

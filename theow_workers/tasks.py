@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from celery import Task
@@ -11,6 +12,7 @@ from sqlalchemy.exc import OperationalError
 
 from theow_client import names
 from theow_workers import runtime
+from theow_workers.adapters.redis_state import FailureClaim
 from theow_workers.celery_app import app
 from theow_workers.core.explorer import InFlight
 from theow_workers.explorer.run import explore_failure, record_explore_error
@@ -30,6 +32,25 @@ def resolve(self: Task, payload: Any) -> dict[str, Any]:
     """Resolve one failure; returns its Verdict as a dict."""
     rt = runtime.current()
     failure_id = str(self.request.id)
+    with FailureClaim(rt.redis, failure_id) as claim:
+        # A second message for the same failure (a duplicate submit) waits for the
+        # first one's verdict rather than running the actions twice.
+        deadline = time.monotonic() + rt.settings.resolve_time_limit
+        pause = 0.02
+        while not claim.try_take():
+            decided = rt.service.store.verdict(failure_id)
+            if decided is not None:
+                return decided.to_dict()
+            if time.monotonic() > deadline:
+                return rt.service.give_up(
+                    payload, failure_id, "another worker held this failure too long"
+                ).to_dict()
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)
+        return _resolve_claimed(rt, payload, failure_id)
+
+
+def _resolve_claimed(rt: runtime.Runtime, payload: Any, failure_id: str) -> dict[str, Any]:
     key = names.key_deliveries(failure_id)
     delivery = int(rt.redis.incr(key))
     rt.redis.expire(key, DELIVERY_TTL)

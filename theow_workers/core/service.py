@@ -22,9 +22,9 @@ from theow_client.facts import DEFAULT_FACT_LIMIT, FactsError, bound_facts
 from theow_client.verdict import BoundAction, Status, Verdict
 from theow_workers.core.actions import ActionError, ActionRegistry, ActionTimeout, call_action
 from theow_workers.core.matching import DEFAULT_REGEX_TIMEOUT
-from theow_workers.core.ports import AttemptRecord, FailureRecord, Store
+from theow_workers.core.ports import AttemptRecord, FailureRecord, RuleStats, Store
 from theow_workers.core.query import fingerprint, log_text
-from theow_workers.core.redact import redact
+from theow_workers.core.redact import redact, redact_text
 from theow_workers.core.resolver import Candidate, Hints, Plan, RuleBook, Similarity, plan
 from theow_workers.core.rules import Mode
 
@@ -32,6 +32,7 @@ log = logging.getLogger("theow.resolver")
 
 MODE_STATUS = {Mode.RETRY: Status.RETRY, Mode.TRACK: Status.TRACKED}
 PLAN_CACHE_SIZE = 2048
+STATS_TTL = 5.0  # seconds
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,8 @@ class ResolveService:
         self.settings = settings
         # Plans for facts seen before: a fleet sends the same failure many times.
         self._plans: OrderedDict[str, Plan] = OrderedDict()
+        self._stats: dict[str, RuleStats] | None = None
+        self._stats_at = 0.0
 
     def resolve(self, payload: Any, fallback_id: str, delivery: int = 1) -> Verdict:
         try:
@@ -154,10 +157,17 @@ class ResolveService:
             if isinstance(payload, dict)
             else "unknown",
             received_at=datetime.now(UTC),
-            notes={"rejected": reason, "payload_preview": repr(payload)[:2000]},
+            notes={"rejected": reason, "payload_preview": redact_text(repr(payload)[:2000])},
         )
         self.store.add_failure(record)
         return self.store.add_verdict(Verdict(failure_id, Status.REJECTED, reason=reason))
+
+    def _rule_stats(self) -> dict[str, RuleStats]:
+        """Track records for ranking, re-read at most every few seconds (not per failure)."""
+        now = time.monotonic()
+        if self._stats is None or now - self._stats_at > STATS_TTL:
+            self._stats, self._stats_at = self.store.rule_stats(), now
+        return self._stats
 
     def plan_for(self, sub: Submission, book: RuleBook) -> Plan:
         key = _plan_key(sub, book.version)
@@ -171,7 +181,7 @@ class ResolveService:
             sub.facts,
             sub.hints,
             similarity=similarity,
-            stats=self.store.rule_stats() if similarity is not None else None,
+            stats=self._rule_stats() if similarity is not None else None,
             regex_timeout=self.settings.regex_timeout,
         )
         # With two or more candidates the order depends on track records that
