@@ -21,8 +21,8 @@ from theow_workers.runtime import RulesInvalid
 log = logging.getLogger("theow.tasks")
 
 DELIVERY_TTL = 24 * 3600
-IN_FLIGHT_RETRY_SECONDS = 3
-IN_FLIGHT_MAX_RETRIES = 600  # longer than any exploration's time limit
+IN_FLIGHT_RETRY_SECONDS = 1
+IN_FLIGHT_MAX_RETRIES = 1800  # longer than any exploration's time limit
 # Worth retrying: the broker, the database or Milvus was briefly unreachable.
 TRANSIENT: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError, OperationalError)
 

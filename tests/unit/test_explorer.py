@@ -238,3 +238,19 @@ def test_give_up_and_the_session_limit_are_recorded(explorer_for):
     assert "session limit of 1" in limited.reason
     assert gateway.sessions == 1
     assert [r.outcome for r, _ in recorded] == ["gave_up", "session_limit"]
+
+
+def test_two_causes_sharing_a_fingerprint_do_not_reuse_each_others_rule(explorer_for):
+    narrow = GOOD_RULE.replace("(?P<widget>widget-\\d+)", "(?P<widget>widget-7)")
+    submit_narrow = ("submit_rule", {"rule_yaml": narrow, "actions": SUBMIT[1]["actions"]})
+    explore, gateway, _, _ = explorer_for([submit_narrow])
+    assert explore("f1", FAILURE, fingerprint="same").outcome == Outcome.PROPOSAL
+    same_shape = {"stderr": "step 9\nfatal: widget-8 exploded: pressure=31 bar\n"}
+    second = explore("f2", same_shape, fingerprint="same")
+    assert second.outcome != Outcome.DEDUPLICATED
+    assert gateway.sessions == 2  # its own session, not widget-7's rule
+    third = explore("f3", FAILURE, fingerprint="same")
+    assert third.outcome == Outcome.DEDUPLICATED
+    assert third.bound == [
+        {"action": "vent_widget", "params": {"widget": "widget-7", "pressure": "31"}}
+    ]

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import uuid
@@ -22,6 +23,7 @@ from typing import Any, Protocol
 from theow_workers.core.explore import ExplorationContext, render_prompt, result_of
 from theow_workers.core.llm import Budget, ModelError, Outcome, QuotaExhausted, SessionResult, Tool
 from theow_workers.core.matching import evaluate
+from theow_workers.core.query import error_lines, log_text
 from theow_workers.core.rules import Rule, RuleError, parse_rule
 
 log = logging.getLogger("theow.explorer")
@@ -63,6 +65,12 @@ class Exploration:
             "tokens_out": self.tokens_out,
             "cost": round(self.cost, 6),
         }
+
+
+def refine(fingerprint: str, facts: dict[str, Any]) -> str:
+    """A fingerprint that also keeps the numbers: for causes that collide without them."""
+    raw = "\n".join(line for line in error_lines(log_text(facts)))
+    return f"{fingerprint[:16]}-{hashlib.sha256(raw.encode()).hexdigest()[:15]}"
 
 
 class InFlight(Exception):
@@ -150,20 +158,61 @@ class ExploreService:
         base = Exploration(failure_id, fingerprint, Outcome.ERROR.value, session_id=session_id)
         if rule is not None:
             base.rule = rule.name
-        done = self.state.finished(fingerprint) if rule is None else None
-        if done is not None:
-            log.info(
-                "failure %s: root cause already explored (%s)", failure_id, done.get("outcome")
-            )
-            return self._record(base, Outcome.DEDUPLICATED, f"same root cause as failure {done['failure_id']}",
-                                proposal_id=done.get("proposal_id"))  # fmt: skip
+        if rule is None:
+            reused = self._reuse(base, facts)
+            if reused is not None:
+                return reused
+            fingerprint = base.fingerprint  # refined when a colliding cause was found
         owner = self.state.take_flight(fingerprint, failure_id, self.settings.flight_ttl)
         if owner is not None and owner != failure_id:
             raise InFlight(fingerprint, owner)
         try:
+            # Another session may have finished this cause between our look and our flight.
+            reused = self._reuse(base, facts) if rule is None else None
+            if reused is not None:
+                return reused
             return self._explore(base, facts, context, query, session_id, rule)
         finally:
             self.state.land(fingerprint)
+
+    def _reuse(self, base: Exploration, facts: dict[str, Any]) -> Exploration | None:
+        """The finished exploration of this root cause, if its rule holds for these facts.
+
+        Two causes can share a fingerprint (they differ only by numbers the
+        fingerprint normalizes away); when the earlier proposal's rule does
+        not validate, this failure gets a refined fingerprint of its own.
+        """
+        done = self.state.finished(base.fingerprint)
+        if done is None:
+            return None
+        bound = self._validate(done.get("rule_yaml"), facts)
+        if done.get("rule_yaml") and bound is None:
+            base.fingerprint = refine(base.fingerprint, facts)
+            return self._reuse(base, facts) if base.fingerprint != done.get("fingerprint") else None
+        log.info(
+            "failure %s: root cause already explored (%s)", base.failure_id, done.get("outcome")
+        )
+        base.bound = bound or []
+        return self._record(
+            base,
+            Outcome.DEDUPLICATED,
+            f"same root cause as failure {done['failure_id']} ({done.get('outcome')})",
+            proposal_id=done.get("proposal_id"),
+        )
+
+    def _validate(
+        self, rule_yaml: str | None, facts: dict[str, Any]
+    ) -> list[dict[str, Any]] | None:
+        """Bound actions when ``rule_yaml`` validates against ``facts``, else None."""
+        if not rule_yaml:
+            return None
+        try:
+            match = evaluate(parse_rule(rule_yaml), facts, regex_timeout=self.regex_timeout)
+        except RuleError:
+            return None
+        return (
+            [{"action": a.action, "params": a.params} for a in match.actions] if match.ok else None
+        )
 
     def _explore(
         self,
@@ -250,7 +299,14 @@ class ExploreService:
             recorded = self._record(base, Outcome.PROPOSAL, session.reason or f"proposed rule {result.rule.name}",
                                     proposal_id=proposal_id, proposal=proposal)  # fmt: skip
             self.state.remember(proposal_id, vector, result.rule_yaml)
-            self.state.finish(base.fingerprint, recorded.summary())
+            self.state.finish(
+                base.fingerprint,
+                {
+                    **recorded.summary(),
+                    "rule_yaml": result.rule_yaml,
+                    "fingerprint": base.fingerprint,
+                },
+            )
             return recorded
         reason = session.reason or str(session.payload.get("reason", ""))
         recorded = self._record(base, session.outcome, reason)
@@ -270,15 +326,9 @@ class ExploreService:
         for similarity, entry in entries:
             if similarity < CACHE_SIMILARITY:
                 break
-            try:
-                cached_rule = parse_rule(entry["rule_yaml"])
-            except RuleError:
-                continue
-            match = evaluate(cached_rule, facts, regex_timeout=self.regex_timeout)
-            if match.ok:
-                return entry["proposal_id"], [
-                    {"action": a.action, "params": a.params} for a in match.actions
-                ]
+            bound = self._validate(entry["rule_yaml"], facts)
+            if bound is not None:
+                return entry["proposal_id"], bound
         return None
 
     def _record(
