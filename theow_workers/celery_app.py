@@ -12,10 +12,16 @@ limit and retry delay, or Redis hands a still-running task to a second worker.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_process_init
+from celery.signals import (
+    after_setup_logger,
+    after_setup_task_logger,
+    celeryd_init,
+    worker_process_init,
+)
 
 from theow_client import names
 from theow_workers import runtime
@@ -48,7 +54,7 @@ def make_app(settings: Settings | None = None) -> Celery:
         broker_connection_retry_on_startup=True,
         worker_send_task_events=True,
         task_send_sent_event=True,
-        include=["theow_workers.tasks"],
+        include=["theow_workers.tasks", "theow_workers.replay.tasks"],
     )
     return app
 
@@ -60,3 +66,20 @@ app = make_app()
 def _after_fork(**_: Any) -> None:
     # Cheap on purpose (Celery allows 4 s here): only forget the parent's clients.
     runtime.reset_after_fork()
+
+
+@after_setup_logger.connect
+@after_setup_task_logger.connect
+def _log_format(logger: logging.Logger, **_: Any) -> None:
+    # THEOW_LOG_FORMAT=json: one JSON object per line; secrets masked in either format.
+    from theow_workers.ops.logs import configure_logger
+
+    configure_logger(logger, runtime.current().settings, task_context=True)
+
+
+@celeryd_init.connect
+def _json_from_the_start(instance: Any, **_: Any) -> None:
+    # Before Celery sets up logging: no free-text banner or warnings in JSON mode.
+    from theow_workers.ops.logs import prepare_worker
+
+    prepare_worker(instance, runtime.current().settings)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import signal
 import sys
@@ -17,6 +16,9 @@ from rich.table import Table
 
 from theow_workers.config import ConfigError, Settings
 from theow_workers.core.actions import ActionLoadError
+from theow_workers.ops.doctor import doctor_command
+from theow_workers.ops.metrics import metrics_command
+from theow_workers.replay.cli import replay_app
 from theow_workers.review.cli import failures_app, meow_command, review_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
@@ -24,9 +26,12 @@ rules_app = typer.Typer(no_args_is_help=True, help="Check, test and index rules.
 db_app = typer.Typer(no_args_is_help=True, help="The SQL schema.")
 app.add_typer(rules_app, name="rules")
 app.add_typer(db_app, name="db")
+app.add_typer(replay_app, name="replay")
 app.add_typer(review_app, name="review")
 app.add_typer(failures_app, name="failures")
 app.command("meow")(meow_command)
+app.command("doctor")(doctor_command)
+app.command("metrics")(metrics_command)
 
 out = Console()
 err = Console(stderr=True)
@@ -253,18 +258,35 @@ def worker(
 @app.command()
 def up(
     workers: Annotated[int, typer.Option(help="Resolver worker processes.")] = 2,
+    flower: Annotated[
+        bool, typer.Option("--flower", help="Also start Flower (needs THEOW_FLOWER_PASSWORD).")
+    ] = False,
 ) -> None:
-    """Start the embedded stack (Valkey, Milvus Lite, SQLite, a resolver worker) until Ctrl-C."""
+    """Start the embedded stack (Valkey, Milvus Lite, SQLite, resolver and replay workers) until Ctrl-C."""
+    from theow_workers.ops.flower import FlowerError, flower_command
     from theow_workers.stack import EmbeddedStack, StackError
 
     s = settings()
+    try:
+        flower_cmd = flower_command(s) if flower else None
+    except FlowerError as exc:
+        raise fail(str(exc), 2) from None
     stack = EmbeddedStack(s)
     try:
         stack.start()
         stack.start_worker(["resolve"], concurrency=workers)
+        # A separate, lower-priority worker: a replay never occupies the resolvers.
+        stack.start_worker(
+            ["replay"], concurrency=s.replay_concurrency, name="replay", nice=s.replay_nice
+        )
+        if flower_cmd is not None:
+            log_path = stack.home / "flower.log"
+            stack.processes.append(("flower", flower_cmd.start(stack.environment(), log_path)))
     except StackError as exc:
         raise fail(str(exc)) from None
     out.print(f"theow is up: broker {s.redis_url}, milvus {s.milvus_uri}, db {s.sqlalchemy_url}")
+    if flower_cmd is not None:
+        out.print(f"flower: {flower_cmd.url} (user {s.flower_user}, THEOW_FLOWER_PASSWORD)")
     out.print(f"logs in {stack.home}; Ctrl-C stops everything")
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
@@ -292,9 +314,10 @@ def demo(
 
 
 def main() -> None:
-    logging.basicConfig(
-        level=os.environ.get("THEOW_LOG_LEVEL", "WARNING"), format="%(name)s: %(message)s"
-    )
+    from theow_workers.ops.logs import setup_cli_logging
+
+    # THEOW_LOG_FORMAT=json: one JSON object per line; secrets masked either way.
+    setup_cli_logging(os.environ.get("THEOW_LOG_LEVEL", "WARNING"))
     app()
 
 

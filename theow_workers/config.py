@@ -90,6 +90,14 @@ class Settings(BaseModel):
     llm_session_input_tokens: int = 100_000
     llm_session_output_tokens: int = 5_000
 
+    # Operations (theow_workers/ops): log lines as text or one JSON object per line;
+    # Flower behind basic auth (refused without a password); the domain's Prometheus metrics.
+    log_format: str = "text"
+    flower_user: str = "theow"
+    flower_password: SecretStr = SecretStr("")  # never printed: repr shows **********
+    flower_port: int = 5555
+    metrics_port: int = 9808
+
     @property
     def sqlalchemy_url(self) -> str:
         return self.database_url or f"sqlite:///{(self.home / 'theow.db').resolve()}"

@@ -99,13 +99,20 @@ class EmbeddedStack:
         migrate(self.settings.sqlalchemy_url)
 
     def start_worker(
-        self, queues: list[str], concurrency: int | None = None, name: str = "resolver"
+        self,
+        queues: list[str],
+        concurrency: int | None = None,
+        name: str = "resolver",
+        nice: int = 0,
     ) -> subprocess.Popen[bytes]:
+        """A ``celery worker`` for ``queues``; ``nice`` > 0 lowers its CPU priority (replay)."""
         cmd = [
             sys.executable, "-m", "celery", "-A", "theow_workers.celery_app", "worker",
             "--queues", ",".join(queues), "--concurrency", str(concurrency or self.settings.worker_concurrency),
             "--hostname", f"{name}@%h", "--loglevel", "INFO", "--without-gossip", "--without-mingle",
         ]  # fmt: skip
+        if nice > 0 and shutil.which("nice"):
+            cmd = ["nice", "-n", str(nice), *cmd]  # pool processes inherit the priority
         log_path = self.home / f"worker-{name}.log"
         proc = subprocess.Popen(
             cmd, stdout=log_path.open("ab"), stderr=subprocess.STDOUT, env=self.environment()

@@ -97,7 +97,10 @@ def test_an_alternation_needs_one_of_its_literals_and_still_matches_every_wordin
     from theow_workers.core.matching import required_literals
 
     pattern = r"(?:Could not resolve host|Temporary failure in name resolution): (?P<host>\S+)"
-    assert required_literals(pattern) == ("Could not resolve host", "Temporary failure in name resolution")
+    assert required_literals(pattern) == (
+        "Could not resolve host",
+        "Temporary failure in name resolution",
+    )
     r = rule(f"  - {{fact: stderr, regex: '{pattern}'}}", mode="track")
     assert evaluate(r, {"stderr": "curl: (6) Could not resolve host: example.org"}).ok
     assert evaluate(r, {"stderr": "git: Temporary failure in name resolution: github.com"}).ok

@@ -162,7 +162,10 @@ def check_condition(
             if found is None:
                 return f"fact {name!r}: regex {_short(condition.regex)!r} did not match"
             captures.absorb(found)
-        if condition.not_regex is not None and _search(condition.not_regex, text, timeout) is not None:
+        if (
+            condition.not_regex is not None
+            and _search(condition.not_regex, text, timeout) is not None
+        ):
             return f"fact {name!r} matches {_short(condition.not_regex)!r}"
     except RegexTimeout as exc:
         return f"fact {name!r}: {exc}"

@@ -5,6 +5,7 @@ from sqlalchemy import engine_from_config, pool
 
 from theow_workers.adapters import explore_sql  # noqa: F401  (its tables belong to the metadata)
 from theow_workers.adapters.sql import Base
+from theow_workers.replay import jobs as replay_jobs  # noqa: F401  (replay tables)
 
 config = context.config
 target_metadata = Base.metadata

@@ -1,0 +1,125 @@
+"""`theow replay` end to end: real CLI, real replay worker, real SQL, a report to read."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sqlalchemy import func, select
+
+from tests.integration.conftest_replay import *  # noqa: F403
+from tests.integration.conftest_replay import ReplayFleet, history_lines
+from theow_client import Status
+from theow_workers.adapters.sql import FailureRow, VerdictRow
+
+pytestmark = pytest.mark.integration
+
+
+def rows(store, model, **where) -> int:
+    with store.session() as s:
+        query = select(func.count()).select_from(model)
+        for key, value in where.items():
+            query = query.where(getattr(model, key) == value)
+        return int(s.execute(query).scalar_one())
+
+
+def test_a_history_file_is_replayed_and_reported(replay_fleet: ReplayFleet, tmp_path):
+    """Given 60 failures and 3 bad lines, the report says what matched and what is unknown."""
+    replay_fleet.start_replay_worker()
+    lines: list = history_lines(60)
+    lines[10:10] = ["{not json", "[1, 2]", json.dumps(lines[0])]
+    history = replay_fleet.write("history.jsonl", lines)
+
+    run = replay_fleet.cli(str(history), "--json", "--report-dir", str(tmp_path / "reports"))
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    summary = report["summary"]
+    assert (summary["total"], summary["processed"], summary["replayed"]) == (63, 63, 60)
+    assert (summary["matched"], summary["unmatched"]) == (42, 18)
+    assert summary["hit_rate"] == 0.7
+    assert report["rules"] == [
+        {"rule": "tf_echo", "matched": 30},
+        {"rule": "tf_flaky_network", "matched": 12},
+    ]
+    assert "tf_hang" in report["rules_without_matches"]
+    groups = report["unmatched_groups"]
+    assert [g["size"] for g in groups] == [12, 6]
+    assert groups[0]["sample"].startswith("fatal: disk quota exceeded on /data/")
+    assert len(groups[0]["failure_ids"]) == 12
+    assert [(p["line"], p["kind"]) for p in report["input_problems"]] == [
+        (11, "invalid"), (12, "invalid"), (13, "duplicate"),
+    ]  # fmt: skip
+    assert report["exploration"]["sessions"] == 2
+    job_id = report["job"]["id"]
+    assert (
+        (tmp_path / "reports" / f"replay-{job_id}.md").read_text().startswith(f"# Replay {job_id}")
+    )
+    assert "dry run" in run.stderr
+
+    # Replayed failures are recorded like live ones, under their replay's source.
+    store = replay_fleet.fleet.store()
+    assert rows(store, FailureRow, source=f"replay:{job_id}") == 60
+    assert rows(store, VerdictRow) == 60
+    assert store.rule_stats() == {}  # a dry run ran no action: no track record moved
+
+    status = replay_fleet.cli("status", job_id, "--json")
+    assert json.loads(status.stdout)["status"] == "done"
+    listed = json.loads(replay_fleet.cli("list", "--json").stdout)
+    assert [j["id"] for j in listed] == [job_id]
+
+    again = json.loads(replay_fleet.cli(str(history), "--json").stdout)
+    assert again["comparison"]["previous_job"] == job_id
+    assert again["comparison"]["stopped_matching"] == []
+
+
+def test_an_empty_file_is_a_finished_replay_with_nothing_in_it(replay_fleet: ReplayFleet):
+    history = replay_fleet.write("empty.jsonl", [])
+    run = replay_fleet.cli(str(history), "--json")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["summary"]["processed"] == 0
+    assert "has no failures to replay" in run.stderr
+
+
+def test_bad_usage_is_one_line_and_exit_code_2(replay_fleet: ReplayFleet):
+    assert replay_fleet.cli("missing.jsonl").returncode == 2
+    both = replay_fleet.cli("--from-db", "--explore")
+    assert both.returncode == 2 and "--explore needs --budget N" in both.stderr
+    unknown = replay_fleet.cli("status", "nope")
+    assert unknown.returncode == 2 and "no replay job 'nope'" in unknown.stderr
+
+
+def test_stored_failures_are_replayed_after_a_rule_is_added(replay_fleet: ReplayFleet):
+    """Given live failures no rule knew, a new rule and a re-scan of the unmatched ones."""
+    fleet = replay_fleet.fleet
+    fleet.start_worker()
+    replay_fleet.start_replay_worker()
+    client = fleet.client()
+    known = client.submit({"stderr": "ECHO live", "job": "j"}).wait(60)
+    unknown = [
+        client.submit({"stderr": f"E: Unable to locate package lib{i}-dev"}) for i in range(3)
+    ]
+    assert known.status is Status.RESOLVED
+    assert {t.wait(60).status for t in unknown} == {Status.UNMATCHED}
+
+    (fleet.settings.rules_dir / "apt_missing_package.rule.yaml").write_text(
+        "name: apt_missing_package\ndescription: apt cannot find a package\nmode: track\n"
+        "when:\n  - fact: stderr\n    regex: 'Unable to locate package (?P<package>\\S+)'\n"
+    )
+    run = replay_fleet.cli("--from-db", "--since", "1h", "--unmatched-only", "--json")
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    assert report["summary"]["processed"] == 3  # the resolved one and replay rows are not selected
+    assert report["rules"] == [{"rule": "apt_missing_package", "matched": 3}]
+    assert report["job"]["source"] == "stored failures, since 1h, unmatched only"
+
+
+def test_exploration_is_recorded_with_its_budget_but_nothing_is_sent_yet(replay_fleet: ReplayFleet):
+    replay_fleet.start_replay_worker()
+    history = replay_fleet.write("h.jsonl", history_lines(20))
+    run = replay_fleet.cli(str(history), "--explore", "--budget", "1", "--json")
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    assert report["explore_request"]["budget"] == 1
+    assert "nothing enqueued: the explorer is not built yet" in report["explore_request"]["status"]
+    assert report["exploration"]["sessions"] == 1
+    assert "the explorer is not built yet" in run.stderr

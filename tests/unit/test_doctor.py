@@ -1,0 +1,141 @@
+"""`theow doctor`: says what is wrong and how to fix it, and never prints a secret.
+
+The services here are deliberately absent (closed ports, a missing SQLite
+file) or local (SQLite, the fixture rules); `tests/integration/test_topology.py`
+runs the doctor against a whole healthy fleet.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.conftest import free_port
+from theow_workers.adapters.sql import migrate
+from theow_workers.config import Settings
+from theow_workers.ops.checks import FAIL, OK, SKIP, WARN, redis_findings
+from theow_workers.ops.doctor import diagnose
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def by_check(findings) -> dict:
+    return {f.check: f for f in findings}
+
+
+def settings(tmp_path: Path, **env: str) -> Settings:
+    base = {
+        "THEOW_REDIS_URL": f"redis://:redis-secret-pw@127.0.0.1:{free_port()}/0",
+        "THEOW_MILVUS_URI": f"http://127.0.0.1:{free_port()}",
+        "THEOW_DATABASE_URL": f"sqlite:///{tmp_path / 'theow.db'}",
+        "THEOW_RULES_DIR": str(FIXTURES / "rules"),
+        "THEOW_ACTIONS_DIR": str(FIXTURES / "actions"),
+    }
+    return Settings.load(env={**base, **env}, path=tmp_path / "none.yaml")
+
+
+def test_a_redis_that_may_evict_is_a_failure_with_the_fix():
+    findings = by_check(
+        redis_findings(
+            "redis://r:6379/0",
+            {"redis_version": "7.2.4", "maxmemory_policy": "allkeys-lru", "aof_enabled": 1},
+        )
+    )
+    assert findings["redis"].status == OK and "redis 7.2.4" in findings["redis"].detail
+    assert findings["redis.eviction"].status == FAIL
+    assert "allkeys-lru" in findings["redis.eviction"].detail
+    assert "noeviction" in findings["redis.eviction"].fix
+    assert findings["redis.persistence"].status == OK
+
+
+def test_valkey_without_persistence_is_a_warning_not_a_failure():
+    findings = by_check(
+        redis_findings("redis://v", {"valkey_version": "8.1.0", "maxmemory_policy": "noeviction"})
+    )
+    assert "valkey 8.1.0" in findings["redis"].detail
+    assert findings["redis.eviction"].status == OK
+    assert findings["redis.persistence"].status == WARN
+    assert "--appendonly yes" in findings["redis.persistence"].fix
+
+
+def test_unreachable_services_and_a_missing_database_each_say_how_to_fix_them(tmp_path):
+    findings = by_check(diagnose(settings(tmp_path)))
+    assert findings["config"].status == OK
+    assert findings["redis"].status == FAIL and "THEOW_REDIS_URL" in findings["redis"].fix
+    assert findings["milvus"].status == FAIL and "THEOW_MILVUS_URI" in findings["milvus"].fix
+    assert findings["sql"].status == FAIL
+    assert "does not exist" in findings["sql"].detail
+    assert "theow db upgrade" in findings["sql"].fix
+    assert findings["rules"].status == OK
+    assert findings["index"].status == SKIP  # nothing to compare without Milvus
+    assert findings["llm"].status == SKIP  # not an explorer
+
+
+def test_the_schema_must_be_at_the_head_revision(tmp_path):
+    s = settings(tmp_path)
+    migrate(s.sqlalchemy_url, "0001")
+    stale = by_check(diagnose(s))
+    assert stale["sql"].status == OK
+    assert stale["sql.migrations"].status == FAIL
+    assert "at 0001" in stale["sql.migrations"].detail
+    assert "theow db upgrade" in stale["sql.migrations"].fix
+
+    migrate(s.sqlalchemy_url)
+    assert by_check(diagnose(s))["sql.migrations"].status == OK
+
+
+def test_invalid_rules_are_reported_with_file_and_line(tmp_path):
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "broken.rule.yaml").write_text("name: broken\nmode: track\nwhen: []\n")
+    finding = by_check(diagnose(settings(tmp_path, THEOW_RULES_DIR=str(rules))))["rules"]
+    assert finding.status == FAIL
+    assert "broken.rule.yaml" in finding.detail
+    assert "theow rules check" in finding.fix
+
+
+def test_an_explorer_without_an_api_key_fails_and_with_one_passes_without_showing_it(tmp_path):
+    missing = by_check(diagnose(settings(tmp_path, THEOW_EXPLORE="1")))["llm"]
+    assert missing.status == FAIL and "GEMINI_API_KEY" in missing.fix
+    present = diagnose(settings(tmp_path, THEOW_EXPLORE="1", GEMINI_API_KEY="AIza-top-secret"))
+    assert by_check(present)["llm"].status == OK
+    assert "AIza-top-secret" not in json.dumps([f.__dict__ for f in present])
+
+
+def test_a_visibility_timeout_shorter_than_an_exploration_is_a_failure(tmp_path):
+    s = settings(tmp_path, THEOW_VISIBILITY_TIMEOUT="600", THEOW_EXPLORE_TIME_LIMIT="900")
+    finding = by_check(diagnose(s))["config"]
+    assert finding.status == FAIL
+    assert "explore_time_limit (900s)" in finding.detail
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_the_command_exits_1_on_a_failure_and_never_prints_a_password(
+    tmp_path, monkeypatch, as_json
+):
+    from theow_workers.cli import app
+
+    for key, value in {
+        "THEOW_REDIS_URL": f"redis://:redis-secret-pw@127.0.0.1:{free_port()}/0",
+        "THEOW_MILVUS_URI": f"http://127.0.0.1:{free_port()}",
+        "THEOW_DATABASE_URL": "postgresql+psycopg://theow:pg-secret-pw@127.0.0.1:1/theow",
+        "THEOW_RULES_DIR": str(FIXTURES / "rules"),
+        "THEOW_ACTIONS_DIR": str(FIXTURES / "actions"),
+        "THEOW_FLOWER_PASSWORD": "flower-secret-pw",
+        "COLUMNS": "300",
+    }.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["doctor", "--json"] if as_json else ["doctor"])
+    assert result.exit_code == 1, result.output
+    for secret in ("redis-secret-pw", "pg-secret-pw", "flower-secret-pw"):
+        assert secret not in result.output
+    if as_json:
+        report = json.loads(result.output)
+        assert report["ok"] is False
+        assert {c["check"] for c in report["checks"]} >= {"redis", "milvus", "sql", "rules"}
+    else:
+        assert "FAIL" in result.output and "check(s) failed" in result.output

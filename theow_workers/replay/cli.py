@@ -1,0 +1,290 @@
+"""``theow replay``: history through the resolver in bulk, resumable, with a report.
+
+    theow replay FILE.jsonl                    # = theow replay run FILE.jsonl (dry run)
+    theow replay --from-db --since 24h --unmatched-only
+    theow replay status JOB | cancel JOB | resume JOB | report JOB | list
+
+JOB is a job id, or ``last``. Exit codes: 0 done, 1 incomplete or cancelled,
+2 bad usage or source, 130 interrupted (resume it).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from typer.core import TyperGroup
+
+from theow_workers.config import ConfigError, Settings
+
+
+class DefaultRunGroup(TyperGroup):
+    """``theow replay FILE`` and ``theow replay --from-db`` mean ``theow replay run …``."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+replay_app = typer.Typer(
+    cls=DefaultRunGroup,
+    no_args_is_help=True,
+    help="Replay failures through the resolver in bulk: resumable, with a report. "
+    "`theow replay FILE.jsonl` (one failure's facts per line) and `theow replay --from-db` "
+    "are short for `theow replay run ...`. JOB is a job id or `last`. Exit codes: 0 done, "
+    "1 incomplete or cancelled, 2 bad usage or source, 130 interrupted (resume it).",
+)
+out = Console()
+err = Console(stderr=True)
+
+JobArg = Annotated[str, typer.Argument(help="Job id, or `last`.")]
+JsonFlag = Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")]
+ReportDir = Annotated[
+    Path | None, typer.Option("--report-dir", help="Where reports go [default: .theow/reports]")
+]
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    err.print(f"[red]error:[/red] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def _settings() -> Settings:
+    try:
+        return Settings.load()
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _store(settings: Settings) -> Any:
+    from sqlalchemy import inspect
+
+    from theow_workers.adapters.sql import make_engine
+    from theow_workers.replay.jobs import ReplayStore
+
+    engine = make_engine(settings.sqlalchemy_url)
+    if not inspect(engine).has_table("replay_jobs"):
+        raise _fail(f"{settings.sqlalchemy_url} has no replay tables: run `theow db upgrade`")
+    return ReplayStore(engine)
+
+
+def _get(store: Any, job_id: str) -> Any:
+    from theow_workers.replay.jobs import JobNotFound
+
+    try:
+        return store.get(job_id)
+    except JobNotFound as exc:
+        raise _fail(str(exc)) from None
+
+
+def _rules(settings: Settings) -> tuple[list[str], str]:
+    """Rule names and version as this machine sees them ([] if they do not load)."""
+    from theow_workers.runtime import Knowledge
+
+    try:
+        knowledge = Knowledge.load(settings.rules_dir, settings.actions_dir)
+    except Exception as exc:  # a broken actions dir must not stop a replay; workers decide
+        err.print(f"[yellow]rules not loaded here ({exc}); 'matched nothing' is unknown[/yellow]")
+        return [], ""
+    return sorted(r.name for r in knowledge.rules.rules), knowledge.book.version
+
+
+@replay_app.command("run")
+def run(
+    file: Annotated[
+        Path | None, typer.Argument(help="JSON Lines: one failure's facts per line.")
+    ] = None,
+    from_db: Annotated[
+        bool, typer.Option("--from-db", help="Replay failures stored in SQL.")
+    ] = False,
+    since: Annotated[
+        str | None, typer.Option(help="With --from-db: 24h, 7d, or an ISO date.")
+    ] = None,
+    unmatched_only: Annotated[
+        bool,
+        typer.Option("--unmatched-only", help="With --from-db: only failures no rule matched."),
+    ] = False,
+    rule: Annotated[
+        str | None, typer.Option(help="With --from-db: failures this rule matched or tried.")
+    ] = None,
+    execute: Annotated[
+        bool, typer.Option("--execute", help="Run the rules' actions (default: dry run).")
+    ] = False,
+    explore: Annotated[
+        bool, typer.Option("--explore", help="Send unmatched groups to explorers.")
+    ] = False,
+    budget: Annotated[
+        int | None, typer.Option(help="With --explore: at most N LLM sessions.")
+    ] = None,
+    report_dir: ReportDir = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Replay FILE or stored failures through the resolver and report what matched."""
+    if (file is None) == (not from_db):
+        raise _fail("give a FILE or --from-db (not both)")
+    if file is not None and (since or unmatched_only or rule):
+        raise _fail("--since, --unmatched-only and --rule select stored failures: add --from-db")
+    if explore and (budget is None or budget < 1):
+        raise _fail("--explore needs --budget N (at most N LLM sessions for this replay)")
+    if budget is not None and not explore:
+        raise _fail("--budget only applies with --explore")
+    from theow_workers.replay.explore import NOT_WIRED
+    from theow_workers.replay.sources import FileSource, SourceError, StoredSource
+
+    s = _settings()
+    store = _store(s)
+    try:
+        if file is not None:
+            source: Any = FileSource(file, s.fact_limit, s.replay_max_line_bytes)
+        else:
+            source = StoredSource.select(store.engine, since, unmatched_only, rule)
+    except (SourceError, OSError) as exc:
+        raise _fail(str(exc)) from None
+    names, version = _rules(s)
+    job = store.create(
+        kind=source.kind, source=source.description, source_key=source.identity(),
+        options={**source.options(), "execute": execute}, dry_run=not execute,
+        explore=explore, explore_budget=budget,
+        explore_status=f"requested (budget {budget}); {NOT_WIRED}" if explore else "",
+        rules=names, rules_version=version, total=source.total(),
+    )  # fmt: skip
+    mode = "actions run" if execute else "dry run: rules are matched, no action runs"
+    err.print(f"replay [bold]{job.id}[/bold]: {job.total} failure(s) from {job.source} ({mode})")
+    if explore:
+        err.print(f"[yellow]--explore: {NOT_WIRED}; the report estimates the cost[/yellow]")
+    if job.total == 0:
+        err.print(f"[yellow]{job.source} has no failures to replay[/yellow]")
+    _drive(s, store, job, source, report_dir, as_json)
+
+
+@replay_app.command("resume")
+def resume(
+    job_id: JobArg,
+    force: Annotated[bool, typer.Option(help="Even if another command seems to drive it.")] = False,
+    report_dir: ReportDir = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Finish a replay that was interrupted, cancelled or left incomplete."""
+    from theow_workers.replay.driver import orphaned
+    from theow_workers.replay.jobs import DONE
+    from theow_workers.replay.sources import FileSource, SourceError, StoredSource
+
+    s = _settings()
+    store = _store(s)
+    job = _get(store, job_id)
+    if job.status == DONE:
+        err.print(f"replay {job.id} is already done ({job.processed}/{job.total})")
+        raise typer.Exit(0)
+    if not orphaned(job) and not force:
+        raise _fail(f"replay {job.id} is running (its command beat recently); use --force")
+    try:
+        if job.kind == "file":
+            source: Any = FileSource.for_job(job, s.fact_limit, s.replay_max_line_bytes)
+        else:
+            source = StoredSource.for_job(store.engine, job)
+    except (SourceError, OSError) as exc:
+        raise _fail(str(exc)) from None
+    names, version = _rules(s)
+    store.update(job.id, rules=names, rules_version=version)
+    err.print(f"resuming replay [bold]{job.id}[/bold]: {job.remaining} of {job.total} left")
+    _drive(s, store, store.get(job.id), source, report_dir, as_json)
+
+
+def _drive(
+    s: Settings, store: Any, job: Any, source: Any, report_dir: Path | None, as_json: bool
+) -> None:
+    from theow_workers.replay.driver import Driver, celery_sender
+    from theow_workers.replay.jobs import CANCELLED, DONE
+
+    driver = Driver(store, celery_sender(), err, s.replay_chunk_size, s.replay_in_flight)
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        job = driver.run(job, source)
+    except KeyboardInterrupt:
+        job = store.get(job.id)
+        err.print(
+            f"[yellow]interrupted at {job.processed}/{job.total}; nothing is lost: "
+            f"`theow replay resume {job.id}` finishes it[/yellow]"
+        )
+        raise typer.Exit(130) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if job.status == DONE and job.explore:
+        from theow_workers.replay.explore import explore_unmatched
+
+        err.print(f"[yellow]{explore_unmatched(store, job).describe()}[/yellow]")
+        job = store.get(job.id)
+    _report(s, store, job, report_dir, as_json)
+    if job.status == CANCELLED:
+        err.print(f"[yellow]replay {job.id} was cancelled at {job.processed}/{job.total}[/yellow]")
+    elif job.status != DONE:
+        err.print(f"[red]replay {job.id} is {job.status}: {job.message}[/red]")
+    raise typer.Exit(0 if job.status == DONE else 1)
+
+
+def _report(s: Settings, store: Any, job: Any, report_dir: Path | None, as_json: bool) -> None:
+    from theow_workers.replay import report as reports
+    from theow_workers.replay.show import show_report
+
+    data = reports.build(store, job, reports.Pricing.from_settings(s))
+    paths = reports.write(data, report_dir or s.home / "reports")
+    if as_json:
+        print(json.dumps(data))
+    else:
+        show_report(data, out)
+    err.print(f"report: {paths[0]} and {paths[1]}", highlight=False)
+
+
+@replay_app.command("report")
+def report(job_id: JobArg, report_dir: ReportDir = None, as_json: JsonFlag = False) -> None:
+    """Write and show the report of a replay (so far, if it is not done)."""
+    s = _settings()
+    store = _store(s)
+    _report(s, store, _get(store, job_id), report_dir, as_json)
+
+
+@replay_app.command("status")
+def status(job_id: JobArg, as_json: JsonFlag = False) -> None:
+    """Counters and state of one replay."""
+    from theow_workers.replay.driver import orphaned
+    from theow_workers.replay.show import show_status
+
+    job = _get(_store(_settings()), job_id)
+    data = {**job.to_dict(), "orphaned": job.status == "running" and orphaned(job)}
+    if as_json:
+        print(json.dumps(data))
+    else:
+        show_status(data, out)
+
+
+@replay_app.command("cancel")
+def cancel(job_id: JobArg) -> None:
+    """Stop a replay: workers skip its queued chunks; what is decided stays."""
+    from theow_workers.replay.jobs import CANCELLED, DONE
+
+    store = _store(_settings())
+    job = _get(store, job_id)
+    if job.status in (DONE, CANCELLED):
+        err.print(f"replay {job.id} is already {job.status}")
+        return
+    store.update(job.id, status=CANCELLED, message="cancelled with `theow replay cancel`")
+    out.print(f"replay {job.id} cancelled at {job.processed}/{job.total}; resume it to finish")
+
+
+@replay_app.command("list")
+def list_jobs(
+    limit: Annotated[int, typer.Option(help="Most recent N jobs.")] = 20, as_json: JsonFlag = False
+) -> None:
+    """Recent replays, newest first."""
+    from theow_workers.replay.show import show_jobs
+
+    jobs = [j.to_dict() for j in _store(_settings()).recent(limit)]
+    if as_json:
+        print(json.dumps(jobs))
+    else:
+        show_jobs(jobs, out)

@@ -1,0 +1,264 @@
+"""The replay report: hit rate, rules, what stopped matching, what is still unknown.
+
+Built from the item rows in SQL (never from what one process happened to
+see), so a resumed or redelivered job reports each input once. Written as
+JSON (everything, with the failure ids of every unmatched group) and
+Markdown (the same, abridged), and printed in the terminal.
+
+The exploration cost is an estimate: one LLM session per unmatched group x
+the configured tokens per session x the configured price per million tokens
+(``Settings.llm_session_*_tokens`` and ``Settings.llm_prices``, whose defaults
+are Gemini list prices).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+from theow_workers.replay.grouping import group_unmatched
+from theow_workers.replay.jobs import (
+    DONE,
+    DUPLICATE,
+    INVALID,
+    MATCHED,
+    Job,
+    ReplayItemRow,
+    ReplayJobRow,
+    ReplayStore,
+)
+
+LOST_SAMPLE = 50
+
+
+@dataclass(frozen=True)
+class Pricing:
+    model: str
+    input_tokens: int  # per exploration session
+    output_tokens: int
+    input_per_mtok: float  # USD per million tokens
+    output_per_mtok: float
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> Pricing:
+        """The primary model's price from ``llm_prices`` ("gemini/x" is looked up as "x")."""
+        model = settings.llm
+        prices = settings.llm_prices
+        price_in, price_out = prices.get(model, prices.get(model.split("/")[-1], (0.0, 0.0)))
+        return cls(
+            model, settings.llm_session_input_tokens, settings.llm_session_output_tokens,
+            price_in, price_out,
+        )  # fmt: skip
+
+    @property
+    def per_session(self) -> float:
+        return (
+            self.input_tokens * self.input_per_mtok + self.output_tokens * self.output_per_mtok
+        ) / 1e6
+
+
+def build(store: ReplayStore, job: Job, pricing: Pricing) -> dict[str, Any]:
+    by_rule = store.counts(job.id, "rule")
+    unmatched = store.items(job.id, "unmatched")
+    groups = group_unmatched(
+        (i.failure_id or "", i.key, i.fingerprint or "", i.sample, i.basis) for i in unmatched
+    )
+    problems = [i for i in store.items(job.id) if i.status in (INVALID, DUPLICATE)]
+    report: dict[str, Any] = {
+        "job": job.to_dict(),
+        "generated_at": datetime.now(UTC).isoformat(),
+        "complete": job.status == DONE,
+        "summary": {
+            "total": job.total,
+            "processed": job.processed,
+            "replayed": job.replayed,
+            "matched": job.matched,
+            "unmatched": job.unmatched,
+            "failed": job.failed,
+            "errors": job.errors,
+            "invalid": job.invalid,
+            "duplicates": job.duplicates,
+            "hit_rate": round(job.hit_rate, 4),
+        },
+        "statuses": store.counts(job.id),
+        "rules": [{"rule": r, "matched": n} for r, n in Counter(by_rule).most_common()],
+        "rules_without_matches": sorted(set(job.rules) - set(by_rule)),
+        "comparison": _compare(store, job, by_rule),
+        "unmatched_groups": [g.to_dict() for g in groups],
+        "exploration": _cost(len(groups), job, pricing),
+        "explore_request": {
+            "requested": job.explore,
+            "budget": job.explore_budget,
+            "status": job.explore_status,
+        },
+        "input_problems": [
+            {"line": i.line, "kind": i.status, "problem": i.sample} for i in problems
+        ],
+        "rules_versions": store.counts(job.id, "rules_version"),
+    }
+    return report
+
+
+def _compare(store: ReplayStore, job: Job, by_rule: dict[str, int]) -> dict[str, Any] | None:
+    before = previous_replay(store, job)
+    if before is None:
+        return None
+    earlier = store.counts(before.id, "rule")
+    lost = lost_matches(store, before.id, job.id)
+    return {
+        "previous_job": before.id,
+        "previous_created_at": before.created_at.isoformat(),
+        "previous_hit_rate": round(before.hit_rate, 4),
+        "stopped_matching": [
+            {"rule": r, "before": n, "now": 0, "exists": r in job.rules}
+            for r, n in sorted(earlier.items(), key=lambda kv: -kv[1])
+            if not by_rule.get(r)
+        ],
+        "changed": [
+            {"rule": r, "before": earlier.get(r, 0), "now": by_rule.get(r, 0)}
+            for r in sorted(set(earlier) | set(by_rule))
+            if earlier.get(r, 0) != by_rule.get(r, 0)
+        ],
+        "lost_matches": {
+            "count": len(lost),
+            "by_rule": dict(Counter(rule for _, _, rule, _, _ in lost).most_common()),
+            "sample": [
+                {"key": k, "line": ln, "rule_before": r, "status_now": st, "rule_now": nr}
+                for k, ln, r, st, nr in lost[:LOST_SAMPLE]
+            ],
+        },
+    }
+
+
+def previous_replay(store: ReplayStore, job: Job) -> Job | None:
+    """The latest finished replay of the same source before ``job``."""
+    query = (
+        select(ReplayJobRow)
+        .where(
+            ReplayJobRow.source_key == job.source_key,
+            ReplayJobRow.id != job.id,
+            ReplayJobRow.status == DONE,
+            ReplayJobRow.created_at < job.created_at,
+        )
+        .order_by(ReplayJobRow.created_at.desc())
+        .limit(1)
+    )
+    with store.session() as s:
+        row = s.execute(query).scalar_one_or_none()
+        return Job.from_row(row) if row is not None else None
+
+
+def lost_matches(
+    store: ReplayStore, before: str, now: str
+) -> list[tuple[str, int | None, str, str, str]]:
+    """Items a rule matched in ``before`` that it does not match in ``now``.
+
+    Rows: (key, line, rule before, status now, rule now or "").
+    """
+    a, b = ReplayItemRow.__table__.alias("a"), ReplayItemRow.__table__.alias("b")
+    query = (
+        select(a.c.item_key, a.c.line, a.c.rule, b.c.status, b.c.rule)
+        .join(b, (b.c.item_key == a.c.item_key) & (b.c.job_id == now))
+        .where(a.c.job_id == before, a.c.status.in_(MATCHED))
+        .where((b.c.rule.is_(None)) | (b.c.rule != a.c.rule))
+        .order_by(a.c.line, a.c.item_key)
+    )
+    with store.session() as s:
+        return [(k, ln, r, st, nr or "") for k, ln, r, st, nr in s.execute(query)]
+
+
+def _cost(groups: int, job: Job, pricing: Pricing) -> dict[str, Any]:
+    sessions = min(groups, job.explore_budget) if job.explore_budget is not None else groups
+    return {
+        "groups": groups,
+        "sessions": sessions,
+        "model": pricing.model,
+        "tokens_per_session": {"input": pricing.input_tokens, "output": pricing.output_tokens},
+        "usd_per_million_tokens": {
+            "input": pricing.input_per_mtok,
+            "output": pricing.output_per_mtok,
+        },
+        "usd_per_session": round(pricing.per_session, 4),
+        "estimated_usd": round(sessions * pricing.per_session, 2),
+        "estimated_usd_all_groups": round(groups * pricing.per_session, 2),
+        "note": "estimate: one LLM session per unmatched group at configured tokens and prices",
+    }
+
+
+def write(report: dict[str, Any], directory: Path) -> tuple[Path, Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    stem = directory / f"replay-{report['job']['id']}"
+    json_path, md_path = stem.with_suffix(".json"), stem.with_suffix(".md")
+    json_path.write_text(json.dumps(report, indent=2) + "\n")
+    md_path.write_text(markdown(report))
+    return json_path, md_path
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def markdown(report: dict[str, Any], top: int = 25) -> str:
+    job, s = report["job"], report["summary"]
+    mode = "dry run" if job["dry_run"] else "executed actions"
+    out = [
+        f"# Replay {job['id']}",
+        "",
+        f"Source: `{job['source']}` ({job['kind']}, {mode}); status **{job['status']}**; "
+        f"rules version `{job['rules_version'] or '?'}`.",
+        "",
+        f"**Hit rate {_pct(s['hit_rate'])}**: {s['matched']} of {s['replayed']} replayed "
+        f"failures matched a rule; {s['unmatched']} unmatched, {s['failed']} failed, "
+        f"{s['errors']} errors; {s['invalid']} invalid and {s['duplicates']} duplicate "
+        f"lines not replayed ({s['processed']} of {s['total']} inputs done).",
+        "",
+        "## Rules",
+        "",
+        "| rule | matched |",
+        "| --- | ---: |",
+        *(f"| {r['rule']} | {r['matched']} |" for r in report["rules"]),
+        "",
+        f"Rules that matched nothing: {', '.join(report['rules_without_matches']) or 'none'}.",
+        "",
+    ]
+    cmp = report["comparison"]
+    if cmp is not None:
+        out += [f"## Compared with replay {cmp['previous_job']} of the same source", ""]
+        out.append(
+            f"Hit rate then {_pct(cmp['previous_hit_rate'])}, now {_pct(s['hit_rate'])}. "
+            f"{cmp['lost_matches']['count']} failures matched before and not by the same rule now."
+        )
+        out += ["", "| rule | before | now |", "| --- | ---: | ---: |"]
+        out += [f"| {c['rule']} | {c['before']} | {c['now']} |" for c in cmp["changed"]]
+        stopped = ", ".join(c["rule"] for c in cmp["stopped_matching"]) or "none"
+        out += ["", f"Stopped matching: {stopped}.", ""]
+    groups = report["unmatched_groups"]
+    out += [f"## Largest groups of unmatched failures ({len(groups)} groups)", ""]
+    out += ["| failures | sample error line |", "| ---: | --- |"]
+    out += [f"| {g['size']} | `{_md(g['sample'])}` |" for g in groups[:top]]
+    cost = report["exploration"]
+    out += [
+        "",
+        f"Exploring them: {cost['sessions']} LLM session(s) x ${cost['usd_per_session']:.4f} "
+        f"≈ **${cost['estimated_usd']:.2f}** with {cost['model']} ({cost['note']}).",
+    ]
+    req = report["explore_request"]
+    if req["requested"]:
+        out.append(f"Exploration requested with budget {req['budget']}: {req['status']}.")
+    problems = report["input_problems"]
+    if problems:
+        out += ["", f"## Input problems ({len(problems)})", ""]
+        out += [f"- line {p['line']}: {p['problem']}" for p in problems[:50]]
+        if len(problems) > 50:
+            out.append(f"- … {len(problems) - 50} more in the JSON report")
+    return "\n".join(out) + "\n"
+
+
+def _md(text: str) -> str:
+    return text.replace("`", "'").replace("|", "\\|")[:200]

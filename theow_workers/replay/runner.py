@@ -1,0 +1,188 @@
+"""One chunk of a replay, on a worker: each item through the live resolve path.
+
+Every item goes through ``ResolveService.resolve`` — the same recording,
+planning and deciding a live failure gets — as a failure with source
+``replay:<job id>`` and a failure id fixed by job id and item key. The
+service writes into a ``ChunkStore``; the chunk's failures, verdicts,
+attempts, item rows and counter updates are then committed in one
+transaction. So:
+
+* a worker killed mid-chunk leaves nothing of the chunk; its redelivery
+  starts clean and nothing is counted twice;
+* a chunk sent twice (a resume while it was still queued) inserts each row
+  once; only item rows that insert move the counters;
+* a chunk delivered again (its worker died) runs *carefully*: one item per
+  transaction, each with its own delivery count, so an item that kills the
+  worker every time is recorded as ``error`` after ``max_deliveries`` and the
+  items around it are kept — exactly the live poison-message rule.
+
+A dry run (the default) matches and records but runs no action, and leaves
+the rules' track record alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from celery.exceptions import SoftTimeLimitExceeded  # type: ignore[import-untyped]
+from sqlalchemy import select
+
+from theow_client.verdict import Status, Verdict
+from theow_workers.adapters.sql import FailureRow
+from theow_workers.core.service import ResolveService
+from theow_workers.replay.chunk_store import ChunkStore
+from theow_workers.replay.grouping import error_summary
+from theow_workers.replay.jobs import (
+    CANCELLED,
+    INVALID,
+    ItemRecord,
+    Job,
+    ReplayStore,
+    replay_failure_id,
+)
+
+log = logging.getLogger("theow.replay")
+
+SUMMARY_CACHE = 10_000
+# A service resolving into a ChunkStore, for a dry run (True) or not.
+ServiceFor = Callable[[bool], tuple[ResolveService, ChunkStore]]
+
+
+class ReplayRunner:
+    def __init__(
+        self,
+        store: ReplayStore,
+        service_for: ServiceFor,
+        deliveries: Callable[[str], int] | None = None,
+        max_deliveries: int = 3,
+        rules_version: Callable[[], str] = lambda: "",
+        time_budget: float = 100.0,
+    ) -> None:
+        self.store = store
+        # Past this many seconds a chunk stops taking items (the rest is sent again):
+        # slow actions under --execute must not run a chunk into its hard time limit.
+        self.time_budget = time_budget
+        self.service_for = service_for
+        self.deliveries = deliveries or (lambda _: 1)
+        self.max_deliveries = max_deliveries
+        self.rules_version = rules_version
+        # Error summaries by fingerprint: one per root cause, not one per repeat.
+        self._summaries: OrderedDict[str, tuple[str, str]] = OrderedDict()
+
+    def run(self, chunk: dict[str, Any], delivery: int = 1) -> dict[str, Any]:
+        """Replay a chunk; ``delivery`` > 1 means an earlier delivery's worker died."""
+        job = self.store.get(str(chunk["job_id"]))
+        items: list[dict[str, Any]] = list(chunk.get("items") or [])
+        result = {"job_id": job.id, "recorded": 0, "skipped": len(items), "cancelled": False}
+        result["timed_out"] = False
+        if job.status == CANCELLED:
+            return {**result, "cancelled": True}
+        done = self.store.decided(job.id, [str(i["key"]) for i in items])
+        todo = [i for i in items if str(i["key"]) not in done]
+        stored = self._stored_facts([str(i["ref"]) for i in todo if "ref" in i])
+        service, writes = self.service_for(job.dry_run)
+        writes.begin([replay_failure_id(job.id, str(i["key"])) for i in todo])
+        careful = delivery > 1
+        records: list[ItemRecord] = []
+        recorded = 0
+        started = time.monotonic()
+        try:
+            for n, item in enumerate(todo):
+                if n and time.monotonic() - started > self.time_budget:  # at least one per chunk
+                    result["timed_out"] = True
+                    break
+                record, timed_out = self._replay_one(job, item, stored, service, writes, careful)
+                records.append(record)
+                if careful:
+                    recorded += self.store.record(job.id, records, writes.flush)
+                    records = []
+                if timed_out:
+                    result["timed_out"] = True
+                    break
+        finally:
+            recorded += self.store.record(job.id, records, writes.flush)
+        return {**result, "recorded": recorded, "skipped": len(items) - recorded}
+
+    def _replay_one(
+        self,
+        job: Job,
+        item: dict[str, Any],
+        stored: dict[str, dict[str, Any]],
+        service: ResolveService,
+        writes: ChunkStore,
+        careful: bool,
+    ) -> tuple[ItemRecord, bool]:
+        key, line = str(item["key"]), item.get("line")
+        facts = item.get("facts")
+        if "ref" in item:
+            facts = stored.get(str(item["ref"]))
+            if facts is None:
+                problem = f"stored failure {item['ref']} no longer exists"
+                return ItemRecord(key, INVALID, line=line, sample=problem), False
+        failure_id = replay_failure_id(job.id, key)
+        payload = {
+            "failure_id": failure_id,
+            "facts": facts,
+            "source": f"replay:{job.id}",
+            "explore": False,  # exploration of a replay goes per group, under its budget
+            "notes": {**(item.get("notes") or {}), "replay": {"job": job.id, "key": key}},
+        }
+        delivery = self.deliveries(failure_id) if careful else 1
+        timed_out = False
+        if delivery > self.max_deliveries:
+            reason = f"delivered {delivery} times without a verdict (a worker died each time)"
+            verdict = service.give_up(payload, failure_id, reason)
+        else:
+            try:
+                verdict = service.resolve(payload, failure_id, delivery)
+            except SoftTimeLimitExceeded:
+                timed_out = True
+                reason = "replay chunk exceeded its time limit on this failure"
+                verdict = service.give_up(payload, failure_id, reason)
+        return self._record_for(key, line, verdict, writes), timed_out
+
+    def _record_for(
+        self, key: str, line: int | None, verdict: Verdict, writes: ChunkStore
+    ) -> ItemRecord:
+        fields: dict[str, Any] = {
+            "line": line, "failure_id": verdict.failure_id, "rule": verdict.rule,
+            "rules_version": self.rules_version(),
+        }  # fmt: skip
+        if verdict.status is Status.UNMATCHED:
+            # As recorded by the service: facts redacted, fingerprint computed.
+            failure = writes.failures.get(verdict.failure_id)
+            fp, facts = (failure.fingerprint, failure.facts) if failure else self._failure(verdict)
+            fields["fingerprint"] = fp
+            fields["sample"], fields["basis"] = self._summary(fp, facts)
+        elif verdict.status in (Status.FAILED, Status.ERROR, Status.REJECTED):
+            fields["sample"] = verdict.reason[:500]
+        return ItemRecord(key, verdict.status.value, **fields)
+
+    def _summary(self, fingerprint: str, facts: dict[str, Any]) -> tuple[str, str]:
+        """(sample line, basis): the basis (for grouping) once per root cause and process."""
+        found = self._summaries.get(fingerprint)
+        if found is not None:
+            return found[0], ""
+        found = self._summaries[fingerprint] = error_summary(facts)
+        if len(self._summaries) > SUMMARY_CACHE:
+            self._summaries.popitem(last=False)
+        return found
+
+    def _failure(self, verdict: Verdict) -> tuple[str, dict[str, Any]]:
+        query = select(FailureRow.fingerprint, FailureRow.facts).where(
+            FailureRow.id == verdict.failure_id
+        )
+        with self.store.session() as s:
+            row = s.execute(query).one_or_none()
+        return (row[0], row[1]) if row is not None else ("", {})
+
+    def _stored_facts(self, refs: list[str]) -> dict[str, dict[str, Any]]:
+        if not refs:
+            return {}
+        query = select(FailureRow.id, FailureRow.facts).where(FailureRow.id.in_(refs))
+        with self.store.session() as s:
+            return {fid: facts for fid, facts in s.execute(query)}

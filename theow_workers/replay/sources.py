@@ -1,0 +1,215 @@
+"""What a replay reads: a JSON Lines file, or failures already stored in SQL.
+
+Both yield batches of ``Pending`` items in a fixed order, keyed the same way
+on every pass (a file by line number, stored failures by their id), so a
+resumed job can skip what is decided and a later replay of the same source
+can be compared item by item. An item is only parsed once it is known to be
+undecided: resuming a nearly finished 200 MB replay reads the file but parses
+almost nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Protocol
+
+from sqlalchemy import exists, func, not_, or_, select
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
+
+from theow_workers.adapters.sql import AttemptRow, FailureRow, VerdictRow
+from theow_workers.replay.jobs import DUPLICATE, INVALID, ItemRecord, Job
+from theow_workers.replay.reader import parse_line, raw_lines, scan
+
+BATCH_ITEMS = 500
+BATCH_BYTES = 8 * 1024 * 1024
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+class SourceError(ValueError):
+    """The source cannot be replayed (missing file, changed file, bad selection)."""
+
+
+@dataclass(frozen=True)
+class Pending:
+    """An item not parsed yet: ``load`` gives either a worker item or a local record."""
+
+    key: str
+    size: int
+    load: Callable[[], dict[str, Any] | ItemRecord]
+
+
+class Source(Protocol):
+    kind: str
+    description: str
+
+    def identity(self) -> str: ...
+
+    def total(self) -> int: ...
+
+    def options(self) -> dict[str, Any]: ...
+
+    def batches(self) -> Iterator[list[Pending]]: ...
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class FileSource:
+    """A JSON Lines file, one failure's facts per line (``reader``)."""
+
+    kind = "file"
+
+    def __init__(self, path: Path, fact_limit: int, max_line_bytes: int) -> None:
+        if not path.is_file():
+            raise SourceError(f"{path}: no such file")
+        self.path = path.resolve()
+        self.fact_limit, self.max_line_bytes = fact_limit, max_line_bytes
+        self.info = scan(self.path, max_line_bytes)
+        self.description = str(self.path)
+
+    @classmethod
+    def for_job(cls, job: Job, fact_limit: int, max_line_bytes: int) -> FileSource:
+        source = cls(Path(job.source), fact_limit, max_line_bytes)
+        if source.info.sha256 != job.options.get("sha256"):
+            raise SourceError(
+                f"{job.source} changed since job {job.id} started; "
+                "replay it as a new job instead of resuming"
+            )
+        return source
+
+    def identity(self) -> str:
+        return _sha(f"file\n{self.info.path}\n{self.info.sha256}")
+
+    def total(self) -> int:
+        return self.info.lines
+
+    def options(self) -> dict[str, Any]:
+        return {"sha256": self.info.sha256, "bytes": self.info.size}
+
+    def batches(self) -> Iterator[list[Pending]]:
+        batch: list[Pending] = []
+        size = 0
+        for raw in raw_lines(self.path, self.max_line_bytes):
+            batch.append(Pending(str(raw.number), raw.size, self._loader(raw)))
+            size += raw.size
+            if len(batch) >= BATCH_ITEMS or size >= BATCH_BYTES:
+                yield batch
+                batch, size = [], 0
+        if batch:
+            yield batch
+
+    def _loader(self, raw: Any) -> Callable[[], dict[str, Any] | ItemRecord]:
+        def load() -> dict[str, Any] | ItemRecord:
+            line = parse_line(raw, self.fact_limit, self.max_line_bytes)
+            if line.problem is not None:
+                status = DUPLICATE if raw.duplicate_of is not None else INVALID
+                return ItemRecord(str(line.number), status, line=line.number, sample=line.problem)
+            return {"key": str(line.number), "line": line.number, "facts": line.facts,
+                    "notes": line.notes}  # fmt: skip
+
+        return load
+
+
+def parse_since(text: str, now: datetime) -> datetime:
+    """``24h``, ``7d``, ``90m``, ``2w`` before ``now``, or an ISO date/time."""
+    found = _DURATION.match(text.strip().lower())
+    if found:
+        return now - timedelta(seconds=float(found[1]) * _UNITS[found[2]])
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise SourceError(
+            f"--since {text!r}: use a duration (24h, 7d, 30m) or an ISO date (2026-11-01)"
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+class StoredSource:
+    """Failures already in SQL, selected by time, verdict and rule.
+
+    Failures recorded by earlier replays are never selected, nor rejected
+    submissions (they have no facts). The time window is fixed when the job
+    is created, so a resume replays exactly the same selection.
+    """
+
+    kind = "db"
+
+    def __init__(self, engine: Engine, selection: dict[str, Any]) -> None:
+        self.engine = engine
+        self.selection = selection
+        words = ["stored failures"]
+        if selection.get("since"):
+            words.append(f"since {selection['since']}")
+        if selection.get("unmatched_only"):
+            words.append("unmatched only")
+        if selection.get("rule"):
+            words.append(f"rule {selection['rule']}")
+        self.description = ", ".join(words)
+
+    @classmethod
+    def select(
+        cls, engine: Engine, since: str | None, unmatched_only: bool, rule: str | None
+    ) -> StoredSource:
+        now = datetime.now(UTC)
+        selection = {
+            "since": since, "unmatched_only": unmatched_only, "rule": rule,
+            "from": parse_since(since, now).isoformat() if since else None, "until": now.isoformat(),
+        }  # fmt: skip
+        return cls(engine, selection)
+
+    @classmethod
+    def for_job(cls, engine: Engine, job: Job) -> StoredSource:
+        return cls(engine, dict(job.options))
+
+    def identity(self) -> str:
+        sel = self.selection
+        spec = {"since": sel.get("since"), "unmatched": sel.get("unmatched_only"),
+                "rule": sel.get("rule")}  # fmt: skip
+        return _sha("db\n" + json.dumps(spec, sort_keys=True))
+
+    def options(self) -> dict[str, Any]:
+        return dict(self.selection)
+
+    def _where(self, query: Any) -> Any:
+        sel = self.selection
+        query = query.outerjoin(VerdictRow, VerdictRow.failure_id == FailureRow.id).where(
+            not_(FailureRow.source.like("replay:%")),
+            or_(VerdictRow.status.is_(None), VerdictRow.status != "rejected"),
+            FailureRow.received_at <= datetime.fromisoformat(sel["until"]),
+        )
+        if sel.get("from"):
+            query = query.where(FailureRow.received_at >= datetime.fromisoformat(sel["from"]))
+        if sel.get("unmatched_only"):
+            query = query.where(VerdictRow.status == "unmatched")
+        if sel.get("rule"):
+            tried = exists().where(AttemptRow.failure_id == FailureRow.id, AttemptRow.rule == sel["rule"])  # fmt: skip
+            query = query.where(or_(VerdictRow.rule == sel["rule"], tried))
+        return query
+
+    def total(self) -> int:
+        with Session(self.engine) as s:
+            return int(s.execute(self._where(select(func.count(FailureRow.id)))).scalar_one())
+
+    def batches(self) -> Iterator[list[Pending]]:
+        after = ""
+        while True:
+            query = self._where(select(FailureRow.id)).where(FailureRow.id > after)
+            with Session(self.engine) as s:
+                ids = list(s.execute(query.order_by(FailureRow.id).limit(BATCH_ITEMS)).scalars())
+            if not ids:
+                return
+            yield [Pending(i, 0, _ref(i)) for i in ids]
+            after = ids[-1]
+
+
+def _ref(failure_id: str) -> Callable[[], dict[str, Any]]:
+    return lambda: {"key": failure_id, "ref": failure_id}

@@ -1,0 +1,84 @@
+"""The ``theow.replay`` task: one chunk of a replay job (see ``runner``).
+
+Routed to the ``replay`` queue by name (``theow_client.names.TASK_ROUTES``),
+with the app's late acks and prefetch 1: a worker killed mid-chunk puts the
+chunk back, and the redelivery redoes it (nothing of it was committed).
+
+Deliveries are counted in Redis with ``names.key_deliveries``: per chunk as
+``theow:deliveries:replay-chunk:<task id>`` (a second delivery switches the
+chunk to one transaction per item), and per item, once careful, under its
+failure id exactly as a live failure is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from celery import Task  # type: ignore[import-untyped]
+from celery.signals import worker_process_init  # type: ignore[import-untyped]
+
+from theow_client import names
+from theow_workers import runtime
+from theow_workers.celery_app import app
+from theow_workers.core.service import ResolveService
+from theow_workers.replay.chunk_store import ChunkStore
+from theow_workers.replay.jobs import ReplayStore
+from theow_workers.replay.runner import ReplayRunner
+
+DELIVERY_TTL = 24 * 3600
+_runner: ReplayRunner | None = None
+
+
+@app.task(name=names.TASK_REPLAY, bind=True)  # type: ignore[untyped-decorator]
+def replay(self: Task, chunk: dict[str, Any]) -> dict[str, Any]:
+    """Replay one chunk of a job's items; returns how many were recorded."""
+    run = runner()
+    return run.run(chunk, delivery=_count(f"replay-chunk:{self.request.id}"))
+
+
+def _count(delivery_id: str) -> int:
+    """How many times this delivery id was started (Redis, expires after a day)."""
+    key = names.key_deliveries(delivery_id)
+    count, _ = runtime.current().redis.pipeline().incr(key).expire(key, DELIVERY_TTL).execute()
+    return int(count)
+
+
+def runner() -> ReplayRunner:
+    """This process's runner, built on the runtime's clients (after the fork)."""
+    global _runner
+    if _runner is not None:
+        return _runner
+    rt = runtime.current()
+    services: dict[bool, tuple[ResolveService, ChunkStore]] = {}
+
+    def service_for(dry_run: bool) -> tuple[ResolveService, ChunkStore]:
+        """The live service's rules, actions and settings, writing into a ChunkStore."""
+        if dry_run not in services:
+            live = rt.service
+            writes = ChunkStore(rt.store, count_rules=not dry_run)
+            service = ResolveService(
+                writes,
+                rulebook=live.rulebook,
+                actions=live.actions,
+                similarity=live.similarity,
+                settings=dataclasses.replace(live.settings, dry_run=dry_run),
+            )
+            services[dry_run] = (service, writes)
+        return services[dry_run]
+
+    _runner = ReplayRunner(
+        ReplayStore(rt.store.engine),
+        service_for,
+        deliveries=_count,
+        max_deliveries=rt.settings.max_deliveries,
+        rules_version=lambda: rt.knowledge().book.version,
+        time_budget=rt.settings.resolve_time_limit / 3,
+    )
+    return _runner
+
+
+@worker_process_init.connect  # type: ignore[untyped-decorator]
+def _after_fork(**_: Any) -> None:
+    global _runner
+    _runner = None
