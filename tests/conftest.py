@@ -125,15 +125,19 @@ def _sql_params() -> list[object]:
 
 
 @pytest.fixture(params=_sql_params())
-def sql_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+def sql_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A migrated, empty database: SQLite, then PostgreSQL when configured."""
+    return prepared_database(request.param, tmp_path)
+
+
+def prepared_database(kind: str, tmp_path: Path) -> str:
+    """A migrated, empty database of ``kind`` ("sqlite" or "postgresql")."""
     from theow_workers.adapters.sql import migrate
 
-    if request.param == "sqlite":
+    if kind == "sqlite":
         url = f"sqlite:///{tmp_path / 'theow.db'}"
         migrate(url)
-        yield url
-        return
+        return url
     url = os.environ.get("THEOW_TEST_DATABASE_URL", "")
     if not url:
         if os.environ.get("CI"):
@@ -141,7 +145,7 @@ def sql_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         pytest.skip("THEOW_TEST_DATABASE_URL not set")
     reset_postgres(url)
     migrate(url)
-    yield url
+    return url
 
 
 def reset_postgres(url: str) -> None:

@@ -262,7 +262,8 @@ def up(
         bool, typer.Option("--flower", help="Also start Flower (needs THEOW_FLOWER_PASSWORD).")
     ] = False,
 ) -> None:
-    """Start the embedded stack (Valkey, Milvus Lite, SQLite, resolver and replay workers) until Ctrl-C."""
+    """Start the embedded stack (Valkey, Milvus Lite, SQLite, resolver and replay workers,
+    an explorer with THEOW_EXPLORE=1) until Ctrl-C."""
     from theow_workers.ops.flower import FlowerError, flower_command
     from theow_workers.stack import EmbeddedStack, StackError
 
@@ -279,6 +280,8 @@ def up(
         stack.start_worker(
             ["replay"], concurrency=s.replay_concurrency, name="replay", nice=s.replay_nice
         )
+        if s.explore:  # THEOW_EXPLORE=1: one explorer process (prefetch 1, LLM-bound)
+            stack.start_worker(["explore"], concurrency=1, name="explorer")
         if flower_cmd is not None:
             log_path = stack.home / "flower.log"
             stack.processes.append(("flower", flower_cmd.start(stack.environment(), log_path)))

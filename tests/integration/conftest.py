@@ -70,9 +70,27 @@ class Fleet:
         return (self.home / f"worker-{name}.log").read_text(errors="replace")
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Fleets run on SQLite; a module lists PostgreSQL in FLEET_DATABASES to run there too.
+
+    The store itself is tested on both everywhere it is touched directly; worker
+    tests, which take seconds each, run on PostgreSQL where the path is the point.
+    """
+    if "fleet_db" in metafunc.fixturenames:
+        databases = getattr(metafunc.module, "FLEET_DATABASES", ("sqlite",))
+        metafunc.parametrize("fleet_db", databases, indirect=True)
+
+
+@pytest.fixture
+def fleet_db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    from tests.conftest import prepared_database
+
+    return prepared_database(request.param, tmp_path)
+
+
 @pytest.fixture
 def fleet(
-    tmp_path: Path, redis_url: str, redis_client: Any, milvus_uri: str, sql_url: str
+    tmp_path: Path, redis_url: str, redis_client: Any, milvus_uri: str, fleet_db: str
 ) -> Iterator[Fleet]:
     home = tmp_path / "home"
     rules, actions = tmp_path / "rules", tmp_path / "actions"
@@ -86,7 +104,7 @@ def fleet(
         # One collection for every fleet: rules rarely change between tests, so
         # workers find the index in sync and need not load MiniLM to embed it.
         "THEOW_MILVUS_COLLECTION": "fleet_fixture_rules",
-        "THEOW_DATABASE_URL": sql_url,
+        "THEOW_DATABASE_URL": fleet_db,
         "THEOW_RULES_DIR": str(rules),
         "THEOW_ACTIONS_DIR": str(actions),
         "THEOW_ACTION_TIMEOUT": "2",

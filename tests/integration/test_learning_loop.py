@@ -21,6 +21,9 @@ from theow_client import Status
 
 pytestmark = pytest.mark.integration
 
+# The acceptance path runs on PostgreSQL as well as SQLite.
+FLEET_DATABASES = ("sqlite", "postgresql")
+
 MODEL = "gemini-2.5-flash"
 FLUX = re.compile(r"component (\w+) failed: code=(\d+)")
 

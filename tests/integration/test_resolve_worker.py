@@ -15,6 +15,9 @@ from theow_workers.adapters.sql import AttemptRow, FailureRow, VerdictRow
 
 pytestmark = pytest.mark.integration
 
+# The core path runs on PostgreSQL as well as SQLite (see tests/integration/conftest.py).
+FLEET_DATABASES = ("sqlite", "postgresql")
+
 
 def count(store, model, **where) -> int:
     with store.session() as s:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from tests.unit.replay_fixtures import *  # noqa: F403
 from tests.unit.replay_fixtures import assert_counters_match_item_rows, count
 from theow_workers.adapters.sql import AttemptRow, FailureRow, VerdictRow
-from theow_workers.replay.jobs import CANCELLED, ItemRecord, replay_failure_id
+from theow_workers.replay.jobs import CANCELLED, ItemRecord, ReplayItemRow, replay_failure_id
 
 
 def chunk(job_id: str, *stderrs: str, start: int = 1) -> dict:
@@ -106,3 +106,22 @@ def test_unmatched_items_carry_their_fingerprint_and_a_sample_line(runner, jobs)
     assert len({i.fingerprint for i in items}) == 1
     assert [i.sample for i in items] == ["fatal: quota exceeded on /data/7"] * 2
     assert sum(bool(i.basis) for i in items) == 1  # the grouping text once per root cause
+
+
+def test_every_replay_keeps_the_error_text_of_each_root_cause(runner, jobs):
+    """A worker that saw a root cause in an earlier job still records it for the next."""
+    from theow_workers.replay import report as reports
+
+    texts = ("run 1\nfatal: quota exceeded on /data/7", "run 2\npanic: nil map write in worker")
+    for _ in range(2):
+        job = jobs.create(kind="file", source="h.jsonl", source_key="k", total=2)
+        runner.run(chunk(job.id, *texts))
+        assert {bool(i.basis) for i in jobs.items(job.id, "unmatched")} == {True}
+    with jobs.session.begin() as s:  # an older job whose items lost their error text
+        s.execute(ReplayItemRow.__table__.update().values(basis=""))
+    pricing = reports.Pricing("m", 1, 1, 0.0, 0.0)
+    groups = reports.build(jobs, jobs.get(job.id), pricing)["unmatched_groups"]
+    assert sorted(g["sample"] for g in groups) == [
+        "fatal: quota exceeded on /data/7",
+        "panic: nil map write in worker",
+    ]

@@ -44,6 +44,7 @@ class Submission:
     hints: Hints = Hints()
     notes: dict[str, Any] = field(default_factory=dict)
     session_id: str | None = None  # groups LLM sessions under one budget (a replay job)
+    fingerprint: str = ""
 
     @classmethod
     def parse(
@@ -52,19 +53,45 @@ class Submission:
         """Read a task payload; FactsError says what is malformed."""
         if not isinstance(payload, dict):
             raise FactsError(f"submission must be a JSON object, got {type(payload).__name__}")
-        facts, truncated = bound_facts(payload.get("facts"), fact_limit)
+        facts, truncated, print_ = _prepare(payload.get("facts"), fact_limit)
         notes = dict(payload.get("notes") or {})
         if truncated:
             notes.setdefault("truncated", {}).update(truncated)
         return cls(
             failure_id=str(payload.get("failure_id") or fallback_id),
-            facts=redact(facts),
+            facts=facts,
+            fingerprint=print_,
             explore=bool(payload.get("explore", False)),
             source=str(payload.get("source") or "unknown"),
             hints=Hints.from_dict(payload.get("hints")),
             notes=notes,
             session_id=str(payload["session_id"]) if payload.get("session_id") else None,
         )
+
+
+# Facts seen before, already bounded, masked and fingerprinted: a fleet sends the
+# same failure many times, and masking and fingerprinting a 64 KB log costs ms.
+_PREPARED: OrderedDict[str, tuple[dict[str, Any], dict[str, Any], str]] = OrderedDict()
+PREPARED_CACHE_SIZE = 256
+
+
+def _prepare(raw: Any, fact_limit: int) -> tuple[dict[str, Any], dict[str, Any], str]:
+    try:
+        key = hashlib.sha256(json.dumps([fact_limit, raw], sort_keys=True).encode()).hexdigest()
+    except (TypeError, ValueError):
+        key = ""  # not JSON (bytes from an in-process caller): prepare without caching
+    if key and key in _PREPARED:
+        _PREPARED.move_to_end(key)
+        facts, truncated, print_ = _PREPARED[key]
+        return dict(facts), dict(truncated), print_  # copies: an action may change its facts
+    facts, truncated = bound_facts(raw, fact_limit)
+    facts = redact(facts)
+    prepared = (facts, dict(truncated), fingerprint(facts))
+    if key:
+        _PREPARED[key] = prepared
+        if len(_PREPARED) > PREPARED_CACHE_SIZE:
+            _PREPARED.popitem(last=False)
+    return prepared
 
 
 @dataclass(frozen=True)
@@ -132,7 +159,7 @@ class ResolveService:
         self.store.add_failure(
             FailureRecord(
                 id=sub.failure_id,
-                fingerprint=fingerprint(sub.facts),
+                fingerprint=sub.fingerprint or fingerprint(sub.facts),
                 facts=sub.facts,
                 problem_type=_text_or_none(sub.facts.get("problem_type")),
                 source=sub.source,

@@ -126,7 +126,7 @@ def run(
 ) -> None:
     """Replay FILE or stored failures through the resolver and report what matched."""
     if (file is None) == (not from_db):
-        raise _fail("give a FILE or --from-db (not both)")
+        raise _fail("give either a FILE or --from-db")
     if file is not None and (since or unmatched_only or rule):
         raise _fail("--since, --unmatched-only and --rule select stored failures: add --from-db")
     if explore and (budget is None or budget < 1):

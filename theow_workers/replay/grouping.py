@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from theow_workers.core.query import ERROR_LINE, error_lines, log_text, normalize
+from theow_workers.core.query import error_lines, log_text, looks_like_error, normalize
 
 SIMILAR = 0.8
 MAX_BASIS_CHARS = 2000
@@ -41,7 +41,7 @@ _TOKEN = re.compile(r"<\w+>|[a-z_][a-z0-9_.\-']*")
 def error_summary(facts: dict[str, Any]) -> tuple[str, str]:
     """(sample line, normalized error text) of a failure, from its (redacted) facts."""
     lines = error_lines(log_text(facts))
-    errorish = [ln for ln in lines if ERROR_LINE.search(ln)]
+    errorish = [ln for ln in lines if looks_like_error(ln)]
     if not lines:
         brief = ", ".join(
             f"{k}={v}" for k, v in sorted(facts.items()) if isinstance(v, str | int) and k != "job"

@@ -13,6 +13,7 @@ are Gemini list prices).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from dataclasses import dataclass
@@ -22,12 +23,14 @@ from typing import Any
 
 from sqlalchemy import select
 
-from theow_workers.replay.grouping import group_unmatched
+from theow_workers.adapters.sql import FailureRow
+from theow_workers.replay.grouping import error_summary, group_unmatched
 from theow_workers.replay.jobs import (
     DONE,
     DUPLICATE,
     INVALID,
     MATCHED,
+    ItemRecord,
     Job,
     ReplayItemRow,
     ReplayJobRow,
@@ -65,7 +68,7 @@ class Pricing:
 
 def build(store: ReplayStore, job: Job, pricing: Pricing) -> dict[str, Any]:
     by_rule = store.counts(job.id, "rule")
-    unmatched = store.items(job.id, "unmatched")
+    unmatched = _with_basis(store, store.items(job.id, "unmatched"))
     groups = group_unmatched(
         (i.failure_id or "", i.key, i.fingerprint or "", i.sample, i.basis) for i in unmatched
     )
@@ -103,6 +106,26 @@ def build(store: ReplayStore, job: Job, pricing: Pricing) -> dict[str, Any]:
         "rules_versions": store.counts(job.id, "rules_version"),
     }
     return report
+
+
+def _with_basis(store: ReplayStore, items: list[ItemRecord]) -> list[ItemRecord]:
+    """A root cause's error text is stored on one of its items; recompute it if none has it."""
+    having = {i.fingerprint for i in items if i.basis}
+    first: dict[str | None, ItemRecord] = {}
+    for item in items:
+        if item.fingerprint not in having:
+            first.setdefault(item.fingerprint, item)
+    if not first:
+        return items
+    ids = [i.failure_id for i in first.values() if i.failure_id]
+    with store.session() as s:
+        query = select(FailureRow.id, FailureRow.facts).where(FailureRow.id.in_(ids))
+        facts = {fid: data for fid, data in s.execute(query)}
+    redone = {}
+    for item in first.values():
+        sample, basis = error_summary(facts.get(item.failure_id or "", {}))
+        redone[id(item)] = dataclasses.replace(item, sample=sample, basis=basis)
+    return [redone.get(id(i), i) for i in items]
 
 
 def _compare(store: ReplayStore, job: Job, by_rule: dict[str, int]) -> dict[str, Any] | None:

@@ -72,6 +72,7 @@ class ReplayRunner:
         self.rules_version = rules_version
         # Error summaries by fingerprint: one per root cause, not one per repeat.
         self._summaries: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        self._in_chunk: set[str] = set()
 
     def run(self, chunk: dict[str, Any], delivery: int = 1) -> dict[str, Any]:
         """Replay a chunk; ``delivery`` > 1 means an earlier delivery's worker died."""
@@ -87,6 +88,7 @@ class ReplayRunner:
         service, writes = self.service_for(job.dry_run)
         writes.begin([replay_failure_id(job.id, str(i["key"])) for i in todo])
         careful = delivery > 1
+        self._in_chunk.clear()
         records: list[ItemRecord] = []
         recorded = 0
         started = time.monotonic()
@@ -163,13 +165,18 @@ class ReplayRunner:
         return ItemRecord(key, verdict.status.value, **fields)
 
     def _summary(self, fingerprint: str, facts: dict[str, Any]) -> tuple[str, str]:
-        """(sample line, basis): the basis (for grouping) once per root cause and process."""
+        """(sample line, basis), the basis (for grouping) once per root cause and chunk.
+
+        A chunk commits whole, so every root cause of a job keeps a basis.
+        """
         found = self._summaries.get(fingerprint)
-        if found is not None:
+        if found is None:
+            found = self._summaries[fingerprint] = error_summary(facts)
+            if len(self._summaries) > SUMMARY_CACHE:
+                self._summaries.popitem(last=False)
+        if fingerprint in self._in_chunk:
             return found[0], ""
-        found = self._summaries[fingerprint] = error_summary(facts)
-        if len(self._summaries) > SUMMARY_CACHE:
-            self._summaries.popitem(last=False)
+        self._in_chunk.add(fingerprint)
         return found
 
     def _failure(self, verdict: Verdict) -> tuple[str, dict[str, Any]]:
