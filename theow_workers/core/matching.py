@@ -25,7 +25,9 @@ from typing import Any
 import regex
 
 from theow_client.verdict import BoundAction
+from theow_workers.core.evidence import Evidence, evidence_at
 from theow_workers.core.rules import PLACEHOLDER, FactCondition, Rule, as_text
+from theow_workers.core.scanner import Hits
 
 DEFAULT_REGEX_TIMEOUT = 0.05  # seconds per regex search
 BRACE_ESCAPES = (("{{", "\x00"), ("}}", "\x01"))
@@ -39,6 +41,8 @@ class UnboundPlaceholder(LookupError):
 class Captures:
     numbered: dict[int, str] = field(default_factory=dict)
     named: dict[str, str] = field(default_factory=dict)
+    # Where each regex/contains condition matched, by its index in ``when``.
+    spans: dict[int, tuple[str, str, int, int]] = field(default_factory=dict)
 
     def absorb(self, found: Any) -> None:
         """Keep the first value seen for each group: earlier facts win."""
@@ -59,6 +63,7 @@ class Match:
     reason: str
     captures: Captures
     actions: tuple[BoundAction, ...] = ()
+    evidence: Evidence | None = None
 
 
 @lru_cache(maxsize=4096)
@@ -126,21 +131,32 @@ class RegexTimeout(Exception):
     pass
 
 
-def _search(pattern: str, text: str, timeout: float) -> Any:
-    """Search with a literal pre-check and a time limit; RegexTimeout past the limit."""
-    literals = required_literals(pattern)
-    if literals is not None and not any(literal in text for literal in literals):
-        return None
+def _search(pattern: str, text: str, timeout: float, start: int | None = None) -> Any:
+    """Search with a time limit; RegexTimeout past the limit.
+
+    ``start`` is where the scanner saw the pattern occur (search from there);
+    without it, a literal pre-check rules most texts out first.
+    """
+    if start is None:
+        literals = required_literals(pattern)
+        if literals is not None and not any(literal in text for literal in literals):
+            return None
+        start = 0
     try:
-        return compiled(pattern).search(text, timeout=timeout)
+        return compiled(pattern).search(text, start, timeout=timeout)
     except TimeoutError:
         raise RegexTimeout(f"regex {_short(pattern)!r} timed out after {timeout:g}s") from None
 
 
 def check_condition(
-    condition: FactCondition, facts: dict[str, Any], captures: Captures, timeout: float
+    condition: FactCondition,
+    facts: dict[str, Any],
+    captures: Captures,
+    timeout: float,
+    hits: Hits | None = None,
+    index: int = 0,
 ) -> str:
-    """'' if the condition holds, else why not (and captures gain regex groups)."""
+    """'' if the condition holds, else why not (and captures gain regex groups and spans)."""
     name = condition.fact
     if name not in facts or facts[name] is None:
         return f"fact {name!r} is missing"
@@ -152,16 +168,26 @@ def check_condition(
         return f"fact {name!r} equals {text!r}"
     if condition.one_of is not None and text not in {as_text(v) for v in condition.one_of}:
         return f"fact {name!r} is {_short(text)!r}, not one of {condition.one_of}"
-    if condition.contains is not None and condition.contains not in text:
-        return f"fact {name!r} does not contain {_short(condition.contains)!r}"
+    if condition.contains is not None:
+        at = text.find(condition.contains)
+        if at < 0:
+            return f"fact {name!r} does not contain {_short(condition.contains)!r}"
+        captures.spans.setdefault(index, (name, text, at, at + len(condition.contains)))
     if condition.not_contains is not None and condition.not_contains in text:
         return f"fact {name!r} contains {_short(condition.not_contains)!r}"
     try:
         if condition.regex is not None:
-            found = _search(condition.regex, text, timeout)
+            start = None
+            if hits is not None and hits.covers(name, condition.regex):
+                start = hits.start(name, condition.regex)
+                if start is None:
+                    return f"fact {name!r}: regex {_short(condition.regex)!r} did not match"
+            found = _search(condition.regex, text, timeout, start)
             if found is None:
                 return f"fact {name!r}: regex {_short(condition.regex)!r} did not match"
             captures.absorb(found)
+            # The regex's span wins over a contains on the same condition.
+            captures.spans[index] = (name, text, found.start(), found.end())
         if (
             condition.not_regex is not None
             and _search(condition.not_regex, text, timeout) is not None
@@ -185,14 +211,19 @@ def evaluate(
     *,
     regex_timeout: float = DEFAULT_REGEX_TIMEOUT,
     client_side: frozenset[str] = frozenset(),
+    hits: Hits | None = None,
 ) -> Match:
-    """Check every condition of ``rule`` and bind its actions' params."""
+    """Check every condition of ``rule`` and bind its actions' params.
+
+    ``hits``, from one scan of the facts for all rules, says where each
+    scanned pattern occurs, so the regex engine runs from there only.
+    """
     captures = Captures()
     # Captures are numbered in `when` order, so regex conditions are checked in
     # file order after the cheap ones.
     order = sorted(range(len(rule.when)), key=lambda i: (_cost(rule.when[i]), i))
     for i in order:
-        reason = check_condition(rule.when[i], facts, captures, regex_timeout)
+        reason = check_condition(rule.when[i], facts, captures, regex_timeout, hits, i)
         if reason:
             return Match(rule, False, reason, captures)
     try:
@@ -206,7 +237,15 @@ def evaluate(
         )
     except UnboundPlaceholder as exc:
         return Match(rule, False, f"placeholder {{{exc.args[0]}}} cannot be bound", captures)
-    return Match(rule, True, "all facts hold", captures, actions)
+    return Match(rule, True, "all facts hold", captures, actions, _evidence(captures))
+
+
+def _evidence(captures: Captures) -> Evidence | None:
+    """Where the first matching regex/contains condition (in ``when`` order) matched."""
+    if not captures.spans:
+        return None
+    fact, text, start, end = captures.spans[min(captures.spans)]
+    return evidence_at(fact, text, start, end)
 
 
 def bind(value: Any, captures: Captures, facts: dict[str, Any]) -> Any:

@@ -80,15 +80,22 @@ class FailureRecord:
     notes: dict[str, Any] = field(default_factory=dict)
 
 
+# An attempt whose client-side actions the build agent has yet to run and report.
+CLIENT_PENDING = "client_pending"
+
+
 @dataclass(frozen=True)
 class AttemptRecord:
     failure_id: str
     rule: str
     params: list[dict[str, Any]]
-    outcome: str  # "success" | "error" | "timeout"
+    # "success" | "error" | "timeout" | "client_pending" (client-side actions
+    # still to run on the build agent: counted when the agent reports back)
+    outcome: str
     error: str = ""
     duration_ms: float = 0.0
     delivery: int = 1
+    evidence: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

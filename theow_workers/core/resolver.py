@@ -13,6 +13,7 @@ is the costliest step, and most failures validate one rule or none.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 from theow_workers.core.matching import DEFAULT_REGEX_TIMEOUT, Match, evaluate
 from theow_workers.core.ports import RuleStats
 from theow_workers.core.rules import Rule
+from theow_workers.core.scanner import Scanner
 
 # names -> similarity in [0, 1]; computed lazily by the caller's index.
 Similarity = Callable[[Sequence[str]], dict[str, float]]
@@ -55,12 +57,20 @@ class RuleBook:
     version: str
     client_side: frozenset[str] = frozenset()
     _by_name: dict[str, Rule] = field(default_factory=dict, compare=False, repr=False)
+    _scanner: list[Scanner] = field(default_factory=list, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         self._by_name.update({r.name: r for r in self.rules})
 
     def get(self, name: str) -> Rule | None:
         return self._by_name.get(name)
+
+    @property
+    def scanner(self) -> Scanner:
+        """All rules' patterns compiled for one pass, built on first use."""
+        if not self._scanner:
+            self._scanner.append(Scanner(self.rules))
+        return self._scanner[0]
 
 
 @dataclass(frozen=True)
@@ -80,11 +90,22 @@ class Candidate:
     def reason(self) -> str:
         return self.match.reason if self.match is not None else self.missing_reason
 
+    @property
+    def generic(self) -> bool:
+        return self.match is not None and self.match.rule.generic
+
+    @property
+    def position(self) -> float:
+        """Where the evidence sits in its fact: later is nearer the failure."""
+        evidence = self.match.evidence if self.match is not None else None
+        return evidence.position if evidence is not None else 0.0
+
 
 @dataclass(frozen=True)
 class Plan:
     attempts: tuple[Candidate, ...]  # validated, in the order to try them
-    rejected: tuple[Candidate, ...]  # did not validate, with the reason
+    rejected: tuple[Candidate, ...]  # checked in full and did not validate, with the reason
+    checked: int = 0  # rules considered, including those the scanner ruled out
 
     @property
     def candidates(self) -> tuple[Candidate, ...]:
@@ -101,9 +122,15 @@ def plan(
     explain: bool = False,
     regex_timeout: float = DEFAULT_REGEX_TIMEOUT,
 ) -> Plan:
-    """Validate every candidate rule and order the ones that apply."""
+    """Validate the candidate rules and order the ones that apply.
+
+    One scan of the facts rules out every rule whose patterns do not occur;
+    with ``explain`` every rule is checked in full, for its reason.
+    Order within a group: specific before generic, then evidence nearer the
+    end of its fact, then similarity weighted by track record.
+    """
     stats = stats or {}
-    groups: list[tuple[str, list[Rule]]] = []
+    facts = matching_facts(facts)
     missing: list[Candidate] = []
     named: list[Rule] = []
     for name in dict.fromkeys(hints.rules):
@@ -112,24 +139,29 @@ def plan(
             missing.append(Candidate(name, NAMED, None, missing_reason=f"no rule named {name!r}"))
         else:
             named.append(rule)
+    hits = book.scanner.scan(facts)
+    pool = book.rules if explain else book.scanner.candidates(hits)
     taken = {r.name for r in named}
-    tagged = [r for r in book.rules if r.name not in taken and set(r.tags) & set(hints.tags)]
+    tags = set(hints.tags)
+    tagged = [r for r in pool if r.name not in taken and tags & set(r.tags)]
     taken |= {r.name for r in tagged}
-    rest = [r for r in book.rules if r.name not in taken] if hints.fallback else []
+    rest = [r for r in pool if r.name not in taken] if hints.fallback else []
     groups = [(NAMED, named), (TAGGED, tagged), (SEMANTIC, rest)]
 
     matches = {
-        rule.name: evaluate(rule, facts, regex_timeout=regex_timeout, client_side=book.client_side)
+        rule.name: evaluate(
+            rule, facts, regex_timeout=regex_timeout, client_side=book.client_side, hits=hits
+        )
         for _, rules in groups
         for rule in rules
     }
-    validated = [name for name, m in matches.items() if m.ok]
+    validated = [m for m in matches.values() if m.ok]
     sims: dict[str, float] = {}
     if similarity is not None:
         if explain:
             sims = similarity(list(matches))
-        elif len(validated) > 1:
-            sims = similarity(validated)
+        elif _ties(validated):
+            sims = similarity([m.rule.name for m in validated])
 
     def candidate(rule: Rule, source: str) -> Candidate:
         sim = sims.get(rule.name)
@@ -143,8 +175,44 @@ def plan(
         members = [candidate(r, source) for r in rules]
         ok = [c for c in members if c.validated]
         if source != NAMED:
-            ok.sort(key=lambda c: c.score, reverse=True)
+            ok.sort(key=lambda c: (c.generic, -c.position, -c.score))
         attempts.extend(ok)
         rejected.extend(c for c in members if not c.validated)
     rejected.sort(key=lambda c: c.similarity if c.similarity is not None else -1.0, reverse=True)
-    return Plan(tuple(attempts), tuple(rejected))
+    if hints.fallback:
+        checked = len(missing) + len(book.rules)
+    else:
+        checked = len(missing) + len(
+            {r.name for r in book.rules if tags & set(r.tags)} | {r.name for r in named}
+        )
+    return Plan(tuple(attempts), tuple(rejected), checked)
+
+
+def _ties(validated: list[Match]) -> bool:
+    """Whether specificity and evidence position leave two validated rules level."""
+    keys = [(m.rule.generic, m.evidence.position if m.evidence else 0.0) for m in validated]
+    return len(keys) != len(set(keys))
+
+
+def matching_facts(facts: dict[str, Any]) -> dict[str, Any]:
+    """The facts rules see: a ``log``, without the time stamp a CI system puts on each line.
+
+    ``theow-client run`` sends the interleaved ``log``; a submission that
+    carries only the streams gets them joined, stdout first (their true
+    interleaving is lost by then). GitHub Actions and Jenkins' timestamper
+    prefix every line with an ISO time; rules are written for the tool's own
+    text, so the prefix is removed (line numbers stay those of the log).
+    """
+    log = facts.get("log")
+    if log is None:
+        streams = [facts[k] for k in ("stdout", "stderr") if isinstance(facts.get(k), str)]
+        streams = [s for s in streams if s]
+        if not streams:
+            return facts
+        log = streams[0] if len(streams) == 1 else "\n".join(s.rstrip("\n") for s in streams)
+    if isinstance(log, str) and LINE_STAMP.match(log.lstrip()[:64]):
+        log = LINE_STAMP.sub("", log)
+    return facts if log is facts.get("log") else {**facts, "log": log}
+
+
+LINE_STAMP = re.compile(r"(?m)^\[?\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z\]? ?")

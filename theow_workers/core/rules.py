@@ -11,8 +11,10 @@ and what is wrong, at load time and in ``theow rules check``.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -21,6 +23,8 @@ from typing import Any
 import regex
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from theow_workers.core.actions import CONTEXT_PARAMS
 
 RULE_SUFFIX = ".rule.yaml"
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
@@ -58,7 +62,13 @@ class _Strict(BaseModel):
 
 
 class FactCondition(_Strict):
-    """One condition of ``when``: several operators on one fact are ANDed."""
+    """One condition of ``when``: several operators on one fact are ANDed.
+
+    A condition with no operator holds when the fact is present (the library
+    spec's behaviour). ``examples`` must match the condition and
+    ``counter_examples`` (lines that look alike but are another thing) must
+    not; ``theow rules check`` holds every rule to both.
+    """
 
     fact: str = Field(min_length=1)
     equals: str | int | float | bool | None = None
@@ -69,6 +79,7 @@ class FactCondition(_Strict):
     not_contains: str | None = None
     not_regex: str | None = None
     examples: list[str] = Field(default_factory=list)
+    counter_examples: list[str] = Field(default_factory=list)
 
     @field_validator("regex", "not_regex")
     @classmethod
@@ -79,14 +90,6 @@ class FactCondition(_Strict):
             except regex.error as exc:
                 raise ValueError(f"regex does not compile: {exc}") from exc
         return pattern
-
-    @model_validator(mode="after")
-    def _has_operator(self) -> FactCondition:
-        if not self.operators():
-            raise ValueError(
-                f"fact {self.fact!r} has no operator (one of {', '.join(MATCH_OPERATORS)})"
-            )
-        return self
 
     def operators(self) -> list[str]:
         return [op for op in MATCH_OPERATORS if op in self.model_fields_set]
@@ -109,6 +112,9 @@ class Rule(_Strict):
     description: str = ""
     tags: list[str] = Field(default_factory=list)
     mode: Mode = Mode.FIX
+    # A wrapper message true of most failed logs ("BUILD FAILED", "exit code 1"):
+    # it wins only when no specific rule validated.
+    generic: bool = False
     when: list[FactCondition] = Field(min_length=1)
     then: list[ActionStep] = Field(default_factory=list)
     collection: str | None = None
@@ -172,9 +178,33 @@ class RuleSet:
 
 
 def parse_rule(
-    text: str, path: str | Path = "<rule>", *, known_actions: frozenset[str] | None = None
+    text: str,
+    path: str | Path = "<rule>",
+    *,
+    known_actions: frozenset[str] | None = None,
+    signatures: Mapping[str, inspect.Signature] | None = None,
 ) -> Rule:
-    """Parse one rule from YAML text; raise RuleError with file and line."""
+    """Parse one rule from YAML text; raise its first RuleError (file and line)."""
+    rule, problems = rule_problems(text, path, known_actions=known_actions, signatures=signatures)
+    if problems:
+        raise problems[0]
+    assert rule is not None
+    return rule
+
+
+def rule_problems(
+    text: str,
+    path: str | Path = "<rule>",
+    *,
+    known_actions: frozenset[str] | None = None,
+    signatures: Mapping[str, inspect.Signature] | None = None,
+) -> tuple[Rule | None, list[RuleError]]:
+    """The rule in ``text`` and every problem with it, in file order.
+
+    With ``signatures`` (action name → its function's signature) each step's
+    params are bound as the action will be called: a missing required argument
+    or an unknown one is a problem now rather than a failed attempt later.
+    """
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
@@ -182,44 +212,107 @@ def parse_rule(
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
         problem = getattr(exc, "problem", None) or str(exc)
-        raise RuleError(path, f"invalid YAML: {problem}", line) from exc
+        return None, [RuleError(path, f"invalid YAML: {problem}", line)]
     if not isinstance(data, dict):
-        raise RuleError(path, "a rule file must be a YAML mapping", 1)
+        return None, [RuleError(path, "a rule file must be a YAML mapping", 1)]
     lines = _line_map(node)
+    # Checks that need only the raw document run even when the schema fails,
+    # so one pass over a file reports all of its problems.
+    problems = _name_and_action_problems(data, path, lines, known_actions)
     try:
         rule = Rule.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = tuple(first["loc"])
-        raise RuleError(path, _describe(first), _line_for(lines, loc)) from None
+        problems += [
+            RuleError(path, _describe(e), _line_for(lines, tuple(e["loc"]))) for e in exc.errors()
+        ]
+        return None, sorted(problems, key=lambda p: p.line or 0)
 
-    if isinstance(path, Path) or path != "<rule>":
-        stem = Path(path).name.removesuffix(RULE_SUFFIX)
-        if stem != rule.name:
-            raise RuleError(
-                path, f"name {rule.name!r} differs from file name {stem!r}", lines.get(("name",))
-            )
     for i, step in enumerate(rule.then):
-        if known_actions is not None and step.action not in known_actions:
-            raise RuleError(
-                path, f"unknown action {step.action!r}", lines.get(("then", i, "action"))
-            )
+        params_line = lines.get(("then", i, "params")) or lines.get(("then", i, "action"))
         problem = _unbindable_extract(rule, step.params)
         if problem:
-            raise RuleError(path, problem, lines.get(("then", i, "params")))
-    return rule
+            problems.append(RuleError(path, problem, params_line))
+        signature = (signatures or {}).get(step.action)
+        if signature is not None:
+            problems.extend(
+                RuleError(path, p, params_line) for p in param_problems(step, signature)
+            )
+    return rule, sorted(problems, key=lambda p: p.line or 0)
 
 
-def load_rule(path: Path, *, known_actions: frozenset[str] | None = None) -> Rule:
+def _name_and_action_problems(
+    data: dict[str, Any],
+    path: str | Path,
+    lines: dict[tuple[Any, ...], int],
+    known_actions: frozenset[str] | None,
+) -> list[RuleError]:
+    problems = []
+    name = data.get("name")
+    if isinstance(name, str) and (isinstance(path, Path) or path != "<rule>"):
+        stem = Path(path).name.removesuffix(RULE_SUFFIX)
+        if stem != name:
+            problems.append(
+                RuleError(
+                    path, f"name {name!r} differs from file name {stem!r}", lines.get(("name",))
+                )
+            )
+    steps = data.get("then")
+    for i, step in enumerate(steps if isinstance(steps, list) else []):
+        action = step.get("action") if isinstance(step, dict) else None
+        if known_actions is not None and isinstance(action, str) and action not in known_actions:
+            problems.append(
+                RuleError(path, f"unknown action {action!r}", lines.get(("then", i, "action")))
+            )
+    return problems
+
+
+def param_problems(step: ActionStep, signature: inspect.Signature) -> list[str]:
+    """Bind a step's params to its action's signature as ``call_action`` will.
+
+    ``facts`` and ``workspace`` are filled in at run time, never by a rule.
+
+    >>> def go_mod_replace(workspace: str, old_path: str, version: str) -> None: ...
+    >>> param_problems(
+    ...     ActionStep(action="go_mod_replace", params={"old_path": "a", "job": "b"}),
+    ...     inspect.signature(go_mod_replace),
+    ... )
+    ["action 'go_mod_replace' is missing a required argument: 'version'", "action 'go_mod_replace' takes no argument 'job'"]
+    """
+    problems = []
+    accepted = signature.parameters
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in accepted.values())
+    for name, param in accepted.items():
+        if name in CONTEXT_PARAMS or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        if param.default is param.empty and name not in step.params:
+            problems.append(f"action {step.action!r} is missing a required argument: {name!r}")
+    if not takes_any:
+        for name in step.params:
+            if name not in accepted or name in CONTEXT_PARAMS:
+                problems.append(f"action {step.action!r} takes no argument {name!r}")
+    return problems
+
+
+def load_rule(
+    path: Path,
+    *,
+    known_actions: frozenset[str] | None = None,
+    signatures: Mapping[str, inspect.Signature] | None = None,
+) -> Rule:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise RuleError(path, f"cannot read: {exc}") from exc
-    return parse_rule(text, path, known_actions=known_actions)
+    return parse_rule(text, path, known_actions=known_actions, signatures=signatures)
 
 
-def load_rules(directory: str | Path, *, known_actions: frozenset[str] | None = None) -> RuleSet:
-    """Load every ``*.rule.yaml`` under ``directory``; bad files go to ``errors``."""
+def load_rules(
+    directory: str | Path,
+    *,
+    known_actions: frozenset[str] | None = None,
+    signatures: Mapping[str, inspect.Signature] | None = None,
+) -> RuleSet:
+    """Load every ``*.rule.yaml`` under ``directory``; every problem goes to ``errors``."""
     root = Path(directory)
     if not root.is_dir():
         return RuleSet((), (RuleError(root, "rules directory does not exist"),))
@@ -228,9 +321,15 @@ def load_rules(directory: str | Path, *, known_actions: frozenset[str] | None = 
     seen: dict[str, Path] = {}
     for path in sorted(root.rglob(f"*{RULE_SUFFIX}")):
         try:
-            rule = load_rule(path, known_actions=known_actions)
-        except RuleError as exc:
-            errors.append(exc)
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            errors.append(RuleError(path, f"cannot read: {exc}"))
+            continue
+        rule, problems = rule_problems(
+            text, path, known_actions=known_actions, signatures=signatures
+        )
+        if problems or rule is None:
+            errors.extend(problems)
             continue
         if rule.name in seen:
             errors.append(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import reprlib
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -18,11 +19,24 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from theow_client.facts import DEFAULT_FACT_LIMIT, FactsError, bound_facts
-from theow_client.verdict import BoundAction, Status, Verdict
+from theow_client import names
+from theow_client.facts import (
+    DEFAULT_FACT_LIMIT,
+    SIDE_LIMITS,
+    FactsError,
+    bound_facts,
+    loads_facts,
+)
+from theow_client.verdict import BoundAction, Status, Verdict, jsonable
 from theow_workers.core.actions import ActionError, ActionRegistry, ActionTimeout, call_action
 from theow_workers.core.matching import DEFAULT_REGEX_TIMEOUT
-from theow_workers.core.ports import AttemptRecord, FailureRecord, RuleStats, Store
+from theow_workers.core.ports import (
+    CLIENT_PENDING,
+    AttemptRecord,
+    FailureRecord,
+    RuleStats,
+    Store,
+)
 from theow_workers.core.query import fingerprint, log_text
 from theow_workers.core.redact import redact, redact_text
 from theow_workers.core.resolver import Candidate, Hints, Plan, RuleBook, Similarity, plan
@@ -53,17 +67,23 @@ class Submission:
         """Read a task payload; FactsError says what is malformed."""
         if not isinstance(payload, dict):
             raise FactsError(f"submission must be a JSON object, got {type(payload).__name__}")
-        facts, truncated, print_ = _prepare(payload.get("facts"), fact_limit)
-        notes = dict(payload.get("notes") or {})
+        if names.UNREADABLE in payload:
+            raise FactsError(str(payload[names.UNREADABLE])[:500])
+        # Facts come as one JSON text (parsed here, under limits) or, from older
+        # clients and in-process callers, as an object.
+        raw = payload["facts_json"] if "facts_json" in payload else payload.get("facts")
+        facts, truncated, print_ = _prepare(raw, fact_limit)
+        notes, _ = bound_facts(payload.get("notes") or {}, limits=SIDE_LIMITS, where="notes")
+        hints, _ = bound_facts(payload.get("hints") or {}, limits=SIDE_LIMITS, where="hints")
         if truncated:
             notes.setdefault("truncated", {}).update(truncated)
         return cls(
-            failure_id=str(payload.get("failure_id") or fallback_id),
+            failure_id=failure_id_of(payload, fallback_id),
             facts=facts,
             fingerprint=print_,
             explore=bool(payload.get("explore", False)),
-            source=str(payload.get("source") or "unknown"),
-            hints=Hints.from_dict(payload.get("hints")),
+            source=str(payload.get("source") or "unknown")[:200],
+            hints=Hints.from_dict(hints),
             notes=notes,
             session_id=str(payload["session_id"]) if payload.get("session_id") else None,
         )
@@ -75,15 +95,26 @@ _PREPARED: OrderedDict[str, tuple[dict[str, Any], dict[str, Any], str]] = Ordere
 PREPARED_CACHE_SIZE = 256
 
 
+def failure_id_of(payload: Any, fallback_id: str) -> str:
+    """The payload's failure id when it is a plausible one, else the task's id."""
+    given = payload.get("failure_id") if isinstance(payload, dict) else None
+    if isinstance(given, str) and 0 < len(given) <= 64:
+        return given
+    return str(fallback_id)[:64]
+
+
 def _prepare(raw: Any, fact_limit: int) -> tuple[dict[str, Any], dict[str, Any], str]:
     try:
-        key = hashlib.sha256(json.dumps([fact_limit, raw], sort_keys=True).encode()).hexdigest()
-    except (TypeError, ValueError):
+        text = raw if isinstance(raw, str) else json.dumps(raw, sort_keys=True)
+        key = hashlib.sha256(f"{fact_limit}\n{text}".encode()).hexdigest()
+    except (TypeError, ValueError, RecursionError, UnicodeError):
         key = ""  # not JSON (bytes from an in-process caller): prepare without caching
     if key and key in _PREPARED:
         _PREPARED.move_to_end(key)
         facts, truncated, print_ = _PREPARED[key]
         return dict(facts), dict(truncated), print_  # copies: an action may change its facts
+    if isinstance(raw, str):
+        raw = loads_facts(raw)
     facts, truncated = bound_facts(raw, fact_limit)
     facts = redact(facts)
     prepared = (facts, dict(truncated), fingerprint(facts))
@@ -127,8 +158,8 @@ class ResolveService:
     def resolve(self, payload: Any, fallback_id: str, delivery: int = 1) -> Verdict:
         try:
             sub = Submission.parse(payload, fallback_id, self.settings.fact_limit)
-        except FactsError as exc:
-            return self._reject(payload, fallback_id, str(exc))
+        except Exception as exc:  # whatever a message holds, it gets an outcome
+            return self._reject(payload, fallback_id, _why(exc))
 
         existing = self._record(sub)
         if existing is not None:
@@ -148,12 +179,26 @@ class ResolveService:
         """Record an error verdict without trying again (poison message, hard limit)."""
         try:
             sub = Submission.parse(payload, fallback_id, self.settings.fact_limit)
-        except FactsError as exc:
-            return self._reject(payload, fallback_id, str(exc))
+        except Exception as exc:  # whatever a message holds, it gets an outcome
+            return self._reject(payload, fallback_id, _why(exc))
         existing = self._record(sub)
         if existing is not None:
             return existing
         return self.store.add_verdict(Verdict(sub.failure_id, Status.ERROR, reason=reason))
+
+    def dead_letter(self, payload: Any, fallback_id: str, reason: str) -> Verdict:
+        """Record an error verdict without reading the facts: the message itself is suspect.
+
+        For a message that was delivered too many times: parsing its facts
+        may be what killed the worker, so only a bounded preview is kept.
+        """
+        failure_id = failure_id_of(payload, fallback_id)
+        existing = self.store.verdict(failure_id)
+        if existing is not None:
+            return existing
+        log.error("failure %s dead-lettered: %s", failure_id, reason)
+        self.store.add_failure(self._bare_record(payload, failure_id, {"dead_letter": reason}))
+        return self.store.add_verdict(Verdict(failure_id, Status.ERROR, reason=reason))
 
     def _record(self, sub: Submission) -> Verdict | None:
         self.store.add_failure(
@@ -171,23 +216,22 @@ class ResolveService:
         return self.store.verdict(sub.failure_id)
 
     def _reject(self, payload: Any, fallback_id: str, reason: str) -> Verdict:
-        failure_id = fallback_id
-        if isinstance(payload, dict) and payload.get("failure_id"):
-            failure_id = str(payload["failure_id"])
+        failure_id = failure_id_of(payload, fallback_id)
         log.warning("failure %s rejected: %s", failure_id, reason)
-        record = FailureRecord(
+        self.store.add_failure(self._bare_record(payload, failure_id, {"rejected": reason}))
+        return self.store.add_verdict(Verdict(failure_id, Status.REJECTED, reason=reason))
+
+    def _bare_record(self, payload: Any, failure_id: str, notes: dict[str, Any]) -> FailureRecord:
+        source = payload.get("source") if isinstance(payload, dict) else None
+        return FailureRecord(
             id=failure_id,
             fingerprint="",
             facts={},
             problem_type=None,
-            source=str(payload.get("source", "unknown"))
-            if isinstance(payload, dict)
-            else "unknown",
+            source=str(source)[:200] if isinstance(source, str) else "unknown",
             received_at=datetime.now(UTC),
-            notes={"rejected": reason, "payload_preview": redact_text(repr(payload)[:2000])},
+            notes={**notes, "payload_preview": redact_text(_preview(payload))},
         )
-        self.store.add_failure(record)
-        return self.store.add_verdict(Verdict(failure_id, Status.REJECTED, reason=reason))
 
     def _rule_stats(self) -> dict[str, RuleStats]:
         """Track records for ranking, re-read at most every few seconds (not per failure)."""
@@ -238,7 +282,8 @@ class ResolveService:
             tried += 1
             verdict, error = self._attempt(sub, candidate, book, registry, delivery)
             if verdict is not None:
-                return replace(verdict, attempts=tried)
+                also = tuple(c.rule for c in attempts if c.rule != candidate.rule)
+                return replace(verdict, attempts=tried, also=also)
             errors.append(f"{candidate.rule}: {error}")
         return Verdict(
             sub.failure_id,
@@ -258,6 +303,7 @@ class ResolveService:
         assert candidate.match is not None
         rule = candidate.match.rule
         bound = candidate.match.actions
+        evidence = candidate.match.evidence.to_dict() if candidate.match.evidence else None
         status = MODE_STATUS.get(rule.mode, Status.RESOLVED)
         started = time.monotonic()
         outputs: list[dict[str, Any]] = []
@@ -268,7 +314,12 @@ class ResolveService:
             assert self.explore is not None
             reason = self.explore(sub, rule.name)
             return Verdict(
-                sub.failure_id, Status.EXPLORING, rule=rule.name, mode="explore", reason=reason
+                sub.failure_id,
+                Status.EXPLORING,
+                rule=rule.name,
+                mode="explore",
+                reason=reason,
+                evidence=evidence,
             ), ""
         if rule.mode is Mode.FIX and not self.settings.dry_run:
             try:
@@ -276,6 +327,9 @@ class ResolveService:
             except ActionError as exc:
                 outcome = "timeout" if isinstance(exc, ActionTimeout) else "error"
                 error = str(exc)
+            if outcome == "success" and any(a.client_side for a in bound):
+                # Not a success yet: the build agent has still to run the rest.
+                outcome = CLIENT_PENDING
         self.store.add_attempt(
             AttemptRecord(
                 failure_id=sub.failure_id,
@@ -285,10 +339,12 @@ class ResolveService:
                 error=error,
                 duration_ms=(time.monotonic() - started) * 1000,
                 delivery=delivery,
+                evidence=evidence,
             )
         )
-        self.store.count_attempt(rule.name, outcome == "success")
-        if outcome != "success":
+        if outcome != CLIENT_PENDING:
+            self.store.count_attempt(rule.name, outcome == "success")
+        if outcome not in ("success", CLIENT_PENDING):
             log.info("failure %s: rule %s failed: %s", sub.failure_id, rule.name, error)
             return None, error
         return (
@@ -299,7 +355,8 @@ class ResolveService:
                 mode=rule.mode.value,
                 actions=bound,
                 outputs=tuple(outputs),
-                reason=candidate.reason,
+                reason=_because(rule.name, candidate),
+                evidence=evidence,
             ),
             "",
         )
@@ -317,8 +374,15 @@ class ResolveService:
             output = call_action(
                 spec, step.params, facts=sub.facts, timeout=self.settings.action_timeout
             )
-            outputs.append({"action": step.action, "output": _jsonable(output)})
+            outputs.append({"action": step.action, "output": jsonable(output)})
         return outputs
+
+
+def _because(rule: str, candidate: Candidate) -> str:
+    """The verdict's reason: the evidence line when there is one."""
+    if candidate.match is not None and candidate.match.evidence is not None:
+        return candidate.match.evidence.describe(rule)
+    return candidate.reason
 
 
 def _probabilistic(candidate: Candidate) -> bool:
@@ -333,16 +397,26 @@ def _plan_key(sub: Submission, version: str) -> str:
 def _unmatched_reason(sub: Submission, result: Plan) -> str:
     if not log_text(sub.facts).strip():
         return "no rule matched; the facts carry no log text (stderr missing or empty)"
-    return f"no rule matched ({len(result.rejected)} checked)"
+    return f"no rule matched ({result.checked} checked)"
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, FactsError):
+        return str(exc)[:2000]
+    return f"unreadable submission ({type(exc).__name__}: {str(exc)[:500]})"
+
+
+def _preview(payload: Any, limit: int = 2000) -> str:
+    """The start of a payload for a person to look at; never fails, never large."""
+    if isinstance(payload, dict) and isinstance(payload.get("facts_json"), str):
+        return str(payload["facts_json"])[:limit]
+    shape = reprlib.Repr()
+    shape.maxlevel, shape.maxstring, shape.maxother = 4, limit, 200
+    try:
+        return shape.repr(payload)[:limit]
+    except Exception:  # a preview must never be the thing that fails
+        return f"<{type(payload).__name__}>"
 
 
 def _text_or_none(value: Any) -> str | None:
     return None if value is None else str(value)[:200]
-
-
-def _jsonable(value: Any) -> Any:
-    try:
-        json.dumps(value)
-        return value
-    except (TypeError, ValueError):
-        return repr(value)

@@ -1,0 +1,238 @@
+"""``theow rules eval``: run a rule library over a corpus of logs and score it.
+
+No server is needed: each failure is bounded exactly as ``theow-client``
+bounds it, parsed, masked and matched by the same code a resolver worker runs
+(:class:`~theow_workers.core.service.Submission` and
+:func:`~theow_workers.core.resolver.plan`), so the figures are what a fleet
+gets. The one difference: a worker breaks an exact tie of specificity and
+evidence position by embedding similarity; eval has no model loaded and keeps
+the rules' load order instead.
+
+Inputs are JSON Lines, plain or gzipped, one facts object per line with an
+optional ``id`` (else the line number). Labels, when given, are
+``{"id", "chunk"}`` lines: the text a person marked as why the build failed.
+Throughput (``logs_per_s``) counts the worker's part only (preparing and
+matching, as the corpus README defines it), not the client-side shaping.
+Definitions (found, grounded, precision, false alarms) are those of
+``shared/corpus/README.md``, in :mod:`theow_workers.core.grading`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from theow_client.client import build_payload
+from theow_workers.core.grading import grounded
+from theow_workers.core.resolver import Candidate, Hints, RuleBook, plan
+from theow_workers.core.rules import Mode
+from theow_workers.core.service import Submission
+
+FAILURES, PASSING = "failures", "passing"
+
+
+@dataclass
+class Outcome:
+    """What the matcher decided for one input line (one ``--out`` row)."""
+
+    id: str
+    source: str
+    rule: str | None = None
+    mode: str | None = None
+    evidence: dict[str, Any] | None = None
+    also: list[str] = field(default_factory=list)
+    error: str | None = None
+    grounded: bool | None = None
+    matched: str = ""  # what the rule's regex matched, for grading
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "source": self.source,
+            "rule": self.rule,
+            "mode": self.mode,
+            "evidence": self.evidence,
+            "also": self.also,
+            "error": self.error,
+            "grounded": self.grounded,
+        }
+
+
+@dataclass
+class Summary:
+    failures: int = 0
+    found: int = 0
+    grounded: int | None = None
+    passing: int = 0
+    false_alarms: int = 0  # passing logs on which a fix or retry rule matched
+    track_on_passing: int = 0
+    errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0  # in the worker's part: preparing and matching
+    by_rule: Counter[str] = field(default_factory=Counter)
+    grounded_by_rule: Counter[str] = field(default_factory=Counter)
+    alarms_by_rule: Counter[str] = field(default_factory=Counter)
+    track_by_rule: Counter[str] = field(default_factory=Counter)
+
+    def add(self, outcome: Outcome, labelled: bool) -> None:
+        if outcome.error is not None:
+            self.errors.append(f"{outcome.source} {outcome.id}: {outcome.error}")
+        if outcome.source == FAILURES:
+            self.failures += 1
+            if outcome.rule is not None:
+                self.found += 1
+                self.by_rule[outcome.rule] += 1
+            if labelled:
+                self.grounded = (self.grounded or 0) + bool(outcome.grounded)
+                if outcome.grounded and outcome.rule is not None:
+                    self.grounded_by_rule[outcome.rule] += 1
+            return
+        self.passing += 1
+        if outcome.rule is None:
+            return
+        if outcome.mode == Mode.TRACK:
+            self.track_on_passing += 1
+            self.track_by_rule[outcome.rule] += 1
+        else:
+            self.false_alarms += 1
+            self.alarms_by_rule[outcome.rule] += 1
+
+    def to_dict(self) -> dict[str, Any]:
+        logs = self.failures + self.passing
+        grounded = self.grounded
+        return {
+            "failures": self.failures,
+            "found": self.found,
+            "found_rate": _ratio(self.found, self.failures),
+            "grounded": grounded,
+            "grounded_rate": None if grounded is None else _ratio(grounded, self.failures),
+            "precision": None if grounded is None else _ratio(grounded, self.found),
+            "passing": self.passing,
+            "false_alarms": self.false_alarms,
+            "false_alarm_rate": _ratio(self.false_alarms, self.passing) if self.passing else None,
+            "track_on_passing": self.track_on_passing,
+            "errors": len(self.errors),
+            "error_ids": self.errors[:50],
+            "logs_per_s": round(logs / self.seconds, 1) if self.seconds > 0 else None,
+            "by_rule": {
+                name: {
+                    "found": count,
+                    "grounded": self.grounded_by_rule.get(name, 0),
+                }
+                for name, count in self.by_rule.most_common()
+            },
+            "false_alarms_by_rule": dict(self.alarms_by_rule.most_common()),
+            "track_on_passing_by_rule": dict(self.track_by_rule.most_common()),
+        }
+
+
+def _ratio(part: int, whole: int) -> float:
+    return round(part / whole, 4) if whole else 0.0
+
+
+def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
+    """(line number, object or None, error or None) for each non-empty line."""
+    opener: Callable[..., IO[str]] = gzip.open if path.suffix == ".gz" else open  # type: ignore[assignment]
+    with opener(path, "rt", encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except (ValueError, RecursionError) as exc:
+                yield number, None, f"line {number}: not JSON ({exc})"
+                continue
+            if not isinstance(data, dict):
+                yield number, None, f"line {number}: expected a JSON object"
+                continue
+            yield number, data, None
+
+
+def read_labels(path: Path) -> dict[str, str]:
+    return {
+        str(data["id"]): str(data.get("chunk") or "")
+        for _, data, _ in read_jsonl(path)
+        if data is not None and "id" in data
+    }
+
+
+def decide(book: RuleBook, facts: dict[str, Any], fallback_id: str) -> tuple[Outcome, float]:
+    """The chosen rule, and the seconds the worker's part took.
+
+    The facts are shaped exactly as ``theow-client`` sends them (its
+    ``build_payload``), then prepared and planned as a resolver worker does.
+    """
+    payload = build_payload(facts, failure_id=fallback_id)
+    started = time.perf_counter()
+    sub = Submission.parse(payload, fallback_id)
+    result = plan(book, sub.facts, Hints())
+    seconds = time.perf_counter() - started
+    # A probabilistic rule needs an explorer; a worker without exploring skips it.
+    attempts = [c for c in result.attempts if not _probabilistic(c)]
+    outcome = Outcome(fallback_id, FAILURES)
+    if not attempts:
+        return outcome, seconds
+    chosen = attempts[0]
+    assert chosen.match is not None
+    outcome.rule = chosen.rule
+    outcome.mode = chosen.match.rule.mode.value
+    outcome.also = [c.rule for c in attempts[1:]]
+    evidence = chosen.match.evidence
+    if evidence is not None:
+        outcome.evidence = {"fact": evidence.fact, "line": evidence.line, "text": evidence.text}
+        outcome.matched = evidence.matched
+    return outcome, seconds
+
+
+def _probabilistic(candidate: Candidate) -> bool:
+    return candidate.match is not None and candidate.match.rule.llm_config is not None
+
+
+def run(
+    book: RuleBook,
+    failures: Path,
+    *,
+    passing: Path | None = None,
+    labels: dict[str, str] | None = None,
+    emit: Callable[[Outcome], None] = lambda outcome: None,
+    progress: Callable[[], None] = lambda: None,
+) -> Summary:
+    """Score ``book`` on the corpus; ``emit`` gets every outcome in input order."""
+    book.scanner  # noqa: B018 - compiled before the clock starts: start-up, not throughput
+    summary = Summary()
+    sources = [(FAILURES, failures)] + ([(PASSING, passing)] if passing is not None else [])
+    for source, path in sources:
+        for number, data, problem in read_jsonl(path):
+            ident = str(data.get("id", number)) if data is not None else str(number)
+            outcome = Outcome(ident, source, error=problem)
+            if data is not None:
+                facts = {k: v for k, v in data.items() if k != "id"}
+                try:
+                    outcome, seconds = decide(book, facts, ident)
+                    summary.seconds += seconds
+                    outcome.source = source
+                except Exception as exc:  # a log that breaks the matcher is counted, never fatal
+                    outcome = Outcome(ident, source, error=f"{type(exc).__name__}: {exc}")
+            labelled = source == FAILURES and labels is not None
+            if labelled and labels is not None and outcome.rule is not None:
+                chunk = labels.get(outcome.id, "")
+                text = (outcome.evidence or {}).get("text", "")
+                outcome.grounded = bool(chunk) and grounded(text, outcome.matched, chunk)
+            elif labelled:
+                outcome.grounded = False
+            summary.add(outcome, labelled)
+            emit(outcome)
+            progress()
+    return summary
+
+
+def count_lines(path: Path) -> int:
+    """Non-empty lines, for a progress bar's total (not parsed)."""
+    opener: Callable[..., IO[str]] = gzip.open if path.suffix == ".gz" else open  # type: ignore[assignment]
+    with opener(path, "rt", encoding="utf-8", errors="replace") as handle:
+        return sum(1 for line in handle if line.strip())
