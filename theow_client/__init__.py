@@ -14,7 +14,7 @@ from theow_client.client import TheowClient, TheowUnavailable, Ticket
 from theow_client.facts import FactsError
 
 # Imported after the submodule so that `theow_client.mark` is the decorator.
-from theow_client.mark import mark
+from theow_client.mark import exception_facts, mark
 from theow_client.verdict import BoundAction, Status, Verdict
 
 __all__ = [
@@ -27,5 +27,6 @@ __all__ = [
     "Ticket",
     "Verdict",
     "capture",
+    "exception_facts",
     "mark",
 ]

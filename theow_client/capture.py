@@ -1,9 +1,12 @@
 """Run a build command, show its output live, and keep a bounded copy for Theow.
 
 The output streams through to the terminal unchanged while the client keeps
-only the first ``head`` and the last ``tail`` bytes of each stream: a command
-printing gigabytes costs a few hundred kilobytes of memory, and the error at
-the end of the log is never lost.
+the first ``head`` and the last ``tail`` bytes of each stream and of the two
+interleaved as a terminal shows them (the ``log`` fact): a command printing
+gigabytes costs a few megabytes of memory. (Two pipes carry the streams, so
+lines written to both within the same instant may land in ``log`` in either
+order; anything a person could see happen one after the other keeps its order.) ``bound_facts`` then cuts that to
+the facts limit, keeping windows around the error lines in the middle.
 
 >>> result = capture(["sh", "-c", "echo out; echo err >&2; exit 3"])  # doctest: +SKIP
 out
@@ -25,13 +28,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import BinaryIO, TextIO, cast
 
-from theow_client.facts import CUT_MARKER, DEFAULT_FACT_LIMIT, HEAD_SHARE, decode
+from theow_client.facts import CUT_MARKER, decode
 
-# Just under the facts limit, marker included, so that bound_facts sends what
-# was captured as it is instead of cutting it a second time.
-_HEAD_CHARS = int(DEFAULT_FACT_LIMIT * HEAD_SHARE)
-DEFAULT_HEAD_BYTES = _HEAD_CHARS - 128
-DEFAULT_TAIL_BYTES = DEFAULT_FACT_LIMIT - _HEAD_CHARS - 128
+# Far more than the facts limit: bound_facts picks the error windows from this,
+# and the cause of a failure is often megabytes before the end of the output.
+DEFAULT_HEAD_BYTES = 1024 * 1024
+DEFAULT_TAIL_BYTES = 7 * 1024 * 1024
 READ_CHUNK = 64 * 1024
 DRAIN_AFTER_EXIT = 2.0
 # Shell conventions, so `run` reports what a shell would have.
@@ -92,11 +94,13 @@ class Captured:
     duration: float
     stdout_bytes: int = 0
     stderr_bytes: int = 0
+    log: str = ""  # stdout and stderr interleaved in the order they arrived
 
 
-def _pump(source: BinaryIO, sink: BinaryIO | None, keep: HeadTail) -> None:
+def _pump(source: BinaryIO, sink: BinaryIO | None, keep: HeadTail, both: HeadTail) -> None:
     while chunk := os.read(source.fileno(), READ_CHUNK):
         keep.write(chunk)
+        both.write(chunk)
         if sink is not None:
             try:
                 sink.write(chunk)
@@ -154,13 +158,18 @@ def capture(
         if err_sink is not None:
             err_sink.write(message.encode())
             err_sink.flush()
-        return Captured(code, "", message, time.monotonic() - started, 0, len(message))
+        return Captured(code, "", message, time.monotonic() - started, 0, len(message), log=message)
 
     assert process.stdout is not None and process.stderr is not None
     outputs = (HeadTail(head, tail), HeadTail(head, tail))
+    both = HeadTail(head, tail)
     pumps = [
-        threading.Thread(target=_pump, args=(process.stdout, out_sink, outputs[0]), daemon=True),
-        threading.Thread(target=_pump, args=(process.stderr, err_sink, outputs[1]), daemon=True),
+        threading.Thread(
+            target=_pump, args=(process.stdout, out_sink, outputs[0], both), daemon=True
+        ),
+        threading.Thread(
+            target=_pump, args=(process.stderr, err_sink, outputs[1], both), daemon=True
+        ),
     ]
     for pump in pumps:
         pump.start()
@@ -177,6 +186,7 @@ def capture(
         duration=time.monotonic() - started,
         stdout_bytes=outputs[0].total,
         stderr_bytes=outputs[1].total,
+        log=both.text(),
     )
 
 

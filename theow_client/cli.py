@@ -6,9 +6,10 @@
 
 ``run`` wraps a build command: its output passes through, its exit code is the
 exit code of the last run, always; Theow's own problems are warnings on
-stderr. ``submit`` exits 0 once the failure is sent or spooled, even when
-``--wait`` gets no verdict in time (a warning says so), 1 when it could be
-neither sent nor spooled, and 2 for a bad argument.
+stderr. ``submit`` exits 0 once the failure is sent or spooled (with
+``--wait``: and its verdict, and with ``--explore`` its exploration's outcome,
+came back), 3 when ``--wait`` got no answer in time (a warning says which), 1
+when it could be neither sent nor spooled, and 2 for a bad argument.
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ from typing import Any
 from theow_client import config
 from theow_client.capture import Captured, HeadTail, capture, shell_join
 from theow_client.client import DEFAULT_WAIT_TIMEOUT, TheowClient, TheowUnavailable, Ticket
-from theow_client.facts import FactsError
+from theow_client.facts import FactsError, loads_facts
 from theow_client.mark import should_rerun
 from theow_client.verdict import Status, Verdict
 
 EXIT_USAGE = 2
 EXIT_UNAVAILABLE = 1
+EXIT_NO_ANSWER = 3  # submit --wait: sent, but no verdict or exploration outcome in time
 
 
 class ArgumentProblem(Exception):
@@ -45,11 +47,11 @@ def parse_fact(text: str) -> tuple[str, str]:
 
 def read_facts_file(path: str) -> dict[str, Any]:
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = loads_facts(Path(path).read_bytes(), where=f"--facts-file {path}")
     except OSError as exc:
         raise ArgumentProblem(f"--facts-file {path}: {exc.strerror or exc}") from exc
-    except ValueError as exc:
-        raise ArgumentProblem(f"--facts-file {path}: not valid JSON: {exc}") from exc
+    except FactsError as exc:  # not JSON, too large, or nested too deeply to parse
+        raise ArgumentProblem(str(exc)) from exc
     if not isinstance(data, dict):
         raise ArgumentProblem(
             f"--facts-file {path}: expected a JSON object, got {type(data).__name__}"
@@ -99,6 +101,8 @@ def format_verdict(verdict: Verdict) -> str:
         lines.append(f"output:  {json.dumps(output, default=str)}")
     if verdict.reason:
         lines.append(f"reason:  {verdict.reason}")
+    if verdict.also:
+        lines.append(f"also:    {', '.join(verdict.also)}")
     return "\n".join(lines)
 
 
@@ -135,13 +139,15 @@ def cmd_submit(args: argparse.Namespace, client: TheowClient) -> int:
         return 0
     verdict = wait_for(ticket, args.timeout)
     if verdict is None:
-        return 0
+        return EXIT_NO_ANSWER
     exploration = None
+    code = 0
     if verdict.status is Status.EXPLORING:
         try:
             exploration = ticket.wait_exploration(timeout=args.timeout)
         except (TimeoutError, TheowUnavailable) as exc:
             warn(str(exc))
+            code = EXIT_NO_ANSWER
     if args.json:
         data = verdict.to_dict()
         if exploration is not None:
@@ -151,7 +157,7 @@ def cmd_submit(args: argparse.Namespace, client: TheowClient) -> int:
         print(format_verdict(verdict))
         if exploration is not None:
             print(format_exploration(exploration))
-    return 0
+    return code
 
 
 def format_exploration(exploration: dict[str, Any]) -> str:
@@ -169,7 +175,9 @@ def run_facts(args: argparse.Namespace, result: Captured) -> dict[str, Any]:
     facts: dict[str, Any] = {
         "command": shell_join(args.command),
         "exit_code": result.exit_code,
-        "stdout": result.stdout,
+        # The log as the terminal showed it, which the rules read; stderr alone
+        # for rules written to the library spec.
+        "log": result.log,
         "stderr": result.stderr,
         "cwd": os.getcwd(),
     }
@@ -196,7 +204,9 @@ def ask_theow(args: argparse.Namespace, client: TheowClient, result: Captured, r
             warn(format_verdict(verdict).replace("\n", "\ntheow: "))
         if reruns >= args.retries:
             return False
-        return should_rerun(verdict, facts, actions_dir=args.actions_dir, workspace=os.getcwd())
+        return should_rerun(
+            verdict, facts, actions_dir=args.actions_dir, workspace=os.getcwd(), client=client
+        )
     except Exception as exc:
         warn(f"could not help with this failure ({type(exc).__name__}: {exc})")
         return False
@@ -271,6 +281,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s"
     )
+    if not args.verbose:
+        # Celery's own account of a lost broker spans lines; the client says it in one.
+        logging.getLogger("celery").setLevel(logging.CRITICAL + 1)
     client = TheowClient(redis_url=args.redis_url, spool_dir=args.spool_dir)
     try:
         code: int = args.handler(args, client)

@@ -16,7 +16,6 @@ after ``timeout``; a spooled ticket answers at once with status ``spooled``.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import sys
@@ -32,9 +31,10 @@ from kombu.utils.url import maybe_sanitize_url
 from redis.exceptions import RedisError
 
 from theow_client import config, names
-from theow_client.facts import FactsError, bound_facts
+from theow_client.facts import bound_facts, dumps_facts
+from theow_client.redact import redact, summary
 from theow_client.spool import Spool, SpoolError
-from theow_client.verdict import Status, Verdict
+from theow_client.verdict import Status, Verdict, jsonable
 
 log = logging.getLogger("theow.client")
 
@@ -75,14 +75,18 @@ def build_payload(
     fallback: bool = True,
     max_retries: int = 3,
 ) -> dict[str, Any]:
-    """The single argument of the ``theow.resolve`` task, facts bounded.
+    """The single argument of the ``theow.resolve`` task, facts bounded and secrets masked.
 
-    Raises FactsError (a ValueError) when the facts are not a JSON object.
+    The facts travel as one JSON text (``facts_json``), which the worker
+    parses under limits inside the task. Raises FactsError (a ValueError)
+    naming what is wrong and where when the facts cannot be sent.
     """
     bounded, truncated = bound_facts(facts)
+    # Before the payload is spooled or sent: no secret leaves the agent in clear.
+    bounded = redact(bounded)
     payload: dict[str, Any] = {
         "failure_id": failure_id,
-        "facts": bounded,
+        "facts_json": dumps_facts(bounded),
         "explore": bool(explore),
         "source": source,
         "submitted_at": datetime.now(UTC).isoformat(),
@@ -94,11 +98,21 @@ def build_payload(
         },
         "notes": {"truncated": truncated},
     }
-    try:
-        json.dumps(payload)
-    except (TypeError, ValueError) as exc:
-        raise FactsError(f"facts are not JSON-serializable: {exc}") from exc
     return payload
+
+
+def _stop_listening(result: Any) -> None:
+    """Unsubscribe from ``result``'s channel now, while the interpreter is whole.
+
+    Otherwise Celery's ``AsyncResult.__del__`` does it at exit, when imports
+    fail, and prints "Exception ignored in AsyncResult.__del__". A later
+    ``get`` subscribes again.
+    """
+    remove = getattr(result.backend, "remove_pending_result", None)
+    if remove is None:
+        return
+    with contextlib.suppress(Exception):  # the broker may be gone; nothing to release then
+        remove(result)
 
 
 def one_line(exc: BaseException) -> str:
@@ -141,6 +155,8 @@ class Ticket:
             raise TheowUnavailable(
                 f"lost the broker while waiting for failure {self.failure_id}: {one_line(exc)}"
             ) from exc
+        finally:
+            _stop_listening(self.result)
         if self.result.failed():
             return self._error(f"the resolve task failed on the worker: {one_line(value)}")
         try:
@@ -165,6 +181,13 @@ class Ticket:
                 f"no exploration outcome for failure {self.failure_id} within {timeout:g}s "
                 "(is an explorer worker running with THEOW_EXPLORE=1?)"
             ) from exc
+        except UNREACHABLE as exc:
+            raise TheowUnavailable(
+                f"lost the broker while waiting for failure {self.failure_id}'s exploration: "
+                f"{one_line(exc)}"
+            ) from exc
+        finally:
+            _stop_listening(pending)
         if pending.failed() or not isinstance(value, dict):
             return {
                 "outcome": "error",
@@ -267,10 +290,48 @@ class TheowClient:
                 task_id=payload["failure_id"],
                 queue=names.QUEUE_RESOLVE,
                 retry=False,
+                # What Flower and task events show: ids and sizes, never the facts.
+                argsrepr=summary([payload]),
+                kwargsrepr="{}",
             )
         except UNREACHABLE:
             self.close()  # a half-connected app must not be reused
             raise
+
+    def report_outcome(
+        self,
+        verdict: Verdict,
+        *,
+        success: bool,
+        error: str = "",
+        outputs: list[dict[str, Any]] | None = None,
+    ) -> bool:
+        """Tell the workers what the verdict's client-side actions did; never raises.
+
+        Only this report counts a client-side fix as a success (or a failure)
+        in the rule's track record. Returns whether it was sent.
+        """
+        report = {
+            "failure_id": verdict.failure_id,
+            "rule": verdict.rule,
+            "outcome": "success" if success else "error",
+            "error": error,
+            "outputs": [jsonable(o) for o in outputs or []],
+        }
+        try:
+            self.app.send_task(
+                names.TASK_CLIENT_OUTCOME,
+                args=[report],
+                queue=names.QUEUE_RESOLVE,
+                retry=False,
+                ignore_result=True,
+            )
+        except UNREACHABLE as exc:
+            self.close()
+            log.warning("theow: could not report the outcome of failure %s's actions: %s",
+                        verdict.failure_id, one_line(exc))  # fmt: skip
+            return False
+        return True
 
     def ticket(self, failure_id: str) -> Ticket:
         """A Ticket for a failure submitted earlier, e.g. by another process."""
@@ -289,6 +350,9 @@ class TheowClient:
             except SpoolError as exc:
                 self.spool.set_aside(path, reason=str(exc))
                 continue
+            if isinstance(payload.get("facts"), dict):
+                # Spooled by an older client, or edited since: mask before it leaves.
+                payload["facts"] = redact(payload["facts"])
             try:
                 self.send(payload)
             except UNREACHABLE as exc:

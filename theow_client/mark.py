@@ -18,6 +18,8 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import shlex
+import subprocess
 import traceback
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
@@ -38,12 +40,52 @@ TRACEBACK_LIMIT = 16 * 1024
 
 
 def exception_facts(exc: BaseException) -> dict[str, Any]:
-    """The ``exception`` and ``traceback`` facts describing ``exc``."""
+    """The facts describing a failed step's exception ``exc``.
+
+    Always ``exception`` (type and message) and ``traceback``. For a
+    ``subprocess.CalledProcessError`` (``check=True``), what the command
+    printed, because that is what rules read: ``log`` (stdout then stderr,
+    whichever were captured), ``stdout`` and ``stderr`` as captured,
+    ``exit_code`` and ``command``. Other exceptions have no output of their
+    own, so ``log`` is their traceback.
+
+    >>> err = subprocess.CalledProcessError(1, ["go", "build"], output="ok\\n", stderr="boom\\n")
+    >>> facts = exception_facts(err)
+    >>> facts["log"], facts["stderr"], facts["exit_code"], facts["command"]
+    ('ok\\nboom\\n', 'boom\\n', 1, 'go build')
+    """
     formatted = "".join(traceback.format_exception(exc))
-    return {
+    facts: dict[str, Any] = {
         "exception": f"{type(exc).__name__}: {exc}",
         "traceback": bound_text(formatted, TRACEBACK_LIMIT)[0],
     }
+    if isinstance(exc, subprocess.CalledProcessError):
+        facts.update(_process_facts(exc))
+    # Nothing captured (the output went to the terminal): the traceback is the log.
+    facts["log"] = facts.get("log") or facts["traceback"]
+    return facts
+
+
+def _process_facts(exc: subprocess.CalledProcessError) -> dict[str, Any]:
+    """``log``/``stdout``/``stderr``/``exit_code``/``command`` of a failed command."""
+    streams = {"stdout": _text(exc.stdout), "stderr": _text(exc.stderr)}
+    captured = {k: v for k, v in streams.items() if v is not None}
+    command = exc.cmd
+    if isinstance(command, (list, tuple)):
+        command = shlex.join(str(part) for part in command)
+    facts: dict[str, Any] = {**captured, "exit_code": exc.returncode, "command": str(command)}
+    # Captured separately the two streams cannot be interleaved as a terminal
+    # showed them; stdout first keeps the error (usually on stderr) at the end.
+    facts["log"] = "".join(captured.values())
+    return facts
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return str(value)
 
 
 def run_client_actions(
@@ -52,29 +94,44 @@ def run_client_actions(
     *,
     actions_dir: str | os.PathLike[str] | None = None,
     workspace: str | None = None,
+    client: TheowClient | None = None,
 ) -> list[Any]:
     """Run the verdict's client-side actions in order; return their outputs.
 
     Actions are loaded from ``actions_dir`` (``THEOW_ACTIONS_DIR``, else
-    ``./actions``). Raises ActionError when one is missing or fails.
+    ``./actions``): the build agent needs the same actions the workers have.
+    Raises ActionError when one is missing or fails. With ``client``, the
+    outcome (success, or the error) is reported back: only that report counts
+    in the rule's track record.
     """
     if not verdict.client_actions:
         return []
     # Imported here: only a verdict with client-side actions needs the loader.
-    from theow_workers.core.actions import ActionError, call_action, load_actions
+    from theow_workers.core.actions import ActionError, ActionLoadError, call_action, load_actions
 
     directory = config.actions_dir(actions_dir)
-    registry = load_actions(directory)
-    outputs = []
-    for bound in verdict.client_actions:
-        spec = registry.get(bound.action)
-        if spec is None:
-            raise ActionError(f"client-side action {bound.action!r} is not defined in {directory}")
-        log.info("theow: running client-side action %s %s", bound.action, bound.params)
-        outputs.append(
-            call_action(spec, bound.params, facts=facts, workspace=workspace or os.getcwd())
-        )
-    return outputs
+    outputs: list[dict[str, Any]] = []
+    try:
+        registry = load_actions(directory)
+        for bound in verdict.client_actions:
+            spec = registry.get(bound.action)
+            if spec is None:
+                raise ActionError(
+                    f"client-side action {bound.action!r} is not defined in {directory}"
+                    " (the build agent needs the workers' actions: set THEOW_ACTIONS_DIR)"
+                )
+            log.info("theow: running client-side action %s %s", bound.action, bound.params)
+            output = call_action(
+                spec, bound.params, facts=facts, workspace=workspace or os.getcwd()
+            )
+            outputs.append({"action": bound.action, "output": output})
+    except (ActionError, ActionLoadError) as exc:
+        if client is not None:
+            client.report_outcome(verdict, success=False, error=str(exc), outputs=outputs)
+        raise
+    if client is not None:
+        client.report_outcome(verdict, success=True, outputs=outputs)
+    return [o["output"] for o in outputs]
 
 
 def should_rerun(
@@ -83,10 +140,11 @@ def should_rerun(
     *,
     actions_dir: str | os.PathLike[str] | None = None,
     workspace: str | None = None,
+    client: TheowClient | None = None,
 ) -> bool:
     """Whether the step should run again: the verdict allows it and its actions ran.
 
-    Raises what ``run_client_actions`` raises.
+    Raises what ``run_client_actions`` raises; ``client`` reports their outcome.
     """
     if verdict.status not in RETRYABLE:
         log.info(
@@ -96,7 +154,7 @@ def should_rerun(
             f" ({verdict.reason})" if verdict.reason else "",
         )
         return False
-    run_client_actions(verdict, facts, actions_dir=actions_dir, workspace=workspace)
+    run_client_actions(verdict, facts, actions_dir=actions_dir, workspace=workspace, client=client)
     return True
 
 
@@ -154,7 +212,9 @@ def mark(
                     log.info("theow: %s failed, no re-runs left (%s)", name, ticket.failure_id)
                     return False
                 verdict = ticket.wait(timeout=wait_timeout)
-                return should_rerun(verdict, facts, actions_dir=actions_dir, workspace=workspace)
+                return should_rerun(
+                    verdict, facts, actions_dir=actions_dir, workspace=workspace, client=theow
+                )
             except Exception as theow_exc:
                 log.warning(
                     "theow: could not help with %s (%s: %s); raising its own error",

@@ -8,6 +8,13 @@ Redis keys (all under ``theow:``):
 ``theow:rules:version``
     String. Content hash of the rule set most recently synced into the index;
     workers compare it with their own to notice a new rules version.
+``theow:rules:last-good``
+    JSON {version, files: {path: text}} of the last valid rule set a worker
+    loaded: a worker that starts while the rules directory is invalid serves
+    this version instead of answering ``error`` for every failure.
+``theow:rules:error``
+    JSON {error, serving, at} while a worker finds the rules directory invalid
+    (read by ``theow doctor`` and the metrics); deleted by the next valid load.
 ``theow:lock:index-sync``
     redis-py lock held while one process syncs the rule index.
 ``theow:deliveries:<failure_id>``
@@ -50,11 +57,15 @@ QUEUES = (QUEUE_RESOLVE, QUEUE_EXPLORE, QUEUE_REPLAY)
 TASK_RESOLVE = "theow.resolve"
 TASK_EXPLORE = "theow.explore"
 TASK_REPLAY = "theow.replay"
+# From the build agent, after it ran a verdict's client-side actions: their
+# outcome, the only thing that may count a client-side fix as a success.
+TASK_CLIENT_OUTCOME = "theow.client_outcome"
 
 TASK_ROUTES = {
     TASK_RESOLVE: {"queue": QUEUE_RESOLVE},
     TASK_EXPLORE: {"queue": QUEUE_EXPLORE},
     TASK_REPLAY: {"queue": QUEUE_REPLAY},
+    TASK_CLIENT_OUTCOME: {"queue": QUEUE_RESOLVE},
 }
 
 # The embedded stack listens on 6479, not 6379: a developer's own Redis on the
@@ -62,9 +73,15 @@ TASK_ROUTES = {
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6479/0"
 DEFAULT_MILVUS_URI = "http://127.0.0.1:19531"
 
+# The one key of a task argument standing for a message the worker could not
+# decode (theow_workers.wire): the task records a rejection with its reason.
+UNREADABLE = "theow_unreadable"
+
 KEY_PREFIX = "theow:"
 KEY_RULES_VERSION = KEY_PREFIX + "rules:version"
 KEY_INDEX_SYNC_LOCK = KEY_PREFIX + "lock:index-sync"
+KEY_RULES_LAST_GOOD = KEY_PREFIX + "rules:last-good"
+KEY_RULES_ERROR = KEY_PREFIX + "rules:error"
 
 
 KEY_EXPLORE_CACHE = KEY_PREFIX + "explore:cache"

@@ -83,8 +83,8 @@ class Spool:
         """Read one spooled payload; a file that is not one is an error naming it."""
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise SpoolError(f"cannot read spool file {path}: {exc}") from exc
+        except (OSError, ValueError, RecursionError) as exc:
+            raise SpoolError(f"cannot read spool file {path}: {type(exc).__name__}") from exc
         if not isinstance(data, dict) or not data.get("failure_id"):
             raise SpoolError(f"spool file {path} is not a failure payload")
         return data

@@ -6,6 +6,7 @@ stored in SQL by the workers; both sides use this one definition.
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -50,6 +51,9 @@ class Verdict:
     outputs: tuple[dict[str, Any], ...] = ()
     reason: str = ""
     attempts: int = 0
+    # Why: the fact, line and text the rule matched ({"fact", "line", "text", "context"}).
+    evidence: dict[str, Any] | None = None
+    also: tuple[str, ...] = ()  # other rules that validated: a job may fail for two reasons
 
     @property
     def client_actions(self) -> tuple[BoundAction, ...]:
@@ -60,6 +64,7 @@ class Verdict:
         data["status"] = self.status.value
         data["actions"] = [asdict(a) for a in self.actions]
         data["outputs"] = list(self.outputs)
+        data["also"] = list(self.also)
         return data
 
     @classmethod
@@ -80,4 +85,15 @@ class Verdict:
             outputs=tuple(data.get("outputs") or ()),
             reason=str(data.get("reason") or ""),
             attempts=int(data.get("attempts") or 0),
+            evidence=dict(data["evidence"]) if data.get("evidence") else None,
+            also=tuple(str(n) for n in data.get("also") or ()),
         )
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` if it travels as JSON, else its ``repr``: an action may return anything."""
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return repr(value)
