@@ -24,12 +24,13 @@ from celery.signals import (
 )
 
 from theow_client import names
-from theow_workers import runtime
+from theow_workers import runtime, wire
 from theow_workers.config import Settings
 
 
 def make_app(settings: Settings | None = None) -> Celery:
     settings = settings or Settings.load()
+    wire.install()  # no message, however deep, may crash the worker before the task runs
     if settings.visibility_timeout <= settings.resolve_time_limit:
         raise ValueError(
             f"visibility_timeout ({settings.visibility_timeout}s) must exceed "

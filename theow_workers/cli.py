@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from theow_workers.config import ConfigError, Settings
+from theow_workers.console import make_console
 from theow_workers.core.actions import ActionLoadError
 from theow_workers.ops.doctor import doctor_command
 from theow_workers.ops.metrics import metrics_command
@@ -33,8 +33,8 @@ app.command("meow")(meow_command)
 app.command("doctor")(doctor_command)
 app.command("metrics")(metrics_command)
 
-out = Console()
-err = Console(stderr=True)
+out = make_console()
+err = make_console(stderr=True)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")]
 
@@ -70,7 +70,7 @@ def rules_check(
         knowledge = Knowledge.load(rules_dir, actions_dir)
     except ActionLoadError as exc:
         raise fail(str(exc)) from None
-    errors = knowledge.rules.errors
+    errors = [*knowledge.rules.errors, *_example_errors(rules_dir, knowledge)]
     if as_json:
         print(
             json.dumps(
@@ -96,11 +96,28 @@ def rules_check(
         raise typer.Exit(1)
 
 
+def _example_errors(rules_dir: Path, knowledge: Any) -> list[Any]:
+    """Examples that do not match their condition, counter-examples that do."""
+    from theow_workers.core.examples import check_examples
+    from theow_workers.core.rules import RULE_SUFFIX
+
+    loaded = {r.name for r in knowledge.rules.rules}
+    problems = []
+    for path in sorted(Path(rules_dir).rglob(f"*{RULE_SUFFIX}")):
+        if path.name.removesuffix(RULE_SUFFIX) in loaded:
+            problems.extend(check_examples(path))
+    return problems
+
+
 @rules_app.command("list")
 def rules_list(
     directory: Annotated[Path | None, typer.Argument(help="Rules directory.")] = None,
     actions: Annotated[Path | None, typer.Option(help="Actions directory.")] = None,
     as_json: JsonFlag = False,
+    as_markdown: Annotated[
+        bool,
+        typer.Option("--markdown", help="Print the catalogue: rules per family and ecosystem."),
+    ] = False,
 ) -> None:
     """List the rules with their mode, tags and actions."""
     from theow_workers.runtime import Knowledge
@@ -121,6 +138,11 @@ def rules_list(
         }
         for r in sorted(knowledge.rules.rules, key=lambda r: r.name)
     ]
+    if as_markdown:
+        from theow_workers.catalogue import markdown
+
+        print(markdown(knowledge.rules.rules), end="")
+        return
     if as_json:
         print(json.dumps(rows))
         return
@@ -128,11 +150,112 @@ def rules_list(
     for row in rows:
         table.add_row(
             row["name"], row["mode"], ", ".join(row["tags"]), ", ".join(row["actions"]),
-            row["description"][:70],
+            row["description"],
         )  # fmt: skip
     out.print(table)
     for e in knowledge.rules.errors:
         err.print(f"[red]{e}[/red]", highlight=False)
+
+
+@rules_app.command("eval")
+def rules_eval(
+    failures: Annotated[
+        Path, typer.Argument(help="Failed logs: JSON Lines (.jsonl or .jsonl.gz).")
+    ],
+    passing: Annotated[
+        Path | None,
+        typer.Option(help="Passing logs of the same jobs: rules firing there are false alarms."),
+    ] = None,
+    labels: Annotated[
+        Path | None,
+        typer.Option(help="Labels: {id, chunk} lines, the text stating each failure's cause."),
+    ] = None,
+    rules: Annotated[Path | None, typer.Option("--rules", help="Rules directory.")] = None,
+    actions: Annotated[Path | None, typer.Option("--actions", help="Actions directory.")] = None,
+    out_file: Annotated[
+        Path | None, typer.Option("--out", help="Write one JSON object per input line here.")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Score the rules on a corpus: found, grounded, precision, false alarms, logs/s.
+
+    No server needed: each log is bounded as theow-client bounds it and
+    matched by the same code a resolver worker runs.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from theow_workers import evaluation
+    from theow_workers.runtime import Knowledge
+
+    s = settings()
+    for path in filter(None, (failures, passing, labels)):
+        if not path.is_file():
+            raise fail(f"{path}: no such file", 2)
+    try:
+        knowledge = Knowledge.load(rules or s.rules_dir, actions or s.actions_dir)
+    except ActionLoadError as exc:
+        raise fail(str(exc)) from None
+    for e in knowledge.rules.errors:
+        err.print(f"[yellow]skipped:[/yellow] {e}", highlight=False)
+    label_map = evaluation.read_labels(labels) if labels is not None else None
+    sink = out_file.open("w", encoding="utf-8") if out_file is not None else None
+
+    def emit(outcome: evaluation.Outcome) -> None:
+        if sink is not None:
+            sink.write(json.dumps(outcome.row()) + "\n")
+
+    total = evaluation.count_lines(failures) + (
+        evaluation.count_lines(passing) if passing is not None else 0
+    )
+    with Progress(
+        TextColumn("matching"), BarColumn(), MofNCompleteColumn(), console=err, transient=True,
+        disable=not err.is_terminal,
+    ) as bar:  # fmt: skip
+        task = bar.add_task("logs", total=total)
+        summary = evaluation.run(
+            knowledge.book, failures, passing=passing, labels=label_map, emit=emit,
+            progress=lambda: bar.advance(task),
+        )  # fmt: skip
+    if sink is not None:
+        sink.close()
+    report = summary.to_dict()
+    if as_json:
+        print(json.dumps(report))
+        return
+    _print_eval(report)
+
+
+def _print_eval(report: dict[str, Any]) -> None:
+    labelled = report["grounded"] is not None
+    table = Table("rule", "found", *(["grounded"] if labelled else []), title="by rule")
+    for name, row in report["by_rule"].items():
+        table.add_row(name, str(row["found"]), *([str(row["grounded"])] if labelled else []))
+    out.print(table)
+    if report["false_alarms_by_rule"] or report["track_on_passing_by_rule"]:
+        passing = Table("rule", "fired on passing logs", "counts as", title="on passing logs")
+        for name, count in report["false_alarms_by_rule"].items():
+            passing.add_row(name, str(count), "false alarm")
+        for name, count in report["track_on_passing_by_rule"].items():
+            passing.add_row(name, str(count), "track (not a false alarm)")
+        out.print(passing)
+    summary = Table("", "value", title="summary", show_header=False)
+    n = report["failures"]
+    summary.add_row("failures", str(n))
+    summary.add_row("found", f"{report['found']} ({report['found_rate']:.1%})")
+    if report["grounded"] is not None:
+        summary.add_row("grounded", f"{report['grounded']} ({report['grounded_rate']:.1%})")
+        summary.add_row("precision", f"{report['precision']:.2f}")
+    if report["passing"]:
+        summary.add_row("passing", str(report["passing"]))
+        summary.add_row(
+            "false alarms", f"{report['false_alarms']} ({report['false_alarm_rate']:.1%})"
+        )
+        summary.add_row("track rules on passing", str(report["track_on_passing"]))
+    summary.add_row("errors", str(report["errors"]))
+    summary.add_row("logs/s", str(report["logs_per_s"]))
+    out.print(summary)
+    for problem in report["error_ids"]:
+        err.print(f"[red]error:[/red] {problem}", highlight=False)
 
 
 @rules_app.command("test")
@@ -153,7 +276,8 @@ def rules_test(
 ) -> None:
     """Dry-run one failure: which rule would match, with which params, and why not the others.
 
-    Runs no action and needs no server: the index is built in memory.
+    Runs no action and needs no server: the index is built in memory. Exit
+    code 0 when a rule matched, 1 when none did, 2 for unreadable facts.
     """
     from theow_workers.explain import explain
 
@@ -174,13 +298,24 @@ def rules_test(
         raise fail(str(exc)) from None
     if as_json:
         print(json.dumps(report))
-        return
-    _print_explanation(report, limit)
+    else:
+        _print_explanation(report, limit)
+    if not report["matched"]:
+        raise typer.Exit(1)
 
 
 def _print_explanation(report: dict[str, Any], limit: int) -> None:
     if report["matched"]:
         out.print(f"[green]matched[/green] [bold]{report['rule']}[/bold] (mode {report['mode']})")
+        evidence = report.get("evidence")
+        if evidence:
+            out.print(f"  at {evidence['fact']} line {evidence['line']:,}:", highlight=False)
+            for offset, line in enumerate(evidence["context"]):
+                number = evidence["context_start"] + offset
+                marker = ">" if number == evidence["line"] else " "
+                out.print(f"  {marker} {number:>6} | {line}", highlight=False, markup=False)
+        if report.get("also"):
+            out.print(f"  also: {', '.join(report['also'])}", highlight=False)
         for a in report["actions"]:
             out.print(f"  then {a['action']} {json.dumps(a['params'])}", highlight=False)
     else:
@@ -222,6 +357,15 @@ def db_upgrade(revision: str = "head") -> None:
     out.print(f"database at revision {revision}")
 
 
+def refuse_to_explore_without(s: Settings) -> None:
+    """Exit 2 with the reason when an explorer could not explore anything."""
+    from theow_workers.explorer.run import explorer_problem
+
+    problem = explorer_problem(s)
+    if problem is not None:
+        raise fail(f"not starting an explorer: {problem}", 2)
+
+
 @app.command()
 def worker(
     queues: Annotated[
@@ -231,13 +375,15 @@ def worker(
     loglevel: str = "INFO",
 ) -> None:
     """Run a Celery worker for the given queues (against the configured services)."""
-    from theow_client.names import QUEUES
+    from theow_client.names import QUEUE_EXPLORE, QUEUES
 
     wanted = [q.strip() for q in queues.split(",") if q.strip()]
     unknown = [q for q in wanted if q not in QUEUES]
     if unknown or not wanted:
         raise fail(f"unknown queue(s) {unknown or queues!r}; choose from {', '.join(QUEUES)}", 2)
     s = settings()
+    if QUEUE_EXPLORE in wanted:
+        refuse_to_explore_without(s)
     argv = [
         sys.executable,
         "-m",
@@ -268,6 +414,8 @@ def up(
     from theow_workers.stack import EmbeddedStack, StackError
 
     s = settings()
+    if s.explore:
+        refuse_to_explore_without(s)
     try:
         flower_cmd = flower_command(s) if flower else None
     except FlowerError as exc:
@@ -316,12 +464,42 @@ def demo(
     raise typer.Exit(run_demo(settings(), failures, timeout, out))
 
 
+# A service that cannot be reached is an expected condition, not a bug: one
+# line naming it, exit 1, no traceback. Only modules already imported are
+# consulted, so the check itself imports nothing heavy.
+UNREACHABLE = (
+    ("redis.exceptions", "ConnectionError"),
+    ("redis.exceptions", "TimeoutError"),
+    ("kombu.exceptions", "OperationalError"),
+    ("sqlalchemy.exc", "OperationalError"),
+    ("pymilvus.exceptions", "MilvusException"),
+)
+
+
+def unreachable(exc: BaseException) -> bool:
+    kinds: list[type[BaseException]] = [ConnectionError, TimeoutError]
+    for module, name in UNREACHABLE:
+        loaded = sys.modules.get(module)
+        if loaded is not None:
+            kinds.append(getattr(loaded, name))
+    return isinstance(exc, tuple(kinds))
+
+
 def main() -> None:
+    from theow_workers.core.redact import redact_text
     from theow_workers.ops.logs import setup_cli_logging
 
     # THEOW_LOG_FORMAT=json: one JSON object per line; secrets masked either way.
     setup_cli_logging(os.environ.get("THEOW_LOG_LEVEL", "WARNING"))
-    app()
+    try:
+        app()
+    except Exception as exc:
+        if not unreachable(exc):
+            raise
+        message = redact_text(" ".join(str(exc).split()))
+        err.print(f"[red]error:[/red] a service is unreachable: {type(exc).__name__}: {message}",
+                  highlight=False)  # fmt: skip
+        sys.exit(1)
 
 
 if __name__ == "__main__":

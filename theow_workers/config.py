@@ -73,6 +73,10 @@ class Settings(BaseModel):
     visibility_timeout: int = 3600
     resolve_time_limit: int = 300
     max_deliveries: int = 3
+    # With no valid rules version ever loaded, a failure waits for one: retried this
+    # often, this many seconds apart, before an error verdict (see theow_workers.tasks).
+    rules_wait_seconds: int = 30
+    rules_wait_retries: int = 60
     action_timeout: float = 30.0
     regex_timeout: float = 0.05
     fact_limit: int = 64 * 1024
@@ -114,6 +118,7 @@ class Settings(BaseModel):
                 raise ConfigError(f"{file}: invalid YAML: {exc}") from exc
             if not isinstance(loaded, dict):
                 raise ConfigError(f"{file}: must be a mapping of settings")
+            _check_keys(file, loaded)
             data.update(loaded)
         for name, info in cls.model_fields.items():
             var = ENV_ALIASES.get(name, f"THEOW_{name.upper()}")
@@ -131,6 +136,24 @@ class Settings(BaseModel):
     @classmethod
     def env_names(cls) -> list[str]:
         return [ENV_ALIASES.get(n, f"THEOW_{n.upper()}") for n in cls.model_fields]
+
+
+def _check_keys(file: Path, loaded: dict[Any, Any]) -> None:
+    """theow.yaml keys are setting names (``redis_url``), not variable names."""
+    by_variable = {v: n for n, v in zip(Settings.model_fields, Settings.env_names(), strict=True)}
+    for key in loaded:
+        if key in Settings.model_fields:
+            continue
+        hint = by_variable.get(str(key)) or by_variable.get(str(key).upper())
+        if hint:
+            raise ConfigError(
+                f"{file}: key {key!r}: theow.yaml keys are setting names; write {hint}: "
+                f"(the variable's name without THEOW_, lower case)"
+            )
+        raise ConfigError(
+            f"{file}: unknown setting {key!r} (a setting is a THEOW_* variable's name "
+            "without THEOW_, lower case; .env.example lists them all)"
+        )
 
 
 def _from_env(value: str, annotation: Any) -> Any:

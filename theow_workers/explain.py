@@ -59,10 +59,14 @@ def explain(
     for rank, c in enumerate(result.candidates):
         reason = c.reason
         if c.validated and c is not chosen:
-            reason = f"validates too; ranked #{rank + 1} (score {c.score:.3f})"
+            generic = "generic, " if c.generic else ""
+            reason = f"validates too; ranked #{rank + 1} ({generic}score {c.score:.3f})"
+        if c.validated and c.match is not None and c.match.evidence is not None:
+            reason += f"; {c.match.evidence.describe(c.rule)}"
         candidates.append(
             {"rule": c.rule, "similarity": c.similarity, "validated": c.validated, "reason": reason}
         )
+    evidence = chosen.match.evidence if chosen and chosen.match else None
     return {
         "matched": chosen is not None,
         "rule": chosen.rule if chosen else None,
@@ -71,5 +75,7 @@ def explain(
             {"action": a.action, "params": a.params}
             for a in (chosen.match.actions if chosen and chosen.match else ())
         ],
+        "evidence": evidence.to_dict() if evidence is not None else None,
+        "also": [c.rule for c in result.attempts if c is not chosen],
         "candidates": candidates,
     }

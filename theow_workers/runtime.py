@@ -13,6 +13,8 @@ a Redis lock (one sync at a time, fleet-wide).
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import logging
 import threading
 import time
@@ -21,7 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from redis.exceptions import LockError
+
 from theow_client import names
+from theow_workers import last_good
 from theow_workers.config import Settings
 from theow_workers.core.actions import ActionRegistry, load_actions
 from theow_workers.core.ports import Embedder, Hit, IndexEntry, RuleIndex, SyncReport
@@ -33,6 +38,7 @@ from theow_workers.core.service import ResolveService, ResolveSettings
 log = logging.getLogger("theow.runtime")
 
 SYNC_LOCK_TIMEOUT = 300
+SYNC_LOCK_WAIT = 5.0  # how long a worker with no rules yet waits for another's sync
 
 
 class RulesInvalid(Exception):
@@ -53,8 +59,15 @@ class Knowledge:
 
     @classmethod
     def load(cls, rules_dir: Path, actions_dir: Path) -> Knowledge:
-        actions = load_actions(actions_dir)
-        rules = load_rules(rules_dir, known_actions=frozenset(actions.names()))
+        return cls.with_actions(rules_dir, load_actions(actions_dir))
+
+    @classmethod
+    def with_actions(cls, rules_dir: Path, actions: ActionRegistry) -> Knowledge:
+        rules = load_rules(
+            rules_dir,
+            known_actions=frozenset(actions.names()),
+            signatures={s.name: inspect.signature(s.func) for s in actions},
+        )
         client_side = frozenset(s.name for s in actions if s.client_side)
         return cls(rules, actions, RuleBook(rules.rules, rules.version, client_side))
 
@@ -105,18 +118,35 @@ def directory_signature(*directories: Path) -> tuple[tuple[str, int, int], ...]:
     return tuple(sorted(found))
 
 
+class IndexBusy(Exception):
+    """Another process holds the index sync lock (or held it and was killed)."""
+
+
 def sync_index(
-    knowledge: Knowledge, index: RuleIndex, embedder: Embedder, redis: Any | None
+    knowledge: Knowledge,
+    index: RuleIndex,
+    embedder: Embedder,
+    redis: Any | None,
+    wait: float = SYNC_LOCK_TIMEOUT,
 ) -> SyncReport:
-    """Sync the index with the rules, one process at a time (Redis lock)."""
+    """Sync the index with the rules, one process at a time (Redis lock).
+
+    Raises IndexBusy when the lock is not free within ``wait`` seconds.
+    """
     entries = knowledge.index_entries(embedder.model_name)
     if redis is None:
         return index.sync(entries, embedder)
-    with redis.lock(
-        names.KEY_INDEX_SYNC_LOCK, timeout=SYNC_LOCK_TIMEOUT, blocking_timeout=SYNC_LOCK_TIMEOUT
-    ):
+    lock = redis.lock(
+        names.KEY_INDEX_SYNC_LOCK, timeout=SYNC_LOCK_TIMEOUT, blocking_timeout=max(wait, 0.01)
+    )
+    if not lock.acquire():
+        raise IndexBusy(f"the index sync lock stayed taken for {wait:g}s")
+    try:
         report = index.sync(entries, embedder)
         redis.set(names.KEY_RULES_VERSION, knowledge.book.version)
+    finally:
+        with contextlib.suppress(LockError):  # expired while we synced: nothing to release
+            lock.release()
     return report
 
 
@@ -189,16 +219,19 @@ class Runtime:
                 return self._knowledge
             loaded = Knowledge.load(self.settings.rules_dir, self.settings.actions_dir)
             if loaded.rules.errors:
-                if self._knowledge is None:
-                    raise RulesInvalid(loaded.rules.errors)
-                log.error(
-                    "rules changed but are invalid, keeping version %s: %s",
-                    self._knowledge.book.version,
-                    RulesInvalid(loaded.rules.errors),
-                )
-                self._signature = signature
-                return self._knowledge
-            sync_index(loaded, self.index, self.embedder, self.redis)
+                return self._keep_last_good(loaded, signature)
+            try:
+                # Bounded: a process killed mid-sync leaves the lock taken for minutes,
+                # and no failure may wait that long for it.
+                wait = 0.0 if self._knowledge is not None else SYNC_LOCK_WAIT
+                sync_index(loaded, self.index, self.embedder, self.redis, wait=wait)
+            except IndexBusy as exc:
+                # Serve the rules now (regexes match without the index) and sync at the
+                # next poll: the old signature is kept so the next check tries again.
+                log.warning("rules version %s served unsynced: %s", loaded.book.version[:12], exc)
+                self._knowledge = loaded
+                return loaded
+            last_good.remember(self.redis, self.settings.rules_dir, loaded.book.version)
             log.info(
                 "rules version %s: %d rules, %d actions",
                 loaded.book.version,
@@ -207,6 +240,30 @@ class Runtime:
             )
             self._knowledge, self._signature = loaded, signature
             return loaded
+
+    def _keep_last_good(
+        self, invalid: Knowledge, signature: tuple[tuple[str, int, int], ...]
+    ) -> Knowledge:
+        """Serve the last valid rules (this process's, else the fleet's) and report the error."""
+        error = RulesInvalid(invalid.rules.errors)
+        kept = self._knowledge or self._restore_last_good(invalid.actions)
+        if kept is None:
+            last_good.report(self.redis, str(error), serving=None)
+            raise error
+        log.error(
+            "rules directory %s is invalid, serving the last valid version %s: %s",
+            self.settings.rules_dir, kept.book.version[:12], error,
+        )  # fmt: skip
+        last_good.report(self.redis, str(error), serving=kept.book.version)
+        self._knowledge, self._signature = kept, signature
+        return kept
+
+    def _restore_last_good(self, actions: ActionRegistry) -> Knowledge | None:
+        directory = last_good.restore(self.redis)
+        if directory is None:
+            return None
+        kept = Knowledge.with_actions(directory, actions)
+        return None if kept.rules.errors else kept
 
     def similarity_for(self, facts: dict[str, Any]) -> Similarity:
         """A lazy similarity function for one failure: embeds only if called."""

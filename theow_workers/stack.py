@@ -33,6 +33,26 @@ class StackError(RuntimeError):
     pass
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the process that started it dies, even by SIGKILL.
+
+    Without it a killed ``theow up`` leaves Valkey and Milvus Lite holding their
+    ports, and the next ``theow up`` refuses to start. Linux only; elsewhere a
+    no-op (``stop()`` still ends them on every ordinary exit).
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def _port_open(host: str, port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.3)
@@ -115,7 +135,11 @@ class EmbeddedStack:
             cmd = ["nice", "-n", str(nice), *cmd]  # pool processes inherit the priority
         log_path = self.home / f"worker-{name}.log"
         proc = subprocess.Popen(
-            cmd, stdout=log_path.open("ab"), stderr=subprocess.STDOUT, env=self.environment()
+            cmd,
+            stdout=log_path.open("ab"),
+            stderr=subprocess.STDOUT,
+            env=self.environment(),
+            preexec_fn=die_with_parent,  # killed with us, even by SIGKILL
         )
         self.processes.append((f"worker {name}", proc))
         return proc
@@ -146,7 +170,13 @@ class EmbeddedStack:
     ) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
         out = (self.home / log_name).open("ab") if log_name else subprocess.DEVNULL
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=die_with_parent,  # killed with us, even by SIGKILL
+        )
         self.processes.append((what, proc))
         _wait_for_port(host, port, timeout, what, proc)
         log.info("%s listening on %s:%d (pid %d)", what, host, port, proc.pid)

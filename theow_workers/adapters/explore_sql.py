@@ -11,10 +11,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String, Text, select
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String, Text, select, update
 from sqlalchemy.orm import Mapped, mapped_column
 
-from theow_workers.adapters.sql import Base, FailureRow, SqlStore
+from theow_client.verdict import Status
+from theow_workers.adapters.sql import Base, FailureRow, SqlStore, VerdictRow
 from theow_workers.core.explorer import Exploration
 
 
@@ -97,6 +98,18 @@ class ExploreStore:
                     finished_at=_now(),
                 )
             )
+            if exploration.outcome == "error":
+                # The exploration could not run: the failure is no longer being
+                # explored, so its verdict must not say `exploring` forever.
+                s.execute(
+                    update(VerdictRow)
+                    .where(VerdictRow.failure_id == exploration.failure_id)
+                    .where(VerdictRow.status == Status.EXPLORING.value)
+                    .values(
+                        status=Status.UNMATCHED.value,
+                        reason=f"no rule matched; exploring failed: {exploration.reason}"[:4000],
+                    )
+                )
             if proposal is not None:
                 s.flush()
                 s.add(

@@ -48,6 +48,7 @@ from theow_workers.core.llm import (
 
 API_VERSION = "v1beta"
 REQUEST_TIMEOUT_MS = 300_000
+CHECK_TIMEOUT_MS = 10_000
 DAY = 24 * 3600.0
 DEFAULT_RETRY_DELAY = 10.0  # a per-minute 429 without RetryInfo
 MAX_QUOTA_RETRIES = 5  # per-minute 429s waited out for one turn
@@ -93,6 +94,20 @@ class GeminiGateway:
 
     def __repr__(self) -> str:
         return f"GeminiGateway({self.model!r})"
+
+    def check(self) -> str | None:
+        """Why this model cannot be used (endpoint unreachable, key refused, no such
+        model), or None. One metadata request: it costs no tokens."""
+        options = types.GetModelConfig(http_options=types.HttpOptions(timeout=CHECK_TIMEOUT_MS))
+        try:
+            self._client.models.get(model=self.model, config=options)
+        except errors.APIError as exc:
+            if exc.code in (400, 401, 403, 404):
+                return self._scrub(f"model {self.model}: {exc.code} {exc.message or exc.status}")
+            return None  # a 429 or a 5xx now says nothing about the configuration
+        except (httpx2.TransportError, OSError) as exc:
+            return self._scrub(f"model {self.model}: the endpoint cannot be reached: {exc}")
+        return None
 
     def tool_session(self, prompt: str, tools: Sequence[Tool], budget: Budget) -> SessionResult:
         by_name = {tool.name: tool for tool in tools}

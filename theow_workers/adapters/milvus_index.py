@@ -36,6 +36,17 @@ def _quote(value: str) -> str:
     return json.dumps(value)  # a Milvus string literal, escapes included
 
 
+# pymilvus pings every 10 s even with no call in flight; a gRPC server on its
+# defaults (Milvus Lite's) allows one ping per 5 minutes without calls and
+# answers an idle worker with GOAWAY "too_many_pings", logged on stderr each
+# time. Ping only during calls, at the server's pace: a dead connection still
+# shows on the next call, which has its own timeout.
+GRPC_OPTIONS = {
+    "grpc.keepalive_time_ms": 300_000,
+    "grpc.keepalive_permit_without_calls": False,
+}
+
+
 class MilvusIndex:
     def __init__(self, uri: str, collection: str = "theow_index", dim: int = 384) -> None:
         self.uri = uri
@@ -46,7 +57,7 @@ class MilvusIndex:
     @property
     def client(self) -> MilvusClient:
         if self._client is None:
-            self._client = MilvusClient(uri=self.uri)
+            self._client = MilvusClient(uri=self.uri, grpc_options=GRPC_OPTIONS)
             self._ensure_collection(self._client)
         return self._client
 

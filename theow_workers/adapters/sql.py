@@ -31,7 +31,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 from theow_client.verdict import Status, Verdict
-from theow_workers.core.ports import AttemptRecord, FailureRecord, RuleStats
+from theow_workers.core.ports import CLIENT_PENDING, AttemptRecord, FailureRecord, RuleStats
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 
@@ -68,6 +68,7 @@ class AttemptRow(Base):
     error: Mapped[str] = mapped_column(Text, default="")
     duration_ms: Mapped[float] = mapped_column(Float, default=0.0)
     delivery: Mapped[int] = mapped_column(Integer, default=1)
+    evidence: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
 
 
@@ -82,6 +83,8 @@ class VerdictRow(Base):
     outputs: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
     reason: Mapped[str] = mapped_column(Text, default="")
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+    evidence: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    also: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
     decided_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, index=True)
 
 
@@ -162,6 +165,7 @@ class SqlStore:
                     error=attempt.error,
                     duration_ms=attempt.duration_ms,
                     delivery=attempt.delivery,
+                    evidence=attempt.evidence,
                 )
             )
 
@@ -176,6 +180,8 @@ class SqlStore:
             outputs=data["outputs"],
             reason=verdict.reason,
             attempts=verdict.attempts,
+            evidence=verdict.evidence,
+            also=list(verdict.also),
         )
         if self._insert(row):
             return verdict
@@ -198,9 +204,50 @@ class SqlStore:
             with self.session.begin() as s:
                 if s.execute(statement).rowcount:  # type: ignore[attr-defined]
                     return
-            # No row yet: create it (or lose the race to a worker that did), then update.
-            self._insert(RuleStatsRow(rule=rule, successes=0, failures=0))
+            # No row yet: create it already counted, so no reader ever sees a
+            # row at zero; if another worker created it first, update again.
+            first = RuleStatsRow(rule=rule, successes=0, failures=0)
+            setattr(first, column, 1)
+            setattr(first, stamp, _now())
+            if self._insert(first):
+                return
         raise RuntimeError(f"could not count an attempt for rule {rule!r}")
+
+    def settle_client_attempt(
+        self, failure_id: str, rule: str, success: bool, error: str, outputs: list[dict[str, Any]]
+    ) -> bool:
+        """Record what the build agent reported for a ``client_pending`` attempt.
+
+        Counts the rule's success or failure only then, and only once: a
+        report repeated or for an attempt that was never pending counts nothing.
+        """
+        pending = (
+            select(AttemptRow)
+            .where(AttemptRow.failure_id == failure_id, AttemptRow.rule == rule)
+            .where(AttemptRow.outcome == CLIENT_PENDING)
+            .order_by(AttemptRow.id.desc())
+            .limit(1)
+        )
+        with self.session.begin() as s:
+            row = s.execute(pending).scalar_one_or_none()
+            if row is None:
+                return False
+            reported = {o.get("action"): o.get("output") for o in outputs if isinstance(o, dict)}
+            params = [
+                {**step, "output": reported[step.get("action")]}
+                if step.get("action") in reported
+                else step
+                for step in row.params
+            ]
+            settled = s.execute(
+                update(AttemptRow)
+                .where(AttemptRow.id == row.id, AttemptRow.outcome == CLIENT_PENDING)
+                .values(outcome="success" if success else "error", error=error, params=params)
+            )
+            if settled.rowcount != 1:  # type: ignore[attr-defined]
+                return False  # another report settled it first
+        self.count_attempt(rule, success)
+        return True
 
     def rule_stats(self) -> dict[str, RuleStats]:
         with self.session() as s:
@@ -219,6 +266,30 @@ class SqlStore:
         self.engine.dispose()
 
 
+class AmbiguousId(LookupError):
+    """An id prefix names more than one row."""
+
+
+def expand_id(session: sessionmaker[Any], column: Any, given: str, what: str) -> str | None:
+    """``given`` when it is an id, else the one id it is a prefix of; None if none.
+
+    Tables cut long ids on narrow screens and people copy short forms, so an
+    unambiguous prefix names its row; an ambiguous one raises AmbiguousId
+    listing a few of the ids it could mean.
+    """
+    with session() as s:
+        if s.execute(select(column).where(column == given)).first() is not None:
+            return given
+        if not given:
+            return None
+        query = select(column).where(column.startswith(given, autoescape=True)).limit(6)
+        found = list(s.execute(query).scalars())
+    if len(found) > 1:
+        shown = ", ".join(found[:5]) + (", …" if len(found) > 5 else "")
+        raise AmbiguousId(f"{what} id {given!r} is ambiguous: it starts {shown}; give more of it")
+    return found[0] if found else None
+
+
 def _verdict(row: VerdictRow) -> Verdict:
     return Verdict.from_dict(
         {
@@ -230,5 +301,7 @@ def _verdict(row: VerdictRow) -> Verdict:
             "outputs": row.outputs,
             "reason": row.reason,
             "attempts": row.attempts,
+            "evidence": row.evidence,
+            "also": row.also or [],
         }
     )

@@ -65,6 +65,26 @@ def service(runtime: Runtime) -> ExploreService:
     )
 
 
+def explorer_problem(settings: Any) -> str | None:
+    """Why a worker with these settings cannot explore, or None if it can.
+
+    Checked before an explorer starts, so that a missing key or an unusable
+    model name stops it at once instead of failing every queued exploration.
+    """
+    from theow_workers.adapters.gemini import gateway_from_settings
+    from theow_workers.config import ConfigError
+
+    if not settings.explore:
+        return "THEOW_EXPLORE is not set: a worker on the explore queue needs THEOW_EXPLORE=1"
+    try:
+        gateway = gateway_from_settings(settings)
+    except ConfigError as exc:
+        return str(exc)
+    models = [gateway.primary, gateway.secondary] if gateway.secondary else [gateway.primary]
+    problems = [p for p in (m.check() for m in models) if p]
+    return "; ".join(problems) or None
+
+
 def load_prompt(template: str, rules_dir: Path) -> str:
     """An inline prompt, or ``file://PATH`` relative to the rules' parent directory (or absolute)."""
     if not template.startswith("file://"):

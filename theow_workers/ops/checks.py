@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from theow_workers import last_good
 from theow_workers.config import Settings
 from theow_workers.core.redact import redact_text
 
@@ -116,6 +117,7 @@ def check_redis(ctx: Context) -> list[Finding]:
     try:
         client.ping()
         info = client.info()
+        rules_error = last_good.current_error(client)
     except redis.RedisError as exc:
         return [
             Finding(
@@ -127,7 +129,31 @@ def check_redis(ctx: Context) -> list[Finding]:
         ]
     finally:
         client.close()
-    return redis_findings(url, info)
+    return redis_findings(url, info) + worker_rules_findings(rules_error)
+
+
+def worker_rules_findings(error: Mapping[str, Any] | None) -> list[Finding]:
+    """What the workers reported about the rules directory (``theow:rules:error``)."""
+    if error is None:
+        return []
+    serving = error.get("serving")
+    if serving:
+        return [
+            Finding(
+                "rules.workers", WARN,
+                f"workers found the rules invalid and serve the last valid version "
+                f"{str(serving)[:12]}: {error.get('error')}",
+                "fix the rule files (`theow rules check`); workers pick them up on their own",
+            )
+        ]  # fmt: skip
+    return [
+        Finding(
+            "rules.workers", FAIL,
+            f"workers found the rules invalid and have no valid version: failures wait "
+            f"for valid rules: {error.get('error')}",
+            "fix the rule files (`theow rules check`); waiting failures are then decided",
+        )
+    ]  # fmt: skip
 
 
 # --- milvus -----------------------------------------------------------------

@@ -65,8 +65,9 @@ def doctor_command(
     deep: Annotated[bool, typer.Option("--deep", help="Also load MiniLM and embed.")] = False,
 ) -> None:
     """Check Redis, Milvus, SQL, the model, the rules, the index and the LLM key; exit 1 on a failure."""
-    from rich.console import Console
     from rich.table import Column, Table
+
+    from theow_workers.console import make_console
 
     try:
         settings = Settings.load()
@@ -83,7 +84,7 @@ def doctor_command(
         )
         for f in findings:
             table.add_row(f.check, STYLE.get(f.status, f"[dim]{f.status}[/dim]"), f.detail, f.fix)
-        console = Console()
+        console = make_console()
         console.print(table)
         failed = sum(f.status == FAIL for f in findings)
         console.print(

@@ -59,8 +59,14 @@ class FlowerCommand:
     ) -> subprocess.Popen[bytes]:
         """Flower as a child process, its output in ``log_path`` (or discarded)."""
         out = log_path.open("ab") if log_path is not None else subprocess.DEVNULL
+        from theow_workers.stack import die_with_parent
+
         return subprocess.Popen(
-            self.argv, env=self.environment(base_env), stdout=out, stderr=subprocess.STDOUT
+            self.argv,
+            env=self.environment(base_env),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent,  # a killed `theow up` must not leave Flower behind
         )
 
     def exec(self) -> NoReturn:

@@ -18,6 +18,8 @@ metric                                   type       labels
 ``theow_replay_jobs``                    gauge      ``status``
 ``theow_replay_job_items``               gauge      ``job``, ``kind`` (processed, matched…)
 ``theow_replay_job_progress_ratio``      gauge      ``job``
+``theow_dead_letters_total``             counter    failures given up unread (delivered too often)
+``theow_rules_invalid``                  gauge      1 while workers find the rules directory invalid
 ``theow_sql_up``                         gauge      1 if this scrape could query SQL
 =======================================  =========  ================================
 
@@ -90,27 +92,72 @@ def _resolves(conn: Any, tables: set[str]) -> list[Metric]:
 
     if not {"failures", "verdicts", "attempts"} <= tables:
         return []
-    received = conn.execute(select(func.count()).select_from(FailureRow)).scalar_one()
+    # Replayed history is not traffic: its rows (source replay:<job>) have their own metrics.
+    live = FailureRow.source.not_like("replay:%")
+    received = conn.execute(select(func.count()).where(live)).scalar_one()
     failures = CounterMetricFamily(
-        "theow_failures_received", "Failures recorded by the resolvers", int(received)
+        "theow_failures_received", "Failures received from build agents", int(received)
     )
     verdicts = CounterMetricFamily(
         "theow_verdicts", "Verdicts by status and rule", labels=["status", "rule"]
     )
-    query = select(VerdictRow.status, VerdictRow.rule, func.count()).group_by(
-        VerdictRow.status, VerdictRow.rule
+    query = (
+        select(VerdictRow.status, VerdictRow.rule, func.count())
+        .join(FailureRow, FailureRow.id == VerdictRow.failure_id)
+        .where(live)
+        .group_by(VerdictRow.status, VerdictRow.rule)
     )
     for status, rule, n in conn.execute(query):
         verdicts.add_metric([status, rule or ""], int(n))
     attempts = CounterMetricFamily(
         "theow_attempts", "Rule attempts by rule and outcome", labels=["rule", "outcome"]
     )
-    by_outcome = select(AttemptRow.rule, AttemptRow.outcome, func.count()).group_by(
-        AttemptRow.rule, AttemptRow.outcome
+    by_outcome = (
+        select(AttemptRow.rule, AttemptRow.outcome, func.count())
+        .join(FailureRow, FailureRow.id == AttemptRow.failure_id)
+        .where(live)
+        .group_by(AttemptRow.rule, AttemptRow.outcome)
     )
     for rule, outcome, n in conn.execute(by_outcome):
         attempts.add_metric([rule, outcome], int(n))
-    return [failures, verdicts, attempts]
+    # A dead letter is recorded without reading its facts: no fingerprint, an error verdict.
+    dead = conn.execute(
+        select(func.count())
+        .select_from(FailureRow)
+        .join(VerdictRow, VerdictRow.failure_id == FailureRow.id)
+        .where(FailureRow.fingerprint == "", VerdictRow.status == "error")
+    ).scalar_one()
+    dead_letters = CounterMetricFamily(
+        "theow_dead_letters", "Failures given up without reading them (delivered too often)", dead
+    )
+    return [failures, verdicts, attempts, dead_letters]
+
+
+class RulesCollector(Collector):
+    """Whether workers found the rules directory invalid (Redis, ``last_good``)."""
+
+    def __init__(self, redis_url: str) -> None:
+        self.redis_url = redis_url
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        import redis
+
+        from theow_workers.last_good import current_error
+
+        client = redis.Redis.from_url(self.redis_url, socket_connect_timeout=2, socket_timeout=2)
+        try:
+            invalid = 1.0 if current_error(client) else 0.0
+        except redis.RedisError as exc:
+            log.warning("metrics: cannot read the rules state from Redis: %s", exc)
+            return
+        finally:
+            client.close()
+        yield GaugeMetricFamily(
+            "theow_rules_invalid", "1 while workers find the rules directory invalid", invalid
+        )
 
 
 def _explorations(conn: Any, tables: set[str]) -> list[Metric]:
@@ -197,6 +244,7 @@ def registry_for(settings: Settings) -> CollectorRegistry:
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StoreCollector(make_engine(settings.sqlalchemy_url)))
+    registry.register(RulesCollector(settings.redis_url))
     return registry
 
 

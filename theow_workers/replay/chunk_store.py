@@ -141,7 +141,7 @@ def _verdict_row(v: Verdict) -> dict[str, Any]:
     return {
         "failure_id": v.failure_id, "status": data["status"], "rule": v.rule, "mode": v.mode,
         "actions": data["actions"], "outputs": data["outputs"], "reason": v.reason,
-        "attempts": v.attempts,
+        "attempts": v.attempts, "evidence": v.evidence, "also": list(v.also),
     }  # fmt: skip
 
 
@@ -149,4 +149,5 @@ def _attempt_row(a: AttemptRecord) -> dict[str, Any]:
     return {
         "failure_id": a.failure_id, "rule": a.rule, "params": a.params, "outcome": a.outcome,
         "error": a.error, "duration_ms": a.duration_ms, "delivery": a.delivery,
+        "evidence": a.evidence,
     }  # fmt: skip

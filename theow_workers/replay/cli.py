@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from typer.core import TyperGroup
 
 from theow_workers.config import ConfigError, Settings
+from theow_workers.console import make_console
 
 
 class DefaultRunGroup(TyperGroup):
@@ -39,8 +39,8 @@ replay_app = typer.Typer(
     "are short for `theow replay run ...`. JOB is a job id or `last`. Exit codes: 0 done, "
     "1 incomplete or cancelled, 2 bad usage or source, 130 interrupted (resume it).",
 )
-out = Console()
-err = Console(stderr=True)
+out = make_console()
+err = make_console(stderr=True)
 
 JobArg = Annotated[str, typer.Argument(help="Job id, or `last`.")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")]
@@ -74,11 +74,12 @@ def _store(settings: Settings) -> Any:
 
 
 def _get(store: Any, job_id: str) -> Any:
+    from theow_workers.adapters.sql import AmbiguousId
     from theow_workers.replay.jobs import JobNotFound
 
     try:
         return store.get(job_id)
-    except JobNotFound as exc:
+    except (JobNotFound, AmbiguousId) as exc:
         raise _fail(str(exc)) from None
 
 
@@ -198,7 +199,7 @@ def resume(
 def _drive(
     s: Settings, store: Any, job: Any, source: Any, report_dir: Path | None, as_json: bool
 ) -> None:
-    from theow_workers.replay.driver import Driver, celery_sender
+    from theow_workers.replay.driver import BrokerLost, Driver, celery_sender
     from theow_workers.replay.jobs import CANCELLED, DONE
 
     driver = Driver(store, celery_sender(), err, s.replay_chunk_size, s.replay_in_flight)
@@ -211,6 +212,14 @@ def _drive(
             f"[yellow]interrupted at {job.processed}/{job.total}; nothing is lost: "
             f"`theow replay resume {job.id}` finishes it[/yellow]"
         )
+        raise typer.Exit(130) from None
+    except BrokerLost as exc:
+        job = store.get(job.id)
+        err.print(
+            f"[red]lost the broker at {job.processed}/{job.total} ({exc}); job {job.id} is "
+            f"interrupted: `theow replay resume {job.id}` finishes it[/red]",
+            highlight=False, soft_wrap=True,
+        )  # fmt: skip
         raise typer.Exit(130) from None
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -36,6 +36,7 @@ from rich.progress import (
 from rich.text import Text
 
 from theow_client import names
+from theow_client.redact import summary
 from theow_workers.replay.jobs import (
     CANCELLED,
     DONE,
@@ -60,6 +61,17 @@ class Cancelled(Exception):
     pass
 
 
+class BrokerLost(Exception):
+    """The broker went away mid-replay; the job is left ``interrupted`` (resumable)."""
+
+
+def _broker_errors() -> tuple[type[BaseException], ...]:
+    from kombu.exceptions import OperationalError
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    return (OperationalError, RedisConnectionError, ConnectionError)
+
+
 class _Lost(Exception):
     """No progress for ``LOST_SECONDS`` with chunks queued."""
 
@@ -82,7 +94,14 @@ def celery_sender() -> Callable[[dict[str, Any]], Any]:
     from theow_workers.celery_app import app
 
     def send(chunk: dict[str, Any]) -> Any:
-        return app.send_task(names.TASK_REPLAY, args=[chunk], queue=names.QUEUE_REPLAY)
+        # Flower shows the job id and the chunk's size, never the failures' facts.
+        return app.send_task(
+            names.TASK_REPLAY,
+            args=[chunk],
+            queue=names.QUEUE_REPLAY,
+            argsrepr=summary([chunk]),
+            kwargsrepr="{}",
+        )
 
     return send
 
@@ -138,6 +157,16 @@ class Driver:
         except Cancelled:
             self.store.update(job.id, finished_at=datetime.now(UTC))
             return self.store.get(job.id)
+        except _broker_errors() as exc:
+            # Often because the whole stack went down with a killed worker (`theow up`).
+            why = " ".join(str(exc).split())[:300] or type(exc).__name__
+            for result in self._pending.values():
+                result.backend = None  # else each one's __del__ reaches for the lost broker
+            self._pending.clear()
+            self.store.update(
+                job.id, status=INTERRUPTED, message=f"lost the broker: {why}; resume to finish"
+            )
+            raise BrokerLost(why) from None
         except KeyboardInterrupt:
             queued = len(self._pending)
             self.store.update(

@@ -34,7 +34,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Mapped, Session, mapped_column, sessionmaker
 
-from theow_workers.adapters.sql import Base
+from theow_workers.adapters.sql import Base, expand_id
 
 # Job statuses. "running" with a stale heartbeat means the driver died.
 PENDING, RUNNING, DONE = "pending", "running", "done"
@@ -204,7 +204,9 @@ class ReplayStore:
                 query = select(ReplayJobRow).order_by(ReplayJobRow.created_at.desc()).limit(1)
                 row = s.execute(query).scalar_one_or_none()
             else:
-                row = s.get(ReplayJobRow, job_id)
+                # A prefix of an id is accepted; ambiguous raises AmbiguousId.
+                full = expand_id(self.session, ReplayJobRow.id, job_id, "replay job")
+                row = s.get(ReplayJobRow, full) if full is not None else None
             if row is None:
                 raise JobNotFound(f"no replay job {job_id!r} (see `theow replay list`)")
             return Job.from_row(row)
@@ -283,6 +285,16 @@ class ReplayStore:
         )
         with self.session() as s:
             return {str(k): int(n) for k, n in s.execute(query)}
+
+    def evidence_samples(self, job_id: str) -> dict[str, str]:
+        """One evidence line per rule: what the person sees as why that rule matched."""
+        query = (
+            select(ReplayItemRow.rule, func.min(ReplayItemRow.sample))
+            .where(ReplayItemRow.job_id == job_id, ReplayItemRow.rule.is_not(None))
+            .group_by(ReplayItemRow.rule)
+        )
+        with self.session() as s:
+            return {str(rule): str(sample or "") for rule, sample in s.execute(query)}
 
     def items(self, job_id: str, status: str | None = None) -> list[ItemRecord]:
         query = select(ReplayItemRow).where(ReplayItemRow.job_id == job_id)

@@ -68,6 +68,7 @@ class Pricing:
 
 def build(store: ReplayStore, job: Job, pricing: Pricing) -> dict[str, Any]:
     by_rule = store.counts(job.id, "rule")
+    samples = store.evidence_samples(job.id)
     unmatched = _with_basis(store, store.items(job.id, "unmatched"))
     groups = group_unmatched(
         (i.failure_id or "", i.key, i.fingerprint or "", i.sample, i.basis) for i in unmatched
@@ -90,7 +91,10 @@ def build(store: ReplayStore, job: Job, pricing: Pricing) -> dict[str, Any]:
             "hit_rate": round(job.hit_rate, 4),
         },
         "statuses": store.counts(job.id),
-        "rules": [{"rule": r, "matched": n} for r, n in Counter(by_rule).most_common()],
+        "rules": [
+            {"rule": r, "matched": n, "evidence": samples.get(r, "")}
+            for r, n in Counter(by_rule).most_common()
+        ],
         "rules_without_matches": sorted(set(job.rules) - set(by_rule)),
         "comparison": _compare(store, job, by_rule),
         "unmatched_groups": [g.to_dict() for g in groups],
@@ -223,6 +227,12 @@ def write(report: dict[str, Any], directory: Path) -> tuple[Path, Path]:
     return json_path, md_path
 
 
+def _cell(text: str, limit: int = 120) -> str:
+    """Text safe inside a Markdown table cell and code span."""
+    text = " ".join(text.split()).replace("|", "\\|").replace("`", "'")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
@@ -243,9 +253,12 @@ def markdown(report: dict[str, Any], top: int = 25) -> str:
         "",
         "## Rules",
         "",
-        "| rule | matched |",
-        "| --- | ---: |",
-        *(f"| {r['rule']} | {r['matched']} |" for r in report["rules"]),
+        "| rule | matched | evidence (one example) |",
+        "| --- | ---: | --- |",
+        *(
+            f"| {r['rule']} | {r['matched']} | `{_cell(r.get('evidence', ''))}` |"
+            for r in report["rules"]
+        ),
         "",
         f"Rules that matched nothing: {', '.join(report['rules_without_matches']) or 'none'}.",
         "",

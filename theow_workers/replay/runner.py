@@ -30,6 +30,7 @@ from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded  # type: ignore[import-untyped]
 from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
 
 from theow_client.verdict import Status, Verdict
 from theow_workers.adapters.sql import FailureRow
@@ -48,6 +49,8 @@ from theow_workers.replay.jobs import (
 log = logging.getLogger("theow.replay")
 
 SUMMARY_CACHE = 10_000
+# Errors of the database or the network: the chunk fails whole and is sent again.
+TRANSIENT: tuple[type[BaseException], ...] = (SQLAlchemyError, ConnectionError, TimeoutError)
 # A service resolving into a ChunkStore, for a dry run (True) or not.
 ServiceFor = Callable[[bool], tuple[ResolveService, ChunkStore]]
 
@@ -128,7 +131,7 @@ class ReplayRunner:
         failure_id = replay_failure_id(job.id, key)
         payload = {
             "failure_id": failure_id,
-            "facts": facts,
+            **({"facts_json": item["facts_json"]} if "facts_json" in item else {"facts": facts}),
             "source": f"replay:{job.id}",
             "explore": False,  # exploration of a replay goes per group, under its budget
             "notes": {**(item.get("notes") or {}), "replay": {"job": job.id, "key": key}},
@@ -144,6 +147,12 @@ class ReplayRunner:
             except SoftTimeLimitExceeded:
                 timed_out = True
                 reason = "replay chunk exceeded its time limit on this failure"
+                verdict = service.give_up(payload, failure_id, reason)
+            except TRANSIENT:
+                raise  # the whole chunk is redelivered
+            except Exception as exc:  # this line's own outcome; the chunk's others go on
+                log.exception("replay %s line %s: cannot be decided", job.id, key)
+                reason = f"cannot be decided: {type(exc).__name__}: {str(exc)[:300]}"
                 verdict = service.give_up(payload, failure_id, reason)
         return self._record_for(key, line, verdict, writes), timed_out
 
@@ -162,6 +171,11 @@ class ReplayRunner:
             fields["sample"], fields["basis"] = self._summary(fp, facts)
         elif verdict.status in (Status.FAILED, Status.ERROR, Status.REJECTED):
             fields["sample"] = verdict.reason[:500]
+        elif verdict.evidence:
+            fields["sample"] = (
+                f"{verdict.evidence['fact']}:{verdict.evidence['line']}: "
+                + str(verdict.evidence["text"])[:450]
+            )
         return ItemRecord(key, verdict.status.value, **fields)
 
     def _summary(self, fingerprint: str, facts: dict[str, Any]) -> tuple[str, str]:

@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 TOP_GROUPS = 10
 TOP_RULES = 20
@@ -32,11 +33,12 @@ def show_report(report: dict[str, Any], console: Console) -> None:
         highlight=False,
     )
     if report["rules"]:
-        table = Table("rule", "matched", title="matches per rule")
+        table = Table("rule", "matched", "evidence (one example)", title="matches per rule")
         for row in report["rules"][:TOP_RULES]:
-            table.add_row(row["rule"], str(row["matched"]))
+            # Log text is shown as it is: no Rich markup or emoji codes applied to it.
+            table.add_row(row["rule"], str(row["matched"]), Text(row.get("evidence", "")))
         if len(report["rules"]) > TOP_RULES:
-            table.add_row(f"… {len(report['rules']) - TOP_RULES} more", "")
+            table.add_row(f"… {len(report['rules']) - TOP_RULES} more", "", "")
         console.print(table)
     idle = report["rules_without_matches"]
     if idle:

@@ -23,6 +23,7 @@ from sqlalchemy import exists, func, not_, or_, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
+from theow_client.facts import dumps_facts
 from theow_workers.adapters.sql import AttemptRow, FailureRow, VerdictRow
 from theow_workers.replay.jobs import DUPLICATE, INVALID, ItemRecord, Job
 from theow_workers.replay.reader import parse_line, raw_lines, scan
@@ -113,8 +114,9 @@ class FileSource:
             if line.problem is not None:
                 status = DUPLICATE if raw.duplicate_of is not None else INVALID
                 return ItemRecord(str(line.number), status, line=line.number, sample=line.problem)
-            return {"key": str(line.number), "line": line.number, "facts": line.facts,
-                    "notes": line.notes}  # fmt: skip
+            # Facts travel as one JSON text: nothing deep is decoded before the task body.
+            return {"key": str(line.number), "line": line.number,
+                    "facts_json": dumps_facts(line.facts or {}), "notes": line.notes}  # fmt: skip
 
         return load
 

@@ -13,6 +13,7 @@ failure id exactly as a live failure is.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
 from celery import Task  # type: ignore[import-untyped]
@@ -26,6 +27,8 @@ from theow_workers.replay.chunk_store import ChunkStore
 from theow_workers.replay.jobs import ReplayStore
 from theow_workers.replay.runner import ReplayRunner
 
+log = logging.getLogger("theow.replay")
+
 DELIVERY_TTL = 24 * 3600
 _runner: ReplayRunner | None = None
 
@@ -33,6 +36,9 @@ _runner: ReplayRunner | None = None
 @app.task(name=names.TASK_REPLAY, bind=True)  # type: ignore[untyped-decorator]
 def replay(self: Task, chunk: dict[str, Any]) -> dict[str, Any]:
     """Replay one chunk of a job's items; returns how many were recorded."""
+    if names.UNREADABLE in chunk:  # see theow_workers.wire; the driver sends the items again
+        log.error("replay chunk %s unreadable: %s", self.request.id, chunk[names.UNREADABLE])
+        return {"recorded": 0, "unreadable": str(chunk[names.UNREADABLE])}
     run = runner()
     return run.run(chunk, delivery=_count(f"replay-chunk:{self.request.id}"))
 

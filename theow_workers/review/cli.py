@@ -10,17 +10,18 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.syntax import Syntax
 from rich.table import Table
+
+from theow_workers.console import make_console
 
 review_app = typer.Typer(no_args_is_help=True, help="Review the explorer's proposals.")
 failures_app = typer.Typer(
     no_args_is_help=True, help="Failures received and what happened to them."
 )
 
-out = Console()
-err = Console(stderr=True)
+out = make_console()
+err = make_console(stderr=True)
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 
 
@@ -41,6 +42,22 @@ def _context() -> tuple[Any, Any]:
         raise _fail(str(exc), 2) from None
     migrate(settings.sqlalchemy_url)
     return settings, ExploreStore(SqlStore(settings.sqlalchemy_url))
+
+
+def _full_id(store: Any, given: str, what: str) -> str:
+    """The id ``given`` names, a unique prefix accepted; unknown or ambiguous exits 1."""
+    from theow_workers.adapters.explore_sql import ProposalRow
+    from theow_workers.adapters.sql import AmbiguousId, FailureRow, expand_id
+
+    column = ProposalRow.id if what == "proposal" else FailureRow.id
+    try:
+        full = expand_id(store.session, column, given, what)
+    except AmbiguousId as exc:
+        raise _fail(str(exc)) from None
+    if full is None:
+        listing = "theow review list --status all" if what == "proposal" else "theow failures list"
+        raise _fail(f"no {what} {given!r} (see `{listing}`)")
+    return full
 
 
 def _exploration(store: Any, exploration_id: str) -> Any:
@@ -84,7 +101,7 @@ def review_show(proposal_id: str, as_json: JsonFlag = False) -> None:
     from theow_workers.review.proposals import summary
 
     _, store = _context()
-    proposal = store.proposal(proposal_id)
+    proposal = store.proposal(_full_id(store, proposal_id, "proposal"))
     if proposal is None:
         raise _fail(f"no proposal {proposal_id!r} (see `theow review list`)")
     exploration = _exploration(store, proposal.exploration_id)
@@ -115,7 +132,7 @@ def review_show(proposal_id: str, as_json: JsonFlag = False) -> None:
 def review_transcript(proposal_id: str) -> None:
     """The LLM session that produced a proposal, as JSON."""
     _, store = _context()
-    proposal = store.proposal(proposal_id)
+    proposal = store.proposal(_full_id(store, proposal_id, "proposal"))
     if proposal is None:
         raise _fail(f"no proposal {proposal_id!r}")
     exploration = _exploration(store, proposal.exploration_id)
@@ -131,6 +148,7 @@ def review_approve(
     from theow_workers.review.proposals import ReviewError, approve
 
     settings, store = _context()
+    proposal_id = _full_id(store, proposal_id, "proposal")
     rule_yaml = None
     if edit:
         proposal = store.proposal(proposal_id)
@@ -161,6 +179,7 @@ def review_reject(
     from theow_workers.review.proposals import ReviewError, reject
 
     _, store = _context()
+    proposal_id = _full_id(store, proposal_id, "proposal")
     try:
         reject(store, proposal_id, reason)
     except ReviewError as exc:
@@ -270,7 +289,7 @@ def failures_list(
     )
     for r in rows:
         table.add_row(r["id"], r["received_at"][:19], r["problem_type"] or "", r["status"] or "-",
-                      r["rule"] or "", (r["reason"] or "")[:60])  # fmt: skip
+                      r["rule"] or "", r["reason"] or "")  # fmt: skip
     out.print(table)
 
 
@@ -280,6 +299,7 @@ def failures_show(failure_id: str, as_json: JsonFlag = False) -> None:
     from theow_workers.review.failures import detail
 
     _, store = _context()
+    failure_id = _full_id(store, failure_id, "failure")
     info = detail(store, failure_id)
     if info is None:
         raise _fail(f"no failure {failure_id!r} (see `theow failures list`)")
@@ -293,6 +313,16 @@ def failures_show(failure_id: str, as_json: JsonFlag = False) -> None:
     out.print(
         f"verdict: {verdict.get('status', '-')} {verdict.get('rule') or ''} {verdict.get('reason', '')}"
     )
+    evidence = verdict.get("evidence")
+    if evidence:
+        for offset, line in enumerate(evidence.get("context") or [evidence["text"]]):
+            number = evidence.get("context_start", evidence["line"]) + offset
+            marker = ">" if number == evidence["line"] else " "
+            out.print(
+                f"  {marker} {evidence['fact']}:{number} | {line}", highlight=False, markup=False
+            )
+    if verdict.get("also"):
+        out.print(f"also matched: {', '.join(verdict['also'])}", highlight=False)
     for a in info["attempts"]:
         out.print(f"  attempt {a['rule']}: {a['outcome']} {a['error']} ({a['duration_ms']:.0f} ms)")
     for e in info["explorations"]:

@@ -69,6 +69,8 @@ def detail(store: ExploreStore, failure_id: str) -> dict[str, Any] | None:
                 "actions": verdict.actions,
                 "outputs": verdict.outputs,
                 "reason": verdict.reason,
+                "evidence": verdict.evidence,
+                "also": verdict.also or [],
             },
             "attempts": [
                 {
@@ -78,6 +80,7 @@ def detail(store: ExploreStore, failure_id: str) -> dict[str, Any] | None:
                     "error": a.error,
                     "duration_ms": a.duration_ms,
                     "delivery": a.delivery,
+                    "evidence": a.evidence,
                 }
                 for a in attempts
             ],

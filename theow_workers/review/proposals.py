@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import yaml
 from sqlalchemy import update
 
 from theow_workers.adapters.explore_sql import ExploreStore, ProposalRow
@@ -47,6 +48,24 @@ def _inside(path: Path, roots: tuple[Path, ...]) -> bool:
     return any(resolved.is_relative_to(root.resolve()) for root in roots)
 
 
+def defined_names(rules_dir: Path) -> dict[str, Path]:
+    """Every rule name defined under ``rules_dir``, subdirectories included, with its file.
+
+    Read leniently (a file that is not valid YAML defines no name): an invalid
+    file must not hide a name that the rules loader would still see.
+    """
+    found: dict[str, Path] = {}
+    for path in sorted(rules_dir.rglob(f"*{RULE_SUFFIX}")):
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
+        name = data.get("name") if isinstance(data, dict) else None
+        if isinstance(name, str):
+            found.setdefault(name, path)
+    return found
+
+
 def planned_files(
     proposal: ProposalRow, rule_yaml: str, rules_dir: Path, actions_dir: Path
 ) -> dict[Path, str]:
@@ -58,6 +77,11 @@ def planned_files(
     rule_path = rules_dir / f"{rule.name}{RULE_SUFFIX}"
     if rule_path.exists():
         raise ReviewError(f"{rule_path} already exists: rules are immutable, choose another name")
+    taken = defined_names(rules_dir).get(rule.name)
+    if taken is not None:
+        raise ReviewError(
+            f"rule name {rule.name!r} is already defined in {taken}: choose another name"
+        )
     files = {rule_path: rule_yaml if rule_yaml.endswith("\n") else rule_yaml + "\n"}
     root = actions_dir.resolve().parent
     for change in proposal.diffs:

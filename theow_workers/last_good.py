@@ -1,0 +1,98 @@
+"""The last valid rules version, kept in Redis for every worker of the fleet.
+
+A bad rule file must not turn workers into error machines. A worker process
+that already serves rules keeps them when the directory turns invalid; a new
+process (a restarted pool child, a new worker) has none of its own, so each
+valid load stores the rule files here and an invalid directory is served
+from this snapshot instead. While the directory is invalid the error is kept
+under ``names.KEY_RULES_ERROR`` for ``theow doctor`` and the metrics.
+
+Redis being down only costs the snapshot: every function here logs and
+carries on rather than failing a resolution.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from theow_client import names
+from theow_workers.core.rules import RULE_SUFFIX
+
+log = logging.getLogger("theow.runtime")
+
+_restored: dict[str, Path] = {}  # version -> directory this process wrote it to
+
+
+def remember(redis: Any, rules_dir: Path, version: str) -> None:
+    """Store the rule files of a valid version (once per version) and clear any error."""
+    try:
+        if _text(redis.hget(names.KEY_RULES_LAST_GOOD, "version")) != version:
+            root = Path(rules_dir)
+            files = {
+                str(path.relative_to(root)): path.read_text(encoding="utf-8")
+                for path in sorted(root.rglob(f"*{RULE_SUFFIX}"))
+            }
+            redis.hset(
+                names.KEY_RULES_LAST_GOOD,
+                mapping={"version": version, "files": json.dumps(files)},
+            )
+        redis.delete(names.KEY_RULES_ERROR)
+    except (RedisError, OSError) as exc:
+        log.warning("could not keep rules version %s as the last good one: %s", version[:12], exc)
+
+
+def restore(redis: Any) -> Path | None:
+    """A directory holding the last valid rule files, or None if none was ever stored."""
+    try:
+        version = _text(redis.hget(names.KEY_RULES_LAST_GOOD, "version"))
+        if not version:
+            return None
+        if version in _restored:
+            return _restored[version]
+        files = json.loads(_text(redis.hget(names.KEY_RULES_LAST_GOOD, "files")) or "{}")
+    except (RedisError, ValueError) as exc:
+        log.warning("could not read the last good rules version: %s", exc)
+        return None
+    directory = Path(tempfile.mkdtemp(prefix=f"theow-rules-{version[:12]}-"))
+    for name, text in files.items():
+        target = directory / name
+        if directory not in target.resolve().parents:
+            continue  # written by us from relative paths; anything else is not ours
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    _restored[version] = directory
+    return directory
+
+
+def report(redis: Any, error: str, serving: str | None) -> None:
+    """Keep the error for doctor and metrics: what is wrong and which version still serves."""
+    data = {"error": error[:4000], "serving": serving, "at": time.time()}
+    try:
+        redis.set(names.KEY_RULES_ERROR, json.dumps(data))
+    except RedisError as exc:
+        log.warning("could not report the rules error: %s", exc)
+
+
+def current_error(redis: Any) -> dict[str, Any] | None:
+    """The rules error a worker last reported, or None while the rules are valid."""
+    raw = _text(redis.get(names.KEY_RULES_ERROR))
+    if not raw:
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return {"error": raw, "serving": None, "at": None}
+    return data if isinstance(data, dict) else None
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value.decode() if isinstance(value, bytes) else str(value)
