@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint up clean
+.PHONY: install demo test lint up clean catalogue
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,3 +32,7 @@ lint: install
 
 clean:
 	rm -rf $(VENV) .theow .pytest_cache .mypy_cache .ruff_cache
+
+# The README's rule catalogue, generated from rules/ (a test keeps it current).
+catalogue: install
+	$(BIN)/python -m theow_workers.catalogue

@@ -172,6 +172,8 @@ class FakeGemini:
     def __init__(self, brain: Brain | None = None, *, api_key: str | None = None) -> None:
         self.brain = brain
         self.api_key = api_key  # when set, any other key is refused as Gemini does
+        # Models `GET /v1beta/models/NAME` knows (an explorer checks its model at start).
+        self.models = {"gemini-2.5-flash", "gemini-2.5-pro", "gemini-2.5-flash-lite"}
         self._lock = threading.Lock()
         self._scripts: dict[str, deque[Any]] = defaultdict(deque)
         self._requests: list[tuple[str, dict[str, Any]]] = []
@@ -362,8 +364,29 @@ class FakeGemini:
         return reply
 
 
+_MODEL_PATH = re.compile(r"^/(?P<version>[^/]+)/models/(?P<model>[^/:?]+)$")
+
+
+def _model_info(fake: FakeGemini, path: str, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    """``GET /v1beta/models/NAME``: the model's metadata, as Gemini answers it."""
+    found = _MODEL_PATH.match(path.split("?", 1)[0])
+    key = headers.get("x-goog-api-key")
+    if not found:
+        return fake._refuse("", 404, "NOT_FOUND", f"fake: no route for {path}").reply
+    model = found["model"]
+    if not key or (fake.api_key is not None and key != fake.api_key):
+        return fake._refuse(model, 400, "INVALID_ARGUMENT", "API key not valid.").reply
+    if model not in fake.models:
+        return fake._refuse(model, 404, "NOT_FOUND", f"models/{model} is not found").reply
+    return 200, {"name": f"models/{model}", "supportedGenerationMethods": ["generateContent"]}
+
+
 def _handler(fake: FakeGemini) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            self._reply(*_model_info(fake, self.path, headers))
+
         def do_POST(self) -> None:
             raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             headers = {k.lower(): v for k, v in self.headers.items()}
@@ -371,6 +394,9 @@ def _handler(fake: FakeGemini) -> type[BaseHTTPRequestHandler]:
                 status, body = fake.handle(self.path, headers, raw)
             except Exception as exc:  # a bug of the fake: a 500 the test will see
                 status, body = fake._refuse("", 500, "INTERNAL", f"fake failed: {exc!r}").reply
+            self._reply(status, body)
+
+        def _reply(self, status: int, body: dict[str, Any]) -> None:
             data = json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json; charset=UTF-8")

@@ -11,6 +11,7 @@ over from another test can never take a test's answer.
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -116,7 +117,8 @@ class FakeResolver:
         return self.payloads(scenario)
 
     def answer(self, payload: dict[str, Any]) -> dict[str, Any]:
-        scenario = str(payload.get("facts", {}).get("scenario", ""))
+        facts = json.loads(payload["facts_json"]) if "facts_json" in payload else payload["facts"]
+        scenario = str(facts.get("scenario", ""))
         with self.lock:
             self.received[scenario].append(payload)
             script = self.scripts[scenario]

@@ -54,9 +54,14 @@ def test_rules_test_json_is_one_object_explaining_the_decision(tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)  # exactly one JSON object on stdout
-    assert set(report) == {"matched", "rule", "mode", "actions", "candidates"}
+    assert set(report) == {"matched", "rule", "mode", "actions", "evidence", "also", "candidates"}
     assert report["matched"] is True
     assert report["rule"] in {"tf_explode", "tf_explode_fallback"}
+    # Why: the line the rule matched, and the other rule that validated too.
+    assert (report["evidence"]["fact"], report["evidence"]["line"]) == ("stderr", 1)
+    assert report["evidence"]["text"] == "EXPLODE"  # what the regex matched
+    assert "EXPLODE 7" in report["evidence"]["context"]  # and the log line around it
+    assert report["also"] == list({"tf_explode", "tf_explode_fallback"} - {report["rule"]})
     candidates = {c["rule"]: c for c in report["candidates"]}
     assert set(candidates["tf_echo"]) == {"rule", "similarity", "validated", "reason"}
     assert candidates["tf_echo"]["validated"] is False

@@ -7,6 +7,8 @@ waits, runs client-side actions and re-runs the failing step or command.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -42,7 +44,7 @@ def test_submit_then_wait_returns_the_workers_verdict(resolver: FakeResolver) ->
     )
     (payload,) = resolver.payloads("roundtrip")
     assert payload["failure_id"] == ticket.failure_id
-    assert payload["facts"] == {"scenario": "roundtrip", "stderr": "boom"}
+    assert json.loads(payload["facts_json"]) == {"scenario": "roundtrip", "stderr": "boom"}
     assert payload["hints"] == {
         "rules": ["known_flake"], "tags": ["ci"], "fallback": True, "max_retries": 3,
     }  # fmt: skip
@@ -115,8 +117,11 @@ def test_mark_retries_the_step_and_runs_the_client_side_fix(
     assert runs == ["./cmd"] * 3
     payloads = resolver.payloads("mark")
     assert len(payloads) == 2
-    assert payloads[0]["facts"]["exception"] == "RuntimeError: cannot build ./cmd: marker missing"
-    assert "Traceback" in payloads[0]["facts"]["traceback"]
+    assert (
+        json.loads(payloads[0]["facts_json"])["exception"]
+        == "RuntimeError: cannot build ./cmd: marker missing"
+    )
+    assert "Traceback" in json.loads(payloads[0]["facts_json"])["traceback"]
     assert payloads[0]["hints"]["tags"] == ["go"]
 
 
@@ -173,9 +178,9 @@ def test_run_reruns_a_command_that_theow_fixed(
     assert "error: marker missing" in err
     assert "re-running" in err
     (payload,) = resolver.payloads("run-fix")
-    assert payload["facts"]["exit_code"] == 3
-    assert payload["facts"]["stderr"] == "error: marker missing\n"
-    assert payload["facts"]["cwd"] == str(tmp_path)
+    assert json.loads(payload["facts_json"])["exit_code"] == 3
+    assert json.loads(payload["facts_json"])["stderr"] == "error: marker missing\n"
+    assert json.loads(payload["facts_json"])["cwd"] == str(tmp_path)
 
 
 def test_run_exit_code_is_the_last_runs_when_theow_cannot_fix_it(
@@ -212,4 +217,24 @@ def test_submit_wait_json_prints_exactly_the_verdict(
     ]
     assert set(printed) == {
         "failure_id", "status", "rule", "mode", "actions", "outputs", "reason", "attempts",
+        "evidence", "also",
     }  # fmt: skip
+
+
+def test_submit_explore_with_no_explorer_times_out_cleanly_with_exit_3(
+    resolver: FakeResolver, tmp_path: Path
+) -> None:
+    # The README's explore example on a stack with no explorer running.
+    resolver.script("no-explorer", verdict(Status.EXPLORING, reason="sent to an explorer"))
+    log = tmp_path / "build.log"
+    log.write_text("something new\n")
+    process = subprocess.run(
+        [sys.executable, "-m", "theow_client.cli", "submit", "--explore", "--fact",
+         "scenario=no-explorer", "--stderr-file", str(log), "--wait", "--timeout", "2"],
+        capture_output=True, text=True, env=dict(os.environ), timeout=60,
+    )  # fmt: skip
+    assert process.returncode == 3
+    assert "status:  exploring" in process.stdout
+    assert process.stderr.startswith("theow: no exploration outcome for failure ")
+    assert "Exception ignored" not in process.stderr
+    assert "Traceback" not in process.stderr

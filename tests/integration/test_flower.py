@@ -27,6 +27,7 @@ from pydantic import SecretStr
 
 from tests.conftest import free_port, wait_port
 from theow_client import Status
+from theow_client.redact import redact_text
 from theow_workers.ops.flower import flower_command
 
 pytestmark = pytest.mark.integration
@@ -92,7 +93,9 @@ def test_flower_shows_the_workers_queues_and_a_finished_task_only_with_credentia
         assert {"resolve", "explore"} <= {q["name"] for q in body["active_queues"]}
 
         time.sleep(1.0)  # let Flower's event receiver attach before the task runs
-        verdict = fleet.client().submit({"stderr": "ECHO flower", "job": "j"}).wait(60)
+        token = "ghp_" + "Flw0" * 9
+        log = f"export GITHUB_TOKEN={token}\nECHO flower"
+        verdict = fleet.client().submit({"stderr": log, "job": "j"}).wait(60)
         assert verdict.status is Status.RESOLVED
 
         def task() -> dict[str, Any]:
@@ -102,6 +105,13 @@ def test_flower_shows_the_workers_queues_and_a_finished_task_only_with_credentia
         seen = eventually(lambda: task().get("state") == "SUCCESS" and task(), "the task")
         assert seen["name"] == "theow.resolve"
         assert seen["worker"].startswith("resolver@")
+        # The task's arguments as Flower shows them: the failure and its facts' sizes only.
+        sent = len(redact_text(log))  # the client masks the token before sending
+        assert seen["args"] == f"failure {verdict.failure_id} facts={{'stderr': {sent}, 'job': 1}}"
+        assert seen["kwargs"] == "{}"
+        assert "ECHO flower" not in seen["args"]
+        # The result is the verdict: its evidence line is log text, masked like all of it.
+        assert token not in json.dumps(seen)
 
         for path in ("/api/workers", "/api/tasks", "/api/queues/length"):
             assert get(f"{base}{path}", auth=None)[0] == 401, path

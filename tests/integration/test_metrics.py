@@ -67,7 +67,7 @@ def store(tmp_path: Path) -> Iterator[SqlStore]:
     store.dispose()
 
 
-def resolve(store: SqlStore, failures: list[dict[str, str]]) -> None:
+def resolve(store: SqlStore, failures: list[dict[str, str]], source: str = "ci") -> None:
     knowledge = Knowledge.load(FIXTURES / "rules", FIXTURES / "actions")
     service = ResolveService(
         store,
@@ -77,7 +77,7 @@ def resolve(store: SqlStore, failures: list[dict[str, str]]) -> None:
     )
     for facts in failures:
         failure_id = f"f-{time.monotonic_ns()}"
-        service.resolve({"failure_id": failure_id, "facts": facts}, failure_id)
+        service.resolve({"failure_id": failure_id, "facts": facts, "source": source}, failure_id)
 
 
 def record_explorations(store: SqlStore) -> None:
@@ -137,6 +137,8 @@ def test_a_scrape_counts_failures_verdicts_explorations_tokens_cost_and_replay_p
     )
     record_explorations(store)
     job = record_replay(store)
+    # Replayed history goes through the same resolve path but is not received traffic.
+    resolve(store, [{"stderr": "ECHO old", "job": "r"}, {"stderr": "old news"}], "replay:j1")
     proc, port = serve(store.url, tmp_path)
     try:
         samples = scrape(port)
@@ -178,3 +180,21 @@ def test_an_unreachable_database_is_a_zero_not_a_crash_and_its_password_stays_hi
         output, _ = proc.communicate(timeout=20)
     assert proc.returncode == 0
     assert b"metrics-secret-pw" not in output
+
+
+def test_dead_letters_and_rejections_are_counted_apart(store, tmp_path):
+    knowledge = Knowledge.load(FIXTURES / "rules", FIXTURES / "actions")
+    service = ResolveService(
+        store, rulebook=lambda: knowledge.book, actions=lambda: knowledge.actions
+    )
+    service.dead_letter({"facts_json": "{}"}, "poison-1", "delivered 4 times without a verdict")
+    service.resolve({"facts_json": "[" * 5000}, "bad-1")  # rejected, not dead
+    service.resolve({"facts": {"stderr": "ECHO fine", "job": "j"}}, "fine-1")
+    proc, port = serve(store.url, tmp_path)
+    try:
+        samples = scrape(port)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(10)
+    assert value(samples, "theow_dead_letters_total") == 1
+    assert value(samples, "theow_verdicts_total", status="rejected", rule="") == 1

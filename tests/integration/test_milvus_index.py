@@ -128,3 +128,14 @@ def test_a_validating_rule_is_found_by_a_worker_even_when_it_ranks_below_top_k(
     assert "right" not in top_10
     assert (verdict.status, verdict.rule) == (Status.TRACKED, "right")
     runtime.index.close()
+
+
+def test_an_idle_client_does_not_ping_the_server_into_goaway(milvus_uri, collection):
+    # pymilvus's default pings every 10 s with no call in flight; Milvus Lite's
+    # gRPC server answers that with GOAWAY "too_many_pings" after about two idle
+    # minutes, an error line in every worker log. (Reproducing it takes that
+    # long; what makes it happen is the channel's keepalive policy, checked here.)
+    index = MilvusIndex(milvus_uri, collection)
+    options = index.client._get_connection()._grpc_options
+    assert options["grpc.keepalive_permit_without_calls"] is False
+    assert options["grpc.keepalive_time_ms"] >= 300_000  # gRPC servers' default minimum

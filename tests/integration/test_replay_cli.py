@@ -37,9 +37,14 @@ def test_a_history_file_is_replayed_and_reported(replay_fleet: ReplayFleet, tmp_
     assert (summary["total"], summary["processed"], summary["replayed"]) == (63, 63, 60)
     assert (summary["matched"], summary["unmatched"]) == (42, 18)
     assert summary["hit_rate"] == 0.7
+    # Each rule comes with one line of evidence: why it matched, in the log.
     assert report["rules"] == [
-        {"rule": "tf_echo", "matched": 30},
-        {"rule": "tf_flaky_network", "matched": 12},
+        {"rule": "tf_echo", "matched": 30, "evidence": "stderr:2: ECHO w0"},
+        {
+            "rule": "tf_flaky_network",
+            "matched": 12,
+            "evidence": "stderr:2: Connection reset by peer",
+        },
     ]
     assert "tf_hang" in report["rules_without_matches"]
     groups = report["unmatched_groups"]
@@ -109,7 +114,13 @@ def test_stored_failures_are_replayed_after_a_rule_is_added(replay_fleet: Replay
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)
     assert report["summary"]["processed"] == 3  # the resolved one and replay rows are not selected
-    assert report["rules"] == [{"rule": "apt_missing_package", "matched": 3}]
+    assert report["rules"] == [
+        {
+            "rule": "apt_missing_package",
+            "matched": 3,
+            "evidence": "stderr:1: Unable to locate package lib0-dev",
+        }
+    ]
     assert report["job"]["source"] == "stored failures, since 1h, unmatched only"
 
 

@@ -73,3 +73,34 @@ def test_theow_up_serves_a_client_and_stops_cleanly_on_ctrl_c(tmp_path, monkeypa
     assert up.returncode == 0, output
     assert "theow is up" in output
     assert not listening(redis_port) and not listening(milvus_port)
+
+
+def test_a_killed_theow_up_leaves_no_server_holding_its_ports(tmp_path):
+    """SIGKILL gives `theow up` no chance to clean up: its children end on their own."""
+    redis_port, milvus_port = free_port(), free_port()
+    env = dict(os.environ)
+    env.update(
+        THEOW_HOME=str(tmp_path / "home"),
+        THEOW_REDIS_URL=f"redis://127.0.0.1:{redis_port}/0",
+        THEOW_MILVUS_URI=f"http://127.0.0.1:{milvus_port}",
+        THEOW_RULES_DIR=str(FIXTURES / "rules"),
+        THEOW_ACTIONS_DIR=str(FIXTURES / "actions"),
+        THEOW_DATABASE_URL="",
+    )
+    up = subprocess.Popen(
+        [sys.executable, "-m", "theow_workers.cli", "up", "--workers", "1"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        while not (listening(redis_port) and listening(milvus_port)):
+            assert up.poll() is None and time.monotonic() < deadline, "theow up did not start"
+            time.sleep(0.2)
+    finally:
+        up.kill()
+        up.wait(10)
+    deadline = time.monotonic() + 30
+    while (listening(redis_port) or listening(milvus_port)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not listening(redis_port), "Valkey outlived a killed `theow up`"
+    assert not listening(milvus_port), "Milvus Lite outlived a killed `theow up`"

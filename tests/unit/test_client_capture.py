@@ -92,13 +92,35 @@ def test_command_is_joined_as_a_shell_line() -> None:
     assert shell_join(["go", "build", "./my dir"]) == "go build './my dir'"
 
 
-def test_captured_output_is_sent_as_captured_not_cut_twice() -> None:
-    script = "print('start'); print('z' * 500_000); print('error: at the end')"
+def test_the_cause_in_the_middle_of_a_huge_output_is_kept_in_the_log_sent() -> None:
+    script = (
+        "import sys\n"
+        "print('start')\n"
+        "for i in range(20_000): print(f'compiling module {i}')\n"
+        "sys.stdout.flush()\n"
+        "print('src/app.c:12:5: error: expected ; before return', file=sys.stderr)\n"
+        "sys.stderr.flush()\n"
+        "for i in range(20_000): print(f'cleaning up {i}')\n"
+    )
     result = capture([sys.executable, "-c", script], passthrough=False)
-    facts, notes = bound_facts({"stdout": result.stdout})
-    assert notes == {}
-    assert facts["stdout"] == result.stdout
-    assert result.stdout.count("characters omitted") == 1
+    facts, notes = bound_facts({"log": result.log})
+    assert len(facts["log"]) < 70_000 < len(result.log)
+    assert notes["log"]["omitted_chars"] > 0
+    assert "src/app.c:12:5: error: expected ; before return" in facts["log"]
+    assert facts["log"].startswith("start")
+    assert facts["log"].rstrip().endswith("cleaning up 19999")
+
+
+def test_the_log_interleaves_stdout_and_stderr_as_they_arrive() -> None:
+    script = (
+        "import sys, time\n"
+        "print('one', flush=True); time.sleep(0.2)\n"
+        "print('two', file=sys.stderr, flush=True); time.sleep(0.2)\n"
+        "print('three', flush=True)\n"
+    )
+    result = capture([sys.executable, "-c", script], passthrough=False)
+    assert result.log.split() == ["one", "two", "three"]
+    assert result.stderr == "two\n"
 
 
 def test_output_reaches_a_text_only_terminal(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -88,7 +88,7 @@ def test_submit_spools_and_prints_the_failure_id_as_json(
     printed = json.loads(capsys.readouterr().out)
     assert printed["spooled"] is True
     payload = json.loads((offline_env / f"{printed['failure_id']}.json").read_text())
-    assert payload["facts"] == {
+    assert json.loads(payload["facts_json"]) == {
         "problem_type": "dependency_resolution",
         "n": 3,
         "stderr": "error: caf\ufffd not found\n",
@@ -116,7 +116,7 @@ def test_run_passes_the_commands_exit_code_and_output_through_when_theow_is_down
     assert err.startswith("ld: error\n")
     assert "theow: broker unreachable" in err
     (spooled,) = offline_env.glob("*.json")
-    facts = json.loads(spooled.read_text())["facts"]
+    facts = json.loads(json.loads(spooled.read_text())["facts_json"])
     assert facts["exit_code"] == 7
     assert facts["stderr"] == "ld: error\n"
     assert facts["cwd"] == str(ROOT)
@@ -152,3 +152,33 @@ def test_human_verdict_shows_rule_actions_outputs_and_reason() -> None:
     assert 'action:  go_mod_replace old_path="a" new_path="b" [client-side]' in text
     assert '"output": {"status": "ok"}' in text
     assert "reason:  matched" in text
+
+
+@pytest.mark.parametrize(
+    ("levels", "problem"),
+    [
+        (520, "facts: facts.n[0][0]"),  # parses, then refused by the validation
+        (1000, "nested too deeply to parse"),  # json itself would raise RecursionError
+        (100_000, "nested too deeply to parse"),
+    ],
+)
+def test_deep_facts_are_one_line_naming_what_and_where_never_a_traceback(
+    offline_env: Path, tmp_path: Path, levels: int, problem: str
+) -> None:
+    facts = tmp_path / "deep.json"
+    facts.write_text('{"stderr": "x", "n": ' + "[" * levels + "]" * levels + "}")
+    code, _, err = run_cli("submit", "--facts-file", str(facts))
+    assert code == 2
+    assert err.startswith("theow-client: ") and problem in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not offline_env.exists()  # nothing spooled
+
+
+def test_invalid_utf8_in_an_argument_is_replaced_not_a_crash(
+    offline_env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # What Python makes of `--fact "stderr=$(printf 'error: \xff')"`: a lone surrogate.
+    assert main(["submit", "--json", "--fact", "stderr=error: \udcff"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    payload = json.loads((offline_env / f"{printed['failure_id']}.json").read_text())
+    assert json.loads(payload["facts_json"]) == {"stderr": "error: \ufffd"}

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +47,7 @@ def test_broker_down_reraises_the_steps_own_exception_after_spooling_it(
     assert raised.value is original
     assert calls == ["./..."]
     (spooled,) = offline_env.glob("*.json")
-    assert '"target": "./..."' in spooled.read_text()
+    assert json.loads(json.loads(spooled.read_text())["facts_json"])["target"] == "./..."
     assert "BuildBroke: go: module not found" in spooled.read_text()
     assert "spooled" in caplog.text
 
@@ -122,3 +124,38 @@ def test_only_resolved_and_retry_verdicts_rerun_the_step(
     status: Status, rerun: bool, tmp_path: Path
 ) -> None:
     assert should_rerun(Verdict("f", status), {}, actions_dir=tmp_path) is rerun
+
+
+def test_a_failed_command_sends_what_it_printed_as_the_log() -> None:
+    # check=True with capture_output: the output rules read sits on the exception.
+    with pytest.raises(subprocess.CalledProcessError) as raised:
+        subprocess.run(
+            [
+                "sh",
+                "-c",
+                "echo compiling; echo \"ModuleNotFoundError: No module named 'x'\" >&2; exit 3",
+            ],
+            check=True,
+            capture_output=True,
+        )
+    facts = exception_facts(raised.value)
+    assert facts["log"] == "compiling\nModuleNotFoundError: No module named 'x'\n"
+    assert facts["stderr"] == "ModuleNotFoundError: No module named 'x'\n"
+    assert facts["stdout"] == "compiling\n"
+    assert facts["exit_code"] == 3
+    assert facts["command"].startswith("sh -c ")
+
+
+def test_a_command_whose_output_was_not_captured_sends_its_traceback_as_the_log() -> None:
+    with pytest.raises(subprocess.CalledProcessError) as raised:
+        subprocess.run(["sh", "-c", "exit 2"], check=True)
+    facts = exception_facts(raised.value)
+    assert "stdout" not in facts and "stderr" not in facts
+    assert facts["exit_code"] == 2
+    assert "CalledProcessError" in facts["log"]
+
+
+def test_any_other_exception_sends_its_traceback_as_the_log() -> None:
+    facts = exception_facts(BuildBroke("disk full"))
+    assert facts["log"] == facts["traceback"]
+    assert "BuildBroke: disk full" in facts["log"]

@@ -39,11 +39,11 @@ def test_submit_with_broker_down_spools_fast_and_says_so(
     path = offline_env / f"{ticket.failure_id}.json"
     payload = json.loads(path.read_text())
     assert set(payload) == {
-        "failure_id", "facts", "explore", "source", "submitted_at", "hints", "notes",
+        "failure_id", "facts_json", "explore", "source", "submitted_at", "hints", "notes",
     }  # fmt: skip
     assert payload["failure_id"] == ticket.failure_id
     assert payload["hints"] == {"rules": ["r1"], "tags": [], "fallback": True, "max_retries": 3}
-    assert len(payload["facts"]["stderr"]) < 70_000
+    assert len(json.loads(payload["facts_json"])["stderr"]) < 70_000
     assert payload["notes"]["truncated"]["stderr"]["original_chars"] == 200_000
     assert payload["submitted_at"].endswith("+00:00")
 
@@ -69,7 +69,9 @@ def test_same_idempotency_key_gives_same_failure_id(offline_env: Path) -> None:
 def test_facts_that_are_not_an_object_are_the_callers_bug(offline_env: Path) -> None:
     with pytest.raises(ValueError, match="facts must be a JSON object"):
         TheowClient().submit(["not", "a", "dict"])  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="not JSON-serializable"):
+    with pytest.raises(
+        ValueError, match=r"facts\.nested\.path: a value of type PosixPath, not JSON"
+    ):
         TheowClient().submit({"nested": {"path": Path("/tmp")}})
     assert not offline_env.exists()
 

@@ -41,7 +41,14 @@ def replay(jobs, items, created_at=None, **job) -> str:
 
 def history(go_rename_lines=(1, 2)) -> list[ItemRecord]:
     items = [
-        ItemRecord(str(n), "resolved", line=n, failure_id=f"f{n}", rule="go_rename")
+        ItemRecord(
+            str(n),
+            "resolved",
+            line=n,
+            failure_id=f"f{n}",
+            rule="go_rename",
+            sample=f"log:{n}: module declares its path as: a/b but was required as: c/d",
+        )
         for n in go_rename_lines
     ]
     items += [
@@ -61,11 +68,13 @@ def test_hit_rate_counts_per_rule_and_rules_that_matched_nothing(jobs):
     data = reports.build(jobs, job, PRICING)
     assert data["summary"]["replayed"] == 7  # invalid and duplicate lines are not replayed
     assert data["summary"]["hit_rate"] == round(4 / 7, 4)
-    assert data["rules"] == [
-        {"rule": "go_rename", "matched": 2},
-        {"rule": "apt_missing", "matched": 1},
-        {"rule": "network_flake", "matched": 1},
+    assert [(r["rule"], r["matched"]) for r in data["rules"]] == [
+        ("go_rename", 2),
+        ("apt_missing", 1),
+        ("network_flake", 1),
     ]
+    # Each rule shows a person one line of evidence for why it matched.
+    assert data["rules"][0]["evidence"].startswith("log:1: module declares its path as")
     assert data["rules_without_matches"] == ["never_used"]
     assert data["input_problems"] == [
         {"line": 8, "kind": "invalid", "problem": "not JSON: Expecting value (column 1)"},

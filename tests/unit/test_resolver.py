@@ -48,18 +48,22 @@ def test_track_record_reorders_rules_of_equal_similarity():
     assert [c.rule for c in result.attempts] == ["solid", "flaky"]
 
 
-def test_similarity_is_not_computed_when_at_most_one_rule_validates():
+def test_similarity_is_computed_only_when_specificity_and_position_leave_a_tie():
     calls = []
 
     def similarity(names):
         calls.append(list(names))
         return {}
 
-    rules = book(make("a", "alpha"), make("b", "beta"))
-    plan(rules, {"stderr": "alpha"}, similarity=similarity)
+    rules = book(make("a", "alpha"), make("b", "beta"), make("c", "alpha"))
+    plan(rules, {"stderr": "beta"}, similarity=similarity)
     assert calls == []
-    plan(rules, {"stderr": "alpha beta"}, similarity=similarity)
-    assert calls == [["a", "b"]]
+    two = book(make("a", "alpha"), make("b", "beta"))
+    result = plan(two, {"stderr": "alpha\nbeta"}, similarity=similarity)
+    assert calls == [], "the evidence of b is later in the log: no tie to break"
+    assert [c.rule for c in result.attempts] == ["b", "a"]
+    plan(rules, {"stderr": "alpha"}, similarity=similarity)
+    assert calls == [["a", "c"]]
 
 
 def test_a_validating_rule_is_found_even_when_it_ranks_below_any_top_k():

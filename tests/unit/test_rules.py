@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from theow_workers.core.matching import evaluate
 from theow_workers.core.rules import Mode, RuleError, load_rules, parse_rule
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -99,7 +100,6 @@ def test_a_rule_written_for_the_reference_library_loads_unchanged(tmp_path):
             1,
             "differs from file name 'r'",
         ),
-        ("name: r\nmode: track\nwhen:\n  - fact: a\n", 4, "has no operator"),
         ("name: r\nmode: sometimes\nwhen:\n  - {fact: a, equals: b}\n", 2, "mode"),
         ("name: r\nwhen:\n  - {fact: a, equals: b}\n", 1, "needs at least one action"),
         ("name: r\nwhen: [unclosed\n", 3, "invalid YAML"),
@@ -144,3 +144,54 @@ def test_the_fixture_rules_all_load():
     ruleset = load_rules(FIXTURES / "rules", known_actions=frozenset(actions.names()))
     assert ruleset.errors == ()
     assert len(ruleset.rules) >= 8
+
+
+def test_a_condition_without_an_operator_holds_when_the_fact_is_present():
+    # The library spec's form: `- fact: exit_code` means "the step reported an exit code".
+    rule = parse_rule("name: r\nmode: track\nwhen:\n  - fact: exit_code\n")
+    assert evaluate(rule, {"exit_code": 2}).ok
+    assert evaluate(rule, {"exit_code": 0}).ok
+    assert not evaluate(rule, {"stderr": "boom"}).ok
+
+
+def test_rules_check_holds_each_rule_to_its_examples_and_counter_examples(tmp_path):
+    from theow_workers.core.examples import check_examples
+
+    path = write(
+        tmp_path,
+        "r",
+        "name: r\nmode: track\nwhen:\n  - fact: log\n    regex: 'error: (\\w+)'\n"
+        "    examples: ['error: boom', 'warning only']\n"
+        "    counter_examples: ['no error: here is fine']\n",
+    )
+    problems = [str(p) for p in check_examples(path)]
+    assert len(problems) == 2
+    assert problems[0].startswith(f"{path}:6: when[0].examples[1] does not match")
+    assert problems[1].startswith(f"{path}:7: when[0].counter_examples[0] matches, but must not")
+
+
+def test_params_are_bound_against_the_actions_signatures(tmp_path):
+    import inspect
+
+    def replace(workspace: str, old_path: str, version: str, note: str = "") -> dict:
+        return {}
+
+    def anything(facts: dict, **params: str) -> dict:
+        return {}
+
+    (tmp_path / "short.rule.yaml").write_text(
+        "name: short\nwhen:\n  - {fact: a, equals: b}\nthen:\n"
+        "  - action: replace\n    params: {old_path: x, workspace: /tmp}\n"
+        "  - action: anything\n    params: {whatever: 1}\n"
+    )
+    (tmp_path / "full.rule.yaml").write_text(
+        "name: full\nwhen:\n  - {fact: a, equals: b}\nthen:\n"
+        "  - action: replace\n    params: {old_path: x, version: v1}\n"
+    )
+    signatures = {"replace": inspect.signature(replace), "anything": inspect.signature(anything)}
+    ruleset = load_rules(tmp_path, signatures=signatures)
+    assert [r.name for r in ruleset.rules] == ["full"]
+    assert [str(e) for e in ruleset.errors] == [
+        f"{tmp_path}/short.rule.yaml:6: action 'replace' is missing a required argument: 'version'",
+        f"{tmp_path}/short.rule.yaml:6: action 'replace' takes no argument 'workspace'",
+    ]

@@ -135,6 +135,13 @@ def test_a_client_side_action_is_bound_but_not_run_on_the_worker(service):
     assert (bound.action, bound.params) == ("touch_file", {"name": "config.ini"})
 
 
+def test_a_client_side_fix_is_not_counted_until_the_agent_reports_it(service, store):
+    submit(service, {"stderr": "missing file config.ini"})
+    (attempt,) = store.attempts
+    assert attempt.outcome == "client_pending"
+    assert "tf_client_fix" not in store.rule_stats()
+
+
 def test_the_same_failure_twice_gives_one_failure_and_one_verdict(service, store):
     first = submit(service, {"stderr": "ECHO once", "job": "j"}, failure_id="dup")
     second = submit(service, {"stderr": "ECHO once", "job": "j"}, failure_id="dup")
@@ -158,3 +165,24 @@ def test_secrets_in_facts_never_reach_the_store(service, store):
         },
     )
     assert "ghp_abcdefghijklmnopqrstuvwxyz0123456789" not in store.failures["f1"].facts["stderr"]
+
+
+def test_facts_sent_as_one_json_text_are_parsed_under_limits(service, store):
+    text = '{"stderr": "ECHO wire", "job": "b", "n": ' + "[" * 5000 + "]" * 5000 + "}"
+    rejected = service.resolve({"failure_id": "deep", "facts_json": text}, fallback_id="deep")
+    assert rejected.status is Status.REJECTED
+    assert rejected.reason == "facts: nested too deeply to parse"
+    ok = service.resolve(
+        {"failure_id": "ok", "facts_json": '{"stderr": "ECHO wire", "job": "b"}'}, "ok"
+    )
+    assert (ok.status, ok.rule) == (Status.RESOLVED, "tf_echo")
+
+
+def test_a_dead_letter_is_recorded_without_reading_its_facts(service, store):
+    payload = {"failure_id": "poison", "facts_json": '{"stderr": "ECHO never read"}'}
+    verdict = service.dead_letter(payload, "poison", "delivered 4 times without a verdict")
+    assert verdict.status is Status.ERROR and "delivered 4 times" in verdict.reason
+    assert store.failures["poison"].facts == {}
+    assert store.failures["poison"].notes["dead_letter"] == "delivered 4 times without a verdict"
+    assert "ECHO never read" in store.failures["poison"].notes["payload_preview"]
+    assert store.attempts == []  # no rule ran

@@ -1,0 +1,133 @@
+"""The fault suite's own stack: a Valkey it can restart, workers it can kill.
+
+Valkey runs with its append-only file (as ``theow up`` runs it), so a broker
+restart keeps queued messages. Short time limits let a message whose worker
+was SIGKILLed come back within seconds instead of the production hour.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import free_port
+from theow_workers.config import Settings
+from theow_workers.runtime import Runtime
+from theow_workers.stack import EmbeddedStack
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+# Redelivery of a message whose main worker process was SIGKILLed waits for the
+# visibility timeout, which must exceed the task time limit (celery_app).
+FAST_LIMITS = {"THEOW_RESOLVE_TIME_LIMIT": "25", "THEOW_VISIBILITY_TIMEOUT": "30"}
+
+
+@dataclass
+class FaultStack:
+    settings: Settings
+    home: Path
+    stack: EmbeddedStack
+    workers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    concurrency: dict[str, int] = field(default_factory=dict)
+    faults: list[str] = field(default_factory=list)
+
+    def start_worker(self, name: str, concurrency: int) -> None:
+        self.workers[name] = self.stack.start_worker(["resolve"], concurrency, name=name)
+        self.concurrency[name] = concurrency
+
+    def pool(self, name: str) -> list[int]:
+        """The pool processes of a worker (children of its main process)."""
+        pid = self.workers[name].pid
+        try:
+            return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        except OSError:
+            return []
+
+    def kill_pool_process(self, name: str) -> None:
+        pool = self.pool(name)
+        if pool:
+            os.kill(pool[0], signal.SIGKILL)
+            self.faults.append(f"SIGKILL pool process of {name}")
+
+    def kill_main_and_restart(self, name: str) -> None:
+        """SIGKILL a worker's main process; restart it, as a supervisor would."""
+        proc = self.workers[name]
+        pool = self.pool(name)
+        proc.kill()
+        proc.wait(10)
+        for pid in pool:  # orphaned pool processes end once their pipe closes
+            _wait_gone(pid, 10)
+        self.faults.append(f"SIGKILL main process of {name}")
+        self.start_worker(name, self.concurrency[name])
+
+    def restart_broker(self, while_down: Any = None) -> None:
+        (entry,) = [e for e in self.stack.processes if e[0] == "valkey"]
+        self.stack.processes.remove(entry)
+        entry[1].send_signal(signal.SIGTERM)  # Valkey writes its append-only file and exits
+        entry[1].wait(20)
+        if while_down is not None:
+            while_down()
+        self.stack.start_valkey()
+        self.faults.append("broker restarted")
+
+    def alive(self) -> dict[str, int]:
+        """Workers whose main process runs, with how many pool processes each has."""
+        return {n: len(self.pool(n)) for n, p in self.workers.items() if p.poll() is None}
+
+    def log(self, name: str) -> str:
+        return (self.home / f"worker-{name}.log").read_text(errors="replace")
+
+
+def _wait_gone(pid: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def fault_stack(
+    tmp_path: Path, milvus_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[FaultStack]:
+    home = tmp_path / "home"
+    rules, actions = tmp_path / "rules", tmp_path / "actions"
+    shutil.copytree(FIXTURES / "rules", rules)
+    shutil.copytree(FIXTURES / "actions", actions)
+    env = {
+        "THEOW_HOME": str(home),
+        "THEOW_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
+        "THEOW_MILVUS_URI": milvus_uri,
+        "THEOW_MILVUS_COLLECTION": "fleet_fixture_rules",
+        "THEOW_DATABASE_URL": f"sqlite:///{tmp_path / 'theow.db'}",
+        "THEOW_RULES_DIR": str(rules),
+        "THEOW_ACTIONS_DIR": str(actions),
+        "THEOW_ACTION_TIMEOUT": "2",
+        **FAST_LIMITS,
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    settings = Settings.load(env=env)
+    home.mkdir(parents=True)
+    stack = EmbeddedStack(settings)
+    stack.start_valkey()
+    stack.migrate()
+    # As a deployment does before starting workers (`theow rules sync`): the index
+    # holds the rules, so no worker spends its first task loading MiniLM.
+    Runtime(settings).knowledge()
+    faults = FaultStack(settings, home, stack)
+    try:
+        yield faults
+    finally:
+        stack.stop(timeout=10)
