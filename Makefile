@@ -29,6 +29,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf $(VENV) .theow .pytest_cache .mypy_cache .ruff_cache

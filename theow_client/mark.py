@@ -107,7 +107,7 @@ def run_client_actions(
     if not verdict.client_actions:
         return []
     # Imported here: only a verdict with client-side actions needs the loader.
-    from theow_workers.core.actions import ActionError, ActionLoadError, call_action, load_actions
+    from theow_client.actions import ActionError, ActionLoadError, call_action, load_actions
 
     directory = config.actions_dir(actions_dir)
     outputs: list[dict[str, Any]] = []

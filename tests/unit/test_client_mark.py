@@ -12,9 +12,9 @@ import pytest
 
 from tests.integration.conftest_client import *  # noqa: F403
 from theow_client import mark
+from theow_client.actions import ActionError
 from theow_client.mark import exception_facts, run_client_actions, should_rerun
 from theow_client.verdict import BoundAction, Status, Verdict
-from theow_workers.core.actions import ActionError
 
 
 class BuildBroke(Exception):
