@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import free_port, unavailable
+from theow_client import names
 from theow_workers.adapters.sql import make_engine, migrate
 from theow_workers.replay.jobs import INTERRUPTED, ReplayStore
 
@@ -38,6 +39,18 @@ def broker() -> Iterator[object]:
             server.stop()
 
 
+def wait_queued(port: int, queue: str, count: int, timeout: float = 60) -> None:
+    """Until ``queue`` on the test's broker holds ``count`` messages."""
+    import redis
+
+    client = redis.Redis(port=port)
+    deadline = time.monotonic() + timeout
+    while client.llen(queue) < count:
+        assert time.monotonic() < deadline, f"{queue}: {client.llen(queue)} of {count} queued"
+        time.sleep(0.05)
+    client.close()
+
+
 def environment(tmp_path: Path, port: int) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
@@ -56,7 +69,7 @@ def test_losing_the_broker_while_waiting_for_a_verdict_prints_one_line(tmp_path,
          "submit", "--wait", "--timeout", "60", "--fact", "stderr=ECHO lost"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    time.sleep(3)  # submitted; no worker answers
+    wait_queued(broker.port, names.QUEUE_RESOLVE, 1)  # submitted; no worker answers
     broker.stop()
     _, err = waiting.communicate(timeout=60)
 
@@ -77,10 +90,9 @@ def test_a_replay_that_loses_the_broker_says_so_in_one_line_and_can_be_resumed(t
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     jobs = ReplayStore(make_engine(env["THEOW_DATABASE_URL"]))
-    deadline = time.monotonic() + 60
-    while not jobs.recent(1) and time.monotonic() < deadline:  # chunks queued, no worker
-        time.sleep(0.2)
-    time.sleep(2)
+    # 200 lines are 8 chunks of 25, the driver's whole in-flight window: once
+    # all 8 are queued (no worker takes them) the driver is waiting for them.
+    wait_queued(broker.port, names.QUEUE_REPLAY, 8)
     broker.stop()  # as when `theow up` goes down with a killed worker
     _, err = replay.communicate(timeout=120)
 
