@@ -28,11 +28,12 @@ from starlette.templating import Jinja2Templates
 from theow_workers.adapters.explore_sql import ExploreStore
 from theow_workers.adapters.sql import SqlStore
 from theow_workers.config import Settings
-from theow_workers.web import pages
+from theow_workers.web import pages, queries
 from theow_workers.web.affected import AffectedCounter
 from theow_workers.web.auth import COOKIE, SESSION_SECONDS, Keys, Session
 from theow_workers.web.library import Library
 from theow_workers.web.render import stylesheet
+from theow_workers.web.snapshot import Snapshot
 
 HERE = Path(__file__).resolve().parent
 OPEN_PATHS = ("/login", "/healthz", "/static/")
@@ -58,6 +59,8 @@ class Console:
         self.templates = templates()
         self.affected = AffectedCounter(store)
         self._library = Library(settings.rules_dir, settings.actions_dir)
+        self.insight = Snapshot(lambda: pages.insight_data(store))
+        self.activity = Snapshot(lambda: queries.rule_activity(store))
 
     def library(self) -> Library:
         return self._library

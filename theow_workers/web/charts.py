@@ -43,7 +43,7 @@ def bars(
     days: Sequence[date],
     values: Sequence[float | None],
     title: str,
-    label: Callable[[float], str] = lambda v: f"{v:,.0f}",
+    label: Callable[[float], str] = lambda v: f"{v:,.0f}" if v == int(v) else f"{v:,.1f}",
 ) -> str:
     """One bar per day; ``None`` draws nothing (no data, not zero)."""
     top = max((v for v in values if v), default=0.0) or 1.0

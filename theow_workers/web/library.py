@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from theow_workers.adapters.explore_sql import ExploreStore
+from theow_workers.core.rules import RULE_SUFFIX
 from theow_workers.review.proposals import defined_names
 from theow_workers.runtime import Knowledge, directory_signature
 from theow_workers.web import queries
 from theow_workers.web.render import code
+from theow_workers.web.snapshot import Taken
 
 
 class Library:
@@ -35,9 +37,10 @@ class Library:
                 self._signature = signature
             return self._loaded
 
-    def overview(self, store: ExploreStore) -> dict[str, Any]:
+    def overview(self, store: ExploreStore, taken: Taken[dict[str, Any]]) -> dict[str, Any]:
+        """The catalogue; ``taken`` is a snapshot of ``queries.rule_activity``."""
         knowledge = self.knowledge()
-        activity = queries.rule_activity(store)
+        activity = taken.value
         stats = store.sql.rule_stats()
         now = datetime.now(UTC)
         rows = []
@@ -67,13 +70,16 @@ class Library:
             "never": sum(1 for r in rows if not r["hits"]),
             "gone": gone,
             "errors": [str(e) for e in knowledge.rules.errors],
+            "as_of": taken.at,
         }
 
     def detail(self, store: ExploreStore, name: str) -> dict[str, Any] | None:
         rule = next((r for r in self.knowledge().rules.rules if r.name == name), None)
         if rule is None:
             return None
-        path = defined_names(self.rules_dir).get(name)
+        path: Path | None = self.rules_dir / f"{name}{RULE_SUFFIX}"
+        if path is None or not path.is_file():  # in a subdirectory: look for it (slower)
+            path = defined_names(self.rules_dir).get(name)
         text = path.read_text(encoding="utf-8") if path is not None else rule.canonical()
         examples = [
             {"fact": c.fact, "examples": c.examples, "counter_examples": c.counter_examples}

@@ -22,7 +22,6 @@ from theow_workers.web import charts, queries
 from theow_workers.web.render import code, log_lines
 from theow_workers.web.transcript import test_rule_results, turns
 
-
 if TYPE_CHECKING:
     from theow_workers.web.app import Console
 
@@ -130,12 +129,14 @@ async def _review(request: Request, verb: str) -> Response:
                 message = f"proposal {pid} was already approved; nothing to do"
             else:
                 _, synced = await run_in_threadpool(sync_after_approval, settings)
+                console.activity.invalidate()
                 message = (
                     f"approved {result.rule_name}: wrote {', '.join(result.written)}; {synced}"
                 )
         else:
             await run_in_threadpool(reject, console.store, pid, str(form.get("reason") or ""), by)
             message = f"rejected proposal {pid}"
+        console.insight.invalidate()
     except ReviewError as exc:
         context = await run_in_threadpool(_proposal_context, console, pid)
         if context is None:
@@ -220,7 +221,8 @@ async def failure_page(request: Request) -> Response:
 
 async def rules_list(request: Request) -> Response:
     console = _console(request)
-    context = await run_in_threadpool(console.library().overview, console.store)
+    activity = await run_in_threadpool(console.activity.get)
+    context = await run_in_threadpool(console.library().overview, console.store, activity)
     return console.render(request, "rules.html", **context)
 
 
@@ -233,20 +235,24 @@ async def rule_page(request: Request) -> Response:
     return console.render(request, "rule.html", **context)
 
 
-def _insight_context(console: Console) -> dict[str, Any]:
+def insight_data(store: Any) -> dict[str, Any]:
+    """Everything the insight page shows: totals, per-day series, unmatched groups."""
     from theow_workers.replay.grouping import error_summary
 
-    store = console.store
-    stats = meow(store.sql)
-    days = queries.series(store)
     groups = queries.unmatched_groups(store)
     for group in groups:
         failure = store.failure(group["example"])
         group["sample"] = error_summary(failure.facts)[0] if failure is not None else ""
+    return {"stats": meow(store.sql), "days": queries.series(store), "groups": groups}
+
+
+def _insight_context(console: Console) -> dict[str, Any]:
+    taken = console.insight.get()
+    days = taken.value["days"]
     d = days["days"]
     return {
-        "stats": stats,
-        "groups": groups,
+        **taken.value,
+        "as_of": taken.at,
         "charts": [
             charts.line(d, days["hit_rate"], "hit rate per day"),
             charts.bars(d, days["failures"], "failures per day"),
