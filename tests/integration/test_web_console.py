@@ -22,17 +22,20 @@ import pytest
 
 from tests.conftest import free_port, unavailable
 from theow_client.verdict import Status, Verdict
-from theow_workers.adapters.explore_sql import ExploreStore
+from theow_workers.adapters.explore_sql import ExplorationRow, ExploreStore
 from theow_workers.adapters.sql import SqlStore, VerdictRow, migrate
 from theow_workers.config import Settings
 from theow_workers.core.explorer import Exploration
 from theow_workers.core.ports import AttemptRecord, FailureRecord
+from theow_workers.replay.jobs import ReplayStore
 
 pytestmark = pytest.mark.integration
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 PASSWORD, READONLY = "reviewer-pw", "reader-pw"
 CHROMIUM = ("chromium", "/usr/bin/chromium", "chromium-browser", "google-chrome")
+HISTORY = 84  # failures over 21 days
+RESOLVED = 7 * (3 + 2 + 1)
 SCRIPT_LINE = "<script>document.title='pwned'</script> ECHO hello"
 
 RULE = """\
@@ -57,6 +60,15 @@ def web_echo(word: str) -> dict:
     return {"status": "ok", "word": word}
 '''
 OTHER_RULE = RULE.replace("web_echo_rule", "web_other_rule").replace("web_echo", "echo")
+LINKER_RULE = """\
+name: web_linker_rule
+description: A symbol the linker cannot find.
+mode: track
+when:
+  - fact: stderr
+    regex: 'linker: undefined symbol (?P<symbol>\\w+)'
+    examples: ["linker: undefined symbol s1"]
+"""
 
 
 def chromium() -> str:
@@ -80,13 +92,16 @@ def seed(url: str) -> dict[str, str]:
     log = "\n".join(["step 1: compile", "warning: deprecated", SCRIPT_LINE, "WEBECHO hello",
                      "make: *** [all] Error 1"])  # fmt: skip
     ids: dict[str, str] = {}
-    for n in range(12):  # history for the insight plots: matched on some days, not on others
+    # Three weeks of history for the insight plots: the hit rate climbing as rules were
+    # approved, a few explorations a day; the unmatched in three root causes.
+    for n in range(HISTORY):
+        day = n // 4
         fid = f"hist-{n:02d}"
-        facts = {"stderr": f"ECHO word{n}" if n % 3 else f"linker: undefined symbol s{n}",
+        at = now - timedelta(days=day, hours=1 + n % 4)
+        matched = n % 4 < (3 if day < 7 else 2 if day < 14 else 1)
+        facts = {"stderr": f"ECHO word{n}" if matched else f"linker: undefined symbol s{n % 3}",
                  "repo": "acme/app", "job": "build"}  # fmt: skip
-        sql.add_failure(FailureRecord(fid, f"fp{n % 3}", facts, "build_failure", "ci",
-                                      now - timedelta(days=n, hours=1)))  # fmt: skip
-        matched = bool(n % 3)
+        sql.add_failure(FailureRecord(fid, f"fp{n % 3}", facts, "build_failure", "ci", at))
         sql.add_verdict(Verdict(fid, Status.RESOLVED if matched else Status.UNMATCHED,
                                 rule="tf_echo" if matched else None,
                                 reason="resolved" if matched else "no rule matched"))  # fmt: skip
@@ -94,16 +109,22 @@ def seed(url: str) -> dict[str, str]:
             sql.add_attempt(AttemptRecord(fid, "tf_echo", [{"action": "echo", "params": {"word": "x"},
                                           "output": {"status": "ok"}}], "success", duration_ms=3))  # fmt: skip
             sql.count_attempt("tf_echo", True)
+        else:
+            gave_up = Exploration(fid, f"fp{n % 3}", "gave_up", reason="no fix found",
+                                  models=["gemini-2.5-flash"], turns=3, tokens_in=30000 + 900 * n,
+                                  tokens_out=1200, cost=0.01 + 0.0004 * n)  # fmt: skip
+            explore.add_exploration(gave_up)
+            with sql.session.begin() as s:
+                s.query(ExplorationRow).filter_by(id=gave_up.id).update({"finished_at": at})
         with sql.session.begin() as s:
-            s.query(VerdictRow).filter_by(failure_id=fid).update(
-                {"decided_at": now - timedelta(days=n, hours=1)}
-            )
-    for name, rule_yaml, diffs, cost in (
-        ("web_echo_rule", RULE, [new_file_diff("actions/web_echo.py", ACTION)], 0.0123),
-        ("web_other_rule", OTHER_RULE, [], 0.004),
+            s.query(VerdictRow).filter_by(failure_id=fid).update({"decided_at": at})
+    for name, rule_yaml, diffs, cost, text in (
+        ("web_echo_rule", RULE, [new_file_diff("actions/web_echo.py", ACTION)], 0.0123, log),
+        ("web_other_rule", OTHER_RULE, [], 0.004, log),
+        ("web_linker_rule", LINKER_RULE, [], 0.02, "ld: linker: undefined symbol s7"),
     ):
         fid = f"source-{name}"
-        sql.add_failure(FailureRecord(fid, f"fp-{name}", {"stderr": log, "repo": "acme/app",
+        sql.add_failure(FailureRecord(fid, f"fp-{name}", {"stderr": text, "repo": "acme/app",
                                       "job": "build"}, "build_failure", "ci", now))  # fmt: skip
         sql.add_verdict(Verdict(fid, Status.UNMATCHED, reason="no rule matched"))
         transcript = [
@@ -126,6 +147,10 @@ def seed(url: str) -> dict[str, str]:
                                               "diffs": diffs, "status": "pending"})  # fmt: skip
         ids[name] = pid
         ids[f"failure-{name}"] = fid
+    ReplayStore(sql.engine).create(id="replay-1", kind="file", source="history.jsonl",
+                                   source_key="k", status="done", rules=["tf_echo"],
+                                   total=HISTORY, processed=HISTORY, matched=RESOLVED,
+                                   unmatched=HISTORY - RESOLVED)  # fmt: skip
     sql.dispose()
     return ids
 
@@ -215,9 +240,13 @@ def test_a_reviewer_approves_a_proposal_and_finds_its_rule_in_the_catalogue(
     assert queue.get_by_text("web_echo_rule").is_visible()
     # How many stored failures the rule would have matched, counted in the background.
     deadline = time.monotonic() + 20
-    while "2 of 14 stored failures" not in queue.inner_text():  # its own failure and one alike
+    stored = HISTORY + 3
+    while f"2 of {stored} stored failures" not in queue.inner_text():  # its own and one alike
         assert time.monotonic() < deadline, queue.inner_text()
         page.reload()
+    unmatched = HISTORY - RESOLVED + 1
+    first = queue.locator("tbody tr").first.inner_text()  # the most affecting first
+    assert "web_linker_rule" in first and f"{unmatched} of {stored} stored failures" in first
     screenshot(page, "queue", tmp_path)
 
     page.click("text=web_echo_rule")
@@ -250,6 +279,10 @@ def test_a_reviewer_approves_a_proposal_and_finds_its_rule_in_the_catalogue(
     assert page.locator("svg.chart").count() == 4
     assert "linker: undefined symbol" in page.locator("#groups").inner_text()
     screenshot(page, "insight", tmp_path)
+
+    page.click("text=Replays")
+    page.click("#replays >> text=replay-1")
+    assert "hit rate 50.0%: 42 of 84 replayed matched" in page.locator("main").inner_text()
     page.context.close()
 
 
@@ -306,10 +339,15 @@ def test_a_read_only_login_sees_proposals_but_cannot_approve(console, browser):
 
 def test_a_log_line_holding_a_script_tag_shows_as_text(console, browser):
     page = logged_in(browser, console["url"])
-    page.goto(f"/failures/{console['ids']['failure-web_echo_rule']}")
+    answer = page.goto(f"/failures/{console['ids']['failure-web_echo_rule']}")
+    assert "script-src" not in answer.headers["content-security-policy"]  # no script, ever
     assert page.get_by_text(SCRIPT_LINE).count() == 1  # shown, as text
     assert page.title().startswith("Failure")  # and not run: the title is not 'pwned'
     assert page.locator("main script").count() == 0
     page.goto("/failures?repo=acme/app&outcome=resolved")
-    assert page.locator("#failures tbody tr").count() == 8
+    assert page.locator("#failures tbody tr").count() == RESOLVED
+    page.goto("/failures")
+    assert page.locator("#failures tbody tr").count() == 50  # a page; the next one is linked
+    page.click("a[rel=next]")
+    assert page.locator("#failures tbody tr").count() == HISTORY + 3 - 50
     page.context.close()

@@ -14,6 +14,7 @@ from starlette.routing import Route
 from theow_workers.adapters.explore_sql import ExplorationRow
 from theow_workers.core.matching import evaluate
 from theow_workers.core.query import log_text
+from theow_workers.core.redact import redact_text
 from theow_workers.core.rules import RuleError, parse_rule
 from theow_workers.review import failures as failure_queries
 from theow_workers.review.proposals import ReviewError, approve, reject, sync_after_approval
@@ -198,7 +199,9 @@ def _failure_context(console: Console, failure_id: str) -> dict[str, Any] | None
         if ev.get("fact") == (shown or ev.get("fact")) and rule not in marks.get(ev["line"], []):
             marks.setdefault(ev["line"], []).append(rule)
     brief = {
-        k: v for k, v in facts.items() if not (isinstance(v, str) and ("\n" in v or len(v) > 300))
+        k: redact_text(v if isinstance(v, str) else json.dumps(v, default=str))
+        for k, v in facts.items()
+        if not (isinstance(v, str) and ("\n" in v or len(v) > 300))
     }
     return {
         "info": info,

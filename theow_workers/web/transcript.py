@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from theow_workers.core.redact import redact_text
+
 
 def _price(model: str, prices: dict[str, tuple[float, float]]) -> tuple[float, float]:
     return prices.get(model, prices.get(model.split("/")[-1], (0.0, 0.0)))
@@ -31,7 +33,7 @@ def turns(
         tokens_in, tokens_out = int(turn.get("tokens_in") or 0), int(turn.get("tokens_out") or 0)
         price_in, price_out = _price(str(turn.get("model") or ""), prices)
         calls = [
-            {"name": str(c.get("name")), "body": json.dumps(c.get("args"), indent=1, default=str)}
+            {"name": str(c.get("name")), "body": _shown(c.get("args"))}
             for c in turn.get("function_calls") or []
             if isinstance(c, dict)
         ]
@@ -50,7 +52,7 @@ def turns(
             "n": i,
             "role": str(turn.get("role") or "?"),
             "model": str(turn.get("model") or ""),
-            "text": str(turn.get("text") or note),
+            "text": redact_text(str(turn.get("text") or note)),
             "calls": calls,
             "responses": responses,
             "tokens_in": tokens_in,
@@ -58,6 +60,11 @@ def turns(
             "cost": round((tokens_in * price_in + tokens_out * price_out) / 1e6, 6),
         })  # fmt: skip
     return rows
+
+
+def _shown(value: Any) -> str:
+    """A call's arguments or a tool's answer as indented JSON, secrets masked."""
+    return redact_text(json.dumps(value, indent=1, default=str))
 
 
 def test_rule_results(transcript: list[dict[str, Any]]) -> list[Any]:
