@@ -65,6 +65,12 @@ async def queue(request: Request) -> Response:
     return console.render(request, "queue.html", proposals=rows, reviewed=recent)
 
 
+def _log_fact(facts: dict[str, Any]) -> str | None:
+    """The name of the fact ``log_text`` reads as the failure's log."""
+    text = log_text(facts)
+    return next((k for k, v in facts.items() if text and v is text), None)
+
+
 def _proposal_context(console: Console, proposal_id: str) -> dict[str, Any] | None:
     store = console.store
     proposal = store.proposal(proposal_id)
@@ -80,8 +86,8 @@ def _proposal_context(console: Console, proposal_id: str) -> dict[str, Any] | No
         evidence, check = match.evidence, ("matches" if match.ok else match.reason)
     except RuleError as exc:
         check = f"the rule is invalid: line {exc.line}: {exc.reason}"
-    shown = evidence.fact if evidence is not None else None
-    text = facts.get(shown) if shown else log_text(facts)
+    shown = evidence.fact if evidence is not None else _log_fact(facts)
+    text = facts.get(shown) if shown else ""
     marks = {evidence.line: [proposal.rule_name]} if evidence is not None else {}
     transcript = exploration.transcript if exploration is not None else []
     return {
@@ -192,8 +198,8 @@ def _failure_context(console: Console, failure_id: str) -> dict[str, Any] | None
         match = evaluate(also, facts) if also is not None else None
         if match is not None and match.ok and match.evidence is not None:
             evidences.append((name, match.evidence.to_dict()))
-    shown = evidences[0][1]["fact"] if evidences else None
-    text = facts.get(shown) if shown else log_text(facts)
+    shown = evidences[0][1]["fact"] if evidences else _log_fact(facts)
+    text = facts.get(shown) if shown else ""
     marks: dict[int, list[str]] = {}
     for rule, ev in evidences:
         if ev.get("fact") == (shown or ev.get("fact")) and rule not in marks.get(ev["line"], []):
