@@ -151,6 +151,9 @@ def seed(url: str) -> dict[str, str]:
                                    source_key="k", status="done", rules=["tf_echo"],
                                    total=HISTORY, processed=HISTORY, matched=RESOLVED,
                                    unmatched=HISTORY - RESOLVED)  # fmt: skip
+    ReplayStore(sql.engine).create(id="replay-2", kind="file", source="more.jsonl", source_key="m",
+                                   status="running", rules=["tf_echo"], total=100, processed=40,
+                                   matched=30, unmatched=10)  # fmt: skip
     sql.dispose()
     return ids
 
@@ -204,7 +207,10 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     executable = chromium()
-    from playwright.sync_api import sync_playwright
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        unavailable("the playwright package (pip install '.[dev]')")
 
     with sync_playwright() as p:
         launched = p.chromium.launch(executable_path=executable, headless=True,
@@ -258,6 +264,7 @@ def test_a_reviewer_approves_a_proposal_and_finds_its_rule_in_the_catalogue(
     assert page.locator("tr.ev").inner_text().count("WEBECHO hello") == 1  # evidence marked
     assert "matches" in page.locator(".json").first.inner_text()  # what test_rule said
     assert "12,000 in / 800 out" in page.locator(".turns").inner_text()
+    assert "<b>Let me test</b> a rule" in page.locator(".turns").inner_text()  # LLM text as text
     screenshot(page, "proposal", tmp_path)
 
     with page.expect_navigation():
@@ -283,6 +290,9 @@ def test_a_reviewer_approves_a_proposal_and_finds_its_rule_in_the_catalogue(
     page.click("text=Replays")
     page.click("#replays >> text=replay-1")
     assert "hit rate 50.0%: 42 of 84 replayed matched" in page.locator("main").inner_text()
+    page.goto("/replays/replay-2")  # still running: its progress, and the page refreshes itself
+    assert page.locator("progress").get_attribute("value") == "40"
+    assert "40 of 100 processed" in page.locator("main").inner_text()
     page.context.close()
 
 
@@ -316,24 +326,30 @@ def test_nothing_is_served_without_a_login(console, browser):
 
 def test_a_post_without_the_csrf_token_is_refused(console, browser):
     page = logged_in(browser, console["url"])
-    pid = console["ids"]["web_other_rule"]
-    for form in ({}, {"csrf": "forged", "reason": "x"}):
+    pid = console["ids"]["web_linker_rule"]
+    for form in ({"reason": "x"}, {"csrf": "forged", "reason": "x"}):
         answer = page.request.post(f"/proposals/{pid}/reject", form=form)
         assert answer.status == 403
         assert "CSRF" in answer.text()
+    page.goto(f"/proposals/{pid}")
+    assert page.locator("#status").inner_text() == "pending"
     page.context.close()
 
 
 def test_a_read_only_login_sees_proposals_but_cannot_approve(console, browser):
     page = logged_in(browser, console["url"], password=READONLY, name="reader")
-    page.goto("/queue")
-    page.goto(f"/proposals/{console['ids']['web_other_rule']}")
+    pid = console["ids"]["web_linker_rule"]
+    page.goto(f"/proposals/{pid}")
+    assert page.locator("#status").inner_text() == "pending"
     assert page.locator("button.approve").count() == 0
+    assert "Read-only login" in page.locator(".note").inner_text()
     token = page.locator("input[name=csrf]").first.get_attribute("value")
-    answer = page.request.post(f"/proposals/{console['ids']['web_other_rule']}/approve",
-                               form={"csrf": token})  # fmt: skip
+    answer = page.request.post(f"/proposals/{pid}/approve", form={"csrf": token})
     assert answer.status == 403
     assert "read-only" in answer.text()
+    assert not (console["rules"] / "web_linker_rule.rule.yaml").exists()
+    page.goto(f"/proposals/{pid}")
+    assert page.locator("#status").inner_text() == "pending"
     page.context.close()
 
 

@@ -10,6 +10,7 @@ proposal approved here is written, re-checked and indexed exactly as
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -47,6 +48,7 @@ HEADERS = {
     "Cache-Control": "no-store",
 }
 FLASH = "theow_flash"
+WRONG_PASSWORD_DELAY = 0.5
 
 
 def templates() -> Jinja2Templates:
@@ -139,6 +141,7 @@ async def login(request: Request) -> Response:
                 secure=request.url.scheme == "https",
             )  # fmt: skip
             return response
+        await asyncio.sleep(WRONG_PASSWORD_DELAY)  # guessing costs time
         context["error"] = "wrong password"
     status = 401 if "error" in context else 200
     return console.templates.TemplateResponse(request, "login.html", context, status_code=status)
