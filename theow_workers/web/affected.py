@@ -5,15 +5,16 @@ count evaluates the rule (the resolver's own ``evaluate``) against every
 stored failure, which takes seconds with 100,000 of them: one thread counts
 for every uncounted pending proposal in a single pass over the failures,
 batch by batch, and pages read whatever is known so far ("counting…"). A
-count is of the failures stored when it ran; the web process restarting
-counts again.
+count is of the failures stored when it ran, and is taken again after
+``RECOUNT`` seconds, so failures received since are counted too.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import select
@@ -25,6 +26,7 @@ from theow_workers.core.rules import Rule, RuleError, parse_rule
 
 log = logging.getLogger("theow.web")
 BATCH = 500
+RECOUNT = 15 * 60.0
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,7 @@ class Count:
     done: bool
     examples: tuple[str, ...] = ()  # a few failure ids it matches
     error: str = ""
+    at: float = field(default_factory=time.monotonic)
 
 
 class AffectedCounter:
@@ -71,7 +74,7 @@ class AffectedCounter:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._wake.wait(timeout=30)
+            self._wake.wait(timeout=60)
             self._wake.clear()
             try:
                 self.count_pending()
@@ -85,8 +88,10 @@ class AffectedCounter:
                 select(ProposalRow.id, ProposalRow.rule_yaml).where(ProposalRow.status == "pending")
             ).all()
         rules: dict[str, Rule] = {}
+        now = time.monotonic()
         for pid, text in pending:
-            if self.get(pid) is not None:
+            known = self.get(pid)
+            if known is not None and (not known.done or now - known.at < RECOUNT):
                 continue
             try:
                 rules[pid] = parse_rule(text)
@@ -133,4 +138,7 @@ class AffectedCounter:
     ) -> None:
         with self._lock:
             for pid in rules:
+                old = self._counts.get(pid)
+                if not done and old is not None and old.done:
+                    continue  # recounting: the last full count stays until this one is whole
                 self._counts[pid] = Count(matched[pid], scanned, done, tuple(examples[pid]))
