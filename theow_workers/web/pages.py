@@ -40,10 +40,11 @@ async def home(request: Request) -> Response:
     return RedirectResponse("/queue", status_code=303)
 
 
-def _affected(console: Console, proposal_id: str) -> dict[str, Any]:
+def _affected(console: Console, proposal_id: str, pending: bool = True) -> dict[str, Any]:
     count = console.affected.get(proposal_id)
     if count is None:
-        return {"known": False, "matched": -1, "text": "counting…"}
+        text = "counting…" if pending else "not counted (only pending proposals are)"
+        return {"known": False, "matched": -1, "text": text}
     text = f"{count.matched:,} of {count.scanned:,} stored failures"
     if count.error:
         text = f"not countable: {count.error}"
@@ -105,7 +106,7 @@ def _proposal_context(console: Console, proposal_id: str) -> dict[str, Any] | No
             for r in test_rule_results(transcript)
         ],
         "turns": turns(transcript, console.settings.llm_prices),
-        "affected": _affected(console, proposal.id),
+        "affected": _affected(console, proposal.id, proposal.status == "pending"),
     }
 
 
