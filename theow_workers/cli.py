@@ -402,6 +402,28 @@ def worker(
 
 
 @app.command()
+def web(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int | None, typer.Option(help="[default: THEOW_WEB_PORT, 8808]")] = None,
+) -> None:
+    """Serve the web console: review queue, failures, rules, insight, replays.
+
+    Refused unless THEOW_WEB_PASSWORD is set (THEOW_WEB_READONLY_PASSWORD adds
+    read-only logins).
+    """
+    from theow_workers.web.auth import WebAuthError
+    from theow_workers.web.server import serve, web_command
+
+    s = settings()
+    try:
+        command = web_command(s, host, port)
+    except WebAuthError as exc:
+        raise fail(str(exc), 2) from None
+    out.print(f"theow web console: {command.url} (password: THEOW_WEB_PASSWORD)")
+    serve(s, host, port if port is not None else s.web_port)
+
+
+@app.command()
 def up(
     workers: Annotated[int, typer.Option(help="Resolver worker processes.")] = 2,
     flower: Annotated[
@@ -412,6 +434,8 @@ def up(
     an explorer with THEOW_EXPLORE=1) until Ctrl-C."""
     from theow_workers.ops.flower import FlowerError, flower_command
     from theow_workers.stack import EmbeddedStack, StackError
+    from theow_workers.web.auth import WebAuthError
+    from theow_workers.web.server import web_command
 
     s = settings()
     if s.explore:
@@ -420,6 +444,10 @@ def up(
         flower_cmd = flower_command(s) if flower else None
     except FlowerError as exc:
         raise fail(str(exc), 2) from None
+    try:  # the console only with a password, as Flower
+        web_cmd = web_command(s)
+    except WebAuthError:
+        web_cmd = None
     stack = EmbeddedStack(s)
     try:
         stack.start()
@@ -433,11 +461,18 @@ def up(
         if flower_cmd is not None:
             log_path = stack.home / "flower.log"
             stack.processes.append(("flower", flower_cmd.start(stack.environment(), log_path)))
+        if web_cmd is not None:
+            web_log = stack.home / "web.log"
+            stack.processes.append(("web", web_cmd.start(stack.environment(), web_log)))
     except StackError as exc:
         raise fail(str(exc)) from None
     out.print(f"theow is up: broker {s.redis_url}, milvus {s.milvus_uri}, db {s.sqlalchemy_url}")
     if flower_cmd is not None:
         out.print(f"flower: {flower_cmd.url} (user {s.flower_user}, THEOW_FLOWER_PASSWORD)")
+    if web_cmd is not None:
+        out.print(f"web console: {web_cmd.url} (password THEOW_WEB_PASSWORD)")
+    else:
+        out.print("web console: not started; set THEOW_WEB_PASSWORD to serve it")
     out.print(f"logs in {stack.home}; Ctrl-C stops everything")
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:

@@ -101,6 +101,11 @@ class Settings(BaseModel):
     flower_password: SecretStr = SecretStr("")  # never printed: repr shows **********
     flower_port: int = 5555
     metrics_port: int = 9808
+    # The web console (theow_workers/web): refused without a password; an optional
+    # second password logs in read-only (it sees everything, approves nothing).
+    web_password: SecretStr = SecretStr("")  # never printed: repr shows **********
+    web_readonly_password: SecretStr = SecretStr("")
+    web_port: int = 8808
 
     @property
     def sqlalchemy_url(self) -> str:

@@ -8,6 +8,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -35,9 +37,11 @@ def test_client_and_stack_agree_on_defaults_without_configuration(monkeypatch):
 
 
 def test_theow_up_serves_a_client_and_stops_cleanly_on_ctrl_c(tmp_path, monkeypatch):
-    redis_port, milvus_port = free_port(), free_port()
+    redis_port, milvus_port, web_port = free_port(), free_port(), free_port()
     env = dict(os.environ)
     env.update(
+        THEOW_WEB_PASSWORD="console-pw",
+        THEOW_WEB_PORT=str(web_port),
         THEOW_HOME=str(tmp_path / "home"),
         THEOW_REDIS_URL=f"redis://127.0.0.1:{redis_port}/0",
         THEOW_MILVUS_URI=f"http://127.0.0.1:{milvus_port}",
@@ -67,12 +71,21 @@ def test_theow_up_serves_a_client_and_stops_cleanly_on_ctrl_c(tmp_path, monkeypa
             verdict = ticket.wait(120)
         assert (verdict.status, verdict.rule) == (Status.RESOLVED, "tf_echo")
         assert (tmp_path / "home" / "theow.db").exists()
+        console = f"http://127.0.0.1:{web_port}"
+        deadline = time.monotonic() + 60
+        while not listening(web_port):  # the console, behind its password
+            assert time.monotonic() < deadline and up.poll() is None, "no web console"
+            time.sleep(0.2)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{console}/queue", timeout=10)
+        assert refused.value.code == 401
     finally:
         up.send_signal(signal.SIGINT)
         output, _ = up.communicate(timeout=60)
     assert up.returncode == 0, output
     assert "theow is up" in output
-    assert not listening(redis_port) and not listening(milvus_port)
+    assert f"web console: {console}" in output
+    assert not listening(redis_port) and not listening(milvus_port) and not listening(web_port)
 
 
 def test_a_killed_theow_up_leaves_no_server_holding_its_ports(tmp_path):

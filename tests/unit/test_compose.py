@@ -190,6 +190,16 @@ def test_flower_requires_a_password_and_is_never_open(services):
         assert "--basic-auth" not in text and "--basic_auth" not in text  # not in `ps`
 
 
+def test_the_web_console_requires_a_password_like_flower(services):
+    web = services["web"]
+    assert command(web)[:2] == ["theow", "web"]
+    assert re.fullmatch(
+        r"\$\{THEOW_WEB_PASSWORD:\?[^}]+\}", web["environment"]["THEOW_WEB_PASSWORD"]
+    )
+    assert re.search(r"^THEOW_WEB_PASSWORD=$", ENV_EXAMPLE.read_text(), re.M)
+    assert "healthz" in " ".join(web["healthcheck"]["test"])
+
+
 def test_the_data_stores_require_passwords(services):
     assert ":?" in services["postgres"]["environment"]["POSTGRES_PASSWORD"]
     assert ":?" in services["minio"]["environment"]["MINIO_ROOT_PASSWORD"]

@@ -202,21 +202,13 @@ def _edit(text: str) -> str:
 
 def _sync(settings: Any) -> None:
     """Sync the index now; when Milvus or Redis is down, workers sync on their next poll."""
-    from theow_workers.runtime import Knowledge, Runtime, sync_index
+    from theow_workers.review.proposals import sync_after_approval
 
-    try:
-        runtime = Runtime(settings)
-        report = sync_index(
-            Knowledge.load(settings.rules_dir, settings.actions_dir),
-            runtime.index,
-            runtime.embedder,
-            runtime.redis,
-        )
-        out.print(f"index synced ({report.added} added, {report.updated} updated)")
-    except Exception as exc:  # the files are written; the index catches up on its own
-        err.print(
-            f"[yellow]index not synced now ({type(exc).__name__}); workers will sync on their next poll[/yellow]"
-        )
+    synced, message = sync_after_approval(settings)
+    if synced:
+        out.print(message)
+    else:
+        err.print(f"[yellow]{message}[/yellow]")
 
 
 def meow_command(

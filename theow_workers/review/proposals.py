@@ -108,6 +108,7 @@ def approve(
     rules_dir: Path,
     actions_dir: Path,
     rule_yaml: str | None = None,
+    by: str | None = None,
 ) -> Approval:
     """Apply a pending proposal to the working tree; a second approval does nothing."""
     proposal = store.proposal(proposal_id)
@@ -155,7 +156,7 @@ def approve(
             .where(ProposalRow.id == proposal.id, ProposalRow.status == "pending")
             .values(
                 status="approved",
-                reviewed_by=reviewer(),
+                reviewed_by=by or reviewer(),
                 reviewed_at=datetime.now(UTC),
                 rule_yaml=text,
             )
@@ -165,7 +166,9 @@ def approve(
     return Approval(proposal.id, rule.name, tuple(str(p) for p in files))
 
 
-def reject(store: ExploreStore, proposal_id: str, reason: str) -> ProposalRow:
+def reject(
+    store: ExploreStore, proposal_id: str, reason: str, by: str | None = None
+) -> ProposalRow:
     if not reason.strip():
         raise ReviewError("a rejection needs a reason (--reason)")
     proposal = store.proposal(proposal_id)
@@ -179,12 +182,35 @@ def reject(store: ExploreStore, proposal_id: str, reason: str) -> ProposalRow:
             .where(ProposalRow.id == proposal.id)
             .values(
                 status="rejected",
-                reviewed_by=reviewer(),
+                reviewed_by=by or reviewer(),
                 reviewed_at=datetime.now(UTC),
                 review_reason=reason,
             )
         )
     return proposal
+
+
+def sync_after_approval(settings: Any) -> tuple[bool, str]:
+    """Sync the index now: (synced, one line saying what happened).
+
+    When Milvus or Redis is down the files are written all the same and the
+    workers sync on their next poll; the CLI and the web console say so.
+    """
+    from theow_workers.runtime import Runtime, sync_index
+
+    try:
+        runtime = Runtime(settings)
+        report = sync_index(
+            Knowledge.load(settings.rules_dir, settings.actions_dir),
+            runtime.index,
+            runtime.embedder,
+            runtime.redis,
+        )
+    except Exception as exc:  # the files are written; the index catches up on its own
+        return False, (
+            f"index not synced now ({type(exc).__name__}); workers will sync on their next poll"
+        )
+    return True, f"index synced ({report.added} added, {report.updated} updated)"
 
 
 def _restore(originals: dict[Path, str | None]) -> None:

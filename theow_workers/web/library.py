@@ -1,0 +1,97 @@
+"""The rules as the console shows them: the catalogue with hits, and a page per rule.
+
+Rules are loaded from the rules directory the workers read, reloaded when
+its files change (``directory_signature``); counts come from SQL: hits are
+verdicts naming the rule, the success ratio is the resolver's own
+``rule_stats`` (successful attempts over all attempts).
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from theow_workers.adapters.explore_sql import ExploreStore
+from theow_workers.core.rules import RULE_SUFFIX
+from theow_workers.review.proposals import defined_names
+from theow_workers.runtime import Knowledge, directory_signature
+from theow_workers.web import queries
+from theow_workers.web.render import code
+from theow_workers.web.snapshot import Taken
+
+
+class Library:
+    def __init__(self, rules_dir: Path, actions_dir: Path) -> None:
+        self.rules_dir, self.actions_dir = Path(rules_dir), Path(actions_dir)
+        self._lock = threading.Lock()
+        self._loaded: Knowledge | None = None
+        self._signature: Any = None
+
+    def knowledge(self) -> Knowledge:
+        with self._lock:
+            signature = directory_signature(self.rules_dir, self.actions_dir)
+            if self._loaded is None or signature != self._signature:
+                self._loaded = Knowledge.load(self.rules_dir, self.actions_dir)
+                self._signature = signature
+            return self._loaded
+
+    def overview(self, store: ExploreStore, taken: Taken[dict[str, Any]]) -> dict[str, Any]:
+        """The catalogue; ``taken`` is a snapshot of ``queries.rule_activity``."""
+        knowledge = self.knowledge()
+        activity = taken.value
+        stats = store.sql.rule_stats()
+        now = datetime.now(UTC)
+        rows = []
+        for rule in sorted(knowledge.rules.rules, key=lambda r: r.name):
+            seen = activity.get(rule.name, {})
+            st = stats.get(rule.name)
+            tried = (st.successes + st.failures) if st else 0
+            rows.append({
+                "name": rule.name,
+                "mode": rule.mode.value,
+                "tags": rule.tags,
+                "generic": rule.generic,
+                "hits": seen.get("hits", 0),
+                "last_match": seen.get("last_match"),
+                "success_ratio": st.successes / tried if st and tried else None,
+                "attempts": tried,
+            })  # fmt: skip
+        stopped = [
+            r for r in rows if r["last_match"] is not None and now - r["last_match"] > queries.QUIET
+        ]
+        names = {r["name"] for r in rows}
+        gone = sorted(name for name in activity if name not in names)
+        return {
+            "rules": sorted(rows, key=lambda r: (-r["hits"], r["name"])),
+            "stopped": sorted(stopped, key=lambda r: r["last_match"]),
+            "quiet_days": queries.QUIET.days,
+            "never": sum(1 for r in rows if not r["hits"]),
+            "gone": gone,
+            "errors": [str(e) for e in knowledge.rules.errors],
+            "as_of": taken.at,
+        }
+
+    def detail(self, store: ExploreStore, name: str) -> dict[str, Any] | None:
+        rule = next((r for r in self.knowledge().rules.rules if r.name == name), None)
+        if rule is None:
+            return None
+        path: Path | None = self.rules_dir / f"{name}{RULE_SUFFIX}"
+        if path is None or not path.is_file():  # in a subdirectory: look for it (slower)
+            path = defined_names(self.rules_dir).get(name)
+        text = path.read_text(encoding="utf-8") if path is not None else rule.canonical()
+        examples = [
+            {"fact": c.fact, "examples": c.examples, "counter_examples": c.counter_examples}
+            for c in rule.when
+            if c.examples or c.counter_examples
+        ]
+        activity = queries.rule_activity_of(store, name)
+        return {
+            "rule": rule,
+            "path": str(path) if path else "",
+            "yaml_html": code(text, "yaml"),
+            "examples": examples,
+            "matches": queries.rule_matches(store, name),
+            "activity": activity,
+        }

@@ -1,0 +1,325 @@
+"""The console's pages: the review queue, proposals, failures, rules, insight, replays."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from theow_workers.adapters.explore_sql import ExplorationRow
+from theow_workers.core.matching import evaluate
+from theow_workers.core.query import log_text
+from theow_workers.core.redact import redact_text
+from theow_workers.core.rules import RuleError, parse_rule
+from theow_workers.review import failures as failure_queries
+from theow_workers.review.proposals import ReviewError, approve, reject, sync_after_approval
+from theow_workers.review.stats import meow
+from theow_workers.web import charts, queries
+from theow_workers.web.render import code, log_lines
+from theow_workers.web.transcript import test_rule_results, turns
+
+if TYPE_CHECKING:
+    from theow_workers.web.app import Console
+
+
+def _console(request: Request) -> Console:
+    console: Console = request.app.state.console
+    return console
+
+
+def _missing(request: Request, what: str) -> Response:
+    return _console(request).render(request, "missing.html", status=404, what=what)
+
+
+async def home(request: Request) -> Response:
+    return RedirectResponse("/queue", status_code=303)
+
+
+def _affected(console: Console, proposal_id: str, pending: bool = True) -> dict[str, Any]:
+    count = console.affected.get(proposal_id)
+    if count is None:
+        text = "counting…" if pending else "not counted (only pending proposals are)"
+        return {"known": False, "matched": -1, "text": text}
+    text = f"{count.matched:,} of {count.scanned:,} stored failures"
+    if count.error:
+        text = f"not countable: {count.error}"
+    elif not count.done:
+        text += " so far (counting…)"
+    return {"known": count.done, "matched": count.matched, "text": text,
+            "examples": count.examples}  # fmt: skip
+
+
+async def queue(request: Request) -> Response:
+    console = _console(request)
+    console.affected.poke()
+    rows = await run_in_threadpool(queries.queue, console.store)
+    for row in rows:
+        row["affected"] = _affected(console, row["id"])
+    # Most-affecting first, newest first among equals (the query returns newest first).
+    rows.sort(key=lambda r: -r["affected"]["matched"])
+    recent = await run_in_threadpool(queries.reviewed, console.store)
+    return console.render(request, "queue.html", proposals=rows, reviewed=recent)
+
+
+def _log_fact(facts: dict[str, Any]) -> str | None:
+    """The name of the fact ``log_text`` reads as the failure's log."""
+    text = log_text(facts)
+    return next((k for k, v in facts.items() if text and v is text), None)
+
+
+def _proposal_context(console: Console, proposal_id: str) -> dict[str, Any] | None:
+    store = console.store
+    proposal = store.proposal(proposal_id)
+    if proposal is None:
+        return None
+    with store.session() as s:
+        exploration = s.get(ExplorationRow, proposal.exploration_id)
+    failure = store.failure(proposal.failure_id)
+    evidence, check = None, ""
+    facts = failure.facts if failure is not None else {}
+    try:
+        match = evaluate(parse_rule(proposal.rule_yaml), facts)
+        evidence, check = match.evidence, ("matches" if match.ok else match.reason)
+    except RuleError as exc:
+        check = f"the rule is invalid: line {exc.line}: {exc.reason}"
+    shown = evidence.fact if evidence is not None else _log_fact(facts)
+    text = facts.get(shown) if shown else ""
+    marks = {evidence.line: [proposal.rule_name]} if evidence is not None else {}
+    transcript = exploration.transcript if exploration is not None else []
+    return {
+        "proposal": proposal,
+        "exploration": exploration,
+        "failure": failure,
+        "rule_html": code(proposal.rule_yaml, "yaml"),
+        "diffs": [{"path": d["path"], "html": code(d["diff"], "diff")} for d in proposal.diffs],
+        "check": check,
+        "evidence": evidence,
+        "log_fact": shown or "log",
+        "log": log_lines(text if isinstance(text, str) else "", marks),
+        "tests": [
+            code(json.dumps(r, indent=1, default=str), "json")
+            for r in test_rule_results(transcript)
+        ],
+        "turns": turns(transcript, console.settings.llm_prices),
+        "affected": _affected(console, proposal.id, proposal.status == "pending"),
+    }
+
+
+async def proposal_page(request: Request) -> Response:
+    console = _console(request)
+    context = await run_in_threadpool(_proposal_context, console, request.path_params["pid"])
+    if context is None:
+        return _missing(request, "proposal")
+    return console.render(request, "proposal.html", **context)
+
+
+async def _review(request: Request, verb: str) -> Response:
+    console = _console(request)
+    session = request.state.session
+    pid = request.path_params["pid"]
+    if not session.can_review:
+        return console.render(request, "refused.html", status=403,
+                              reason="this login is read-only: it cannot approve or reject")  # fmt: skip
+    form = request.state.form  # read (and its CSRF token checked) by AuthMiddleware
+    by = f"{session.name} (web)"
+    settings = console.settings
+    try:
+        if verb == "approve":
+            result = await run_in_threadpool(
+                approve, console.store, pid, settings.rules_dir, settings.actions_dir, None, by
+            )
+            if result.already:
+                message = f"proposal {pid} was already approved; nothing to do"
+            else:
+                _, synced = await run_in_threadpool(sync_after_approval, settings)
+                console.activity.invalidate()
+                message = (
+                    f"approved {result.rule_name}: wrote {', '.join(result.written)}; {synced}"
+                )
+        else:
+            await run_in_threadpool(reject, console.store, pid, str(form.get("reason") or ""), by)
+            message = f"rejected proposal {pid}"
+        console.insight.invalidate()
+    except ReviewError as exc:
+        context = await run_in_threadpool(_proposal_context, console, pid)
+        if context is None:
+            return _missing(request, "proposal")
+        return console.render(request, "proposal.html", status=409, error=str(exc), **context)
+    response = RedirectResponse(f"/proposals/{pid}", status_code=303)
+    response.set_cookie("theow_flash", message[:600], httponly=True, samesite="strict")
+    return response
+
+
+async def approve_post(request: Request) -> Response:
+    return await _review(request, "approve")
+
+
+async def reject_post(request: Request) -> Response:
+    return await _review(request, "reject")
+
+
+def _cursor(text: str) -> datetime | None:
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+async def failures_list(request: Request) -> Response:
+    console = _console(request)
+    params = request.query_params
+    where = queries.FailureFilter(**{k: params.get(k, "").strip()[:200] for k in
+                                     ("repo", "job", "rule", "mode", "outcome", "q")})  # fmt: skip
+    before = _cursor(params.get("before", ""))
+    rows, more = await run_in_threadpool(queries.failures_page, console.store, where, before)
+    return console.render(request, "failures.html", rows=rows, where=where, more=more,
+                          filters=where.active())  # fmt: skip
+
+
+def _failure_context(console: Console, failure_id: str) -> dict[str, Any] | None:
+    info = failure_queries.detail(console.store, failure_id)
+    if info is None:
+        return None
+    facts = info["facts"]
+    verdict = info["verdict"] or {}
+    evidences: list[tuple[str, dict[str, Any]]] = []
+    if verdict.get("evidence") and verdict.get("rule"):
+        evidences.append((verdict["rule"], verdict["evidence"]))
+    evidences += [(a["rule"], a["evidence"]) for a in info["attempts"] if a["evidence"]]
+    # Rules that also validated keep no evidence in SQL: found again with today's rules.
+    known = {r.name: r for r in console.library().knowledge().rules.rules}
+    for name in verdict.get("also") or []:
+        also = known.get(name)
+        match = evaluate(also, facts) if also is not None else None
+        if match is not None and match.ok and match.evidence is not None:
+            evidences.append((name, match.evidence.to_dict()))
+    shown = evidences[0][1]["fact"] if evidences else _log_fact(facts)
+    text = facts.get(shown) if shown else ""
+    marks: dict[int, list[str]] = {}
+    for rule, ev in evidences:
+        if ev.get("fact") == (shown or ev.get("fact")) and rule not in marks.get(ev["line"], []):
+            marks.setdefault(ev["line"], []).append(rule)
+    brief = {
+        k: redact_text(v if isinstance(v, str) else json.dumps(v, default=str))
+        for k, v in facts.items()
+        if not (isinstance(v, str) and ("\n" in v or len(v) > 300))
+    }
+    return {
+        "info": info,
+        "verdict": verdict,
+        "brief_facts": brief,
+        "long_facts": [k for k in facts if k not in brief],
+        "log_fact": shown or "log",
+        "log": log_lines(text if isinstance(text, str) else "", marks),
+        "marked": sorted(marks.items()),
+    }
+
+
+async def failure_page(request: Request) -> Response:
+    console = _console(request)
+    context = await run_in_threadpool(_failure_context, console, request.path_params["fid"])
+    if context is None:
+        return _missing(request, "failure")
+    return console.render(request, "failure.html", **context)
+
+
+async def rules_list(request: Request) -> Response:
+    console = _console(request)
+    activity = await run_in_threadpool(console.activity.get)
+    context = await run_in_threadpool(console.library().overview, console.store, activity)
+    return console.render(request, "rules.html", **context)
+
+
+async def rule_page(request: Request) -> Response:
+    console = _console(request)
+    context = await run_in_threadpool(console.library().detail, console.store,
+                                      request.path_params["name"])  # fmt: skip
+    if context is None:
+        return _missing(request, "rule")
+    return console.render(request, "rule.html", **context)
+
+
+def insight_data(store: Any) -> dict[str, Any]:
+    """Everything the insight page shows: totals, per-day series, unmatched groups."""
+    from theow_workers.replay.grouping import error_summary
+
+    groups = queries.unmatched_groups(store)
+    for group in groups:
+        failure = store.failure(group["example"])
+        group["sample"] = error_summary(failure.facts)[0] if failure is not None else ""
+    return {"stats": meow(store.sql), "days": queries.series(store), "groups": groups}
+
+
+def _insight_context(console: Console) -> dict[str, Any]:
+    taken = console.insight.get()
+    days = taken.value["days"]
+    d = days["days"]
+    return {
+        **taken.value,
+        "as_of": taken.at,
+        "charts": [
+            charts.line(d, days["hit_rate"], "hit rate per day"),
+            charts.bars(d, days["failures"], "failures per day"),
+            charts.bars(d, days["sessions"], "LLM sessions (explorations) per day"),
+            charts.bars(d, days["cost"], "LLM cost per day ($)", label=lambda v: f"${v:,.2f}"),
+        ],
+    }
+
+
+async def insight(request: Request) -> Response:
+    console = _console(request)
+    context = await run_in_threadpool(_insight_context, console)
+    return console.render(request, "insight.html", **context)
+
+
+async def replays(request: Request) -> Response:
+    from theow_workers.replay.jobs import ReplayStore
+
+    console = _console(request)
+    jobs = await run_in_threadpool(ReplayStore(console.store.sql.engine).recent, 50)
+    return console.render(request, "replays.html", jobs=jobs)
+
+
+def _replay_context(console: Console, job_id: str) -> dict[str, Any] | None:
+    from theow_workers.replay.jobs import DONE, JobNotFound, ReplayStore
+    from theow_workers.replay.report import Pricing, build
+
+    store = ReplayStore(console.store.sql.engine)
+    try:
+        job = store.get(job_id)
+    except (JobNotFound, LookupError):
+        return None
+    report = build(store, job, Pricing.from_settings(console.settings))
+    return {"job": job, "report": report, "running": job.status != DONE and job.status in
+            ("pending", "running")}  # fmt: skip
+
+
+async def replay_page(request: Request) -> Response:
+    console = _console(request)
+    context = await run_in_threadpool(_replay_context, console, request.path_params["jid"])
+    if context is None:
+        return _missing(request, "replay job")
+    return console.render(request, "replay.html", **context)
+
+
+def routes() -> list[Route]:
+    return [
+        Route("/", home),
+        Route("/queue", queue),
+        Route("/proposals/{pid}", proposal_page),
+        Route("/proposals/{pid}/approve", approve_post, methods=["POST"]),
+        Route("/proposals/{pid}/reject", reject_post, methods=["POST"]),
+        Route("/failures", failures_list),
+        Route("/failures/{fid}", failure_page),
+        Route("/rules", rules_list),
+        Route("/rules/{name}", rule_page),
+        Route("/insight", insight),
+        Route("/replays", replays),
+        Route("/replays/{jid}", replay_page),
+    ]

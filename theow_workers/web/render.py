@@ -1,0 +1,48 @@
+"""Text from logs, rules, diffs and LLM output, made safe to show.
+
+Nothing stored is ever rendered as HTML: Jinja escapes every value
+(autoescape), and highlighted code comes from Pygments, which escapes the
+text it tokenizes. Secrets are masked again on the way out (``redact_text``),
+as the SQL store masks them on the way in: a pattern added since a failure
+was stored still hides it here.
+
+>>> "&lt;script&gt;alert(1)&lt;/script&gt;" in code("<script>alert(1)</script>", "diff")
+True
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from markupsafe import Markup
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import DiffLexer, JsonLexer, YamlLexer
+
+from theow_workers.core.redact import redact_text
+
+LEXERS = {"diff": DiffLexer, "yaml": YamlLexer, "json": JsonLexer}
+MAX_LOG_LINES = 20_000
+
+
+@lru_cache(maxsize=1)
+def _formatter() -> HtmlFormatter:
+    return HtmlFormatter(cssclass="hl")
+
+
+def stylesheet() -> str:
+    """Pygments' colours for the ``hl`` blocks (served as /static/pygments.css)."""
+    return str(_formatter().get_style_defs(".hl"))
+
+
+def code(text: str, language: str) -> Markup:
+    """Highlighted, escaped HTML for ``text`` (a diff, a rule's YAML, JSON)."""
+    lexer = LEXERS[language]()
+    return Markup(highlight(redact_text(text), lexer, _formatter()))  # Pygments escapes the text
+
+
+def log_lines(text: str, marks: dict[int, list[str]]) -> list[dict[str, Any]]:
+    """The log as numbered lines; ``marks`` maps a 1-based line to the rules it is evidence for."""
+    lines = redact_text(text).split("\n")[:MAX_LOG_LINES]
+    return [{"n": i, "text": line, "rules": marks.get(i, [])} for i, line in enumerate(lines, 1)]

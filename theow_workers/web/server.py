@@ -1,0 +1,54 @@
+"""Serving the console with uvicorn: ``theow web``, ``theow up`` and the compose ``web`` service.
+
+>>> web_command(Settings.load(env={"THEOW_WEB_PASSWORD": "pw"})).url
+'http://127.0.0.1:8808'
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from theow_workers.config import Settings
+from theow_workers.web.auth import Keys
+
+
+@dataclass(frozen=True)
+class WebCommand:
+    argv: list[str]
+    url: str
+
+    def start(self, env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+        """The console as a child process of ``theow up``, dying with it."""
+        from theow_workers.stack import die_with_parent
+
+        return subprocess.Popen(
+            self.argv, env=env, stdout=log_path.open("ab"), stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent,
+        )  # fmt: skip
+
+
+def web_command(settings: Settings, host: str = "127.0.0.1", port: int | None = None) -> WebCommand:
+    """The command that serves the console; raises WebAuthError without a password."""
+    Keys.from_passwords(
+        settings.web_password.get_secret_value(), settings.web_readonly_password.get_secret_value()
+    )
+    port = settings.web_port if port is None else port
+    shown = "127.0.0.1" if host in ("", "0.0.0.0") else host
+    argv = [sys.executable, "-m", "theow_workers.cli", "web", "--host", host, "--port", str(port)]
+    return WebCommand(argv, f"http://{shown}:{port}")
+
+
+def serve(settings: Settings, host: str, port: int) -> None:
+    """Run the console in this process until interrupted."""
+    import uvicorn
+
+    from theow_workers.adapters.sql import migrate
+    from theow_workers.web.app import create_app
+
+    app = create_app(settings)  # refuses before migrating anything without a password
+    migrate(settings.sqlalchemy_url)
+    uvicorn.run(app, host=host, port=port, log_level="warning", proxy_headers=True,
+                server_header=False)  # fmt: skip
