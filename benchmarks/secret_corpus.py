@@ -1,4 +1,4 @@
-"""Fake secrets in the contexts build logs leak them in: 100+ formats for benchmarks/secrets.py.
+"""Fake secrets in the contexts build logs leak them in: 100+ formats for benchmarks/masking.py.
 
 Every format is a function of a random generator returning ``(line, secrets)``:
 a log line holding the secret as a build would print it, and the values that

@@ -41,8 +41,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-# Not this directory: benchmarks/secrets.py would shadow the standard library's `secrets`.
-sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
+sys.path.insert(0, str(ROOT))
 
 from sqlalchemy import func, insert, select  # noqa: E402
 

@@ -5,7 +5,7 @@ detectors carry most of the weight: a password is any string, so it is found
 by what names it (``DB_PASS=``, ``"password": "…"``, ``--password``,
 ``mysql -p…``), not by its shape. Token shapes are the prefixes providers
 publish for their own keys, so a shape can be matched on sight; each has a
-sample in ``benchmarks/secrets.py`` that must be masked.
+sample in ``benchmarks/masking.py`` that must be masked.
 """
 
 from __future__ import annotations
@@ -212,10 +212,11 @@ KEYS_AND_HEADERS = [
         multiline=True,
     ),
     # Authorization: Bearer|token|Basic X (the scheme stays readable), or a bare credential.
+    # Not a path such as Rust's ``auth::authorization::name`` (``::`` is no separator).
     Detector(
         "",
         re.compile(
-            r"(?i)\b(?:proxy-)?authorization\\?[\"']?[ \t]*[:=][ \t]*\\?[\"']?"
+            r"(?i)\b(?:proxy-)?authorization\\?[\"']?[ \t]*[:=](?![:=])[ \t]*\\?[\"']?"
             r"(?:(?:bearer|basic|token|bot|apikey|api-key|key|sso-key|jwt|otp|gitlab-ci-token)"
             r"[ \t]+)?(?P<v>[^\s'\"\\,]+(?:,[ \t]*[^\s'\"\\,]+)*)"
         ),

@@ -1,8 +1,8 @@
 """Secret masking: recall on 100+ secret formats mixed into real CI logs, false masking, speed.
 
-    .venv/bin/python benchmarks/secrets.py                 # 3 runs, both redactors
-    .venv/bin/python benchmarks/secrets.py --json --runs 5 # one JSON object on stdout
-    .venv/bin/python benchmarks/secrets.py --show 20       # the real-log lines masked by mistake
+    .venv/bin/python benchmarks/masking.py                 # 3 runs, both redactors
+    .venv/bin/python benchmarks/masking.py --json --runs 5 # one JSON object on stdout
+    .venv/bin/python benchmarks/masking.py --show 20       # the real-log lines masked by mistake
 
 The real logs are the ``stderr`` of every failure in ``../shared/corpus/logchunks-dev``
 and ``../shared/corpus/logsage-dev`` (gzip JSON lines), each bounded to 64 KB as
