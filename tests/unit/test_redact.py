@@ -93,6 +93,7 @@ UNCHANGED = [
     "+ gcloud secrets versions access 2 --secret=engflow-mesolite-key",
     "+ bazel build //x --tls_client_key=/home/agent/engflow.key",
     "test settings::non_separator_tokens::update_unexisting_index ... ok",
+    "test auth::authorization::raise_error_non_authorized_index_patterns ... ok",
     "Number of tries to enter a password: 3",
     "  server-password: GITHUB_TOKEN",
     "authorization: 'token [REDACTED]'",
