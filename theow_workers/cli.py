@@ -170,6 +170,13 @@ def rules_eval(
         Path | None,
         typer.Option(help="Labels: {id, chunk} lines, the text stating each failure's cause."),
     ] = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option(
+            help="Passing runs to learn each job's normal from (same id or job fact): "
+            "lines they print too rank below new ones."
+        ),
+    ] = None,
     rules: Annotated[Path | None, typer.Option("--rules", help="Rules directory.")] = None,
     actions: Annotated[Path | None, typer.Option("--actions", help="Actions directory.")] = None,
     out_file: Annotated[
@@ -188,7 +195,7 @@ def rules_eval(
     from theow_workers.runtime import Knowledge
 
     s = settings()
-    for path in filter(None, (failures, passing, labels)):
+    for path in filter(None, (failures, passing, labels, baseline)):
         if not path.is_file():
             raise fail(f"{path}: no such file", 2)
     try:
@@ -214,7 +221,7 @@ def rules_eval(
         task = bar.add_task("logs", total=total)
         summary = evaluation.run(
             knowledge.book, failures, passing=passing, labels=label_map, emit=emit,
-            progress=lambda: bar.advance(task),
+            progress=lambda: bar.advance(task), baseline=baseline,
         )  # fmt: skip
     if sink is not None:
         sink.close()
@@ -251,6 +258,12 @@ def _print_eval(report: dict[str, Any]) -> None:
             "false alarms", f"{report['false_alarms']} ({report['false_alarm_rate']:.1%})"
         )
         summary.add_row("track rules on passing", str(report["track_on_passing"]))
+    if report["baseline"]:
+        summary.add_row("failures with a job normal", str(report["with_normal"]))
+        summary.add_row("chosen on normal lines only", str(report["won_on_normal"]))
+        summary.add_row(
+            "... while another rule had new lines", str(report["won_on_normal_over_new"])
+        )
     summary.add_row("errors", str(report["errors"]))
     summary.add_row("logs/s", str(report["logs_per_s"]))
     out.print(summary)
