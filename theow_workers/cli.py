@@ -382,7 +382,7 @@ def refuse_to_explore_without(s: Settings) -> None:
 @app.command()
 def worker(
     queues: Annotated[
-        str, typer.Option(help="Comma-separated queues: resolve, explore, replay.")
+        str, typer.Option(help="Comma-separated queues: resolve, explore, replay, passing.")
     ] = "resolve",
     concurrency: Annotated[int | None, typer.Option(help="Worker processes.")] = None,
     loglevel: str = "INFO",
@@ -465,10 +465,12 @@ def up(
     try:
         stack.start()
         stack.start_worker(["resolve"], concurrency=workers)
-        # A separate, lower-priority worker: a replay never occupies the resolvers.
+        # A separate, lower-priority worker: a replay (or learning a passing run)
+        # never occupies the resolvers.
         stack.start_worker(
-            ["replay"], concurrency=s.replay_concurrency, name="replay", nice=s.replay_nice
-        )
+            ["replay", "passing"], concurrency=s.replay_concurrency, name="replay",
+            nice=s.replay_nice,
+        )  # fmt: skip
         if s.explore:  # THEOW_EXPLORE=1: one explorer process (prefetch 1, LLM-bound)
             stack.start_worker(["explore"], concurrency=1, name="explorer")
         if flower_cmd is not None:

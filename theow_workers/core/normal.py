@@ -26,10 +26,15 @@ False
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from theow_client.facts import bound_facts, loads_facts
+from theow_client.job import MAX_JOB_CHARS
+from theow_client.passing import PASSING_LIMITS
 from theow_workers.core.query import LOG_FACTS, normalize
 
 WILDCARD = "<*>"
@@ -63,6 +68,18 @@ def run_lines(facts: dict[str, object]) -> list[str]:
         if isinstance(value, str):
             lines.extend(value.splitlines())
     return lines
+
+
+def passing_run(payload: Any) -> tuple[str, list[str]]:
+    """(job, lines) of a ``theow.passing`` payload; ValueError says what is wrong."""
+    if not isinstance(payload, dict):
+        raise ValueError(f"passing run must be a JSON object, got {type(payload).__name__}")
+    job = payload.get("job")
+    if not isinstance(job, str) or not job.strip() or len(job) > MAX_JOB_CHARS:
+        raise ValueError(f"passing run without a usable job: {job!r}"[:300])
+    raw = payload.get("facts_json", payload.get("facts"))
+    facts, _ = bound_facts(loads_facts(raw) if isinstance(raw, str) else raw, limits=PASSING_LIMITS)
+    return job.strip(), run_lines(facts)
 
 
 def mine(lines: Iterable[str], templates: Iterable[str] = ()) -> list[str]:
@@ -126,6 +143,7 @@ class JobNormal:
     exact: frozenset[str]
     wildcard: dict[tuple[int, str], tuple[tuple[str, ...], ...]]
     size: int
+    digest: str = ""  # of the templates: a plan made with one normal is not reused with another
 
     @classmethod
     def from_templates(cls, templates: Sequence[str], job: str = "") -> JobNormal:
@@ -142,7 +160,8 @@ class JobNormal:
                 continue  # mostly holes: it would call any line of that shape normal
             wildcard.setdefault((len(tokens), tokens[0]), []).append(tokens)
         frozen = {key: tuple(value) for key, value in wildcard.items()}
-        return cls(job, frozenset(exact), frozen, len(templates))
+        digest = hashlib.sha256("\n".join(templates).encode()).hexdigest()[:16]
+        return cls(job, frozenset(exact), frozen, len(templates), digest)
 
     @classmethod
     def learn(cls, lines: Iterable[str], job: str = "") -> JobNormal:
@@ -163,12 +182,3 @@ class JobNormal:
 
     def __bool__(self) -> bool:
         return bool(self.exact or self.wildcard)
-
-
-def new_lines(lines: Iterable[str], is_normal: IsNormal | None) -> list[str]:
-    """``lines`` without the normal ones; all of them when nothing is known or all are normal."""
-    lines = list(lines)
-    if is_normal is None:
-        return lines
-    fresh = [ln for ln in lines if not is_normal(ln)]
-    return fresh or lines

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from typing import Any
 
 LOG_FACTS = ("stderr", "log", "output", "stdout", "error", "traceback", "exception")
@@ -57,9 +58,15 @@ def log_text(facts: dict[str, Any]) -> str:
     return max(texts, key=len, default="")
 
 
-def error_lines(text: str) -> list[str]:
-    """Lines that look like errors, then the tail; de-duplicated, in order."""
+def error_lines(text: str, is_normal: Callable[[str], bool] | None = None) -> list[str]:
+    """Lines that look like errors, then the tail; de-duplicated, in order.
+
+    With ``is_normal`` (the job's normal, ``core.normal``) lines the job's
+    passing runs print too are left out, unless every line is one of them.
+    """
     lines = [ln.strip()[:MAX_LINE_CHARS] for ln in text.splitlines() if ln.strip()]
+    if is_normal is not None:
+        lines = [ln for ln in lines if not is_normal(ln)] or lines
     picked = [ln for ln in lines if looks_like_error(ln)][-MAX_ERROR_LINES:]
     picked += lines[-TAIL_LINES:]
     return list(dict.fromkeys(picked))
@@ -83,9 +90,12 @@ def normalize(text: str) -> str:
     return text.strip()
 
 
-def fingerprint(facts: dict[str, Any]) -> str:
-    """Same root cause → same fingerprint, whatever the run's ids and numbers."""
-    lines = error_lines(log_text(facts))
+def fingerprint(facts: dict[str, Any], is_normal: Callable[[str], bool] | None = None) -> str:
+    """Same root cause → same fingerprint, whatever the run's ids and numbers.
+
+    With the job's normal, built from the lines its passing runs do not print.
+    """
+    lines = error_lines(log_text(facts), is_normal)
     basis = "\n".join(normalize(ln) for ln in lines if looks_like_error(ln)) or "\n".join(
         normalize(ln) for ln in lines
     )
