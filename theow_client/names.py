@@ -51,6 +51,8 @@ Redis keys (all under ``theow:``):
     ``normal_ttl`` after the job's last learned passing run and holds at most
     ``MAX_TEMPLATES`` members (the least recently seen are dropped): the
     job's normal, mined from its recent passing runs.
+``theow:normal-runs:<job>``
+    Integer with the same TTL: how many passing runs of the job were learned.
 """
 
 from __future__ import annotations
@@ -107,6 +109,10 @@ def key_passing_sample(job: str) -> str:
 
 def key_normal(job: str) -> str:
     return f"{KEY_PREFIX}normal:{job}"
+
+
+def key_normal_runs(job: str) -> str:
+    return f"{KEY_PREFIX}normal-runs:{job}"
 
 
 def key_deliveries(failure_id: str) -> str:

@@ -48,8 +48,14 @@ class RedisNormals:
         pipe.zremrangebyscore(key, "-inf", now - self.ttl)
         pipe.zremrangebyrank(key, 0, -MAX_TEMPLATES - 1)
         pipe.expire(key, self.ttl)
+        pipe.incr(names.key_normal_runs(job))
+        pipe.expire(names.key_normal_runs(job), self.ttl)
         pipe.zcard(key)
         return int(pipe.execute()[-1])
+
+    def runs(self, job: str) -> int:
+        """Passing runs of the job learned within the TTL."""
+        return int(self.redis.get(names.key_normal_runs(job)) or 0)
 
     def normal(self, job: str) -> JobNormal | None:
         """The job's normal, or None when no passing run of it was learned."""
