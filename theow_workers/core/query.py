@@ -27,6 +27,9 @@ MAX_QUERY_CHARS = 2000
 MAX_ERROR_LINES = 12
 TAIL_LINES = 8
 MAX_LINE_CHARS = 300
+# Lines judged against the job's normal, from the end: new lines are looked for near
+# the failure, and a 64 KB log of mostly normal lines must not cost a mask per line.
+NORMAL_SCAN_LINES = 200
 
 _VOLATILE = [
     (
@@ -65,11 +68,27 @@ def error_lines(text: str, is_normal: Callable[[str], bool] | None = None) -> li
     passing runs print too are left out, unless every line is one of them.
     """
     lines = [ln.strip()[:MAX_LINE_CHARS] for ln in text.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if looks_like_error(ln)]
+    tail = lines[-TAIL_LINES:]
     if is_normal is not None:
-        lines = [ln for ln in lines if not is_normal(ln)] or lines
-    picked = [ln for ln in lines if looks_like_error(ln)][-MAX_ERROR_LINES:]
-    picked += lines[-TAIL_LINES:]
+        # Only the lines that could be picked are judged: masking every line costs ms.
+        new_errors = _last(errors[-NORMAL_SCAN_LINES:], MAX_ERROR_LINES, is_normal)
+        new_tail = _last(lines[-NORMAL_SCAN_LINES:], TAIL_LINES, is_normal)
+        if new_errors or new_tail:
+            errors, tail = new_errors, new_tail
+    picked = errors[-MAX_ERROR_LINES:] + tail
     return list(dict.fromkeys(picked))
+
+
+def _last(lines: list[str], count: int, is_normal: Callable[[str], bool]) -> list[str]:
+    """The last ``count`` lines that are not normal, in order."""
+    found: list[str] = []
+    for line in reversed(lines):
+        if len(found) == count:
+            break
+        if not is_normal(line):
+            found.append(line)
+    return found[::-1]
 
 
 def query_text(facts: dict[str, Any]) -> str:
