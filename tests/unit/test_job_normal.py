@@ -186,3 +186,34 @@ def test_eval_with_a_baseline_pairs_each_failure_with_the_passing_runs_of_its_id
     assert report["seen_in_passing_by_rule"] == {"command_not_found": 1, "http_404": 1}
     # The passing run is never judged against itself: no other run of its id to learn from.
     assert report["false_alarms"] == plain["false_alarms"]
+
+
+def test_a_replayed_historys_passing_runs_are_learned_in_file_order_not_resolved(tmp_path):
+    from theow_workers.replay.jobs import PASSING, ItemRecord
+    from theow_workers.replay.sources import FileSource
+
+    history = tmp_path / "history.jsonl"
+    rows = [
+        {"job": "app/build", "outcome": "success", "log": passing(1)},
+        {"job": "app/build", "log": FAILED},
+        {"outcome": "success", "log": passing(2)},
+    ]
+    history.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    store = MemoryNormals()
+
+    def learn(facts):
+        if "job" not in facts:
+            return "passing run without a job fact: not learned"
+        store.learn(facts["job"], facts["log"].splitlines())
+        return f"learned {facts['job']}"
+
+    source = FileSource(history, 64 * 1024, 1 << 20)
+    source.learn = learn
+    pending = [p for batch in source.batches() for p in batch]
+    first = pending[0].load()
+    assert isinstance(first, ItemRecord) and first.status == PASSING
+    # Learned as it was read: the failure after it meets the job's normal.
+    assert store.normal("app/build").is_normal("curl: (22) The requested URL returned error: 404")
+    assert not isinstance(pending[1].load(), ItemRecord)  # the failure goes to a worker
+    last = pending[2].load()
+    assert last.status == PASSING and last.sample.endswith("not learned")

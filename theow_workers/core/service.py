@@ -253,14 +253,17 @@ class ResolveService:
         return self._stats
 
     def normal_for(self, sub: Submission) -> JobNormal | None:
+        return self.normal_of(sub.facts, sub.failure_id)
+
+    def normal_of(self, facts: dict[str, Any], failure_id: str = "") -> JobNormal | None:
         """The failure's job's normal, when its job is known and passing runs were learned."""
-        job = job_fact(sub.facts)
+        job = job_fact(facts)
         if job is None or self.normals is None:
             return None
         try:
             return self.normals(job) or None
         except Exception as exc:  # the job's normal helps; its absence must not fail a resolve
-            log.warning("failure %s: job %s's normal unavailable: %s", sub.failure_id, job, exc)
+            log.warning("failure %s: job %s's normal unavailable: %s", failure_id, job, exc)
             return None
 
     def plan_for(self, sub: Submission, book: RuleBook, normal: JobNormal | None = None) -> Plan:
