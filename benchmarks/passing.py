@@ -111,8 +111,13 @@ def sampling(url: str, interval: float, seconds: float) -> dict[str, Any]:
     }
 
 
-def resolve_latency(url: str, jobs_known: int, failures: int = 300) -> float:
-    """p50 ms of ResolveService.resolve for failures of known jobs, normal read each time."""
+def resolve_latency(url: str, failures: int = 300) -> dict[str, float]:
+    """p50 ms of ResolveService.resolve with no normal, 20 jobs known and 2,000 jobs known.
+
+    The three services take turns failure by failure, so a noisy neighbour on
+    the machine slows all three alike. Each job's normal is read from Redis on
+    every resolve (process cache off): the worst case.
+    """
     import redis
 
     from theow_workers.adapters.normals import RedisNormals
@@ -121,33 +126,35 @@ def resolve_latency(url: str, jobs_known: int, failures: int = 300) -> float:
     from theow_workers.core.service import ResolveService
     from theow_workers.runtime import Knowledge
 
-    r = redis.Redis.from_url(url)
-    r.flushdb()
-    normals = RedisNormals(r, ttl=3600, cache_seconds=0)
-    if jobs_known:
-        # Every job learns the same shape of log (mined once), stored under its own key.
-        templates = mine(passing_log(0, 1).splitlines())
+    knowledge = Knowledge.load(ROOT / "rules", ROOT / "actions")
+    # Every job learns the same shape of log (mined once), stored under its own key.
+    templates = mine(passing_log(0, 1).splitlines())
+    services: dict[str, ResolveService] = {}
+    for db, (label, known) in enumerate([("none", 0), ("20_jobs", 20), ("2000_jobs", 2000)]):
+        r = redis.Redis.from_url(url, db=db)
+        r.flushdb()
         pipe = r.pipeline()
-        for j in range(jobs_known):
+        for j in range(known):
             pipe.zadd(names.key_normal(f"job-{j}"), dict.fromkeys(templates, time.time()))
         pipe.execute()
-    knowledge = Knowledge.load(ROOT / "rules", ROOT / "actions")
-    service = ResolveService(
-        InMemoryStore(),
-        rulebook=lambda: knowledge.book,
-        actions=lambda: knowledge.actions,
-        normals=normals.normal if jobs_known else None,
-    )
-    rng = random.Random(jobs_known)
-    times = []
+        normals = RedisNormals(r, ttl=3600, cache_seconds=0)
+        services[label] = ResolveService(
+            InMemoryStore(),
+            rulebook=lambda: knowledge.book,
+            actions=lambda: knowledge.actions,
+            normals=normals.normal if known else None,
+        )
+    rng = random.Random(7)
+    times: dict[str, list[float]] = {label: [] for label in services}
     for i in range(failures):
-        job = f"job-{rng.randrange(max(jobs_known, JOBS))}"
+        job = f"job-{rng.randrange(JOBS)}"
         log = passing_log(0, 2) + f"\nModuleNotFoundError: No module named 'pkg{i}'\n"
-        payload = build_payload({"log": log, "job": job}, failure_id=f"f-{jobs_known}-{i}")
-        started = time.perf_counter()
-        service.resolve(payload, payload["failure_id"])
-        times.append(time.perf_counter() - started)
-    return statistics.median(times) * 1000
+        for label, service in services.items():
+            payload = build_payload({"log": log, "job": job}, failure_id=f"f-{label}-{i}")
+            started = time.perf_counter()
+            service.resolve(payload, payload["failure_id"])
+            times[label].append(time.perf_counter() - started)
+    return {label: statistics.median(t) * 1000 for label, t in times.items()}
 
 
 def main() -> int:
@@ -166,13 +173,14 @@ def main() -> int:
         runs: list[dict[str, Any]] = []
         for run in range(args.runs):
             print(f"run {run + 1}/{args.runs}", file=sys.stderr)
+            latency = resolve_latency(url)
             runs.append(
                 {
                     "long_interval": sampling(url, 3600, args.seconds),
                     "one_second": sampling(url, 1.0, args.seconds),
-                    "resolve_p50_ms_no_normal": resolve_latency(url, 0),
-                    "resolve_p50_ms_20_jobs": resolve_latency(url, 20),
-                    "resolve_p50_ms_2000_jobs": resolve_latency(url, 2000),
+                    "resolve_p50_ms_no_normal": latency["none"],
+                    "resolve_p50_ms_20_jobs": latency["20_jobs"],
+                    "resolve_p50_ms_2000_jobs": latency["2000_jobs"],
                 }
             )
     finally:
@@ -196,7 +204,7 @@ def main() -> int:
     report["ratio_2000_to_20_jobs"] = round(
         report["resolve_p50_ms_2000_jobs"] / report["resolve_p50_ms_20_jobs"], 2
     )
-    report["ok"] = report["sampling_ok_every_run"] and report["ratio_2000_to_20_jobs"] <= 1.5
+    report["ok"] = report["sampling_ok_every_run"] and report["ratio_2000_to_20_jobs"] <= 1.25
     if args.json:
         print(json.dumps(report))
     else:
