@@ -21,15 +21,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from theow_client import names
-from theow_client.facts import FactLimits, bound_facts, dumps_facts
+from theow_client.facts import PASSING_LIMITS, bound_facts, dumps_facts
 from theow_client.redact import redact
 
 log = logging.getLogger("theow.client")
 
 ENV_PASSING_INTERVAL = "THEOW_PASSING_INTERVAL"
 DEFAULT_PASSING_INTERVAL = 3600.0  # seconds: one passing run per job per hour
-# A passing log is read for its lines, not its cause: keep more of it than of a failure.
-PASSING_LIMITS = FactLimits(text=256 * 1024)
 
 
 def passing_interval(explicit: float | None = None) -> float:

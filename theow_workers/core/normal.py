@@ -32,9 +32,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from theow_client.facts import bound_facts, loads_facts
+from theow_client.facts import PASSING_LIMITS, bound_facts, loads_facts
 from theow_client.job import MAX_JOB_CHARS
-from theow_client.passing import PASSING_LIMITS
 from theow_workers.core.query import LOG_FACTS, normalize
 
 WILDCARD = "<*>"
