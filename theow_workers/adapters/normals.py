@@ -6,7 +6,9 @@ run merges its lines into the job's templates (``core.normal.mine``), stamps
 them with the time, drops templates not seen within ``ttl`` and keeps the
 ``MAX_TEMPLATES`` most recently seen; the key expires ``ttl`` after the job's
 last learned run. So the normal follows the last few passing runs and stays
-bounded per job, however many jobs there are.
+bounded per job, however many jobs there are. Two workers learning runs of
+one job at once each add their templates (one may miss the other's merge
+into a wildcard): a normal that is a little too literal, never one too broad.
 
 Reading a job's normal is one ``ZRANGE`` of that job's key, cached in the
 process for ``cache_seconds``: resolve latency does not depend on how many
