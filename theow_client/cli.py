@@ -2,6 +2,7 @@
 
     theow-client submit --fact problem_type=dependency_resolution --stderr-file build.log --wait
     theow-client run --retries 2 -- go build ./...
+    theow-client success --log build.log --fact job=nightly
     theow-client flush
 
 ``run`` wraps a build command: its output passes through, its exit code is the
@@ -10,6 +11,11 @@ stderr. ``submit`` exits 0 once the failure is sent or spooled (with
 ``--wait``: and its verdict, and with ``--explore`` its exploration's outcome,
 came back), 3 when ``--wait`` got no answer in time (a warning says which), 1
 when it could be neither sent nor spooled, and 2 for a bad argument.
+
+A passing ``run`` (and ``success``) reports the run to learn its job's normal,
+at most one passing run per job per ``--passing-interval`` across the fleet
+(``theow_client.passing``); the job comes from ``--fact job=...`` or the CI
+system's variables (``theow_client.job``).
 """
 
 from __future__ import annotations
@@ -26,7 +32,9 @@ from theow_client import config
 from theow_client.capture import Captured, HeadTail, capture, shell_join
 from theow_client.client import DEFAULT_WAIT_TIMEOUT, TheowClient, TheowUnavailable, Ticket
 from theow_client.facts import FactsError, loads_facts
+from theow_client.job import job_of
 from theow_client.mark import should_rerun
+from theow_client.passing import report_passing
 from theow_client.verdict import Status, Verdict
 
 EXIT_USAGE = 2
@@ -103,6 +111,8 @@ def format_verdict(verdict: Verdict) -> str:
         lines.append(f"reason:  {verdict.reason}")
     if verdict.also:
         lines.append(f"also:    {', '.join(verdict.also)}")
+    if verdict.seen_in_passing:
+        lines.append(f"seen in passing runs (ranked last): {', '.join(verdict.seen_in_passing)}")
     return "\n".join(lines)
 
 
@@ -182,7 +192,24 @@ def run_facts(args: argparse.Namespace, result: Captured) -> dict[str, Any]:
         "cwd": os.getcwd(),
     }
     facts.update(parse_fact(text) for text in args.fact)
+    job = job_of(facts, os.environ)
+    if job is not None:
+        facts["job"] = job
     return facts
+
+
+def report_passing_run(args: argparse.Namespace, client: TheowClient, facts: dict[str, Any]) -> str:
+    """Report a passing run for its job's normal; what happened, in a few words. Never raises."""
+    job = job_of(facts, os.environ)
+    if job is None:
+        return "no job: give --fact job=NAME, or run inside a CI system"
+    try:
+        sent = report_passing(client, facts, job=job, interval=args.passing_interval)
+    except Exception as exc:
+        return f"passing run of {job} not sent ({type(exc).__name__}: {exc})"
+    if sent:
+        return f"passing run of {job} sent"
+    return f"passing run of {job} not sent: one was sent this interval (or Theow is unreachable)"
 
 
 def ask_theow(args: argparse.Namespace, client: TheowClient, result: Captured, reruns: int) -> bool:
@@ -225,7 +252,23 @@ def cmd_run(args: argparse.Namespace, client: TheowClient) -> int:
         reruns += 1
         warn(f"re-running {shell_join(args.command)} ({reruns}/{args.retries})")
         result = capture(args.command)
+    if result.exit_code == 0 and not args.no_passing:
+        try:
+            logging.getLogger("theow.client").info(
+                "theow: %s", report_passing_run(args, client, run_facts(args, result))
+            )
+        except Exception as exc:  # the build passed: nothing of ours may change that
+            warn(f"could not report the passing run ({type(exc).__name__}: {exc})")
     return result.exit_code
+
+
+def cmd_success(args: argparse.Namespace, client: TheowClient) -> int:
+    facts: dict[str, Any] = {"log": read_log(args.log)}
+    facts.update(parse_fact(text) for text in args.fact)
+    if job_of(facts, os.environ) is None:
+        raise ArgumentProblem("success: no job: give --fact job=NAME, or run inside a CI system")
+    print(report_passing_run(args, client, facts))
+    return 0
 
 
 def cmd_flush(args: argparse.Namespace, client: TheowClient) -> int:
@@ -268,8 +311,24 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--actions-dir", help=f"client-side actions (default: ${config.ENV_ACTIONS_DIR})"
     )
+    run.add_argument(
+        "--no-passing", action="store_true", help="do not report a passing run for its job's normal"
+    )
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     run.set_defaults(handler=cmd_run)
+
+    success = commands.add_parser(
+        "success", help="report a passing run's log, to learn what its job prints normally"
+    )
+    success.add_argument("--log", required=True, metavar="FILE", help="the run's log (- = stdin)")
+    success.add_argument("--fact", action="append", default=[], metavar="NAME=VALUE")
+    for sub in (run, success):
+        sub.add_argument(
+            "--passing-interval", type=float, default=None, metavar="S",
+            help="at most one passing run per job per S seconds, fleet-wide "
+            "(default: $THEOW_PASSING_INTERVAL or 3600)",
+        )  # fmt: skip
+    success.set_defaults(handler=cmd_success)
 
     flush = commands.add_parser("flush", help="send failures spooled while the broker was down")
     flush.set_defaults(handler=cmd_flush)

@@ -185,6 +185,8 @@ class FactLimits:
 
 
 DEFAULT_LIMITS = FactLimits()
+# A passing run (theow_client.passing) is read for its lines, not its cause: more of it is kept.
+PASSING_LIMITS = FactLimits(text=256 * 1024)
 # For what travels beside the facts (notes, hints): small, and never the point.
 SIDE_LIMITS = FactLimits(text=4096, depth=8, total=1024 * 1024)
 

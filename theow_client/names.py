@@ -42,6 +42,17 @@ Redis keys (all under ``theow:``):
 ``theow:explore:cache``
     Hash, proposal id → JSON {vector, rule_yaml, proposal_id}: the semantic
     session cache shared by every explorer worker.
+``theow:passing:sample:<job>``
+    String with a TTL of the sampling interval, set with ``SET NX EX`` by the
+    client that reports a passing run of that job: at most one passing run per
+    job per interval reaches the ``passing`` queue, however large the fleet.
+``theow:normal:<job>``
+    Sorted set, template → time last seen (epoch seconds), expires
+    ``normal_ttl`` after the job's last learned passing run and holds at most
+    ``MAX_TEMPLATES`` members (the least recently seen are dropped): the
+    job's normal, mined from its recent passing runs.
+``theow:normal-runs:<job>``
+    Integer with the same TTL: how many passing runs of the job were learned.
 """
 
 from __future__ import annotations
@@ -51,7 +62,9 @@ from __future__ import annotations
 QUEUE_RESOLVE = "resolve"
 QUEUE_EXPLORE = "explore"
 QUEUE_REPLAY = "replay"
-QUEUES = (QUEUE_RESOLVE, QUEUE_EXPLORE, QUEUE_REPLAY)
+# Passing runs to learn each job's normal from: sampled, low priority, never urgent.
+QUEUE_PASSING = "passing"
+QUEUES = (QUEUE_RESOLVE, QUEUE_EXPLORE, QUEUE_REPLAY, QUEUE_PASSING)
 
 # Stable task names: clients send by name and never import worker code.
 TASK_RESOLVE = "theow.resolve"
@@ -60,12 +73,15 @@ TASK_REPLAY = "theow.replay"
 # From the build agent, after it ran a verdict's client-side actions: their
 # outcome, the only thing that may count a client-side fix as a success.
 TASK_CLIENT_OUTCOME = "theow.client_outcome"
+# A passing run of a job: its log is mined into the job's normal.
+TASK_PASSING = "theow.passing"
 
 TASK_ROUTES = {
     TASK_RESOLVE: {"queue": QUEUE_RESOLVE},
     TASK_EXPLORE: {"queue": QUEUE_EXPLORE},
     TASK_REPLAY: {"queue": QUEUE_REPLAY},
     TASK_CLIENT_OUTCOME: {"queue": QUEUE_RESOLVE},
+    TASK_PASSING: {"queue": QUEUE_PASSING},
 }
 
 # The embedded stack listens on 6479, not 6379: a developer's own Redis on the
@@ -85,6 +101,18 @@ KEY_RULES_ERROR = KEY_PREFIX + "rules:error"
 
 
 KEY_EXPLORE_CACHE = KEY_PREFIX + "explore:cache"
+
+
+def key_passing_sample(job: str) -> str:
+    return f"{KEY_PREFIX}passing:sample:{job}"
+
+
+def key_normal(job: str) -> str:
+    return f"{KEY_PREFIX}normal:{job}"
+
+
+def key_normal_runs(job: str) -> str:
+    return f"{KEY_PREFIX}normal-runs:{job}"
 
 
 def key_deliveries(failure_id: str) -> str:

@@ -54,6 +54,8 @@ class Verdict:
     # Why: the fact, line and text the rule matched ({"fact", "line", "text", "context"}).
     evidence: dict[str, Any] | None = None
     also: tuple[str, ...] = ()  # other rules that validated: a job may fail for two reasons
+    # Rules that validated on lines the job's passing runs print too: ranked last.
+    seen_in_passing: tuple[str, ...] = ()
 
     @property
     def client_actions(self) -> tuple[BoundAction, ...]:
@@ -65,6 +67,7 @@ class Verdict:
         data["actions"] = [asdict(a) for a in self.actions]
         data["outputs"] = list(self.outputs)
         data["also"] = list(self.also)
+        data["seen_in_passing"] = list(self.seen_in_passing)
         return data
 
     @classmethod
@@ -87,6 +90,7 @@ class Verdict:
             attempts=int(data.get("attempts") or 0),
             evidence=dict(data["evidence"]) if data.get("evidence") else None,
             also=tuple(str(n) for n in data.get("also") or ()),
+            seen_in_passing=tuple(str(n) for n in data.get("seen_in_passing") or ()),
         )
 
 

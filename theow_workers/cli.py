@@ -170,6 +170,13 @@ def rules_eval(
         Path | None,
         typer.Option(help="Labels: {id, chunk} lines, the text stating each failure's cause."),
     ] = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option(
+            help="Passing runs to learn each job's normal from (same id or job fact): "
+            "lines they print too rank below new ones."
+        ),
+    ] = None,
     rules: Annotated[Path | None, typer.Option("--rules", help="Rules directory.")] = None,
     actions: Annotated[Path | None, typer.Option("--actions", help="Actions directory.")] = None,
     out_file: Annotated[
@@ -188,7 +195,7 @@ def rules_eval(
     from theow_workers.runtime import Knowledge
 
     s = settings()
-    for path in filter(None, (failures, passing, labels)):
+    for path in filter(None, (failures, passing, labels, baseline)):
         if not path.is_file():
             raise fail(f"{path}: no such file", 2)
     try:
@@ -214,7 +221,7 @@ def rules_eval(
         task = bar.add_task("logs", total=total)
         summary = evaluation.run(
             knowledge.book, failures, passing=passing, labels=label_map, emit=emit,
-            progress=lambda: bar.advance(task),
+            progress=lambda: bar.advance(task), baseline=baseline,
         )  # fmt: skip
     if sink is not None:
         sink.close()
@@ -251,6 +258,12 @@ def _print_eval(report: dict[str, Any]) -> None:
             "false alarms", f"{report['false_alarms']} ({report['false_alarm_rate']:.1%})"
         )
         summary.add_row("track rules on passing", str(report["track_on_passing"]))
+    if report["baseline"]:
+        summary.add_row("failures with a job normal", str(report["with_normal"]))
+        summary.add_row("chosen on normal lines only", str(report["won_on_normal"]))
+        summary.add_row(
+            "... while another rule had new lines", str(report["won_on_normal_over_new"])
+        )
     summary.add_row("errors", str(report["errors"]))
     summary.add_row("logs/s", str(report["logs_per_s"]))
     out.print(summary)
@@ -369,7 +382,7 @@ def refuse_to_explore_without(s: Settings) -> None:
 @app.command()
 def worker(
     queues: Annotated[
-        str, typer.Option(help="Comma-separated queues: resolve, explore, replay.")
+        str, typer.Option(help="Comma-separated queues: resolve, explore, replay, passing.")
     ] = "resolve",
     concurrency: Annotated[int | None, typer.Option(help="Worker processes.")] = None,
     loglevel: str = "INFO",
@@ -452,10 +465,12 @@ def up(
     try:
         stack.start()
         stack.start_worker(["resolve"], concurrency=workers)
-        # A separate, lower-priority worker: a replay never occupies the resolvers.
+        # A separate, lower-priority worker: a replay (or learning a passing run)
+        # never occupies the resolvers.
         stack.start_worker(
-            ["replay"], concurrency=s.replay_concurrency, name="replay", nice=s.replay_nice
-        )
+            ["replay", "passing"], concurrency=s.replay_concurrency, name="replay",
+            nice=s.replay_nice,
+        )  # fmt: skip
         if s.explore:  # THEOW_EXPLORE=1: one explorer process (prefetch 1, LLM-bound)
             stack.start_worker(["explore"], concurrency=1, name="explorer")
         if flower_cmd is not None:

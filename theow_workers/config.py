@@ -80,6 +80,10 @@ class Settings(BaseModel):
     action_timeout: float = 30.0
     regex_timeout: float = 0.05
     fact_limit: int = 64 * 1024
+    # A job's normal (theow_workers.core.normal): kept this long after the job's last
+    # learned passing run; a resolver re-reads a job's templates at most this often.
+    normal_ttl: int = 14 * 24 * 3600
+    normal_cache_seconds: float = 30.0
     worker_concurrency: int = 2
 
     # Replay (theow_workers/replay): small chunks, a bounded number queued, a separate

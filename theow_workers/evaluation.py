@@ -15,6 +15,13 @@ Throughput (``logs_per_s``) counts the worker's part only (preparing and
 matching, as the corpus README defines it), not the client-side shaping.
 Definitions (found, grounded, precision, false alarms) are those of
 ``shared/corpus/README.md``, in :mod:`theow_workers.core.grading`.
+
+With a ``baseline`` (passing runs, JSON Lines like the failures), each log is
+matched with its job's normal (:mod:`theow_workers.core.normal`) learned from
+the baseline runs of the same ``id`` or the same ``job`` fact, as a worker
+learns it from the passing runs its clients report. A baseline run whose log
+is the very log being matched is left out, so a passing log is never judged
+against itself.
 """
 
 from __future__ import annotations
@@ -29,7 +36,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from theow_client.client import build_payload
+from theow_client.facts import loads_facts
+from theow_client.job import job_fact
+from theow_client.passing import build_passing_payload
 from theow_workers.core.grading import grounded
+from theow_workers.core.normal import IsNormal, JobNormal, mine, run_lines
 from theow_workers.core.resolver import Candidate, Hints, RuleBook, plan
 from theow_workers.core.rules import Mode
 from theow_workers.core.service import Submission
@@ -50,6 +61,10 @@ class Outcome:
     error: str | None = None
     grounded: bool | None = None
     matched: str = ""  # what the rule's regex matched, for grading
+    seen_in_passing: list[str] = field(default_factory=list)  # validated on normal lines only
+    baseline: bool = False  # matched with its job's normal
+    normal: bool = False  # the chosen rule's evidence is all normal
+    over_new: bool = False  # ... although another rule had new evidence (must never happen)
 
     def row(self) -> dict[str, Any]:
         return {
@@ -61,6 +76,7 @@ class Outcome:
             "also": self.also,
             "error": self.error,
             "grounded": self.grounded,
+            "seen_in_passing": self.seen_in_passing,
         }
 
 
@@ -78,12 +94,21 @@ class Summary:
     grounded_by_rule: Counter[str] = field(default_factory=Counter)
     alarms_by_rule: Counter[str] = field(default_factory=Counter)
     track_by_rule: Counter[str] = field(default_factory=Counter)
+    baseline: bool = False
+    with_normal: int = 0  # failures whose job had a normal to match with
+    won_on_normal: int = 0  # failures whose chosen rule matched normal lines only
+    won_on_normal_over_new: int = 0
+    seen_in_passing_by_rule: Counter[str] = field(default_factory=Counter)
 
     def add(self, outcome: Outcome, labelled: bool) -> None:
         if outcome.error is not None:
             self.errors.append(f"{outcome.source} {outcome.id}: {outcome.error}")
         if outcome.source == FAILURES:
             self.failures += 1
+            self.with_normal += outcome.baseline
+            self.won_on_normal += outcome.normal
+            self.won_on_normal_over_new += outcome.over_new
+            self.seen_in_passing_by_rule.update(outcome.seen_in_passing)
             if outcome.rule is not None:
                 self.found += 1
                 self.by_rule[outcome.rule] += 1
@@ -128,6 +153,11 @@ class Summary:
             },
             "false_alarms_by_rule": dict(self.alarms_by_rule.most_common()),
             "track_on_passing_by_rule": dict(self.track_by_rule.most_common()),
+            "baseline": self.baseline,
+            "with_normal": self.with_normal,
+            "won_on_normal": self.won_on_normal,
+            "won_on_normal_over_new": self.won_on_normal_over_new,
+            "seen_in_passing_by_rule": dict(self.seen_in_passing_by_rule.most_common()),
         }
 
 
@@ -161,7 +191,12 @@ def read_labels(path: Path) -> dict[str, str]:
     }
 
 
-def decide(book: RuleBook, facts: dict[str, Any], fallback_id: str) -> tuple[Outcome, float]:
+def decide(
+    book: RuleBook,
+    facts: dict[str, Any],
+    fallback_id: str,
+    is_normal: IsNormal | None = None,
+) -> tuple[Outcome, float]:
     """The chosen rule, and the seconds the worker's part took.
 
     The facts are shaped exactly as ``theow-client`` sends them (its
@@ -170,11 +205,11 @@ def decide(book: RuleBook, facts: dict[str, Any], fallback_id: str) -> tuple[Out
     payload = build_payload(facts, failure_id=fallback_id)
     started = time.perf_counter()
     sub = Submission.parse(payload, fallback_id)
-    result = plan(book, sub.facts, Hints())
+    result = plan(book, sub.facts, Hints(), is_normal=is_normal)
     seconds = time.perf_counter() - started
     # A probabilistic rule needs an explorer; a worker without exploring skips it.
     attempts = [c for c in result.attempts if not _probabilistic(c)]
-    outcome = Outcome(fallback_id, FAILURES)
+    outcome = Outcome(fallback_id, FAILURES, baseline=is_normal is not None)
     if not attempts:
         return outcome, seconds
     chosen = attempts[0]
@@ -182,6 +217,9 @@ def decide(book: RuleBook, facts: dict[str, Any], fallback_id: str) -> tuple[Out
     outcome.rule = chosen.rule
     outcome.mode = chosen.match.rule.mode.value
     outcome.also = [c.rule for c in attempts[1:]]
+    outcome.seen_in_passing = [c.rule for c in attempts if c.normal]
+    outcome.normal = chosen.normal
+    outcome.over_new = chosen.normal and any(not c.normal for c in attempts)
     evidence = chosen.match.evidence
     if evidence is not None:
         outcome.evidence = {"fact": evidence.fact, "line": evidence.line, "text": evidence.text}
@@ -199,12 +237,14 @@ def run(
     *,
     passing: Path | None = None,
     labels: dict[str, str] | None = None,
+    baseline: Path | None = None,
     emit: Callable[[Outcome], None] = lambda outcome: None,
     progress: Callable[[], None] = lambda: None,
 ) -> Summary:
     """Score ``book`` on the corpus; ``emit`` gets every outcome in input order."""
     book.scanner  # noqa: B018 - compiled before the clock starts: start-up, not throughput
-    summary = Summary()
+    summary = Summary(baseline=baseline is not None)
+    normals = Baseline.read(baseline) if baseline is not None else None
     sources = [(FAILURES, failures)] + ([(PASSING, passing)] if passing is not None else [])
     for source, path in sources:
         for number, data, problem in read_jsonl(path):
@@ -212,8 +252,9 @@ def run(
             outcome = Outcome(ident, source, error=problem)
             if data is not None:
                 facts = {k: v for k, v in data.items() if k != "id"}
+                normal = normals.normal_for(ident, facts) if normals is not None else None
                 try:
-                    outcome, seconds = decide(book, facts, ident)
+                    outcome, seconds = decide(book, facts, ident, normal)
                     summary.seconds += seconds
                     outcome.source = source
                 except Exception as exc:  # a log that breaks the matcher is counted, never fatal
@@ -229,6 +270,47 @@ def run(
             emit(outcome)
             progress()
     return summary
+
+
+@dataclass
+class Baseline:
+    """Passing runs by ``id`` and by job, each kept as the worker would receive it."""
+
+    runs: list[tuple[str, list[str]]] = field(default_factory=list)  # (log, lines)
+    by_key: dict[str, list[int]] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, path: Path) -> Baseline:
+        baseline = cls()
+        for number, data, _ in read_jsonl(path):
+            if data is None:
+                continue
+            facts = {k: v for k, v in data.items() if k != "id"}
+            # Shaped as `theow-client success` sends a passing run.
+            sent = loads_facts(build_passing_payload(facts, job="eval")["facts_json"])
+            lines = run_lines(sent)
+            baseline.runs.append(("\n".join(run_lines(facts)), lines))
+            for key in _keys(str(data.get("id", number)), facts):
+                baseline.by_key.setdefault(key, []).append(len(baseline.runs) - 1)
+        return baseline
+
+    def normal_for(self, ident: str, facts: dict[str, Any]) -> IsNormal | None:
+        """The job's normal for a log, from the other passing runs of its id or job."""
+        own = "\n".join(run_lines(facts))
+        picked = {i for key in _keys(ident, facts) for i in self.by_key.get(key, ())}
+        templates: list[str] = []
+        for i in sorted(picked):
+            log, lines = self.runs[i]
+            if log != own:
+                templates = mine(lines, templates)
+        if not templates:
+            return None
+        return JobNormal.from_templates(templates).is_normal
+
+
+def _keys(ident: str, facts: dict[str, Any]) -> list[str]:
+    job = job_fact(facts)
+    return [f"id:{ident}"] + ([f"job:{job}"] if job else [])
 
 
 def count_lines(path: Path) -> int:

@@ -164,6 +164,7 @@ class Runtime:
         self._redis: Any = None
         self._service: ResolveService | None = None
         self._explorer: Any = None
+        self._normals: Any = None
         self._knowledge: Knowledge | None = None
         self._signature: tuple[tuple[str, int, int], ...] = ()
         self._checked_at = 0.0
@@ -203,6 +204,17 @@ class Runtime:
 
                 self._redis = redis.Redis.from_url(self.settings.redis_url)
             return self._redis
+
+    @property
+    def normals(self) -> Any:
+        """Each job's normal, learned from its passing runs (``adapters.normals``)."""
+        with self._lock:
+            if self._normals is None:
+                from theow_workers.adapters.normals import RedisNormals
+
+                s = self.settings
+                self._normals = RedisNormals(self.redis, s.normal_ttl, s.normal_cache_seconds)
+            return self._normals
 
     def knowledge(self) -> Knowledge:
         """The current rules and actions, reloaded (and the index synced) when changed."""
@@ -295,6 +307,7 @@ class Runtime:
                         fact_limit=s.fact_limit,
                     ),
                     explore=self._enqueue_exploration,
+                    normals=lambda job: self.normals.normal(job),
                 )
             return self._service
 

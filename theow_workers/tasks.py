@@ -11,11 +11,13 @@ from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy.exc import OperationalError
 
 from theow_client import names
+from theow_client.facts import FactsError
 from theow_workers import runtime
 from theow_workers.adapters.redis_state import FailureClaim
 from theow_workers.celery_app import app
 from theow_workers.config import ConfigError
 from theow_workers.core.explorer import InFlight
+from theow_workers.core.normal import passing_run
 from theow_workers.explorer.run import explore_failure, record_explore_error
 from theow_workers.runtime import RulesInvalid
 
@@ -144,3 +146,20 @@ def client_outcome(report: Any) -> dict[str, Any]:
         return {"counted": False, "reason": reason}
     log.info("failure %s: client-side actions of %s: %s", failure_id, rule, report["outcome"])
     return {"counted": True, "reason": ""}
+
+
+@app.task(name=names.TASK_PASSING, autoretry_for=TRANSIENT, retry_backoff=True, max_retries=3)
+def passing(payload: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
+    """A passing run of a job: its lines are mined into the job's normal.
+
+    ``payload``: ``{"job", "run_id", "facts_json"}`` (``theow_client.passing``).
+    A malformed one is dropped with the reason: a passing run is never owed anything.
+    """
+    try:
+        job, lines = passing_run(payload)
+    except (FactsError, TypeError, ValueError) as exc:
+        log.warning("passing run dropped: %s", str(exc)[:300])
+        return {"learned": False, "reason": str(exc)[:500]}
+    kept = runtime.current().normals.learn(job, lines)
+    log.info("job %s: passing run learned, %d templates", job, kept)
+    return {"learned": True, "job": job, "templates": kept}

@@ -217,7 +217,7 @@ def test_submit_wait_json_prints_exactly_the_verdict(
     ]
     assert set(printed) == {
         "failure_id", "status", "rule", "mode", "actions", "outputs", "reason", "attempts",
-        "evidence", "also",
+        "evidence", "also", "seen_in_passing",
     }  # fmt: skip
 
 

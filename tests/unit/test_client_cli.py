@@ -129,6 +129,32 @@ def test_run_of_a_passing_command_reports_nothing(offline_env: Path) -> None:
     assert not offline_env.exists()
 
 
+def test_success_without_a_job_is_a_usage_error_naming_what_to_give(
+    offline_env: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    log = tmp_path / "build.log"
+    log.write_text("all checks passed\n")
+    for name in ("GITHUB_REPOSITORY", "CI_JOB_NAME", "JOB_NAME", "TRAVIS_JOB_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(["success", "--log", str(log)]) == 2
+    assert "give --fact job=NAME" in capsys.readouterr().err
+
+
+def test_a_passing_run_is_never_spooled_when_theow_is_down(
+    offline_env: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "build.log"
+    log.write_text("all checks passed\n")
+    assert main(["success", "--log", str(log), "--fact", "job=api/build"]) == 0
+    assert "passing run of api/build not sent" in capsys.readouterr().out
+    code, out, _ = run_cli("run", "--fact", "job=api/build", "--", sys.executable, "-c", "print(1)")
+    assert (code, out) == (0, "1\n")
+    assert not offline_env.exists()
+
+
 def test_flush_reports_counts(offline_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
     main(["submit", "--fact", "a=b"])
     capsys.readouterr()

@@ -102,7 +102,8 @@ def test_migrate_runs_once_and_workers_run_the_theow_commands(services):
     assert command(services["migrate"]) == ["theow", "db", "upgrade"]
     assert services["migrate"]["restart"] == "no"
     assert command(services["resolver"])[:4] == ["theow", "worker", "--queues", "resolve"]
-    assert command(services["replay"])[:4] == ["theow", "worker", "--queues", "replay"]
+    # The replay worker also learns passing runs: both are sampled, low-priority work.
+    assert command(services["replay"])[:4] == ["theow", "worker", "--queues", "replay,passing"]
     explorer = command(services["explorer"])
     assert explorer[:4] == ["theow", "worker", "--queues", "explore"]
     assert explorer[explorer.index("--concurrency") + 1] == "1"

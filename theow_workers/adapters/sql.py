@@ -85,6 +85,7 @@ class VerdictRow(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     evidence: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     also: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
+    seen_in_passing: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
     decided_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, index=True)
 
 
@@ -182,6 +183,7 @@ class SqlStore:
             attempts=verdict.attempts,
             evidence=verdict.evidence,
             also=list(verdict.also),
+            seen_in_passing=list(verdict.seen_in_passing),
         )
         if self._insert(row):
             return verdict
@@ -303,5 +305,6 @@ def _verdict(row: VerdictRow) -> Verdict:
             "attempts": row.attempts,
             "evidence": row.evidence,
             "also": row.also or [],
+            "seen_in_passing": row.seen_in_passing or [],
         }
     )

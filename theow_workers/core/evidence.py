@@ -30,18 +30,24 @@ class Evidence:
     matched: str = ""  # the whole matched text, bounded
     context: tuple[str, ...] = ()  # the lines around, the evidence line among them
     context_start: int = 0  # line number of context[0]
+    # Whether the job's passing runs print this line too (None: the job's normal is unknown).
+    normal: bool | None = None
 
     def describe(self, rule: str) -> str:
-        return f"matched {rule} at {self.fact} line {self.line:,}: {self.text}"
+        seen = " (also seen in passing runs)" if self.normal else ""
+        return f"matched {rule} at {self.fact} line {self.line:,}: {self.text}{seen}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "fact": self.fact,
             "line": self.line,
             "text": self.text,
             "context": list(self.context),
             "context_start": self.context_start,
         }
+        if self.normal is not None:
+            data["normal"] = self.normal
+        return data
 
 
 def evidence_at(fact: str, text: str, start: int, end: int) -> Evidence:

@@ -65,8 +65,14 @@ then: [{action, params}] with placeholders {extract.N}, {NAME} (named group), {f
 """
 
 
-def render_prompt(facts: dict[str, Any], extra: str = "") -> str:
-    """The first user turn: instructions, then the failure's facts, the log bounded."""
+def render_prompt(
+    facts: dict[str, Any], extra: str = "", is_normal: Callable[[str], bool] | None = None
+) -> str:
+    """The first user turn: instructions, then the failure's facts, the log bounded.
+
+    With the job's normal (``core.normal``), the error lines shown are the ones
+    its passing runs do not print, and the prompt says so.
+    """
     short = {k: v for k, v in facts.items() if not isinstance(v, str) or len(v) <= 200}
     log_fact = log_text(facts)
     tail = log_fact[-PROMPT_LOG_CHARS:]
@@ -74,7 +80,14 @@ def render_prompt(facts: dict[str, Any], extra: str = "") -> str:
     for key, value in facts.items():
         if isinstance(value, str) and len(value) > 200 and value is not log_fact:
             parts += [f"## {key} (last 2000 characters)", value[-2000:]]
-    if log_fact:
+    if log_fact and is_normal is not None:
+        parts += [
+            "## New error lines (this job's recent passing runs do not print these)",
+            "\n".join(error_lines(log_fact, is_normal)),
+            "## Log (end; it also holds lines the passing runs print)",
+            tail,
+        ]
+    elif log_fact:
         parts += ["## Error lines", "\n".join(error_lines(log_fact)), "## Log (end)", tail]
     return "\n\n".join(parts)
 
@@ -90,6 +103,7 @@ class ExplorationContext:
     search: Search
     regex_timeout: float = 0.05
     extra_tools: list[Tool] = field(default_factory=list)  # granted deployment tools
+    is_normal: Callable[[str], bool] | None = None  # the job's normal, when learned
 
     def meta_tools(self) -> list[Tool]:
         return [

@@ -245,14 +245,16 @@ class ExploreService:
 
         budget, prompt, tools, use_secondary = (
             self.settings.budget,
-            render_prompt(facts),
+            render_prompt(facts, is_normal=context.is_normal),
             context.meta_tools(),
             False,
         )
         if rule is not None and rule.llm_config is not None:
             config = rule.llm_config
             budget = Budget.from_constraints(config.constraints, budget)
-            prompt = render_prompt(facts, extra=self.load_prompt(config.prompt_template))
+            prompt = render_prompt(
+                facts, extra=self.load_prompt(config.prompt_template), is_normal=context.is_normal
+            )
             wanted = {"test_rule", "submit_rule", "give_up", *config.tools}
             tools = [t for t in [*tools, *context.extra_tools] if t.name in wanted]
             use_secondary = config.use_secondary

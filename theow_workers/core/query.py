@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from typing import Any
 
 LOG_FACTS = ("stderr", "log", "output", "stdout", "error", "traceback", "exception")
@@ -26,6 +27,9 @@ MAX_QUERY_CHARS = 2000
 MAX_ERROR_LINES = 12
 TAIL_LINES = 8
 MAX_LINE_CHARS = 300
+# Lines judged against the job's normal, from the end: new lines are looked for near
+# the failure, and a 64 KB log of mostly normal lines must not cost a mask per line.
+NORMAL_SCAN_LINES = 200
 
 _VOLATILE = [
     (
@@ -57,12 +61,34 @@ def log_text(facts: dict[str, Any]) -> str:
     return max(texts, key=len, default="")
 
 
-def error_lines(text: str) -> list[str]:
-    """Lines that look like errors, then the tail; de-duplicated, in order."""
+def error_lines(text: str, is_normal: Callable[[str], bool] | None = None) -> list[str]:
+    """Lines that look like errors, then the tail; de-duplicated, in order.
+
+    With ``is_normal`` (the job's normal, ``core.normal``) lines the job's
+    passing runs print too are left out, unless every line is one of them.
+    """
     lines = [ln.strip()[:MAX_LINE_CHARS] for ln in text.splitlines() if ln.strip()]
-    picked = [ln for ln in lines if looks_like_error(ln)][-MAX_ERROR_LINES:]
-    picked += lines[-TAIL_LINES:]
+    errors = [ln for ln in lines if looks_like_error(ln)]
+    tail = lines[-TAIL_LINES:]
+    if is_normal is not None:
+        # Only the lines that could be picked are judged: masking every line costs ms.
+        new_errors = _last(errors[-NORMAL_SCAN_LINES:], MAX_ERROR_LINES, is_normal)
+        new_tail = _last(lines[-NORMAL_SCAN_LINES:], TAIL_LINES, is_normal)
+        if new_errors or new_tail:
+            errors, tail = new_errors, new_tail
+    picked = errors[-MAX_ERROR_LINES:] + tail
     return list(dict.fromkeys(picked))
+
+
+def _last(lines: list[str], count: int, is_normal: Callable[[str], bool]) -> list[str]:
+    """The last ``count`` lines that are not normal, in order."""
+    found: list[str] = []
+    for line in reversed(lines):
+        if len(found) == count:
+            break
+        if not is_normal(line):
+            found.append(line)
+    return found[::-1]
 
 
 def query_text(facts: dict[str, Any]) -> str:
@@ -83,9 +109,12 @@ def normalize(text: str) -> str:
     return text.strip()
 
 
-def fingerprint(facts: dict[str, Any]) -> str:
-    """Same root cause → same fingerprint, whatever the run's ids and numbers."""
-    lines = error_lines(log_text(facts))
+def fingerprint(facts: dict[str, Any], is_normal: Callable[[str], bool] | None = None) -> str:
+    """Same root cause → same fingerprint, whatever the run's ids and numbers.
+
+    With the job's normal, built from the lines its passing runs do not print.
+    """
+    lines = error_lines(log_text(facts), is_normal)
     basis = "\n".join(normalize(ln) for ln in lines if looks_like_error(ln)) or "\n".join(
         normalize(ln) for ln in lines
     )

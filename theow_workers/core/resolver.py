@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from theow_workers.core.matching import DEFAULT_REGEX_TIMEOUT, Match, evaluate
+from theow_workers.core.normal import IsNormal
 from theow_workers.core.ports import RuleStats
 from theow_workers.core.rules import Rule
 from theow_workers.core.scanner import Scanner
@@ -95,6 +96,12 @@ class Candidate:
         return self.match is not None and self.match.rule.generic
 
     @property
+    def normal(self) -> bool:
+        """Its evidence is all in lines the job's passing runs print too."""
+        evidence = self.match.evidence if self.match is not None else None
+        return bool(evidence is not None and evidence.normal)
+
+    @property
     def position(self) -> float:
         """Where the evidence sits in its fact: later is nearer the failure."""
         evidence = self.match.evidence if self.match is not None else None
@@ -121,6 +128,7 @@ def plan(
     stats: dict[str, RuleStats] | None = None,
     explain: bool = False,
     regex_timeout: float = DEFAULT_REGEX_TIMEOUT,
+    is_normal: IsNormal | None = None,
 ) -> Plan:
     """Validate the candidate rules and order the ones that apply.
 
@@ -128,6 +136,11 @@ def plan(
     with ``explain`` every rule is checked in full, for its reason.
     Order within a group: specific before generic, then evidence nearer the
     end of its fact, then similarity weighted by track record.
+
+    ``is_normal`` is the failed job's normal (:mod:`~theow_workers.core.normal`):
+    each validated rule's evidence is marked ``normal`` or new, and a rule
+    whose evidence lines are all normal ranks below every rule with new
+    evidence, whatever its group. Without it, nothing changes.
     """
     stats = stats or {}
     facts = matching_facts(facts)
@@ -155,6 +168,8 @@ def plan(
         for _, rules in groups
         for rule in rules
     }
+    if is_normal is not None:
+        matches = {name: _mark(m, is_normal) if m.ok else m for name, m in matches.items()}
     validated = [m for m in matches.values() if m.ok]
     sims: dict[str, float] = {}
     if similarity is not None:
@@ -178,6 +193,9 @@ def plan(
             ok.sort(key=lambda c: (c.generic, -c.position, -c.score))
         attempts.extend(ok)
         rejected.extend(c for c in members if not c.validated)
+    if is_normal is not None:
+        # Stable: the order above holds within the new and within the normal ones.
+        attempts.sort(key=lambda c: c.normal)
     rejected.sort(key=lambda c: c.similarity if c.similarity is not None else -1.0, reverse=True)
     if hints.fallback:
         checked = len(missing) + len(book.rules)
@@ -186,6 +204,24 @@ def plan(
             {r.name for r in book.rules if tags & set(r.tags)} | {r.name for r in named}
         )
     return Plan(tuple(attempts), tuple(rejected), checked)
+
+
+def _mark(match: Match, is_normal: IsNormal) -> Match:
+    """``match`` with its evidence marked normal when every line it matched on is normal."""
+    if match.evidence is None:
+        return match
+    lines = [_line_at(text, start, end) for _, text, start, end in match.captures.spans.values()]
+    normal = all(is_normal(line) for line in lines if line.strip())
+    return replace(match, evidence=replace(match.evidence, normal=normal))
+
+
+def _line_at(text: str, start: int, end: int) -> str:
+    """The whole line where the match ``text[start:end]`` begins (past leading newlines)."""
+    while start < end and text[start] in "\r\n":
+        start += 1
+    begin = text.rfind("\n", 0, start) + 1
+    stop = text.find("\n", start)
+    return text[begin : stop if stop >= 0 else len(text)]
 
 
 def _ties(validated: list[Match]) -> bool:

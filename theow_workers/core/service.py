@@ -27,9 +27,11 @@ from theow_client.facts import (
     bound_facts,
     loads_facts,
 )
+from theow_client.job import job_fact
 from theow_client.verdict import BoundAction, Status, Verdict, jsonable
 from theow_workers.core.actions import ActionError, ActionRegistry, ActionTimeout, call_action
 from theow_workers.core.matching import DEFAULT_REGEX_TIMEOUT
+from theow_workers.core.normal import JobNormal
 from theow_workers.core.ports import (
     CLIENT_PENDING,
     AttemptRecord,
@@ -142,9 +144,15 @@ class ResolveService:
         similarity: Callable[[dict[str, Any]], Similarity] | None = None,
         settings: ResolveSettings = ResolveSettings(),
         explore: Callable[[Submission, str | None], str] | None = None,
+        normals: Callable[[str], JobNormal | None] | None = None,
     ) -> None:
-        """``explore(submission, rule_name)`` hands a failure to an explorer and says how."""
+        """``explore(submission, rule_name)`` hands a failure to an explorer and says how.
+
+        ``normals(job)`` is the job's normal learned from its passing runs, or
+        None; a failure whose job has none is handled as if it did not exist.
+        """
         self.store = store
+        self.normals = normals
         self.explore = explore
         self.rulebook = rulebook
         self.actions = actions
@@ -161,11 +169,15 @@ class ResolveService:
         except Exception as exc:  # whatever a message holds, it gets an outcome
             return self._reject(payload, fallback_id, _why(exc))
 
+        normal = self.normal_for(sub)
+        if normal is not None:
+            # The root cause is in what the job does not print when it passes.
+            sub = replace(sub, fingerprint=fingerprint(sub.facts, normal.is_normal))
         existing = self._record(sub)
         if existing is not None:
             log.info("failure %s already decided: %s", sub.failure_id, existing.status)
             return existing
-        verdict = self._decide(sub, delivery)
+        verdict = self._decide(sub, delivery, normal)
         stored = self.store.add_verdict(verdict)
         log.info(
             "failure %s: %s%s",
@@ -240,8 +252,22 @@ class ResolveService:
             self._stats, self._stats_at = self.store.rule_stats(), now
         return self._stats
 
-    def plan_for(self, sub: Submission, book: RuleBook) -> Plan:
-        key = _plan_key(sub, book.version)
+    def normal_for(self, sub: Submission) -> JobNormal | None:
+        return self.normal_of(sub.facts, sub.failure_id)
+
+    def normal_of(self, facts: dict[str, Any], failure_id: str = "") -> JobNormal | None:
+        """The failure's job's normal, when its job is known and passing runs were learned."""
+        job = job_fact(facts)
+        if job is None or self.normals is None:
+            return None
+        try:
+            return self.normals(job) or None
+        except Exception as exc:  # the job's normal helps; its absence must not fail a resolve
+            log.warning("failure %s: job %s's normal unavailable: %s", failure_id, job, exc)
+            return None
+
+    def plan_for(self, sub: Submission, book: RuleBook, normal: JobNormal | None = None) -> Plan:
+        key = _plan_key(sub, book.version + (f":{normal.digest}" if normal else ""))
         cached = self._plans.get(key)
         if cached is not None:
             self._plans.move_to_end(key)
@@ -254,6 +280,7 @@ class ResolveService:
             similarity=similarity,
             stats=self._rule_stats() if similarity is not None else None,
             regex_timeout=self.settings.regex_timeout,
+            is_normal=normal.is_normal if normal is not None else None,
         )
         # With two or more candidates the order depends on track records that
         # move; only a plan with at most one candidate is safe to reuse.
@@ -263,9 +290,9 @@ class ResolveService:
                 self._plans.popitem(last=False)
         return result
 
-    def _decide(self, sub: Submission, delivery: int) -> Verdict:
+    def _decide(self, sub: Submission, delivery: int, normal: JobNormal | None = None) -> Verdict:
         book = self.rulebook()
-        result = self.plan_for(sub, book)
+        result = self.plan_for(sub, book, normal)
         exploring = sub.explore and self.explore is not None
         # A probabilistic rule runs an LLM session: only when the submitter allowed exploring.
         attempts = [c for c in result.attempts if exploring or not _probabilistic(c)]
@@ -283,7 +310,8 @@ class ResolveService:
             verdict, error = self._attempt(sub, candidate, book, registry, delivery)
             if verdict is not None:
                 also = tuple(c.rule for c in attempts if c.rule != candidate.rule)
-                return replace(verdict, attempts=tried, also=also)
+                seen = tuple(c.rule for c in attempts if c.normal)
+                return replace(verdict, attempts=tried, also=also, seen_in_passing=seen)
             errors.append(f"{candidate.rule}: {error}")
         return Verdict(
             sub.failure_id,

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from theow_client import names
+from theow_client.job import job_fact
 from theow_workers.core.explore import ExplorationContext
 from theow_workers.core.explorer import Exploration, ExploreService, ExploreSettings
 from theow_workers.core.llm import Budget, Outcome, offered
@@ -130,6 +131,9 @@ def explore_failure(
     context = ExplorationContext(
         facts, knowledge.rules.rules, knowledge.actions, repo, search, s.regex_timeout
     )
+    job = job_fact(facts)
+    normal = runtime.normals.normal(job) if job is not None else None
+    context.is_normal = normal.is_normal if normal is not None else None
     workspace = Workspace(facts)
     try:
         candidates = [read_log_tool(facts), *workspace.tools(), *deployment_tools(s.explore_tools)]

@@ -142,6 +142,7 @@ def run(
     try:
         if file is not None:
             source: Any = FileSource(file, s.fact_limit, s.replay_max_line_bytes)
+            source.learn = _learner(s)
         else:
             source = StoredSource.select(store.engine, since, unmatched_only, rule)
     except (SourceError, OSError) as exc:
@@ -186,6 +187,7 @@ def resume(
     try:
         if job.kind == "file":
             source: Any = FileSource.for_job(job, s.fact_limit, s.replay_max_line_bytes)
+            source.learn = _learner(s)
         else:
             source = StoredSource.for_job(store.engine, job)
     except (SourceError, OSError) as exc:
@@ -297,3 +299,23 @@ def list_jobs(
         print(json.dumps(jobs))
     else:
         show_jobs(jobs, out)
+
+
+def _learner(s: Any) -> Any:
+    """Learn a history's passing run into its job's normal (Redis), as a worker would."""
+    import redis
+
+    from theow_client.job import job_fact
+    from theow_workers.adapters.normals import RedisNormals
+    from theow_workers.core.normal import run_lines
+
+    normals = RedisNormals(redis.Redis.from_url(s.redis_url), s.normal_ttl)
+
+    def learn(facts: dict[str, Any]) -> str:
+        job = job_fact(facts)
+        if job is None:
+            return "passing run without a job fact: not learned"
+        kept = normals.learn(job, run_lines(facts))
+        return f"passing run of {job} learned ({kept} templates)"
+
+    return learn

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,9 +38,15 @@ GENERIC = re.compile(
 _TOKEN = re.compile(r"<\w+>|[a-z_][a-z0-9_.\-']*")
 
 
-def error_summary(facts: dict[str, Any]) -> tuple[str, str]:
-    """(sample line, normalized error text) of a failure, from its (redacted) facts."""
-    lines = error_lines(log_text(facts))
+def error_summary(
+    facts: dict[str, Any], is_normal: Callable[[str], bool] | None = None
+) -> tuple[str, str]:
+    """(sample line, normalized error text) of a failure, from its (redacted) facts.
+
+    ``is_normal``: the job's normal (``core.normal``); lines its passing runs
+    print too are not picked unless nothing else is left.
+    """
+    lines = error_lines(log_text(facts), is_normal)
     errorish = [ln for ln in lines if looks_like_error(ln)]
     if not lines:
         brief = ", ".join(

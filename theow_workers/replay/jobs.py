@@ -41,6 +41,8 @@ PENDING, RUNNING, DONE = "pending", "running", "done"
 INTERRUPTED, CANCELLED, INCOMPLETE = "interrupted", "cancelled", "incomplete"
 # Item statuses beyond a verdict's: input that could not be replayed.
 INVALID, DUPLICATE = "invalid", "duplicate"
+# A passing run in the history (``"outcome": "success"``): learned into its job's normal.
+PASSING = "passing"
 MATCHED = ("resolved", "retry", "tracked")
 COUNTER_OF = {
     **{s: "matched" for s in MATCHED},
@@ -50,8 +52,11 @@ COUNTER_OF = {
     "error": "errors",
     INVALID: "invalid",
     DUPLICATE: "duplicates",
+    PASSING: "passing",
 }
-COUNTERS = ("processed", "matched", "unmatched", "failed", "errors", "invalid", "duplicates")
+COUNTERS = (
+    "processed", "matched", "unmatched", "failed", "errors", "invalid", "duplicates", "passing"
+)  # fmt: skip
 REPLAY_NAMESPACE = uuid.UUID("3d0c5b0e-8f5c-4d56-9a43-4c0e1e5f7b21")
 
 
@@ -88,6 +93,7 @@ class ReplayJobRow(Base):
     errors: Mapped[int] = mapped_column(Integer, default=0)
     invalid: Mapped[int] = mapped_column(Integer, default=0)
     duplicates: Mapped[int] = mapped_column(Integer, default=0)
+    passing: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -136,11 +142,12 @@ class Job:
     created_at: datetime
     heartbeat_at: datetime | None
     finished_at: datetime | None
+    passing: int = 0  # passing runs learned, not replayed
 
     @property
     def replayed(self) -> int:
-        """Items that went through the resolver (not invalid input, not duplicates)."""
-        return self.processed - self.invalid - self.duplicates
+        """Items that went through the resolver (not invalid input, duplicates, passing runs)."""
+        return self.processed - self.invalid - self.duplicates - self.passing
 
     @property
     def hit_rate(self) -> float:

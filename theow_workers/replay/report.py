@@ -88,6 +88,7 @@ def build(store: ReplayStore, job: Job, pricing: Pricing) -> dict[str, Any]:
             "errors": job.errors,
             "invalid": job.invalid,
             "duplicates": job.duplicates,
+            "passing": job.passing,
             "hit_rate": round(job.hit_rate, 4),
         },
         "statuses": store.counts(job.id),

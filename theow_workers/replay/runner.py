@@ -34,6 +34,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from theow_client.verdict import Status, Verdict
 from theow_workers.adapters.sql import FailureRow
+from theow_workers.core.normal import JobNormal
 from theow_workers.core.service import ResolveService
 from theow_workers.replay.chunk_store import ChunkStore
 from theow_workers.replay.grouping import error_summary
@@ -154,10 +155,15 @@ class ReplayRunner:
                 log.exception("replay %s line %s: cannot be decided", job.id, key)
                 reason = f"cannot be decided: {type(exc).__name__}: {str(exc)[:300]}"
                 verdict = service.give_up(payload, failure_id, reason)
-        return self._record_for(key, line, verdict, writes), timed_out
+        return self._record_for(key, line, verdict, writes, service), timed_out
 
     def _record_for(
-        self, key: str, line: int | None, verdict: Verdict, writes: ChunkStore
+        self,
+        key: str,
+        line: int | None,
+        verdict: Verdict,
+        writes: ChunkStore,
+        service: ResolveService | None = None,
     ) -> ItemRecord:
         fields: dict[str, Any] = {
             "line": line, "failure_id": verdict.failure_id, "rule": verdict.rule,
@@ -168,7 +174,8 @@ class ReplayRunner:
             failure = writes.failures.get(verdict.failure_id)
             fp, facts = (failure.fingerprint, failure.facts) if failure else self._failure(verdict)
             fields["fingerprint"] = fp
-            fields["sample"], fields["basis"] = self._summary(fp, facts)
+            normal = service.normal_of(facts) if service is not None else None
+            fields["sample"], fields["basis"] = self._summary(fp, facts, normal)
         elif verdict.status in (Status.FAILED, Status.ERROR, Status.REJECTED):
             fields["sample"] = verdict.reason[:500]
         elif verdict.evidence:
@@ -178,14 +185,17 @@ class ReplayRunner:
             )
         return ItemRecord(key, verdict.status.value, **fields)
 
-    def _summary(self, fingerprint: str, facts: dict[str, Any]) -> tuple[str, str]:
+    def _summary(
+        self, fingerprint: str, facts: dict[str, Any], normal: JobNormal | None = None
+    ) -> tuple[str, str]:
         """(sample line, basis), the basis (for grouping) once per root cause and chunk.
 
         A chunk commits whole, so every root cause of a job keeps a basis.
         """
         found = self._summaries.get(fingerprint)
         if found is None:
-            found = self._summaries[fingerprint] = error_summary(facts)
+            is_normal = normal.is_normal if normal is not None else None
+            found = self._summaries[fingerprint] = error_summary(facts, is_normal)
             if len(self._summaries) > SUMMARY_CACHE:
                 self._summaries.popitem(last=False)
         if fingerprint in self._in_chunk:

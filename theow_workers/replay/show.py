@@ -110,6 +110,7 @@ def show_status(job: dict[str, Any], console: Console) -> None:
         ("errors", str(job["errors"])),
         ("invalid input", str(job["invalid"])),
         ("duplicates", str(job["duplicates"])),
+        ("passing runs learned", str(job.get("passing", 0))),
         ("created", job["created_at"]),
         ("heartbeat", _age(job["heartbeat_at"])),
         ("finished", job["finished_at"] or "-"),

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from theow_client.facts import dumps_facts
 from theow_workers.adapters.sql import AttemptRow, FailureRow, VerdictRow
-from theow_workers.replay.jobs import DUPLICATE, INVALID, ItemRecord, Job
+from theow_workers.replay.jobs import DUPLICATE, INVALID, PASSING, ItemRecord, Job
 from theow_workers.replay.reader import parse_line, raw_lines, scan
 
 BATCH_ITEMS = 500
@@ -65,9 +65,16 @@ def _sha(text: str) -> str:
 
 
 class FileSource:
-    """A JSON Lines file, one failure's facts per line (``reader``)."""
+    """A JSON Lines file, one failure's facts per line (``reader``).
+
+    A line with ``"outcome": "success"`` is a passing run: ``learn`` (when set)
+    mines it into its job's normal as the line is read, so the failures after
+    it in the file meet it; it is recorded as ``passing``, never resolved.
+    """
 
     kind = "file"
+    # facts -> what was learned, in a few words (``theow_workers.replay.cli``).
+    learn: Callable[[dict[str, Any]], str] | None = None
 
     def __init__(self, path: Path, fact_limit: int, max_line_bytes: int) -> None:
         if not path.is_file():
@@ -114,6 +121,9 @@ class FileSource:
             if line.problem is not None:
                 status = DUPLICATE if raw.duplicate_of is not None else INVALID
                 return ItemRecord(str(line.number), status, line=line.number, sample=line.problem)
+            if (line.facts or {}).get("outcome") == "success":
+                learned = self.learn(line.facts or {}) if self.learn else "not learned"
+                return ItemRecord(str(line.number), PASSING, line=line.number, sample=learned)
             # Facts travel as one JSON text: nothing deep is decoded before the task body.
             return {"key": str(line.number), "line": line.number,
                     "facts_json": dumps_facts(line.facts or {}), "notes": line.notes}  # fmt: skip

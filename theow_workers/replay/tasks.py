@@ -69,6 +69,7 @@ def runner() -> ReplayRunner:
                 actions=live.actions,
                 similarity=live.similarity,
                 settings=dataclasses.replace(live.settings, dry_run=dry_run),
+                normals=live.normals,  # a replayed failure meets its job's normal too
             )
             services[dry_run] = (service, writes)
         return services[dry_run]

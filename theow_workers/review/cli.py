@@ -315,6 +315,9 @@ def failures_show(failure_id: str, as_json: JsonFlag = False) -> None:
             )
     if verdict.get("also"):
         out.print(f"also matched: {', '.join(verdict['also'])}", highlight=False)
+    if verdict.get("seen_in_passing"):
+        seen = ", ".join(verdict["seen_in_passing"])
+        out.print(f"also seen in passing runs (ranked last): {seen}", highlight=False)
     for a in info["attempts"]:
         out.print(f"  attempt {a['rule']}: {a['outcome']} {a['error']} ({a['duration_ms']:.0f} ms)")
     for e in info["explorations"]:

@@ -71,6 +71,7 @@ def detail(store: ExploreStore, failure_id: str) -> dict[str, Any] | None:
                 "reason": verdict.reason,
                 "evidence": verdict.evidence,
                 "also": verdict.also or [],
+                "seen_in_passing": verdict.seen_in_passing or [],
             },
             "attempts": [
                 {
