@@ -36,8 +36,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-# Not this directory: benchmarks/secrets.py would shadow the standard library's.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
 sys.path.insert(0, str(ROOT))
 
 from theow_client import TheowClient, names  # noqa: E402
