@@ -472,10 +472,10 @@ def fill(text: str, size: int = SIZE) -> str:
     return (text * (size // max(1, len(text)) + 1))[:size]
 
 
-def best_of_three(pattern: Any, text: str) -> float:
+def best_of_three(pattern: Any, text: str, tries: int = 3) -> float:
     """CPU seconds of this thread: other processes on a busy runner do not count."""
     best = float("inf")
-    for _ in range(3):
+    for _ in range(tries):
         started = time.thread_time()
         try:
             pattern.search(text, timeout=1.0)
@@ -506,6 +506,8 @@ def test_every_regex_stays_well_inside_the_timeout_on_64_kb_logs(rules):
                 hostile = [fill(ch, SIZE - len(literal)) + literal for ch in "a e-/0.[\n"]
                 for limit, texts in ((TIMEOUT / 2, realistic), (TIMEOUT, hostile)):
                     worst = max(best_of_three(pattern, text) for text in texts)
+                    if worst >= limit:  # again, best of nine: a busy core passes, backtracking not
+                        worst = max(best_of_three(pattern, text, tries=9) for text in texts)
                     if worst >= limit:
                         slow.append(
                             f"{rule.name}: {worst * 1000:.0f} ms (limit {limit * 1000:.0f})"
