@@ -125,68 +125,62 @@ def stack(replay_fleet: ReplayFleet, explorers):
     return replay_fleet, fake
 
 
-def test_a_replay_explores_five_unknown_causes_and_the_second_replay_proves_it_learned(stack):
+def sent(replays: ReplayFleet) -> int:
+    """Groups the replay has written down as sent (or about to be) to the explorer."""
+    from sqlalchemy import func, select
+
+    from theow_workers.replay.explore import ReplayExplorationRow
+
+    with replays.jobs().session() as s:
+        return s.execute(select(func.count()).select_from(ReplayExplorationRow)).scalar_one()
+
+
+def test_a_replay_explores_its_unknown_causes_under_budget_and_the_second_replay_proves_it_learned(
+    stack,
+):
+    """One fleet for the whole loop (it is the slow part): budget 3 with the driver killed
+    mid-exploration and resumed, topped up to 5, approved, replayed again."""
     replays, fake = stack
     path = replays.write("history.jsonl", history())
 
-    first = replayed(replays.cli(str(path), "--explore", "--budget", "5", "--json"))
+    driver = replays.start_cli(str(path), "--explore", "--budget", "3")
+    job_id = replays.latest_job_id()
+    replays.wait(lambda: sent(replays) >= 1, timeout=180)
+    driver.send_signal(signal.SIGKILL)  # mid-exploration: rows written, not all sent or awaited
+    driver.wait(10)
+    first = replayed(replays.cli("resume", job_id, "--json"))
     assert first["summary"]["replayed"] == 1000 and first["summary"]["matched"] == 0
-    explored = first["explore_request"]
-    assert fake.sessions(MODEL) == 5 and explored["llm_sessions"] == 5
     assert len(first["unmatched_groups"]) == 5  # one group per cause, whatever the wording
+    explored = first["explore_request"]
+    assert [g["state"] for g in explored["groups"]] == ["explored"] * 3 + ["not explored"] * 2
+    assert all(g["reason"] == "over the budget" for g in explored["groups"][3:])
+    assert fake.sessions(MODEL) == 3 and explored["llm_sessions"] == 3
+
+    topped = replayed(replays.cli("explore", job_id, "--budget", "5", "--json"))
+    explored = topped["explore_request"]
+    assert fake.sessions(MODEL) == 5 and explored["llm_sessions"] == 5  # the first 3 not paid twice
     proposals = json.loads(theow("review", "list", "--json").stdout)
     assert len(proposals) == 5 and {p["status"] for p in proposals} == {"pending"}
     by_id = {p["id"]: p for p in proposals}
-    for group, state in zip(first["unmatched_groups"], explored["groups"], strict=True):
+    for group, state in zip(topped["unmatched_groups"], explored["groups"], strict=True):
         assert state["state"] == "explored" and state["proposal_status"] == "pending"
         assert state["failure_id"] in group["failure_ids"]  # the proposal is linked to its group
         assert by_id[state["proposal_id"]]["failure_id"] == state["failure_id"]
         assert state["tokens_in"] > 0 and state["cost"] > 0
     assert explored["actual_usd"] > 0
 
-    for proposal_id in by_id:
-        approved = theow("review", "approve", proposal_id)
-        assert approved.returncode == 0, approved.stderr
-
-    again = replayed(replays.cli(first["job"]["id"], "--again", "--json"))
+    approved = theow("review", "approve", *by_id)
+    assert approved.returncode == 0, approved.stderr
+    again = replayed(replays.cli(job_id, "--again", "--json"))
     assert again["summary"]["matched"] >= 950
     assert fake.sessions(MODEL) == 5  # not one LLM session in the second run
     change = again["comparison"]
-    assert change["previous_job"] == first["job"]["id"]
-    assert (
-        change["previous_hit_rate"],
-        change["previous_llm_sessions"],
-        change["llm_sessions"],
-    ) == (0.0, 5, 0)
+    assert change["previous_job"] == job_id
+    assert (change["previous_hit_rate"], change["previous_llm_sessions"]) == (0.0, 5)
+    assert change["llm_sessions"] == 0
     newly = {r["rule"]: r for r in change["newly_matched"]["by_rule"]}
     assert set(newly) == {f"replayed_{cause}" for cause in CAUSES}
     assert {r["approved_proposal"] for r in newly.values()} == set(by_id)
     assert change["newly_matched"]["count"] == again["summary"]["matched"]
     shown = theow("replay", "report", again["job"]["id"])
     assert "LLM sessions 5 → 0" in shown.stdout and "hit rate 0.0% → 100.0%" in shown.stdout
-
-
-def test_a_budget_of_three_explores_three_groups_and_survives_a_killed_driver(stack):
-    replays, fake = stack
-    path = replays.write("history.jsonl", history())
-    driver = replays.start_cli(str(path), "--explore", "--budget", "3")
-    job_id = replays.latest_job_id()
-
-    def sent() -> int:
-        from sqlalchemy import func, select
-
-        from theow_workers.replay.explore import ReplayExplorationRow
-
-        with replays.jobs().session() as s:
-            return s.execute(select(func.count()).select_from(ReplayExplorationRow)).scalar_one()
-
-    replays.wait(lambda: sent() >= 1, timeout=180)
-    driver.send_signal(signal.SIGKILL)  # mid-exploration: rows written, not all awaited
-    driver.wait(10)
-
-    resumed = replayed(replays.cli("resume", job_id, "--json"))
-    explored = resumed["explore_request"]
-    assert [g["state"] for g in explored["groups"]] == ["explored"] * 3 + ["not explored"] * 2
-    assert fake.sessions(MODEL) == 3 and explored["llm_sessions"] == 3
-    assert len(json.loads(theow("review", "list", "--json").stdout)) == 3
-    assert all(g["reason"] == "over the budget" for g in explored["groups"][3:])

@@ -141,33 +141,42 @@ def review_transcript(proposal_id: str) -> None:
 
 @review_app.command("approve")
 def review_approve(
-    proposal_id: str,
+    proposal_ids: Annotated[list[str], typer.Argument(help="One or more proposal ids.")],
     edit: Annotated[bool, typer.Option("--edit", help="Edit the rule in $EDITOR first.")] = False,
 ) -> None:
-    """Write the rule and apply the action diffs to the working tree (not committed)."""
+    """Write the rules and apply the action diffs to the working tree (not committed).
+
+    Several ids (a replay's proposals) are approved in order, the index synced once.
+    """
     from theow_workers.review.proposals import ReviewError, approve
 
     settings, store = _context()
-    proposal_id = _full_id(store, proposal_id, "proposal")
-    rule_yaml = None
-    if edit:
-        proposal = store.proposal(proposal_id)
-        if proposal is None:
-            raise _fail(f"no proposal {proposal_id!r}")
-        rule_yaml = _edit(proposal.rule_yaml)
-    try:
-        result = approve(
-            store, proposal_id, Path(settings.rules_dir), Path(settings.actions_dir), rule_yaml
-        )
-    except ReviewError as exc:
-        raise _fail(str(exc)) from None
-    if result.already:
-        out.print(f"proposal {proposal_id} was already approved; nothing to do")
-        return
-    for path in result.written:
-        out.print(f"wrote {path}")
-    _sync(settings)
-    out.print(f"approved {result.rule_name}; commit the files when you are happy with them")
+    wrote = False
+    for given in proposal_ids:
+        proposal_id = _full_id(store, given, "proposal")
+        rule_yaml = None
+        if edit:
+            proposal = store.proposal(proposal_id)
+            if proposal is None:
+                raise _fail(f"no proposal {proposal_id!r}")
+            rule_yaml = _edit(proposal.rule_yaml)
+        try:
+            result = approve(
+                store, proposal_id, Path(settings.rules_dir), Path(settings.actions_dir), rule_yaml
+            )
+        except ReviewError as exc:
+            if wrote:
+                _sync(settings)
+            raise _fail(str(exc)) from None
+        if result.already:
+            out.print(f"proposal {proposal_id} was already approved; nothing to do")
+            continue
+        for path in result.written:
+            out.print(f"wrote {path}")
+        wrote = True
+        out.print(f"approved {result.rule_name}; commit the files when you are happy with them")
+    if wrote:
+        _sync(settings)
 
 
 @review_app.command("reject")
