@@ -129,6 +129,9 @@ def run(
     compare: Annotated[
         str | None, typer.Option(help="Compare with this JOB (default: the last of this source).")
     ] = None,
+    wait: Annotated[
+        bool, typer.Option(help="With --explore: wait for the explorations to finish.")
+    ] = True,
     report_dir: ReportDir = None,
     as_json: JsonFlag = False,
 ) -> None:
@@ -136,7 +139,7 @@ def run(
     if again:
         if file is None or from_db or since or unmatched_only or rule or compare:
             raise _fail("--again takes a JOB (`theow replay JOB --again`) and nothing to select")
-        _again(str(file), execute, explore, budget, report_dir, as_json)
+        _again(str(file), execute, explore, budget, wait, report_dir, as_json)
         return
     if (file is None) == (not from_db):
         raise _fail("give either a FILE or --from-db")
@@ -173,12 +176,12 @@ def run(
     err.print(f"replay [bold]{job.id}[/bold]: {job.total} failure(s) from {job.source} ({mode})")
     if job.total == 0:
         err.print(f"[yellow]{job.source} has no failures to replay[/yellow]")
-    _drive(s, store, job, source, report_dir, as_json)
+    _drive(s, store, job, source, report_dir, as_json, wait)
 
 
 def _again(
-    job_id: str, execute: bool, explore: bool, budget: int | None, report_dir: Path | None,
-    as_json: bool,
+    job_id: str, execute: bool, explore: bool, budget: int | None, wait: bool,
+    report_dir: Path | None, as_json: bool,
 ) -> None:  # fmt: skip
     """Replay a finished job's source again, compared item by item with that job."""
     from theow_workers.replay.sources import FileSource, SourceError, StoredSource
@@ -207,7 +210,7 @@ def _again(
         f"replay [bold]{job.id}[/bold]: {job.source} again, compared with replay {before.id}",
         highlight=False,
     )
-    _drive(s, store, job, source, report_dir, as_json)
+    _drive(s, store, job, source, report_dir, as_json, wait)
 
 
 @replay_app.command("resume")
@@ -248,8 +251,9 @@ def resume(
 
 
 def _drive(
-    s: Settings, store: Any, job: Any, source: Any, report_dir: Path | None, as_json: bool
-) -> None:
+    s: Settings, store: Any, job: Any, source: Any, report_dir: Path | None, as_json: bool,
+    wait: bool = True,
+) -> None:  # fmt: skip
     from theow_workers.replay.driver import BrokerLost, Driver, celery_sender
     from theow_workers.replay.jobs import CANCELLED, DONE
 
@@ -275,7 +279,7 @@ def _drive(
     finally:
         signal.signal(signal.SIGTERM, previous)
     if job.status == DONE and job.explore and job.explore_budget:
-        _explore(s, store, job, job.explore_budget, wait=True)
+        _explore(s, store, job, job.explore_budget, wait)
         job = store.get(job.id)
     _report(s, store, job, report_dir, as_json)
     if job.status == CANCELLED:
@@ -303,6 +307,13 @@ def _explore(s: Settings, store: Any, job: Any, budget: int, wait: bool) -> None
     )
     if not wait or not pending:
         return
+    if not _explorers_running():
+        err.print(
+            "[yellow]no worker consumes the explore queue (`theow worker --queues explore` with "
+            f"THEOW_EXPLORE=1): the explorations wait there; `theow replay explore {job.id}` "
+            "follows them[/yellow]"
+        )
+        return
     progress = progress_bar(err)
     bar = progress.add_task("exploring", total=len(pending))
     # Explorations run concurrently on the explorer workers; each is bounded by its time limit.
@@ -321,6 +332,18 @@ def _explore(s: Settings, store: Any, job: Any, budget: int, wait: bool) -> None
     if not done:
         err.print(f"[yellow]explorations still running after {timeout}s: is an explorer "
                   f"worker running (`theow worker --queues explore`, THEOW_EXPLORE=1)?[/yellow]")  # fmt: skip
+
+
+def _explorers_running() -> bool:
+    """Whether any worker answers that it consumes the explore queue."""
+    from theow_client import names
+    from theow_workers.celery_app import app
+
+    try:
+        queues = app.control.inspect(timeout=1.0).active_queues() or {}
+    except Exception:  # a broker that cannot answer: do not wait on it either
+        return False
+    return any(q.get("name") == names.QUEUE_EXPLORE for qs in queues.values() for q in qs)
 
 
 @replay_app.command("explore")
