@@ -399,8 +399,14 @@ def status(job_id: JobArg, as_json: JsonFlag = False) -> None:
     from theow_workers.replay.driver import orphaned
     from theow_workers.replay.show import show_status
 
-    job = _get(_store(_settings()), job_id)
+    store = _store(_settings())
+    job = _get(store, job_id)
     data = {**job.to_dict(), "orphaned": job.status == "running" and orphaned(job)}
+    if job.explore and job.status == "done":
+        from theow_workers.replay.explore import ReplayExplorer
+
+        states = ReplayExplorer(store, lambda _: None).status(job)
+        data["explorations"] = [g.to_dict() for g in states]
     if as_json:
         print(json.dumps(data))
     else:

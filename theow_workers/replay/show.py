@@ -168,6 +168,19 @@ def show_status(job: dict[str, Any], console: Console) -> None:
     for key, value in rows:
         table.add_row(key, as_text(value))
     console.print(table)
+    groups = [g for g in job.get("explorations", []) if g["state"] != "not explored"]
+    if groups:
+        explored = Table("group", "failures", "exploration", "proposal", "tokens", "cost",
+                         title="explored groups")  # fmt: skip
+        for g in groups:
+            proposal = g["rule_name"] or g["proposal_id"] or "-"
+            status = f" ({g['proposal_status']})" if g["proposal_status"] else ""
+            explored.add_row(
+                str(g["rank"]), str(g["size"]), as_text(f"{g['state']} {g['outcome']}".strip()),
+                as_text(f"{proposal}{status}"), f"{g['tokens_in'] + g['tokens_out']:,}",
+                f"${g['cost']:.4f}",
+            )  # fmt: skip
+        console.print(explored)
 
 
 def show_jobs(jobs: list[dict[str, Any]], console: Console) -> None:
