@@ -168,6 +168,9 @@ def test_a_replay_explores_its_unknown_causes_under_budget_and_the_second_replay
         assert by_id[state["proposal_id"]]["failure_id"] == state["failure_id"]
         assert state["tokens_in"] > 0 and state["cost"] > 0
     assert explored["actual_usd"] > 0
+    state = explored["groups"][-1]  # a proposal says which replay and group it came from
+    shown = json.loads(theow("review", "show", state["proposal_id"], "--json").stdout)
+    assert shown["replay"] == {"job": job_id, "group": state["rank"], "failures": state["size"]}
 
     approved = theow("review", "approve", *by_id)
     assert approved.returncode == 0, approved.stderr
