@@ -3,6 +3,8 @@
     .venv/bin/python benchmarks/replay.py                  # 10,000 failures, 3 runs
     .venv/bin/python benchmarks/replay.py --quick          # 1,000 failures, 1 run
     .venv/bin/python benchmarks/replay.py --json --runs 5  # one JSON object on stdout
+    .venv/bin/python benchmarks/replay.py --runs 1 --history ../shared/corpus/logchunks-dev/failures.jsonl.gz
+                                                           # real CI logs instead (memory on real logs)
 
 It writes a JSON Lines history in a fleet-like mix: the 126 example failures
 (``examples/failures.jsonl``, real CI logs) as templates, 80 % of lines drawn
@@ -225,6 +227,18 @@ def one_run(args: argparse.Namespace, env: dict, history: Path, client: Any, pro
     }  # fmt: skip
 
 
+def real(paths: list[Path]) -> list[str]:
+    """The lines of real histories (the corpus' failures.jsonl.gz), as they are."""
+    import gzip
+
+    lines = []
+    for path in paths:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt", encoding="utf-8") as handle:
+            lines += [line.rstrip("\n") for line in handle if line.strip()]
+    return lines
+
+
 def env_int(env: dict, key: str, default: int) -> int:
     return int(env.get(key, default))
 
@@ -242,6 +256,10 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="1,000 failures, 1 run")
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
     ap.add_argument("--keep", action="store_true", help="keep the temporary home")
+    ap.add_argument(
+        "--history", type=Path, action="append",
+        help="replay these real logs (JSON Lines, .gz too; repeatable) instead of the made-up mix",
+    )  # fmt: skip
     args = ap.parse_args()
     if args.quick:
         args.failures, args.runs = 1000, 1
@@ -264,7 +282,8 @@ def main() -> int:
     shutil.copytree(ROOT / "rules", settings.rules_dir)  # a snapshot: the same rules every run
     shutil.copytree(ROOT / "actions", settings.actions_dir)
     history = tmp / "history.jsonl"
-    lines = corpus(args.failures, args.seed, args.log_bytes)
+    lines = real(args.history) if args.history else corpus(args.failures, args.seed, args.log_bytes)
+    args.failures = len(lines)
     history.write_text("\n".join(lines) + "\n")
     say(f"{len(lines)} failures, {history.stat().st_size / 1e6:.0f} MB in {history}")
     stack, client = EmbeddedStack(settings), None

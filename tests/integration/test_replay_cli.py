@@ -124,13 +124,17 @@ def test_stored_failures_are_replayed_after_a_rule_is_added(replay_fleet: Replay
     assert report["job"]["source"] == "stored failures, since 1h, unmatched only"
 
 
-def test_exploration_is_recorded_with_its_budget_but_nothing_is_sent_yet(replay_fleet: ReplayFleet):
+def test_without_waiting_the_largest_group_is_sent_and_the_others_are_not_explored(
+    replay_fleet: ReplayFleet,
+):
     replay_fleet.start_replay_worker()
     history = replay_fleet.write("h.jsonl", history_lines(20))
-    run = replay_fleet.cli(str(history), "--explore", "--budget", "1", "--json")
+    run = replay_fleet.cli(str(history), "--explore", "--budget", "1", "--no-wait", "--json")
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)
-    assert report["explore_request"]["budget"] == 1
-    assert "nothing enqueued: the explorer is not built yet" in report["explore_request"]["status"]
+    request = report["explore_request"]
+    assert request["budget"] == 1 and len(request["groups"]) == 2
+    assert [g["state"] for g in request["groups"]] == ["exploring", "not explored"]
+    assert request["groups"][0]["size"] >= request["groups"][1]["size"]
     assert report["exploration"]["sessions"] == 1
-    assert "the explorer is not built yet" in run.stderr
+    assert "exploring 1 of 2 unmatched group(s) under session replay:" in run.stderr

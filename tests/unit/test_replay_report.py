@@ -137,3 +137,26 @@ def test_the_report_is_written_as_json_and_markdown(jobs, tmp_path):
 def test_pricing_comes_from_the_configured_price_table():
     pricing = reports.Pricing.from_settings(Settings(llm="gemini/gemini-2.5-flash"))
     assert (pricing.input_per_mtok, pricing.output_per_mtok) == (0.30, 2.50)
+
+
+def test_log_text_in_the_terminal_report_is_shown_as_text(jobs):
+    """Given evidence and samples holding emoji codes, Rich markup and ANSI, I read them as written."""
+    import io
+
+    from rich.console import Console
+
+    from theow_workers.replay.show import show_report
+
+    items = [
+        ItemRecord("1", "tracked", line=1, failure_id="f1", rule="apt_missing",
+                   sample="log:9: travis_fold:end:after_failure [bold]not bold[/bold]"),
+        ItemRecord("2", "unmatched", line=2, failure_id="f2", fingerprint="x",
+                   sample="\x1b[31mE: broken [red]pipe[/red] :smile:\x1b[0m", basis="e: broken pipe"),
+    ]  # fmt: skip
+    job = jobs.get(replay(jobs, items))
+    screen = io.StringIO()
+    show_report(reports.build(jobs, job, PRICING), Console(file=screen, width=300))
+    shown = screen.getvalue()
+    assert "travis_fold:end:after_failure [bold]not bold[/bold]" in shown
+    assert "E: broken [red]pipe[/red] :smile:" in shown
+    assert "\x1b" not in shown and "🔚" not in shown and "😄" not in shown

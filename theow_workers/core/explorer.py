@@ -153,8 +153,13 @@ class ExploreService:
         query: str,
         session_id: str,
         rule: Rule | None = None,
+        session_limit: int | None = None,
     ) -> Exploration:
-        """Decide and record one exploration; raises InFlight to be retried later."""
+        """Decide and record one exploration; raises InFlight to be retried later.
+
+        ``session_limit`` caps the LLM sessions of ``session_id`` instead of the
+        configured limit: a replay job's ``--budget``.
+        """
         base = Exploration(failure_id, fingerprint, Outcome.ERROR.value, session_id=session_id)
         if rule is not None:
             base.rule = rule.name
@@ -171,7 +176,8 @@ class ExploreService:
             reused = self._reuse(base, facts) if rule is None else None
             if reused is not None:
                 return reused
-            return self._explore(base, facts, context, query, session_id, rule)
+            limit = self.settings.session_limit if session_limit is None else session_limit
+            return self._explore(base, facts, context, query, session_id, rule, limit)
         finally:
             self.state.land(fingerprint)
 
@@ -222,6 +228,7 @@ class ExploreService:
         query: str,
         session_id: str,
         rule: Rule | None,
+        limit: int,
     ) -> Exploration:
         vector = self.embed(query)
         if rule is None:
@@ -234,14 +241,12 @@ class ExploreService:
                                       proposal_id=proposal_id)  # fmt: skip
                 self.state.finish(base.fingerprint, result.summary())
                 return result
-        number = self.state.take_session(
-            session_id, self.settings.session_limit, self.settings.session_ttl
-        )
+        number = self.state.take_session(session_id, limit, self.settings.session_ttl)
         if number < 0:
             log.info("failure %s: session limit %d reached for %s", base.failure_id,
-                     self.settings.session_limit, session_id)  # fmt: skip
+                     limit, session_id)  # fmt: skip
             return self._record(base, Outcome.LIMIT,
-                                f"session limit of {self.settings.session_limit} reached for {session_id}")  # fmt: skip
+                                f"session limit of {limit} reached for {session_id}")  # fmt: skip
 
         budget, prompt, tools, use_secondary = (
             self.settings.budget,

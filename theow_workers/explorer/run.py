@@ -146,9 +146,15 @@ def explore_failure(
             query_text(facts),
             session_id=request.get("session_id") or default_session_id(),
             rule=rule,
+            session_limit=_limit(request.get("session_limit")),
         )
     finally:
         workspace.close()
+
+
+def _limit(value: Any) -> int | None:
+    """A request's own session limit (a replay's budget), if it carries a sane one."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def record_explore_error(runtime: Runtime, request: dict[str, Any], reason: str) -> dict[str, Any]:

@@ -13,8 +13,9 @@ unknown?". The pieces:
 ``tasks``    the ``theow.replay`` Celery task, a few lines around ``runner``.
 ``driver``   on the command line: sends chunks with a bounded number in flight,
              shows progress, survives Ctrl-C, resumes.
-``grouping`` unmatched failures grouped by root cause; ``report`` the report.
-``explore``  the hook where unmatched groups will go to the explorer.
+``grouping`` unmatched failures grouped by root cause; ``report`` the report,
+             compared item by item with an earlier replay of the same source.
+``explore``  the largest unmatched groups sent to the explorer under the job's budget.
 
 Why live traffic is never starved — the decision
 ------------------------------------------------

@@ -122,10 +122,25 @@ def run(
     budget: Annotated[
         int | None, typer.Option(help="With --explore: at most N LLM sessions.")
     ] = None,
+    again: Annotated[
+        bool,
+        typer.Option("--again", help="FILE is a JOB: replay its source again and compare with it."),
+    ] = False,
+    compare: Annotated[
+        str | None, typer.Option(help="Compare with this JOB (default: the last of this source).")
+    ] = None,
+    wait: Annotated[
+        bool, typer.Option(help="With --explore: wait for the explorations to finish.")
+    ] = True,
     report_dir: ReportDir = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Replay FILE or stored failures through the resolver and report what matched."""
+    if again:
+        if file is None or from_db or since or unmatched_only or rule or compare:
+            raise _fail("--again takes a JOB (`theow replay JOB --again`) and nothing to select")
+        _again(str(file), execute, explore, budget, wait, report_dir, as_json)
+        return
     if (file is None) == (not from_db):
         raise _fail("give either a FILE or --from-db")
     if file is not None and (since or unmatched_only or rule):
@@ -134,7 +149,6 @@ def run(
         raise _fail("--explore needs --budget N (at most N LLM sessions for this replay)")
     if budget is not None and not explore:
         raise _fail("--budget only applies with --explore")
-    from theow_workers.replay.explore import NOT_WIRED
     from theow_workers.replay.sources import FileSource, SourceError, StoredSource
 
     s = _settings()
@@ -148,20 +162,55 @@ def run(
     except (SourceError, OSError) as exc:
         raise _fail(str(exc)) from None
     names, version = _rules(s)
+    compare_with = _get(store, compare).id if compare else None
     job = store.create(
         kind=source.kind, source=source.description, source_key=source.identity(),
-        options={**source.options(), "execute": execute}, dry_run=not execute,
+        options={**source.options(), "execute": execute,
+                 **({"compare_with": compare_with} if compare_with else {})},
+        dry_run=not execute,
         explore=explore, explore_budget=budget,
-        explore_status=f"requested (budget {budget}); {NOT_WIRED}" if explore else "",
+        explore_status=f"requested (budget {budget}): sent when the replay is done" if explore else "",
         rules=names, rules_version=version, total=source.total(),
     )  # fmt: skip
     mode = "actions run" if execute else "dry run: rules are matched, no action runs"
     err.print(f"replay [bold]{job.id}[/bold]: {job.total} failure(s) from {job.source} ({mode})")
-    if explore:
-        err.print(f"[yellow]--explore: {NOT_WIRED}; the report estimates the cost[/yellow]")
     if job.total == 0:
         err.print(f"[yellow]{job.source} has no failures to replay[/yellow]")
-    _drive(s, store, job, source, report_dir, as_json)
+    _drive(s, store, job, source, report_dir, as_json, wait)
+
+
+def _again(
+    job_id: str, execute: bool, explore: bool, budget: int | None, wait: bool,
+    report_dir: Path | None, as_json: bool,
+) -> None:  # fmt: skip
+    """Replay a finished job's source again, compared item by item with that job."""
+    from theow_workers.replay.sources import FileSource, SourceError, StoredSource
+
+    if explore and (budget is None or budget < 1):
+        raise _fail("--explore needs --budget N (at most N LLM sessions for this replay)")
+    s = _settings()
+    store = _store(s)
+    before = _get(store, job_id)
+    try:
+        if before.kind == "file":
+            source: Any = FileSource(Path(before.source), s.fact_limit, s.replay_max_line_bytes)
+        else:
+            source = StoredSource.for_job(store.engine, before)
+    except (SourceError, OSError) as exc:
+        raise _fail(str(exc)) from None
+    names, version = _rules(s)
+    job = store.create(
+        kind=source.kind, source=source.description, source_key=source.identity(),
+        options={**source.options(), "execute": execute, "compare_with": before.id},
+        dry_run=not execute, explore=explore, explore_budget=budget,
+        explore_status=f"requested (budget {budget}): sent when the replay is done" if explore else "",
+        rules=names, rules_version=version, total=source.total(),
+    )  # fmt: skip
+    err.print(
+        f"replay [bold]{job.id}[/bold]: {job.source} again, compared with replay {before.id}",
+        highlight=False,
+    )
+    _drive(s, store, job, source, report_dir, as_json, wait)
 
 
 @replay_app.command("resume")
@@ -181,6 +230,9 @@ def resume(
     job = _get(store, job_id)
     if job.status == DONE:
         err.print(f"replay {job.id} is already done ({job.processed}/{job.total})")
+        if job.explore and job.explore_budget:  # its exploration may have been cut short
+            _explore(s, store, job, job.explore_budget, wait=True)
+            _report(s, store, store.get(job.id), report_dir, as_json)
         raise typer.Exit(0)
     if not orphaned(job) and not force:
         raise _fail(f"replay {job.id} is running (its command beat recently); use --force")
@@ -199,8 +251,9 @@ def resume(
 
 
 def _drive(
-    s: Settings, store: Any, job: Any, source: Any, report_dir: Path | None, as_json: bool
-) -> None:
+    s: Settings, store: Any, job: Any, source: Any, report_dir: Path | None, as_json: bool,
+    wait: bool = True,
+) -> None:  # fmt: skip
     from theow_workers.replay.driver import BrokerLost, Driver, celery_sender
     from theow_workers.replay.jobs import CANCELLED, DONE
 
@@ -225,10 +278,8 @@ def _drive(
         raise typer.Exit(130) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
-    if job.status == DONE and job.explore:
-        from theow_workers.replay.explore import explore_unmatched
-
-        err.print(f"[yellow]{explore_unmatched(store, job).describe()}[/yellow]")
+    if job.status == DONE and job.explore and job.explore_budget:
+        _explore(s, store, job, job.explore_budget, wait)
         job = store.get(job.id)
     _report(s, store, job, report_dir, as_json)
     if job.status == CANCELLED:
@@ -236,6 +287,89 @@ def _drive(
     elif job.status != DONE:
         err.print(f"[red]replay {job.id} is {job.status}: {job.message}[/red]")
     raise typer.Exit(0 if job.status == DONE else 1)
+
+
+def _explore(s: Settings, store: Any, job: Any, budget: int, wait: bool) -> None:
+    """Send the job's unmatched groups to the explorer (what is not sent yet) and follow them."""
+    from theow_workers.replay.driver import progress_bar
+    from theow_workers.replay.explore import ReplayExplorer, celery_explore_sender
+
+    explorer = ReplayExplorer(store, celery_explore_sender())
+    try:
+        states = explorer.start(job, budget)
+    except Exception as exc:  # the broker or the database: the job stays resumable
+        raise _fail(f"cannot send explorations: {type(exc).__name__}: {exc}", 1) from None
+    pending = [g for g in states if g.state in ("explored", "exploring")]
+    err.print(
+        f"exploring {len(pending)} of {len(states)} unmatched group(s) under session "
+        f"replay:{job.id} (budget {budget} LLM sessions)",
+        highlight=False,
+    )
+    if not wait or not pending:
+        return
+    if not _explorers_running():
+        err.print(
+            "[yellow]no worker consumes the explore queue (`theow worker --queues explore` with "
+            f"THEOW_EXPLORE=1): the explorations wait there; `theow replay explore {job.id}` "
+            "follows them[/yellow]"
+        )
+        return
+    progress = progress_bar(err)
+    bar = progress.add_task("exploring", total=len(pending))
+    # Explorations run concurrently on the explorer workers; each is bounded by its time limit.
+    timeout = s.explore_time_limit * max(1, len(pending))
+    try:
+        with progress:
+            done = explorer.wait(
+                job, timeout, tick=lambda d, t: progress.update(bar, completed=d, total=t)
+            )
+    except KeyboardInterrupt:
+        err.print(
+            f"[yellow]stopped waiting; the explorations go on: `theow replay explore {job.id}` "
+            "follows them[/yellow]"
+        )
+        raise typer.Exit(130) from None
+    if not done:
+        err.print(f"[yellow]explorations still running after {timeout}s: is an explorer "
+                  f"worker running (`theow worker --queues explore`, THEOW_EXPLORE=1)?[/yellow]")  # fmt: skip
+
+
+def _explorers_running() -> bool:
+    """Whether any worker answers that it consumes the explore queue."""
+    from theow_client import names
+    from theow_workers.celery_app import app
+
+    try:
+        queues = app.control.inspect(timeout=1.0).active_queues() or {}
+    except Exception:  # a broker that cannot answer: do not wait on it either
+        return False
+    return any(q.get("name") == names.QUEUE_EXPLORE for qs in queues.values() for q in qs)
+
+
+@replay_app.command("explore")
+def explore_job(
+    job_id: JobArg,
+    budget: Annotated[
+        int | None, typer.Option(help="At most N LLM sessions in all [default: the job's].")
+    ] = None,
+    wait: Annotated[bool, typer.Option(help="Wait for the explorations to finish.")] = True,
+    report_dir: ReportDir = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Explore a finished replay's unmatched groups, largest first (what is not sent yet)."""
+    from theow_workers.replay.jobs import DONE
+
+    s = _settings()
+    store = _store(s)
+    job = _get(store, job_id)
+    if job.status != DONE:
+        raise _fail(f"replay {job.id} is {job.status}: finish it first (`theow replay resume`)")
+    budget = budget if budget is not None else job.explore_budget
+    if budget is None or budget < 1:
+        raise _fail("give --budget N (at most N LLM sessions for this replay)")
+    store.update(job.id, explore=True, explore_budget=budget)
+    _explore(s, store, store.get(job.id), budget, wait)
+    _report(s, store, store.get(job.id), report_dir, as_json)
 
 
 def _report(s: Settings, store: Any, job: Any, report_dir: Path | None, as_json: bool) -> None:
@@ -265,8 +399,14 @@ def status(job_id: JobArg, as_json: JsonFlag = False) -> None:
     from theow_workers.replay.driver import orphaned
     from theow_workers.replay.show import show_status
 
-    job = _get(_store(_settings()), job_id)
+    store = _store(_settings())
+    job = _get(store, job_id)
     data = {**job.to_dict(), "orphaned": job.status == "running" and orphaned(job)}
+    if job.explore and job.status == "done":
+        from theow_workers.replay.explore import ReplayExplorer
+
+        states = ReplayExplorer(store, lambda _: None).status(job)
+        data["explorations"] = [g.to_dict() for g in states]
     if as_json:
         print(json.dumps(data))
     else:

@@ -1,42 +1,87 @@
-"""Where a replay's unmatched failures will go to the explorer — not wired yet.
+"""A replay's unmatched groups go to the explorer: one LLM session per group, at most the budget.
 
-``theow replay --explore --budget N`` records the request and the budget on
-the job; ``send_unmatched_groups_to_explorer`` is the single place that will
-enqueue exploration once the explorer worker exists (DESIGN §4): one
-``theow.explore`` task per unmatched group (largest first, its sample failure
-as the one to investigate), under the session id ``replay:<job id>`` so the
-explorer's atomic session budget caps the job at ``budget`` LLM sessions.
+At the end of ``theow replay --explore --budget N`` (or with
+``theow replay explore JOB --budget N`` on a finished job), the job's
+unmatched failures are grouped (``grouping``), and the groups are taken
+largest first:
+
+* a group whose root cause was explored before (an exploration of one of its
+  fingerprints ended with a proposal, a give-up or a reuse) is **reused**:
+  nothing is sent, nothing is paid twice;
+* otherwise, while fewer than N groups were sent, its most representative
+  failure (the first of the largest text variant the group was built from) is
+  sent to the explore queue with ``session_id = replay:<job>`` and
+  ``session_limit = N``, so the explorer's atomic session budget in Redis holds
+  the job to N LLM sessions across every explorer worker;
+* the rest are reported **not explored** (over the budget).
+
+One row per sent or reused group (``replay_explorations``), written *before*
+its task is sent: a driver killed mid-exploration and resumed sends exactly
+the groups without a row, re-sends a group whose row says ``sending`` (the
+explorer's per-fingerprint flight and finished record make a second delivery
+a reuse, not a second session), and waits for the rest. Per group, the job
+shows the exploration's outcome, its proposal and the proposal's status,
+tokens and cost, read from the explorer's own rows.
+
 Replayed failures themselves are submitted with ``explore=False``: exploring
-per failure would spend one session per repeat of the same root cause. When
-wired, a group's sample failure can be sent as a submission with
-``explore=True`` and ``session_id=session_id(job)`` (``Submission`` reads it).
-
-Today it enqueues nothing and says so, in the job row, the CLI and the report.
+per failure would spend one session per repeat of the same root cause.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
 
+from sqlalchemy import JSON, DateTime, ForeignKey, Integer, String, Text, select, update
+from sqlalchemy.orm import Mapped, mapped_column
+
+from theow_workers.adapters.sql import Base
 from theow_workers.replay.grouping import Group, group_unmatched
 from theow_workers.replay.jobs import Job, ReplayStore
 
-NOT_WIRED = "recorded, nothing enqueued: the explorer is not built yet"
+SENDING, SENT, REUSED = "sending", "sent", "reused"
+# Outcomes that settle a root cause: a later group with its fingerprint reuses them.
+SETTLED = ("proposal", "gave_up", "done", "deduplicated", "cache_hit")
+
+
+class ReplayExplorationRow(Base):
+    __tablename__ = "replay_explorations"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("replay_jobs.id"), primary_key=True)
+    failure_id: Mapped[str] = mapped_column(String(64), primary_key=True)  # the one investigated
+    rank: Mapped[int] = mapped_column(Integer)  # 1 = the largest group
+    size: Mapped[int] = mapped_column(Integer)
+    sample: Mapped[str] = mapped_column(Text)
+    fingerprints: Mapped[list[str]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16))  # sending | sent | reused
+    reused_from: Mapped[str | None] = mapped_column(String(64))  # the exploration reused
+    sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 @dataclass(frozen=True)
-class ExploreRequest:
-    budget: int
-    groups: int
-    sent: int
-    status: str
+class GroupExploration:
+    """What became of one unmatched group: the job view and the report show these."""
 
-    def describe(self) -> str:
-        return (
-            f"exploration of {min(self.groups, self.budget)} of {self.groups} unmatched group(s) "
-            f"(budget {self.budget} LLM sessions): {self.status}"
-        )
+    rank: int
+    size: int
+    sample: str
+    failure_id: str
+    state: str  # explored | exploring | reused | not explored
+    outcome: str = ""
+    reason: str = ""
+    proposal_id: str | None = None
+    proposal_status: str | None = None
+    rule_name: str | None = None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: float = 0.0
+    llm_sessions: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
 def session_id(job: Job) -> str:
@@ -44,22 +89,208 @@ def session_id(job: Job) -> str:
     return f"replay:{job.id}"
 
 
-def send_unmatched_groups_to_explorer(
-    job: Job, groups: Sequence[Group], budget: int
-) -> ExploreRequest:
-    """Hook: send the largest unmatched groups to the explorer, at most ``budget`` sessions.
-
-    Not wired yet: returns the request as recorded, with nothing sent.
-    """
-    return ExploreRequest(budget=budget, groups=len(groups), sent=0, status=NOT_WIRED)
+def representative(group: Group) -> str:
+    """The failure to investigate: the first of the text variant the group was built on."""
+    return group.failure_ids[0]
 
 
-def explore_unmatched(store: ReplayStore, job: Job) -> ExploreRequest:
-    """At the end of a replay run with ``--explore``: group, call the hook, record what it did."""
-    items = store.items(job.id, "unmatched")
-    groups = group_unmatched(
-        (i.failure_id or "", i.key, i.fingerprint or "", i.sample, i.basis) for i in items
-    )
-    request = send_unmatched_groups_to_explorer(job, groups, job.explore_budget or 0)
-    store.update(job.id, explore_status=request.describe())
-    return request
+def celery_explore_sender() -> Callable[[dict[str, Any]], Any]:
+    from theow_client import names
+    from theow_workers.celery_app import app
+
+    def send(request: dict[str, Any]) -> Any:
+        return app.send_task(
+            names.TASK_EXPLORE,
+            args=[request],
+            task_id=names.explore_task_id(str(request["failure_id"])),
+            queue=names.QUEUE_EXPLORE,
+        )
+
+    return send
+
+
+class ReplayExplorer:
+    """Sends a finished replay's unmatched groups to the explorer and follows them."""
+
+    def __init__(self, store: ReplayStore, send: Callable[[dict[str, Any]], Any]) -> None:
+        self.store, self.send = store, send
+
+    def groups(self, job: Job) -> list[Group]:
+        from theow_workers.replay.report import with_basis
+
+        items = with_basis(self.store, self.store.items(job.id, "unmatched"))
+        return group_unmatched(
+            (i.failure_id or "", i.key, i.fingerprint or "", i.sample, i.basis) for i in items
+        )
+
+    def start(self, job: Job, budget: int) -> list[GroupExploration]:
+        """Send what the budget allows and has not been sent; returns every group's state."""
+        groups = self.groups(job)
+        rows = self._rows(job.id)
+        sent = sum(1 for r in rows.values() if r.status in (SENDING, SENT))
+        for rank, group in enumerate(groups, 1):
+            failure_id = representative(group)
+            row = rows.get(failure_id)
+            if row is not None:
+                if row.status == SENDING:  # the driver died between the row and the send
+                    self._send(job, failure_id, budget)
+                continue
+            earlier = self._settled(group.fingerprints, job)
+            if earlier is not None:
+                self._insert(job, rank, group, REUSED, reused_from=earlier)
+            elif sent < budget:
+                self._insert(job, rank, group, SENDING)
+                self._send(job, failure_id, budget)
+                sent += 1
+        self.store.update(job.id, explore_budget=budget, explore_status=self.describe(job))
+        return self.status(job, groups)
+
+    def wait(
+        self,
+        job: Job,
+        timeout: float,
+        poll: float = 0.5,
+        tick: Callable[[int, int], None] = lambda d, t: None,
+    ) -> bool:
+        """Wait until every sent group's exploration is recorded; False on timeout."""
+        deadline = time.monotonic() + timeout
+        while True:
+            states = [g for g in self.status(job) if g.state in ("explored", "exploring")]
+            done = sum(1 for g in states if g.state == "explored")
+            tick(done, len(states))
+            if done == len(states):
+                self.store.update(job.id, explore_status=self.describe(job))
+                return True
+            if time.monotonic() > deadline:
+                self.store.update(job.id, explore_status=self.describe(job))
+                return False
+            time.sleep(poll)
+
+    def status(self, job: Job, groups: Sequence[Group] | None = None) -> list[GroupExploration]:
+        """Every unmatched group, largest first, with what its exploration did."""
+        from theow_workers.adapters.explore_sql import ExplorationRow, ProposalRow
+
+        groups = self.groups(job) if groups is None else groups
+        rows = self._rows(job.id)
+        session = session_id(job)
+        ids = [r.failure_id for r in rows.values()] + [
+            r.reused_from for r in rows.values() if r.reused_from
+        ]
+        with self.store.session() as s:
+            explorations = list(
+                s.execute(
+                    select(ExplorationRow).where(ExplorationRow.failure_id.in_(ids))
+                ).scalars()
+            )
+            proposal_ids = [e.proposal_id for e in explorations if e.proposal_id]
+            proposals = {
+                p.id: p
+                for p in s.execute(
+                    select(ProposalRow).where(ProposalRow.id.in_(proposal_ids))
+                ).scalars()
+            }
+        by_failure: dict[str, list[Any]] = {}
+        for e in explorations:
+            by_failure.setdefault(e.failure_id, []).append(e)
+        out = []
+        for rank, group in enumerate(groups, 1):
+            failure_id = representative(group)
+            row = rows.get(failure_id)
+            base: dict[str, Any] = {
+                "rank": rank,
+                "size": group.size,
+                "sample": group.sample,
+                "failure_id": failure_id,
+            }
+            if row is None:
+                out.append(GroupExploration(**base, state="not explored", reason="over the budget"))
+                continue
+            if row.status == REUSED:
+                mine = [
+                    e for e in by_failure.get(row.reused_from or "", []) if e.outcome in SETTLED
+                ]
+            else:
+                mine = [e for e in by_failure.get(failure_id, []) if e.session_id == session]
+            if not mine:
+                out.append(GroupExploration(**base, state="exploring"))
+                continue
+            last = max(mine, key=lambda e: e.finished_at)
+            proposal = proposals.get(last.proposal_id) if last.proposal_id else None
+            paid = [] if row.status == REUSED else mine
+            out.append(
+                GroupExploration(
+                    **base,
+                    state="reused" if row.status == REUSED else "explored",
+                    outcome=last.outcome,
+                    reason=last.reason[:300],
+                    proposal_id=last.proposal_id,
+                    proposal_status=proposal.status if proposal else None,
+                    rule_name=proposal.rule_name if proposal else None,
+                    tokens_in=sum(e.tokens_in for e in paid),
+                    tokens_out=sum(e.tokens_out for e in paid),
+                    cost=round(sum(e.cost for e in paid), 6),
+                    llm_sessions=sum(1 for e in paid if e.models),
+                )
+            )
+        return out
+
+    def describe(self, job: Job) -> str:
+        states = self.status(job)
+        count = {
+            s: sum(1 for g in states if g.state == s) for s in ("explored", "exploring", "reused")
+        }
+        proposals = sum(1 for g in states if g.proposal_id and g.state == "explored")
+        cost = sum(g.cost for g in states)
+        left = len(states) - sum(count.values())
+        return (
+            f"{count['explored']} group(s) explored ({proposals} proposal(s), ${cost:.4f}), "
+            f"{count['exploring']} exploring, {count['reused']} reused an earlier exploration, "
+            f"{left} not explored (budget {job.explore_budget})"
+        )
+
+    def _rows(self, job_id: str) -> dict[str, ReplayExplorationRow]:
+        with self.store.session() as s:
+            query = select(ReplayExplorationRow).where(ReplayExplorationRow.job_id == job_id)
+            return {r.failure_id: r for r in s.execute(query).scalars()}
+
+    def _settled(self, fingerprints: set[str], job: Job) -> str | None:
+        """The failure whose finished exploration settled one of these root causes, if any."""
+        from theow_workers.adapters.explore_sql import ExplorationRow
+
+        query = (
+            select(ExplorationRow.failure_id)
+            .where(ExplorationRow.fingerprint.in_(sorted(fingerprints)))
+            .where(ExplorationRow.outcome.in_(SETTLED))
+            .where(ExplorationRow.session_id != session_id(job))
+            .limit(1)
+        )
+        with self.store.session() as s:
+            return s.execute(query).scalar_one_or_none()
+
+    def _insert(
+        self, job: Job, rank: int, group: Group, status: str, reused_from: str | None = None
+    ) -> None:
+        with self.store.session.begin() as s:
+            s.add(
+                ReplayExplorationRow(
+                    job_id=job.id, failure_id=representative(group), rank=rank, size=group.size,
+                    sample=group.sample[:2000], fingerprints=sorted(group.fingerprints),
+                    status=status, reused_from=reused_from,
+                )
+            )  # fmt: skip
+
+    def _send(self, job: Job, failure_id: str, budget: int) -> None:
+        request = {
+            "failure_id": failure_id,
+            "rule": None,
+            "session_id": session_id(job),
+            "session_limit": budget,
+        }
+        self.send(request)
+        with self.store.session.begin() as s:
+            s.execute(
+                update(ReplayExplorationRow)
+                .where(ReplayExplorationRow.job_id == job.id)
+                .where(ReplayExplorationRow.failure_id == failure_id)
+                .values(status=SENT, sent_at=datetime.now(UTC))
+            )

@@ -21,9 +21,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from theow_workers.adapters.sql import FailureRow
+from theow_workers.core.logtext import strip_ansi
 from theow_workers.replay.grouping import error_summary, group_unmatched
 from theow_workers.replay.jobs import (
     DONE,
@@ -69,7 +70,7 @@ class Pricing:
 def build(store: ReplayStore, job: Job, pricing: Pricing) -> dict[str, Any]:
     by_rule = store.counts(job.id, "rule")
     samples = store.evidence_samples(job.id)
-    unmatched = _with_basis(store, store.items(job.id, "unmatched"))
+    unmatched = with_basis(store, store.items(job.id, "unmatched"))
     groups = group_unmatched(
         (i.failure_id or "", i.key, i.fingerprint or "", i.sample, i.basis) for i in unmatched
     )
@@ -100,11 +101,7 @@ def build(store: ReplayStore, job: Job, pricing: Pricing) -> dict[str, Any]:
         "comparison": _compare(store, job, by_rule),
         "unmatched_groups": [g.to_dict() for g in groups],
         "exploration": _cost(len(groups), job, pricing),
-        "explore_request": {
-            "requested": job.explore,
-            "budget": job.explore_budget,
-            "status": job.explore_status,
-        },
+        "explore_request": _explored(store, job, groups),
         "input_problems": [
             {"line": i.line, "kind": i.status, "problem": i.sample} for i in problems
         ],
@@ -113,7 +110,30 @@ def build(store: ReplayStore, job: Job, pricing: Pricing) -> dict[str, Any]:
     return report
 
 
-def _with_basis(store: ReplayStore, items: list[ItemRecord]) -> list[ItemRecord]:
+def _explored(store: ReplayStore, job: Job, groups: list[Any]) -> dict[str, Any]:
+    """Per group, what its exploration did; the actual tokens and cost beside the estimate."""
+    request: dict[str, Any] = {
+        "requested": job.explore,
+        "budget": job.explore_budget,
+        "status": job.explore_status,
+    }
+    if not job.explore:
+        return request
+    from theow_workers.replay.explore import ReplayExplorer
+
+    states = ReplayExplorer(store, lambda _: None).status(job, groups)
+    request.update(
+        groups=[g.to_dict() for g in states],
+        llm_sessions=sum(g.llm_sessions for g in states),
+        proposals=sum(1 for g in states if g.proposal_id and g.state == "explored"),
+        tokens_in=sum(g.tokens_in for g in states),
+        tokens_out=sum(g.tokens_out for g in states),
+        actual_usd=round(sum(g.cost for g in states), 4),
+    )
+    return request
+
+
+def with_basis(store: ReplayStore, items: list[ItemRecord]) -> list[ItemRecord]:
     """A root cause's error text is stored on one of its items; recompute it if none has it."""
     having = {i.fingerprint for i in items if i.basis}
     first: dict[str | None, ItemRecord] = {}
@@ -134,7 +154,12 @@ def _with_basis(store: ReplayStore, items: list[ItemRecord]) -> list[ItemRecord]
 
 
 def _compare(store: ReplayStore, job: Job, by_rule: dict[str, int]) -> dict[str, Any] | None:
-    before = previous_replay(store, job)
+    """What changed since the replay ``job`` is compared with (``--again``/``--compare``),
+    else since the previous finished replay of the same source."""
+    before = None
+    if job.options.get("compare_with"):
+        before = store.get(str(job.options["compare_with"]))
+    before = before or previous_replay(store, job)
     if before is None:
         return None
     earlier = store.counts(before.id, "rule")
@@ -153,6 +178,10 @@ def _compare(store: ReplayStore, job: Job, by_rule: dict[str, int]) -> dict[str,
             for r in sorted(set(earlier) | set(by_rule))
             if earlier.get(r, 0) != by_rule.get(r, 0)
         ],
+        "previous_llm_sessions": llm_sessions(store, before),
+        "llm_sessions": llm_sessions(store, job),
+        "newly_matched": newly_matched(store, before.id, job.id),
+        "changed_rule": changed_rule(store, before.id, job.id),
         "lost_matches": {
             "count": len(lost),
             "by_rule": dict(Counter(rule for _, _, rule, _, _ in lost).most_common()),
@@ -180,6 +209,70 @@ def previous_replay(store: ReplayStore, job: Job) -> Job | None:
     with store.session() as s:
         row = s.execute(query).scalar_one_or_none()
         return Job.from_row(row) if row is not None else None
+
+
+def llm_sessions(store: ReplayStore, job: Job) -> int:
+    """LLM sessions spent under a replay's session id (its exploration), from the explorer's rows."""
+    from theow_workers.adapters.explore_sql import ExplorationRow
+    from theow_workers.replay.explore import session_id
+
+    query = select(ExplorationRow.models).where(ExplorationRow.session_id == session_id(job))
+    with store.session() as s:
+        return sum(1 for (models,) in s.execute(query) if models)
+
+
+def newly_matched(store: ReplayStore, before: str, now: str) -> dict[str, Any]:
+    """Items no rule matched in ``before`` that one matches in ``now``, per rule now.
+
+    Each rule says whether it came from an approved proposal (and which).
+    """
+    from theow_workers.adapters.explore_sql import ProposalRow
+
+    a, b = ReplayItemRow.__table__.alias("a"), ReplayItemRow.__table__.alias("b")
+    query = (
+        select(b.c.rule, func.count())
+        .join(b, (b.c.item_key == a.c.item_key) & (b.c.job_id == now))
+        .where(a.c.job_id == before, a.c.status.not_in(MATCHED), b.c.status.in_(MATCHED))
+        .group_by(b.c.rule)
+    )
+    with store.session() as s:
+        counts = {str(rule): int(n) for rule, n in s.execute(query)}
+        approved = {
+            name: pid
+            for name, pid in s.execute(
+                select(ProposalRow.rule_name, ProposalRow.id).where(
+                    ProposalRow.status == "approved", ProposalRow.rule_name.in_(list(counts))
+                )
+            )
+        }
+    rules = [
+        {"rule": r, "count": n, "approved_proposal": approved.get(r)}
+        for r, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    ]
+    return {"count": sum(counts.values()), "by_rule": rules}
+
+
+def changed_rule(store: ReplayStore, before: str, now: str) -> dict[str, Any]:
+    """Items matched in both replays, by a different rule now."""
+    a, b = ReplayItemRow.__table__.alias("a"), ReplayItemRow.__table__.alias("b")
+    query = (
+        select(a.c.item_key, a.c.line, a.c.rule, b.c.rule)
+        .join(b, (b.c.item_key == a.c.item_key) & (b.c.job_id == now))
+        .where(a.c.job_id == before, a.c.status.in_(MATCHED), b.c.status.in_(MATCHED))
+        .where(a.c.rule != b.c.rule)
+        .order_by(a.c.line, a.c.item_key)
+    )
+    with store.session() as s:
+        rows = list(s.execute(query))
+    pairs = Counter(f"{r} → {nr}" for _, _, r, nr in rows)
+    return {
+        "count": len(rows),
+        "by_change": dict(pairs.most_common()),
+        "sample": [
+            {"key": k, "line": ln, "rule_before": r, "rule_now": nr}
+            for k, ln, r, nr in rows[:LOST_SAMPLE]
+        ],
+    }
 
 
 def lost_matches(
@@ -230,7 +323,7 @@ def write(report: dict[str, Any], directory: Path) -> tuple[Path, Path]:
 
 def _cell(text: str, limit: int = 120) -> str:
     """Text safe inside a Markdown table cell and code span."""
-    text = " ".join(text.split()).replace("|", "\\|").replace("`", "'")
+    text = " ".join(strip_ansi(text).split()).replace("|", "\\|").replace("`", "'")
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -269,8 +362,21 @@ def markdown(report: dict[str, Any], top: int = 25) -> str:
         out += [f"## Compared with replay {cmp['previous_job']} of the same source", ""]
         out.append(
             f"Hit rate then {_pct(cmp['previous_hit_rate'])}, now {_pct(s['hit_rate'])}. "
-            f"{cmp['lost_matches']['count']} failures matched before and not by the same rule now."
+            f"LLM sessions then {cmp['previous_llm_sessions']}, now {cmp['llm_sessions']}. "
+            f"{cmp['newly_matched']['count']} failures newly matched, "
+            f"{cmp['changed_rule']['count']} matched by another rule, "
+            f"{cmp['lost_matches']['count']} matched before and not by the same rule now."
         )
+        if cmp["newly_matched"]["by_rule"]:
+            out += [
+                "",
+                "| newly matched by | failures | approved proposal |",
+                "| --- | ---: | --- |",
+            ]
+            out += [
+                f"| {r['rule']} | {r['count']} | {r['approved_proposal'] or '-'} |"
+                for r in cmp["newly_matched"]["by_rule"]
+            ]
         out += ["", "| rule | before | now |", "| --- | ---: | ---: |"]
         out += [f"| {c['rule']} | {c['before']} | {c['now']} |" for c in cmp["changed"]]
         stopped = ", ".join(c["rule"] for c in cmp["stopped_matching"]) or "none"
@@ -288,6 +394,23 @@ def markdown(report: dict[str, Any], top: int = 25) -> str:
     req = report["explore_request"]
     if req["requested"]:
         out.append(f"Exploration requested with budget {req['budget']}: {req['status']}.")
+        if "groups" in req:
+            out += [
+                "",
+                f"Explored: {req['llm_sessions']} LLM session(s), {req['proposals']} proposal(s), "
+                f"{req['tokens_in']:,} tokens in / {req['tokens_out']:,} out, "
+                f"**${req['actual_usd']:.4f} actual** (estimate ${cost['estimated_usd']:.2f}).",
+                "",
+                "| group | failures | state | outcome | proposal | status | tokens | cost |",
+                "| ---: | ---: | --- | --- | --- | --- | ---: | ---: |",
+                *(
+                    f"| {g['rank']} | {g['size']} | {g['state']} | {g['outcome'] or '-'} | "
+                    f"{_cell(g['rule_name'] or g['proposal_id'] or '-', 60)} | "
+                    f"{g['proposal_status'] or '-'} | {g['tokens_in'] + g['tokens_out']:,} | "
+                    f"${g['cost']:.4f} |"
+                    for g in req["groups"][:top]
+                ),
+            ]
     problems = report["input_problems"]
     if problems:
         out += ["", f"## Input problems ({len(problems)})", ""]
@@ -298,4 +421,4 @@ def markdown(report: dict[str, Any], top: int = 25) -> str:
 
 
 def _md(text: str) -> str:
-    return text.replace("`", "'").replace("|", "\\|")[:200]
+    return strip_ansi(text).replace("`", "'").replace("|", "\\|")[:200]

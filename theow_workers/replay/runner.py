@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -34,7 +33,6 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from theow_client.verdict import Status, Verdict
 from theow_workers.adapters.sql import FailureRow
-from theow_workers.core.normal import JobNormal
 from theow_workers.core.service import ResolveService
 from theow_workers.replay.chunk_store import ChunkStore
 from theow_workers.replay.grouping import error_summary
@@ -49,7 +47,6 @@ from theow_workers.replay.jobs import (
 
 log = logging.getLogger("theow.replay")
 
-SUMMARY_CACHE = 10_000
 # Errors of the database or the network: the chunk fails whole and is sent again.
 TRANSIENT: tuple[type[BaseException], ...] = (SQLAlchemyError, ConnectionError, TimeoutError)
 # A service resolving into a ChunkStore, for a dry run (True) or not.
@@ -74,9 +71,6 @@ class ReplayRunner:
         self.deliveries = deliveries or (lambda _: 1)
         self.max_deliveries = max_deliveries
         self.rules_version = rules_version
-        # Error summaries by fingerprint: one per root cause, not one per repeat.
-        self._summaries: OrderedDict[str, tuple[str, str]] = OrderedDict()
-        self._in_chunk: set[str] = set()
 
     def run(self, chunk: dict[str, Any], delivery: int = 1) -> dict[str, Any]:
         """Replay a chunk; ``delivery`` > 1 means an earlier delivery's worker died."""
@@ -92,7 +86,6 @@ class ReplayRunner:
         service, writes = self.service_for(job.dry_run)
         writes.begin([replay_failure_id(job.id, str(i["key"])) for i in todo])
         careful = delivery > 1
-        self._in_chunk.clear()
         records: list[ItemRecord] = []
         recorded = 0
         started = time.monotonic()
@@ -175,7 +168,8 @@ class ReplayRunner:
             fp, facts = (failure.fingerprint, failure.facts) if failure else self._failure(verdict)
             fields["fingerprint"] = fp
             normal = service.normal_of(facts) if service is not None else None
-            fields["sample"], fields["basis"] = self._summary(fp, facts, normal)
+            is_normal = normal.is_normal if normal else None
+            fields["sample"], fields["basis"] = error_summary(facts, is_normal)
         elif verdict.status in (Status.FAILED, Status.ERROR, Status.REJECTED):
             fields["sample"] = verdict.reason[:500]
         elif verdict.evidence:
@@ -184,24 +178,6 @@ class ReplayRunner:
                 + str(verdict.evidence["text"])[:450]
             )
         return ItemRecord(key, verdict.status.value, **fields)
-
-    def _summary(
-        self, fingerprint: str, facts: dict[str, Any], normal: JobNormal | None = None
-    ) -> tuple[str, str]:
-        """(sample line, basis), the basis (for grouping) once per root cause and chunk.
-
-        A chunk commits whole, so every root cause of a job keeps a basis.
-        """
-        found = self._summaries.get(fingerprint)
-        if found is None:
-            is_normal = normal.is_normal if normal is not None else None
-            found = self._summaries[fingerprint] = error_summary(facts, is_normal)
-            if len(self._summaries) > SUMMARY_CACHE:
-                self._summaries.popitem(last=False)
-        if fingerprint in self._in_chunk:
-            return found[0], ""
-        self._in_chunk.add(fingerprint)
-        return found
 
     def _failure(self, verdict: Verdict) -> tuple[str, dict[str, Any]]:
         query = select(FailureRow.fingerprint, FailureRow.facts).where(

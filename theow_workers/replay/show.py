@@ -9,6 +9,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from theow_workers.core.logtext import strip_ansi
+
 TOP_GROUPS = 10
 TOP_RULES = 20
 TOP_PROBLEMS = 10
@@ -18,13 +20,22 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
+def as_text(value: Any, limit: int | None = None) -> Text:
+    """Data (log lines, paths, rule names) shown as it is: no Rich markup, no emoji codes, no ANSI."""
+    shown = strip_ansi(str(value))
+    return Text(shown if limit is None else shown[:limit])
+
+
 def show_report(report: dict[str, Any], console: Console) -> None:
     job, s = report["job"], report["summary"]
     mode = "dry run" if job["dry_run"] else "actions executed"
     console.print(
-        f"\n[bold]replay {job['id']}[/bold] — {job['source']} ({mode}), status [bold]{job['status']}[/bold]",
+        Text.assemble(
+            "\n", (f"replay {job['id']}", "bold"), f" — {job['source']} ({mode}), status ",
+            (job["status"], "bold"),
+        ),
         highlight=False,
-    )
+    )  # fmt: skip
     console.print(
         f"hit rate [bold green]{_pct(s['hit_rate'])}[/bold green]: {s['matched']} of "
         f"{s['replayed']} replayed failures matched a rule · {s['unmatched']} unmatched · "
@@ -36,7 +47,9 @@ def show_report(report: dict[str, Any], console: Console) -> None:
         table = Table("rule", "matched", "evidence (one example)", title="matches per rule")
         for row in report["rules"][:TOP_RULES]:
             # Log text is shown as it is: no Rich markup or emoji codes applied to it.
-            table.add_row(row["rule"], str(row["matched"]), Text(row.get("evidence", "")))
+            table.add_row(
+                as_text(row["rule"]), str(row["matched"]), as_text(row.get("evidence", ""))
+            )
         if len(report["rules"]) > TOP_RULES:
             table.add_row(f"… {len(report['rules']) - TOP_RULES} more", "", "")
         console.print(table)
@@ -46,11 +59,23 @@ def show_report(report: dict[str, Any], console: Console) -> None:
     _show_comparison(report, console)
     groups = report["unmatched_groups"]
     if groups:
-        table = Table(
-            "failures", "sample error line", title=f"largest unmatched groups ({len(groups)})"
-        )
-        for g in groups[:TOP_GROUPS]:
-            table.add_row(str(g["size"]), g["sample"][:160])
+        explored = {g["rank"]: g for g in report["explore_request"].get("groups", [])}
+        columns = ["failures", "sample error line"]
+        if explored:
+            columns += ["exploration", "proposal", "tokens", "cost"]
+        table = Table(*columns, title=f"largest unmatched groups ({len(groups)})")
+        for rank, g in enumerate(groups[:TOP_GROUPS], 1):
+            cells: list[Any] = [str(g["size"]), as_text(g["sample"], 160)]
+            if explored:
+                e = explored.get(rank, {})
+                proposal = e.get("rule_name") or e.get("proposal_id") or "-"
+                status = f" ({e['proposal_status']})" if e.get("proposal_status") else ""
+                outcome = f": {e['outcome']}" if e.get("outcome") else ""
+                cells += [
+                    as_text(f"{e.get('state', '?')}{outcome}"), as_text(f"{proposal}{status}"),
+                    f"{e.get('tokens_in', 0) + e.get('tokens_out', 0):,}", f"${e.get('cost', 0):.4f}",
+                ]  # fmt: skip
+            table.add_row(*cells)
         console.print(table)
     cost = report["exploration"]
     console.print(
@@ -60,12 +85,19 @@ def show_report(report: dict[str, Any], console: Console) -> None:
     )
     request = report["explore_request"]
     if request["requested"]:
-        console.print(f"[yellow]--explore: {request['status']}[/yellow]", highlight=False)
+        console.print(Text(f"--explore: {request['status']}", style="yellow"), highlight=False)
+        if "groups" in request:
+            console.print(
+                f"explored: {request['llm_sessions']} LLM session(s), {request['proposals']} "
+                f"proposal(s), actual ${request['actual_usd']:.4f} (estimate "
+                f"${cost['estimated_usd']:.2f})",
+                highlight=False,
+            )
     problems = report["input_problems"]
     if problems:
         console.print(f"[yellow]{len(problems)} input line(s) not replayed:[/yellow]")
         for p in problems[:TOP_PROBLEMS]:
-            console.print(f"  line {p['line']}: {p['problem']}", highlight=False)
+            console.print(as_text(f"  line {p['line']}: {p['problem']}"), highlight=False)
         if len(problems) > TOP_PROBLEMS:
             console.print(f"  … {len(problems) - TOP_PROBLEMS} more in the report files")
 
@@ -77,13 +109,27 @@ def _show_comparison(report: dict[str, Any], console: Console) -> None:
     console.print(
         f"compared with replay {cmp['previous_job']} of the same source: hit rate "
         f"{_pct(cmp['previous_hit_rate'])} → {_pct(report['summary']['hit_rate'])}; "
-        f"{cmp['lost_matches']['count']} failure(s) no longer matched by the same rule",
+        f"LLM sessions {cmp['previous_llm_sessions']} → {cmp['llm_sessions']}; "
+        f"{cmp['newly_matched']['count']} newly matched, {cmp['changed_rule']['count']} "
+        f"matched by another rule, {cmp['lost_matches']['count']} failure(s) no longer "
+        "matched by the same rule",
         highlight=False,
     )
+    for row in cmp["newly_matched"]["by_rule"]:
+        approved = (
+            f" (approved proposal {row['approved_proposal']})" if row["approved_proposal"] else ""
+        )
+        console.print(
+            as_text(f"  newly matched by {row['rule']}: {row['count']}{approved}"), highlight=False
+        )
+    for change, n in cmp["changed_rule"]["by_change"].items():
+        console.print(as_text(f"  changed rule {change}: {n}"), highlight=False)
     for row in cmp["stopped_matching"]:
         gone = "" if row["exists"] else " (rule removed)"
         console.print(
-            f"  [red]stopped matching[/red] {row['rule']}: {row['before']} → 0{gone}",
+            Text.assemble(
+                "  ", ("stopped matching", "red"), f" {row['rule']}: {row['before']} → 0{gone}"
+            ),
             highlight=False,
         )
 
@@ -120,8 +166,21 @@ def show_status(job: dict[str, Any], console: Console) -> None:
     if job["message"]:
         rows.append(("note", job["message"]))
     for key, value in rows:
-        table.add_row(key, value)
+        table.add_row(key, as_text(value))
     console.print(table)
+    groups = [g for g in job.get("explorations", []) if g["state"] != "not explored"]
+    if groups:
+        explored = Table("group", "failures", "exploration", "proposal", "tokens", "cost",
+                         title="explored groups")  # fmt: skip
+        for g in groups:
+            proposal = g["rule_name"] or g["proposal_id"] or "-"
+            status = f" ({g['proposal_status']})" if g["proposal_status"] else ""
+            explored.add_row(
+                str(g["rank"]), str(g["size"]), as_text(f"{g['state']} {g['outcome']}".strip()),
+                as_text(f"{proposal}{status}"), f"{g['tokens_in'] + g['tokens_out']:,}",
+                f"${g['cost']:.4f}",
+            )  # fmt: skip
+        console.print(explored)
 
 
 def show_jobs(jobs: list[dict[str, Any]], console: Console) -> None:
@@ -129,7 +188,7 @@ def show_jobs(jobs: list[dict[str, Any]], console: Console) -> None:
     for j in jobs:
         table.add_row(
             j["id"], j["created_at"][5:16].replace("T", " "), j["status"], f"{j['processed']}/{j['total']}",
-            _pct(j["hit_rate"]), j["source"][-60:],
+            _pct(j["hit_rate"]), as_text(j["source"][-60:]),
         )  # fmt: skip
     console.print(table)
     if not jobs:

@@ -12,8 +12,10 @@ from typing import Annotated, Any
 import typer
 from rich.syntax import Syntax
 from rich.table import Table
+from rich.text import Text
 
 from theow_workers.console import make_console
+from theow_workers.core.logtext import strip_ansi
 
 review_app = typer.Typer(no_args_is_help=True, help="Review the explorer's proposals.")
 failures_app = typer.Typer(
@@ -107,9 +109,10 @@ def review_show(proposal_id: str, as_json: JsonFlag = False) -> None:
     exploration = _exploration(store, proposal.exploration_id)
     failure = store.failure(proposal.failure_id)
     info = summary(proposal, exploration)
+    origin = _replay_origin(store, proposal.failure_id)
     if as_json:
         print(json.dumps({**info, "rule_yaml": proposal.rule_yaml, "diffs": proposal.diffs,
-                          "facts": failure.facts if failure else None}))  # fmt: skip
+                          "facts": failure.facts if failure else None, "replay": origin}))  # fmt: skip
         return
     out.print(
         f"[bold]proposal {proposal.id}[/bold]  rule [bold]{proposal.rule_name}[/bold]  ({proposal.status})"
@@ -118,14 +121,35 @@ def review_show(proposal_id: str, as_json: JsonFlag = False) -> None:
         out.print(
             f"failure {failure.id} received {failure.received_at:%Y-%m-%d %H:%M} from {failure.source}"
         )
+        if origin is not None:
+            out.print(
+                f"explored for replay {origin['job']}: group {origin['group']} of "
+                f"{origin['failures']} failure(s)",
+                highlight=False,
+            )
         for line in error_lines(log_text(failure.facts))[-8:]:
-            out.print(f"  [dim]{line}[/dim]", highlight=False)
+            # Log text as text: no Rich markup or emoji codes, no ANSI.
+            out.print(Text("  " + strip_ansi(line), style="dim"), highlight=False)
     out.print(Syntax(proposal.rule_yaml, "yaml", theme="ansi_dark"))
     for change in proposal.diffs:
         out.print(f"[bold]{change['path']}[/bold]")
         out.print(Syntax(change["diff"], "diff", theme="ansi_dark"))
     out.print(f"tokens {info['tokens_in']} in / {info['tokens_out']} out, cost ${info['cost']:.4f}")
     out.print(f"transcript: theow review transcript {proposal.id}")
+
+
+def _replay_origin(store: Any, failure_id: str) -> dict[str, Any] | None:
+    """The replay job and unmatched group a proposal's failure was explored for, if any."""
+    from sqlalchemy import select
+
+    from theow_workers.replay.explore import ReplayExplorationRow
+
+    query = select(ReplayExplorationRow).where(ReplayExplorationRow.failure_id == failure_id)
+    with store.session() as s:
+        row = s.execute(query.limit(1)).scalar_one_or_none()
+    if row is None:
+        return None
+    return {"job": row.job_id, "group": row.rank, "failures": row.size}
 
 
 @review_app.command("transcript")
@@ -141,33 +165,42 @@ def review_transcript(proposal_id: str) -> None:
 
 @review_app.command("approve")
 def review_approve(
-    proposal_id: str,
+    proposal_ids: Annotated[list[str], typer.Argument(help="One or more proposal ids.")],
     edit: Annotated[bool, typer.Option("--edit", help="Edit the rule in $EDITOR first.")] = False,
 ) -> None:
-    """Write the rule and apply the action diffs to the working tree (not committed)."""
+    """Write the rules and apply the action diffs to the working tree (not committed).
+
+    Several ids (a replay's proposals) are approved in order, the index synced once.
+    """
     from theow_workers.review.proposals import ReviewError, approve
 
     settings, store = _context()
-    proposal_id = _full_id(store, proposal_id, "proposal")
-    rule_yaml = None
-    if edit:
-        proposal = store.proposal(proposal_id)
-        if proposal is None:
-            raise _fail(f"no proposal {proposal_id!r}")
-        rule_yaml = _edit(proposal.rule_yaml)
-    try:
-        result = approve(
-            store, proposal_id, Path(settings.rules_dir), Path(settings.actions_dir), rule_yaml
-        )
-    except ReviewError as exc:
-        raise _fail(str(exc)) from None
-    if result.already:
-        out.print(f"proposal {proposal_id} was already approved; nothing to do")
-        return
-    for path in result.written:
-        out.print(f"wrote {path}")
-    _sync(settings)
-    out.print(f"approved {result.rule_name}; commit the files when you are happy with them")
+    wrote = False
+    for given in proposal_ids:
+        proposal_id = _full_id(store, given, "proposal")
+        rule_yaml = None
+        if edit:
+            proposal = store.proposal(proposal_id)
+            if proposal is None:
+                raise _fail(f"no proposal {proposal_id!r}")
+            rule_yaml = _edit(proposal.rule_yaml)
+        try:
+            result = approve(
+                store, proposal_id, Path(settings.rules_dir), Path(settings.actions_dir), rule_yaml
+            )
+        except ReviewError as exc:
+            if wrote:
+                _sync(settings)
+            raise _fail(str(exc)) from None
+        if result.already:
+            out.print(f"proposal {proposal_id} was already approved; nothing to do")
+            continue
+        for path in result.written:
+            out.print(f"wrote {path}")
+        wrote = True
+        out.print(f"approved {result.rule_name}; commit the files when you are happy with them")
+    if wrote:
+        _sync(settings)
 
 
 @review_app.command("reject")

@@ -1,0 +1,187 @@
+"""Does replay's grouping follow the cause? Groups and wrong reuse on labelled CI logs.
+
+    .venv/bin/python benchmarks/grouping.py            # logchunks-dev, a table
+    .venv/bin/python benchmarks/grouping.py --json     # one JSON object on stdout
+
+Every log of ``shared/corpus/logchunks-dev`` is prepared as a resolver worker
+prepares it (``theow-client``'s payload, bounded and masked by
+``Submission.parse``), summarized by ``replay.grouping.error_summary`` and
+grouped by ``replay.grouping.group_unmatched``, as ``theow replay`` groups its
+unmatched failures. Two populations: the whole corpus, and the failures the
+shipped rules leave unmatched (what a replay actually groups).
+
+Against the human ``cluster`` labels (``project#category``):
+
+- ``groups`` / ``clusters``: groups made over the label clusters present in the
+  population. Target ≤ 1.2 (a cause split in two costs a second LLM session).
+- ``wrong_reuse``: failures in a group whose majority cluster is not theirs,
+  over the population. Target ≤ 3% (a wrongly grouped failure is never
+  explored, and its group's proposal will not match it).
+- ``singletons``: groups of one failure.
+
+``--baseline`` also measures, in the same run, the grouping this replaced
+(``theow_workers/replay/grouping.py`` at commit ``BASELINE_COMMIT``, read with
+``git show``: error words anywhere in the log, ANSI codes and CI boilerplate
+kept, Jaccard 0.8 on all tokens). Grouping is deterministic: one pass scores
+it; the time is the median of three.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from theow_client.client import build_payload  # noqa: E402
+from theow_workers.core.resolver import Hints, plan  # noqa: E402
+from theow_workers.core.service import Submission  # noqa: E402
+from theow_workers.replay import grouping  # noqa: E402
+
+CORPUS = ROOT.parent / "shared" / "corpus" / "logchunks-dev"
+BASELINE_COMMIT = "839a54c"
+MAX_GROUPS_RATIO = 1.2
+MAX_WRONG_REUSE = 0.03
+
+
+def load(name: str) -> list[dict[str, Any]]:
+    with gzip.open(CORPUS / name, "rt", encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle]
+
+
+def prepared(rows: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any], str]]:
+    """(id, facts as a worker records them, fingerprint) per failure."""
+    out = []
+    for row in rows:
+        facts = {k: v for k, v in row.items() if k != "id"}
+        sub = Submission.parse(build_payload(facts, failure_id=row["id"]), row["id"])
+        out.append((row["id"], sub.facts, sub.fingerprint))
+    return out
+
+
+def baseline() -> Any:
+    """The grouping module as it was before this benchmark existed."""
+    import subprocess
+    import types
+
+    source = subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{BASELINE_COMMIT}:theow_workers/replay/grouping.py"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    module = types.ModuleType("grouping_baseline")
+    sys.modules[module.__name__] = module  # dataclasses look their module up
+    exec(compile(source, "grouping_baseline", "exec"), module.__dict__)
+    return module
+
+
+def unmatched_ids(items: list[tuple[str, dict[str, Any], str]]) -> set[str]:
+    from theow_workers.runtime import Knowledge
+
+    book = Knowledge.load(ROOT / "rules", ROOT / "actions").book
+    return {fid for fid, facts, _ in items if not plan(book, facts, Hints()).attempts}
+
+
+def score(groups: list[grouping.Group], cluster_of: dict[str, str]) -> dict[str, Any]:
+    total = sum(g.size for g in groups)
+    clusters = {cluster_of[f] for g in groups for f in g.failure_ids}
+    wrong = 0
+    worst: list[dict[str, Any]] = []
+    for g in groups:
+        counts = Counter(cluster_of[f] for f in g.failure_ids)
+        majority, n = counts.most_common(1)[0]
+        wrong += g.size - n
+        if g.size - n:
+            worst.append({"size": g.size, "wrong": g.size - n, "majority": majority,
+                          "sample": g.sample[:160], "clusters": dict(counts.most_common(5))})  # fmt: skip
+    worst.sort(key=lambda w: -w["wrong"])
+    return {
+        "failures": total,
+        "clusters": len(clusters),
+        "groups": len(groups),
+        "groups_per_cluster": round(len(groups) / max(len(clusters), 1), 3),
+        "wrong_reuse": round(wrong / max(total, 1), 4),
+        "wrongly_grouped": wrong,
+        "singletons": sum(1 for g in groups if g.size == 1),
+        "worst_groups": worst[:5],
+    }
+
+
+def measure(
+    items: list[tuple[str, dict[str, Any], str]],
+    keep: set[str] | None,
+    cluster_of: dict[str, str],
+    summarize: Callable[[dict[str, Any]], tuple[str, str]],
+    group: Callable[..., list[grouping.Group]],
+) -> dict[str, Any]:
+    chosen = [(fid, facts, fp) for fid, facts, fp in items if keep is None or fid in keep]
+    timings = []
+    for _ in range(3):
+        started = time.perf_counter()
+        rows = [(fid, fid, fp, *summarize(facts)) for fid, facts, fp in chosen]
+        groups = group(rows)
+        timings.append(time.perf_counter() - started)
+    result = score(groups, cluster_of)
+    result["seconds"] = round(statistics.median(timings), 3)
+    result["pass"] = (
+        result["groups_per_cluster"] <= MAX_GROUPS_RATIO
+        and result["wrong_reuse"] <= MAX_WRONG_REUSE
+    )
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    parser.add_argument("--baseline", action="store_true", help="also the previous grouping")
+    args = parser.parse_args()
+    rows, labels = load("failures.jsonl.gz"), load("labels.jsonl.gz")
+    cluster_of = {row["id"]: row["cluster"] for row in labels}
+    rows = [row for row in rows if row["id"] in cluster_of]
+    items = prepared(rows)
+    unmatched = unmatched_ids(items)
+    variants: dict[str, tuple[Any, Any]] = {
+        "theow": (grouping.error_summary, grouping.group_unmatched)
+    }
+    if args.baseline:
+        old = baseline()
+        variants["baseline"] = (old.error_summary, old.group_unmatched)
+    results: dict[str, Any] = {
+        "corpus": str(CORPUS),
+        "targets": {"groups_per_cluster": MAX_GROUPS_RATIO, "wrong_reuse": MAX_WRONG_REUSE},
+    }
+    for name, (summarize, group) in variants.items():
+        results[name] = {
+            "all": measure(items, None, cluster_of, summarize, group),
+            "unmatched": measure(items, unmatched, cluster_of, summarize, group),
+        }
+    # The target is on what a replay groups: the failures the rules leave unmatched.
+    results["pass"] = results["theow"]["unmatched"]["pass"]
+    if args.json:
+        print(json.dumps(results))
+    else:
+        print(f"{'variant':10} {'population':10} {'failures':>8} {'clusters':>8} {'groups':>6} "
+              f"{'ratio':>6} {'wrong':>7} {'single':>6} {'s':>6}")  # fmt: skip
+        for name in variants:
+            for pop in ("all", "unmatched"):
+                r = results[name][pop]
+                print(
+                    f"{name:10} {pop:10} {r['failures']:8} {r['clusters']:8} {r['groups']:6} "
+                    f"{r['groups_per_cluster']:6.2f} {100 * r['wrong_reuse']:6.1f}% "
+                    f"{r['singletons']:6} {r['seconds']:6.2f}"
+                )
+        print(f"targets on the unmatched: groups/clusters <= {MAX_GROUPS_RATIO}, wrong reuse <= "
+              f"{100 * MAX_WRONG_REUSE:.0f}%: {'PASS' if results['pass'] else 'FAIL'}")  # fmt: skip
+    return 0 if results["pass"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
