@@ -1,7 +1,7 @@
 """replay explorations: one row per unmatched group a replay sent to the explorer
 
-Revision ID: 0007
-Revises: 0006
+Revision ID: 0006
+Revises: 0005
 Create Date: 2026-11-23 14:30:00
 
 Written by hand. A row is written before its group's exploration is sent, so
@@ -11,8 +11,8 @@ a replay driver killed mid-exploration neither loses nor repeats one.
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0007"
-down_revision = "0006"
+revision = "0006"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 

@@ -1,6 +1,6 @@
 """rules a verdict found on lines the job's passing runs print too
 
-Revision ID: 0006
+Revision ID: 0005
 Revises: 0004
 Create Date: 2026-11-23 15:00:00
 
@@ -12,7 +12,7 @@ replay counts the passing runs its history carries (``replay_jobs.passing``).
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0006"
+revision = "0005"
 down_revision = "0004"
 branch_labels = None
 depends_on = None
