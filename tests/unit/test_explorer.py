@@ -9,6 +9,7 @@ import pytest
 from theow_workers.core.actions import load_actions
 from theow_workers.core.explore import ExplorationContext
 from theow_workers.core.explorer import ExploreService, ExploreSettings, InFlight
+from theow_workers.core.gateway import ModelTurn, ToolCall
 from theow_workers.core.limits import InMemoryLimiter
 from theow_workers.core.llm import Budget, FallbackGateway, Outcome
 from theow_workers.core.memory import HashingEmbedder, InMemoryExploreState
@@ -19,7 +20,7 @@ from theow_workers.core.proposal import (
     defined_actions,
 )
 from theow_workers.core.rules import load_rules
-from theow_workers.core.session import ModelTurn, ToolCall, ToolLoop
+from theow_workers.core.session import ToolLoop
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 

@@ -22,18 +22,18 @@ from google import genai
 from google.genai import errors, types
 
 from theow_workers.config import ConfigError, Settings
-from theow_workers.core.limits import InMemoryLimiter
-from theow_workers.core.llm import FallbackGateway, ModelError, RateLimiter, Tool, split_model
-from theow_workers.core.session import (
+from theow_workers.core.gateway import (
     ModelRequest,
     ModelTurn,
     ModelUnavailable,
     RateLimited,
     ToolAnswer,
     ToolCall,
-    ToolLoop,
     UserTurn,
 )
+from theow_workers.core.limits import InMemoryLimiter
+from theow_workers.core.llm import FallbackGateway, ModelError, RateLimiter, Tool, split_model
+from theow_workers.core.session import ToolLoop
 
 API_VERSION = "v1beta"
 REQUEST_TIMEOUT_MS = 300_000

@@ -22,8 +22,19 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+from theow_workers.core.gateway import (
+    ModelGateway,
+    ModelRequest,
+    ModelTurn,
+    ModelUnavailable,
+    RateLimited,
+    ToolAnswer,
+    ToolCall,
+    Turn,
+    UserTurn,
+)
 from theow_workers.core.llm import (
     Budget,
     ModelError,
@@ -48,90 +59,6 @@ WARNING = "You have {calls} tool calls / {tokens} tokens left: call submit_rule 
 _DONE = re.compile(r"^\s*done\s*$", re.I | re.M)
 
 log = logging.getLogger("theow.llm")
-
-
-# --- the port: one model call ----------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    name: str
-    args: dict[str, Any]
-    id: str | None = None  # the model's id for the call, echoed in its answer
-
-
-@dataclass(frozen=True)
-class ToolAnswer:
-    """What a tool call returned (``{"result": ...}``) or why it failed (``{"error": ...}``)."""
-
-    call: ToolCall
-    response: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class UserTurn:
-    """Our turn: text and tool answers, in the order they are sent."""
-
-    parts: tuple[str | ToolAnswer, ...]
-
-
-@dataclass(frozen=True)
-class ModelTurn:
-    """One answer of the model, with what it cost.
-
-    ``native`` is the provider's own form of the turn, sent back unchanged in
-    the history (Gemini refuses a function-call turn without its thought
-    signature). ``unusable`` says why an answer has no content; the session
-    then fails with a ModelError once the turn's tokens are counted.
-    """
-
-    text: str = ""
-    calls: tuple[ToolCall, ...] = ()
-    tokens_in: int = 0
-    tokens_out: int = 0
-    native: Any = None
-    unusable: str = ""
-
-
-Turn = UserTurn | ModelTurn
-
-
-@dataclass(frozen=True)
-class ModelRequest:
-    history: Sequence[Turn]  # starts with the user's prompt
-    tools: Sequence[Tool] = ()
-    schema: dict[str, Any] | None = None  # ask for a JSON answer of this shape
-
-
-class RateLimited(Exception):
-    """The model answered 429. ``delay``: the retry delay it asked for, if any."""
-
-    def __init__(self, delay: float | None, daily: bool, quota: str) -> None:
-        super().__init__(f"429 ({quota or 'unknown quota'})")
-        self.delay, self.daily, self.quota = delay, daily, quota
-
-
-class ModelUnavailable(Exception):
-    """A server error or a network failure: worth a quick retry of the same turn."""
-
-
-class ModelGateway(Protocol):
-    model: str  # the bare model id, e.g. ``gemini-2.5-flash``
-
-    def send(self, request: ModelRequest) -> ModelTurn:
-        """One model call. Raises RateLimited, ModelUnavailable, or ModelError (final)."""
-        ...
-
-    def check(self) -> str | None:
-        """Why this model cannot be used (unreachable, key refused, unknown), or None."""
-        ...
-
-    def scrub(self, value: Any) -> Any:
-        """``value`` (str, dict, list) with the gateway's credentials masked."""
-        ...
-
-
-# --- the loop ------------------------------------------------------------------
 
 
 @dataclass
