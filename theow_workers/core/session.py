@@ -89,25 +89,25 @@ class ToolLoop:
 
     def __init__(
         self,
-        model: ModelGateway,
+        gateway: ModelGateway,
         limiter: RateLimiter,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self.model = model
+        self.gateway = gateway
         self.limiter = limiter
         self._sleep = sleep
 
     def __repr__(self) -> str:
-        return f"ToolLoop({self.model!r})"
+        return f"ToolLoop({self.gateway!r})"
 
     def check(self) -> str | None:
-        return self.model.check()
+        return self.gateway.check()
 
     def tool_session(self, prompt: str, tools: Sequence[Tool], budget: Budget) -> SessionResult:
         """Run turns until a tool raises SessionEnd, the model stops, or the budget ends."""
         by_name = {tool.name: tool for tool in tools}
         session = _Session(
-            SessionResult(outcome=Outcome.ERROR, models=[self.model.model]),
+            SessionResult(outcome=Outcome.ERROR, models=[self.gateway.model]),
             _WaitBudget(budget.max_wait_seconds),
         )
         result = session.result
@@ -172,7 +172,7 @@ class ToolLoop:
         self, session: _Session, request: ModelRequest, estimate: int, record: bool = True
     ) -> ModelTurn:
         """One turn through the limiter: per-minute 429s waited out, 5xx retried."""
-        model, result, wait = self.model.model, session.result, session.wait
+        model, result, wait = self.gateway.model, session.result, session.wait
         partial = result if record else None
         failures = quota_hits = 0
         while True:
@@ -186,7 +186,7 @@ class ToolLoop:
             finally:
                 wait.spend(time.monotonic() - started)
             try:
-                reply = self.model.send(request)
+                reply = self.gateway.send(request)
             except RateLimited as hit:
                 self.limiter.settle(model, estimate, 0)
                 quota_hits += 1
@@ -218,7 +218,7 @@ class ToolLoop:
         self, hit: RateLimited, wait: _WaitBudget, result: SessionResult | None, last: bool
     ) -> None:
         """Share the back-off a 429 asks for; raise unless it is worth waiting for."""
-        model = self.model.model
+        model = self.gateway.model
         if hit.daily:
             reason = f"per-day quota exhausted ({hit.quota})"
             seconds = hit.delay or DAY
@@ -241,7 +241,7 @@ class ToolLoop:
         """Run one tool call; its result or error becomes the answer to the model."""
         record = ToolCallRecord(name=call.name, args=dict(call.args))
         result.tool_calls.append(record)
-        log.info("%s: tool call %s(%s)", self.model.model, call.name,
+        log.info("%s: tool call %s(%s)", self.gateway.model, call.name,
                  ", ".join(sorted(call.args))[:200])  # fmt: skip
         response: dict[str, Any]
         try:
@@ -256,7 +256,7 @@ class ToolLoop:
             raise
         except ToolError as exc:
             record.error = str(exc)
-            log.info("%s: tool %s refused: %s", self.model.model, call.name, record.error[:300])
+            log.info("%s: tool %s refused: %s", self.gateway.model, call.name, record.error[:300])
             response = {"error": record.error}
         except Exception as exc:  # a tool's bug is the model's information, not our crash
             record.error = f"{type(exc).__name__}: {exc}"
@@ -265,7 +265,7 @@ class ToolLoop:
 
     def _record(self, result: SessionResult | None, turn: dict[str, Any]) -> None:
         if result is not None:
-            result.transcript.append(self.model.scrub(turn))
+            result.transcript.append(self.gateway.scrub(turn))
 
 
 def _exhausted(result: SessionResult, budget: Budget) -> str:
