@@ -29,7 +29,7 @@ from theow_client import names
 from theow_workers import last_good
 from theow_workers.config import Settings
 from theow_workers.core.actions import ActionRegistry, load_actions
-from theow_workers.core.ports import Embedder, Hit, IndexEntry, RuleIndex, SyncReport
+from theow_workers.core.ports import Deliveries, Embedder, Hit, IndexEntry, RuleIndex, SyncReport
 from theow_workers.core.query import query_text
 from theow_workers.core.resolver import RuleBook, Similarity
 from theow_workers.core.rules import RuleError, RuleSet, as_text, load_rules
@@ -204,6 +204,13 @@ class Runtime:
 
                 self._redis = redis.Redis.from_url(self.settings.redis_url)
             return self._redis
+
+    @property
+    def deliveries(self) -> Deliveries:
+        """Claims and delivery counts shared by every worker (``adapters.deliveries``)."""
+        from theow_workers.adapters.deliveries import RedisDeliveries
+
+        return RedisDeliveries(self.redis)
 
     @property
     def normals(self) -> Any:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 from celery import Task
@@ -13,17 +12,16 @@ from sqlalchemy.exc import OperationalError
 from theow_client import names
 from theow_client.facts import FactsError
 from theow_workers import runtime
-from theow_workers.adapters.redis_state import FailureClaim
 from theow_workers.celery_app import app
 from theow_workers.config import ConfigError
 from theow_workers.core.explorer import InFlight
 from theow_workers.core.normal import passing_run
+from theow_workers.core.ports import OwnerTimeout
 from theow_workers.explorer.run import explore_failure, record_explore_error
 from theow_workers.runtime import RulesInvalid
 
 log = logging.getLogger("theow.tasks")
 
-DELIVERY_TTL = 24 * 3600
 IN_FLIGHT_RETRY_SECONDS = 1
 IN_FLIGHT_MAX_RETRIES = 1800  # longer than any exploration's time limit
 # Worth retrying: the broker, the database or Milvus was briefly unreachable.
@@ -39,30 +37,25 @@ def resolve(self: Task, payload: Any = None, *_: Any, **__: Any) -> dict[str, An
     """
     rt = runtime.current()
     failure_id = str(self.request.id)
-    with FailureClaim(rt.redis, failure_id) as claim:
+    with rt.deliveries.claim(failure_id) as claim:
         # A second message for the same failure (a duplicate submit) waits for the
         # first one's verdict rather than running the actions twice.
-        deadline = time.monotonic() + rt.settings.resolve_time_limit
-        pause = 0.02
-        while not claim.try_take():
-            decided = rt.service.store.verdict(failure_id)
-            if decided is not None:
-                return decided.to_dict()
-            if time.monotonic() > deadline:
-                return rt.service.give_up(
-                    payload, failure_id, "another worker held this failure too long"
-                ).to_dict()
-            time.sleep(pause)
-            pause = min(pause * 2, 0.5)
+        try:
+            decided = claim.wait(
+                lambda: rt.service.store.verdict(failure_id), rt.settings.resolve_time_limit
+            )
+        except OwnerTimeout:
+            reason = "another worker held this failure too long"
+            return rt.service.give_up(payload, failure_id, reason).to_dict()
+        if decided is not None:
+            return decided.to_dict()
         return _resolve_claimed(self, rt, payload, failure_id)
 
 
 def _resolve_claimed(
     self: Task, rt: runtime.Runtime, payload: Any, failure_id: str
 ) -> dict[str, Any]:
-    key = names.key_deliveries(failure_id)
-    delivery = int(rt.redis.incr(key))
-    rt.redis.expire(key, DELIVERY_TTL)
+    delivery = rt.deliveries.count(failure_id)
     if delivery > rt.settings.max_deliveries:
         reason = (
             f"delivered {delivery} times without a verdict (worker crashed or was killed each time)"
@@ -77,7 +70,7 @@ def _resolve_claimed(
     except RulesInvalid as exc:
         # No valid rules version was ever loaded: an error verdict now would be final for
         # a failure that valid rules may resolve, so the failure waits for them instead.
-        rt.redis.decr(key)  # waiting is not a crashed delivery
+        rt.deliveries.uncount(failure_id)  # waiting is not a crashed delivery
         retries, most = int(self.request.retries or 0), rt.settings.rules_wait_retries
         pause = rt.settings.rules_wait_seconds
         if retries >= most:

@@ -33,7 +33,7 @@ from tests.fakes.gemini_server import (
     user_texts,
     with_usage,
 )
-from theow_workers.adapters.gemini import NUDGE, GeminiGateway, gateway_from_settings
+from theow_workers.adapters.gemini import GeminiGateway, gateway_from_settings
 from theow_workers.config import ConfigError, Settings
 from theow_workers.core.limits import InMemoryLimiter
 from theow_workers.core.llm import (
@@ -48,6 +48,7 @@ from theow_workers.core.llm import (
     offered,
     tool_from_callable,
 )
+from theow_workers.core.session import NUDGE, ToolLoop
 
 KEY = "AIzaSyFAKE-test-key-0123456789abcdefghij"
 MODEL = "gemini-2.5-flash"
@@ -66,8 +67,8 @@ def limiter() -> InMemoryLimiter:
 
 
 @pytest.fixture
-def gateway(fake: FakeGemini, limiter: InMemoryLimiter) -> GeminiGateway:
-    return GeminiGateway(MODEL, api_key=KEY, base_url=fake.url, limiter=limiter)
+def gateway(fake: FakeGemini, limiter: InMemoryLimiter) -> ToolLoop:
+    return ToolLoop(GeminiGateway(MODEL, api_key=KEY, base_url=fake.url), limiter)
 
 
 # --- the deployment's tools, as a test declares them ------------------------
@@ -148,7 +149,7 @@ def tools(*granted: Permission) -> list[Any]:
 
 
 def test_a_session_calls_tools_with_the_models_arguments_and_ends_with_a_proposal(
-    fake: FakeGemini, gateway: GeminiGateway
+    fake: FakeGemini, gateway: ToolLoop
 ) -> None:
     fake.script(
         MODEL,
@@ -182,9 +183,7 @@ def test_a_session_calls_tools_with_the_models_arguments_and_ends_with_a_proposa
     assert result.tokens_in > 0 and result.tokens_out > 0
 
 
-def test_parallel_function_calls_are_each_answered(
-    fake: FakeGemini, gateway: GeminiGateway
-) -> None:
+def test_parallel_function_calls_are_each_answered(fake: FakeGemini, gateway: ToolLoop) -> None:
     fake.script(
         MODEL,
         [
@@ -233,7 +232,7 @@ def test_the_fake_refuses_a_function_call_turn_without_its_thought_signature(
 
 
 def test_a_tool_error_goes_back_to_the_model_which_corrects_itself(
-    fake: FakeGemini, gateway: GeminiGateway
+    fake: FakeGemini, gateway: ToolLoop
 ) -> None:
     def brain(model: str, request: dict[str, Any]) -> dict[str, Any]:
         answers = function_responses(request)
@@ -258,7 +257,7 @@ def test_a_tool_error_goes_back_to_the_model_which_corrects_itself(
 
 
 def test_wrong_arguments_and_unknown_tools_are_errors_for_the_model_not_crashes(
-    fake: FakeGemini, gateway: GeminiGateway
+    fake: FakeGemini, gateway: ToolLoop
 ) -> None:
     fake.script(
         MODEL,
@@ -278,7 +277,7 @@ def test_wrong_arguments_and_unknown_tools_are_errors_for_the_model_not_crashes(
     assert calls == []
 
 
-def test_give_up_ends_the_session_with_its_reason(fake: FakeGemini, gateway: GeminiGateway) -> None:
+def test_give_up_ends_the_session_with_its_reason(fake: FakeGemini, gateway: ToolLoop) -> None:
     fake.script(MODEL, [function_call("give_up", reason="the log is empty")])
 
     result = gateway.tool_session("go", tools(), Budget())
@@ -290,7 +289,7 @@ def test_give_up_ends_the_session_with_its_reason(fake: FakeGemini, gateway: Gem
 
 
 def test_a_line_saying_done_ends_a_session_without_a_tool(
-    fake: FakeGemini, gateway: GeminiGateway
+    fake: FakeGemini, gateway: ToolLoop
 ) -> None:
     fake.script(MODEL, [text("I restarted the runner.\nDone\n")])
 
@@ -301,7 +300,7 @@ def test_a_line_saying_done_ends_a_session_without_a_tool(
 
 
 def test_a_model_that_stops_twice_without_a_tool_call_gives_up(
-    fake: FakeGemini, gateway: GeminiGateway
+    fake: FakeGemini, gateway: ToolLoop
 ) -> None:
     fake.script(MODEL, [text("Looks like DNS, done."), text("I think so.")])
 
@@ -317,7 +316,7 @@ def test_a_model_that_stops_twice_without_a_tool_call_gives_up(
 
 
 def test_the_tool_call_budget_stops_the_session_after_one_warning(
-    fake: FakeGemini, gateway: GeminiGateway
+    fake: FakeGemini, gateway: ToolLoop
 ) -> None:
     fake.brain = lambda model, request: with_usage(
         function_call("read_log", lines=1), prompt=100, output=10
@@ -337,7 +336,7 @@ def test_the_tool_call_budget_stops_the_session_after_one_warning(
 
 
 def test_the_token_budget_stops_the_session_with_a_warning_first(
-    fake: FakeGemini, gateway: GeminiGateway
+    fake: FakeGemini, gateway: ToolLoop
 ) -> None:
     fake.brain = lambda model, request: with_usage(
         function_call("read_log", lines=1), prompt=400, output=60, thoughts=40
@@ -362,7 +361,7 @@ def test_the_token_budget_stops_the_session_with_a_warning_first(
 
 
 def test_a_per_minute_429_is_waited_out_then_the_turn_is_retried(
-    fake: FakeGemini, gateway: GeminiGateway
+    fake: FakeGemini, gateway: ToolLoop
 ) -> None:
     fake.script(MODEL, [quota_error(retry_delay="1.5s"), function_call("give_up", reason="fine")])
 
@@ -378,7 +377,7 @@ def test_a_per_minute_429_is_waited_out_then_the_turn_is_retried(
 
 
 def test_a_per_minute_429_longer_than_the_wait_budget_ends_the_session(
-    fake: FakeGemini, gateway: GeminiGateway
+    fake: FakeGemini, gateway: ToolLoop
 ) -> None:
     fake.script(MODEL, [quota_error(retry_delay="30s")])
 
@@ -397,7 +396,7 @@ def test_a_per_day_429_stops_this_model_until_the_quota_resets(
     fake.script(
         MODEL, [function_call("read_log", lines=1), quota_error(per_day=True, retry_delay=None)]
     )
-    gateway = GeminiGateway(MODEL, api_key=KEY, base_url=fake.url, limiter=limiter)
+    gateway = ToolLoop(GeminiGateway(MODEL, api_key=KEY, base_url=fake.url), limiter)
 
     with pytest.raises(QuotaExhausted) as stopped:
         gateway.tool_session("go", tools(), Budget())
@@ -410,7 +409,7 @@ def test_a_per_day_429_stops_this_model_until_the_quota_resets(
 
     # Later sessions sharing the limiter are refused before any request is sent.
     sent = len(fake.requests)
-    again = GeminiGateway(MODEL, api_key=KEY, base_url=fake.url, limiter=limiter)
+    again = ToolLoop(GeminiGateway(MODEL, api_key=KEY, base_url=fake.url), limiter)
     with pytest.raises(QuotaExhausted) as refused:
         again.tool_session("another failure", tools(), Budget())
     assert refused.value.daily
@@ -428,7 +427,7 @@ def test_the_secondary_takes_over_when_the_primary_keeps_failing(fake: FakeGemin
         gemini_base_url=fake.url,
     )
     gateway = gateway_from_settings(settings)
-    assert isinstance(gateway.primary, GeminiGateway)
+    assert isinstance(gateway.primary, ToolLoop)
     gateway.primary.server_retry_delays = (0.01, 0.01)
     fake.script(
         MODEL, [function_call("read_log", lines=1), server_error(), server_error(), server_error()]
@@ -448,8 +447,8 @@ def test_the_secondary_takes_over_when_the_primary_keeps_failing(fake: FakeGemin
 
 def test_a_daily_quota_on_the_primary_hands_over_to_the_secondary(fake: FakeGemini) -> None:
     limiter = InMemoryLimiter()
-    primary = GeminiGateway(MODEL, api_key=KEY, base_url=fake.url, limiter=limiter)
-    secondary = GeminiGateway(SECONDARY, api_key=KEY, base_url=fake.url, limiter=limiter)
+    primary = ToolLoop(GeminiGateway(MODEL, api_key=KEY, base_url=fake.url), limiter)
+    secondary = ToolLoop(GeminiGateway(SECONDARY, api_key=KEY, base_url=fake.url), limiter)
     gateway = FallbackGateway(primary, secondary)
     fake.script(MODEL, [quota_error(per_day=True)])
     fake.brain = lambda model, request: function_call("give_up", reason=model)
@@ -467,7 +466,7 @@ def test_a_daily_quota_on_the_primary_hands_over_to_the_secondary(fake: FakeGemi
 
 
 def test_tools_whose_permission_was_not_granted_are_never_declared(
-    fake: FakeGemini, gateway: GeminiGateway
+    fake: FakeGemini, gateway: ToolLoop
 ) -> None:
     fake.script(MODEL, [function_call("give_up", reason="x")])
 
@@ -484,7 +483,7 @@ def test_the_api_key_never_reaches_transcripts_or_error_messages(fake: FakeGemin
         return f"GEMINI_API_KEY={KEY}"
 
     leaky = tool_from_callable(leaky_tool)
-    gateway = GeminiGateway(MODEL, api_key=KEY, base_url=fake.url)
+    gateway = ToolLoop(GeminiGateway(MODEL, api_key=KEY, base_url=fake.url), InMemoryLimiter())
     gateway.server_retry_delays = ()
     fake.script(
         MODEL,
@@ -514,9 +513,7 @@ def test_a_missing_api_key_or_an_unknown_provider_is_a_clear_error() -> None:
         gateway_from_settings(Settings(llm_secondary="gemini-2.5-pro", gemini_api_key=KEY))
 
 
-def test_an_answer_without_content_is_a_model_error(
-    fake: FakeGemini, gateway: GeminiGateway
-) -> None:
+def test_an_answer_without_content_is_a_model_error(fake: FakeGemini, gateway: ToolLoop) -> None:
     fake.script(MODEL, [{"candidates": [{"finishReason": "MALFORMED_FUNCTION_CALL"}]}])
 
     with pytest.raises(ModelError, match="MALFORMED_FUNCTION_CALL") as failed:
@@ -529,7 +526,7 @@ def test_an_answer_without_content_is_a_model_error(
 
 
 def test_generate_asks_for_json_of_the_schema_and_parses_it(
-    fake: FakeGemini, gateway: GeminiGateway
+    fake: FakeGemini, gateway: ToolLoop
 ) -> None:
     schema = {"type": "object", "properties": {"cause": {"type": "string"}}}
     fake.script(MODEL, [text('{"cause": "dns"}')])
@@ -545,7 +542,7 @@ def test_generate_asks_for_json_of_the_schema_and_parses_it(
 
 
 def test_an_answer_the_sdk_cannot_read_is_a_model_error(
-    fake: FakeGemini, gateway: GeminiGateway
+    fake: FakeGemini, gateway: ToolLoop
 ) -> None:
     fake.script(MODEL, [{"candidates": "not a list"}])
 
@@ -554,7 +551,8 @@ def test_an_answer_the_sdk_cannot_read_is_a_model_error(
 
 
 def test_an_unreachable_server_is_a_model_error_after_quick_retries() -> None:
-    gateway = GeminiGateway(MODEL, api_key=KEY, base_url=f"http://127.0.0.1:{free_port()}")
+    unreachable = GeminiGateway(MODEL, api_key=KEY, base_url=f"http://127.0.0.1:{free_port()}")
+    gateway = ToolLoop(unreachable, InMemoryLimiter())
     gateway.server_retry_delays = (0.01, 0.01)
 
     with pytest.raises(ModelError, match="ConnectError") as failed:

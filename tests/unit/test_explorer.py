@@ -9,7 +9,9 @@ import pytest
 from theow_workers.core.actions import load_actions
 from theow_workers.core.explore import ExplorationContext
 from theow_workers.core.explorer import ExploreService, ExploreSettings, InFlight
-from theow_workers.core.llm import Budget, Outcome, SessionEnd, SessionResult, ToolError, call_tool
+from theow_workers.core.gateway import ModelTurn, ToolCall
+from theow_workers.core.limits import InMemoryLimiter
+from theow_workers.core.llm import Budget, FallbackGateway, Outcome
 from theow_workers.core.memory import HashingEmbedder, InMemoryExploreState
 from theow_workers.core.proposal import (
     Repository,
@@ -18,6 +20,7 @@ from theow_workers.core.proposal import (
     defined_actions,
 )
 from theow_workers.core.rules import load_rules
+from theow_workers.core.session import ToolLoop
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -116,27 +119,30 @@ def test_proposed_code_is_parsed_never_run(tmp_path):
 
 
 class ScriptedGateway:
-    """Calls the tools a real model would, in order; counts sessions."""
+    """A model that answers each turn with the next scripted tool call; counts sessions.
+
+    It makes one model call per turn, as Gemini's gateway does: the loop these
+    tests run is the production one (``core/session.py``).
+    """
+
+    model = "fake-model"
 
     def __init__(self, script):
         self.script, self.sessions = script, 0
 
-    def tool_session(self, prompt, tools, budget, use_secondary=False):
-        self.sessions += 1
-        by_name = {t.name: t for t in tools}
-        result = SessionResult(
-            Outcome.BUDGET, models=["fake-model"], tokens_in=1000, tokens_out=100
-        )
-        for name, args in self.script:
-            result.turns += 1
-            try:
-                call_tool(by_name[name], args)
-            except ToolError as exc:
-                result.reason = str(exc)
-            except SessionEnd as end:
-                result.outcome, result.payload = end.outcome, end.payload
-                return result
-        return result
+    def send(self, request):
+        turn = sum(isinstance(t, ModelTurn) for t in request.history)
+        self.sessions += turn == 0
+        if turn >= len(self.script):
+            return ModelTurn(text="Nothing more to try.", tokens_in=1000, tokens_out=100)
+        name, args = self.script[turn]
+        return ModelTurn(calls=(ToolCall(name, args),), tokens_in=1000, tokens_out=100)
+
+    def check(self):
+        return None
+
+    def scrub(self, value):
+        return value
 
 
 @pytest.fixture
@@ -147,6 +153,7 @@ def explorer_for(repo):
 
     def build(script, **settings):
         gateway = ScriptedGateway(script)
+        loop = FallbackGateway(ToolLoop(gateway, InMemoryLimiter()))
         state = InMemoryExploreState()
         recorded = []
 
@@ -155,7 +162,7 @@ def explorer_for(repo):
                 recorded.append((exploration, proposal))
 
         service = ExploreService(
-            state, Sink(), lambda: gateway, lambda text: embedder.embed([text])[0],
+            state, Sink(), lambda: loop, lambda text: embedder.embed([text])[0],
             ExploreSettings(budget=Budget(), prices={"fake-model": (1.0, 2.0)}, **settings),
         )  # fmt: skip
 

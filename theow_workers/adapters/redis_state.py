@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import random
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -113,51 +112,6 @@ class RedisLimiter:
     def stopped(self, model: str) -> str | None:
         value = self.redis.get(names.key_llm(model, "stopped"))
         return value.decode() if value else None
-
-
-class FailureClaim:
-    """One worker at a time resolves a given failure id.
-
-    The claim lives ``ttl`` seconds and is refreshed by a background thread
-    while held, so a worker killed mid-task loses it within ``ttl`` and the
-    redelivered message can take over.
-
-    >>> with FailureClaim(redis, failure_id) as claim:  # doctest: +SKIP
-    ...     if claim.held: resolve()
-    """
-
-    def __init__(self, redis: Any, failure_id: str, ttl: float = 15.0) -> None:
-        self.redis = redis
-        self.key = names.key_resolving(failure_id)
-        self.ttl_ms = int(ttl * 1000)
-        self.token = uuid.uuid4().hex
-        self.held = False
-        self._stop = threading.Event()
-        self._refresher: threading.Thread | None = None
-
-    def try_take(self) -> bool:
-        self.held = bool(self.redis.set(self.key, self.token, nx=True, px=self.ttl_ms))
-        if self.held:
-            self._refresher = threading.Thread(target=self._refresh, daemon=True)
-            self._refresher.start()
-        return self.held
-
-    def _refresh(self) -> None:
-        while not self._stop.wait(self.ttl_ms / 3000):
-            self.redis.pexpire(self.key, self.ttl_ms)
-
-    def release(self) -> None:
-        self._stop.set()
-        if self.held:
-            if self.redis.get(self.key) == self.token.encode():
-                self.redis.delete(self.key)
-            self.held = False
-
-    def __enter__(self) -> FailureClaim:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
 
 class RedisExploreState:

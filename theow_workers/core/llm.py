@@ -1,8 +1,8 @@
 """The LLM side of exploration: tools, budgets, sessions, and the gateway interface.
 
-A gateway runs a tool-calling session: our own loop, one model request per
-turn, so every turn's tokens are counted and every request passes the rate
-limiter. Tools are plain typed, documented callables; a tool that ends the
+A gateway runs a tool-calling session: our own loop (``core/session.py``), one
+model request per turn, so every turn's tokens are counted and every request
+passes the rate limiter. Tools are plain typed, documented callables; a tool that ends the
 session (``submit_rule`` accepted, ``give_up``) raises SessionEnd.
 
 >>> def read_log(lines: int = 50) -> str:
@@ -171,6 +171,10 @@ class LLMGateway(Protocol):
 
     def generate(self, prompt: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
         """One request; with ``schema``, the reply is JSON of that shape."""
+        ...
+
+    def check(self) -> str | None:
+        """Why the model cannot be used (unreachable, key refused, unknown), or None."""
         ...
 
 

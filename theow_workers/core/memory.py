@@ -11,8 +11,9 @@ import hashlib
 import math
 import re
 import threading
-from collections.abc import Sequence
-from typing import Any
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from theow_client.verdict import Verdict
 from theow_workers.core.ports import (
@@ -23,7 +24,10 @@ from theow_workers.core.ports import (
     IndexEntry,
     RuleStats,
     SyncReport,
+    wait_for_owner,
 )
+
+T = TypeVar("T")
 
 _WORD = re.compile(r"[a-z0-9_]+")
 
@@ -182,3 +186,51 @@ class InMemoryExploreState:
 
     def cached(self) -> list[dict[str, Any]]:
         return list(self.cache.values())
+
+
+class InMemoryDeliveries:
+    """Claims and delivery counts for the workers (threads) of one process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.owners: dict[str, str] = {}  # key -> the token of the claim holding it
+        self.counts: dict[str, int] = {}
+
+    def claim(self, key: str) -> InMemoryClaim:
+        return InMemoryClaim(self, key)
+
+    def count(self, key: str) -> int:
+        with self._lock:
+            self.counts[key] = self.counts.get(key, 0) + 1
+            return self.counts[key]
+
+    def uncount(self, key: str) -> None:
+        with self._lock:
+            self.counts[key] = self.counts.get(key, 0) - 1
+
+
+class InMemoryClaim:
+    def __init__(self, deliveries: InMemoryDeliveries, key: str) -> None:
+        self.deliveries, self.key = deliveries, key
+        self.token = uuid.uuid4().hex
+        self.held = False
+
+    def try_take(self) -> bool:
+        with self.deliveries._lock:
+            self.held = self.deliveries.owners.setdefault(self.key, self.token) == self.token
+            return self.held
+
+    def wait(self, outcome: Callable[[], T | None], timeout: float) -> T | None:
+        return wait_for_owner(self.key, self.try_take, outcome, timeout)
+
+    def release(self) -> None:
+        with self.deliveries._lock:
+            if self.deliveries.owners.get(self.key) == self.token:
+                del self.deliveries.owners[self.key]
+            self.held = False
+
+    def __enter__(self) -> InMemoryClaim:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

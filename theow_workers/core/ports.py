@@ -6,12 +6,15 @@ and an in-memory implementation used by tests and by ``theow rules test``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from theow_client.verdict import Verdict
+
+T = TypeVar("T")
 
 
 class Embedder(Protocol):
@@ -127,3 +130,81 @@ class Store(Protocol):
         ...
 
     def rule_stats(self) -> dict[str, RuleStats]: ...
+
+
+class OwnerTimeout(Exception):
+    """The delivery that holds a key kept it longer than this one may wait."""
+
+    def __init__(self, key: str, waited: float) -> None:
+        super().__init__(f"{key}: held by another delivery for more than {waited:g}s")
+        self.key = key
+
+
+class Claim(Protocol):
+    """One delivery's claim on a key: at most one claim holds a key at a time.
+
+    A held claim stays alive while its process does; a killed worker's claim
+    lapses within seconds, so the redelivered message can take over.
+    """
+
+    held: bool
+
+    def try_take(self) -> bool:
+        """Hold the key if no other claim does; whether this claim holds it now."""
+        ...
+
+    def wait(self, outcome: Callable[[], T | None], timeout: float) -> T | None:
+        """Take the key (None), or return the outcome its owner recorded meanwhile.
+
+        Polls ``outcome`` and the key until one is there; raises OwnerTimeout
+        after ``timeout`` seconds of neither."""
+        ...
+
+    def release(self) -> None: ...
+
+    def __enter__(self) -> Claim: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+class Deliveries(Protocol):
+    """Messages delivered more than once (late acks, duplicate submits), made safe.
+
+    >>> with deliveries.claim(failure_id) as claim:  # doctest: +SKIP
+    ...     decided = claim.wait(lambda: store.verdict(failure_id), timeout=60)
+    ...     if decided is None:  # ours: no other delivery holds or decided it
+    ...         resolve(failure_id, delivery=deliveries.count(failure_id))
+    """
+
+    def claim(self, key: str) -> Claim:
+        """A claim on ``key``, not yet taken; leaving ``with`` releases it."""
+        ...
+
+    def count(self, key: str) -> int:
+        """Count one more delivery of ``key``: its number, 1 for the first (kept a day)."""
+        ...
+
+    def uncount(self, key: str) -> None:
+        """Take back the last count: that delivery was put off, not lost."""
+        ...
+
+
+def wait_for_owner(
+    key: str,
+    try_take: Callable[[], bool],
+    outcome: Callable[[], T | None],
+    timeout: float,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T | None:
+    """``Claim.wait`` for any claim: poll the key and the outcome, backing off to 0.5 s."""
+    deadline = time.monotonic() + timeout
+    pause = 0.02
+    while not try_take():
+        decided = outcome()
+        if decided is not None:
+            return decided
+        if time.monotonic() > deadline:
+            raise OwnerTimeout(key, timeout)
+        sleep(pause)
+        pause = min(pause * 2, 0.5)
+    return None

@@ -29,7 +29,6 @@ from theow_workers.replay.runner import ReplayRunner
 
 log = logging.getLogger("theow.replay")
 
-DELIVERY_TTL = 24 * 3600
 _runner: ReplayRunner | None = None
 
 
@@ -45,9 +44,7 @@ def replay(self: Task, chunk: dict[str, Any]) -> dict[str, Any]:
 
 def _count(delivery_id: str) -> int:
     """How many times this delivery id was started (Redis, expires after a day)."""
-    key = names.key_deliveries(delivery_id)
-    count, _ = runtime.current().redis.pipeline().incr(key).expire(key, DELIVERY_TTL).execute()
-    return int(count)
+    return runtime.current().deliveries.count(delivery_id)
 
 
 def runner() -> ReplayRunner:

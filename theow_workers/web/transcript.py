@@ -1,6 +1,6 @@
 """An exploration's transcript, turn by turn, as the proposal page shows it.
 
-Turns are what the Gemini gateway records (``adapters/gemini.py``): ``model``
+Turns are what the tool loop records (``core/session.py``): ``model``
 turns with text, function calls and tokens; ``user`` turns with text and
 function responses; ``tool`` and ``event`` notes. Cost per model turn is an
 estimate from ``Settings.llm_prices`` (dollars per million tokens).

@@ -1,0 +1,88 @@
+"""Deliveries through Redis: one claim per key fleet-wide, delivery counts that outlive workers.
+
+Keys (``theow_client.names``): ``key_resolving(key)`` holds the token of the
+claim that owns ``key``, with a short TTL kept fresh while it is held;
+``key_deliveries(key)`` counts the deliveries of ``key`` for a day.
+
+>>> deliveries = RedisDeliveries(redis)  # doctest: +SKIP
+>>> with deliveries.claim(failure_id) as claim:  # doctest: +SKIP
+...     decided = claim.wait(lambda: store.verdict(failure_id), timeout=60)
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from theow_client import names
+from theow_workers.core.ports import wait_for_owner
+
+T = TypeVar("T")
+
+DELIVERY_TTL = 24 * 3600
+
+
+class RedisDeliveries:
+    def __init__(self, redis: Any, claim_ttl: float = 15.0, count_ttl: int = DELIVERY_TTL) -> None:
+        self.redis = redis
+        self.claim_ttl = claim_ttl
+        self.count_ttl = count_ttl
+
+    def claim(self, key: str) -> RedisClaim:
+        return RedisClaim(self.redis, key, self.claim_ttl)
+
+    def count(self, key: str) -> int:
+        counted = names.key_deliveries(key)
+        count, _ = self.redis.pipeline().incr(counted).expire(counted, self.count_ttl).execute()
+        return int(count)
+
+    def uncount(self, key: str) -> None:
+        self.redis.decr(names.key_deliveries(key))
+
+
+class RedisClaim:
+    """One worker at a time holds a key.
+
+    The claim lives ``ttl`` seconds and is refreshed by a background thread
+    while held, so a worker killed mid-task loses it within ``ttl`` and the
+    redelivered message can take over.
+    """
+
+    def __init__(self, redis: Any, key: str, ttl: float = 15.0) -> None:
+        self.redis = redis
+        self.name = key
+        self.key = names.key_resolving(key)
+        self.ttl_ms = int(ttl * 1000)
+        self.token = uuid.uuid4().hex
+        self.held = False
+        self._stop = threading.Event()
+        self._refresher: threading.Thread | None = None
+
+    def try_take(self) -> bool:
+        self.held = bool(self.redis.set(self.key, self.token, nx=True, px=self.ttl_ms))
+        if self.held and self._refresher is None:
+            self._refresher = threading.Thread(target=self._refresh, daemon=True)
+            self._refresher.start()
+        return self.held
+
+    def wait(self, outcome: Callable[[], T | None], timeout: float) -> T | None:
+        return wait_for_owner(self.name, self.try_take, outcome, timeout)
+
+    def _refresh(self) -> None:
+        while not self._stop.wait(self.ttl_ms / 3000):
+            self.redis.pexpire(self.key, self.ttl_ms)
+
+    def release(self) -> None:
+        self._stop.set()
+        if self.held:
+            if self.redis.get(self.key) == self.token.encode():
+                self.redis.delete(self.key)
+            self.held = False
+
+    def __enter__(self) -> RedisClaim:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
