@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from celery.exceptions import TimeoutError as CeleryTimeoutError  # type: ignore[import-untyped]
+from celery.exceptions import TimeoutError as CeleryTimeoutError
 from kombu.exceptions import OperationalError
 from kombu.utils.url import maybe_sanitize_url
 from redis.exceptions import RedisError

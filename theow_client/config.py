@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from celery import Celery  # type: ignore[import-untyped]
+from celery import Celery
 
 from theow_client import names
 

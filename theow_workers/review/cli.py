@@ -266,8 +266,8 @@ def meow_command(
     change = stats["hit_rate_change"]
     if change["last_approval"]:
         before, after = change["before"]["hit_rate"], change["after"]["hit_rate"]
-        fmt = lambda v: "-" if v is None else f"{v:.0%}"  # noqa: E731
-        out.print(f"(cat) hit rate {fmt(before)} before the last approval, {fmt(after)} since")
+        out.print(f"(cat) hit rate {_percent(before)} before the last approval,"
+                  f" {_percent(after)} since")  # fmt: skip
     out.print(f"(cat) {stats['llm_sessions']} LLM sessions, ${stats['llm_cost']:.4f}; "
               f"{stats['cache_hits_saved']} reused (about ${stats['estimated_cost_saved']:.4f} saved)")  # fmt: skip
     out.print(
@@ -358,4 +358,8 @@ def failures_show(failure_id: str, as_json: JsonFlag = False) -> None:
             f"  exploration {e['outcome']}: {e['reason']} (proposal {e['proposal_id'] or '-'}, ${e['cost']:.4f})"
         )
     for line in info["error_lines"]:
-        out.print(f"  [dim]{line}[/dim]", highlight=False)
+        out.print(Text(f"  {line}", style="dim"))  # log text: no markup, no emoji
+
+
+def _percent(rate: float | None) -> str:
+    return "-" if rate is None else f"{rate:.0%}"

@@ -83,7 +83,7 @@ def meow(store: SqlStore, since: timedelta | None = None) -> dict[str, Any]:
     saved = sum(by_outcome.get(o, 0) for o in SAVED_OUTCOMES)
     total = sum(verdicts.values())
     matched = sum(verdicts[s] for s in MATCHED)
-    rules = [{"rule": r, **counts} for r, counts in per_rule.items()]
+    rules: list[dict[str, Any]] = [{"rule": r, **counts} for r, counts in per_rule.items()]
     return {
         "since": start.isoformat() if since else None,
         "failures": total,
