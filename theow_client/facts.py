@@ -75,15 +75,46 @@ def decode(data: bytes | str) -> str:
 
 
 def bound_text(text: str, limit: int = DEFAULT_FACT_LIMIT) -> tuple[str, dict[str, int] | None]:
-    """Keep at most about ``limit`` characters of ``text``, the cause among them.
+    """Keep at most ``limit`` characters of ``text``, the cause among them.
 
     A head and a tail, then windows of lines around lines that look like
     errors (strongest markers first, nearest the end first), with a marker
     where text was cut. Returns the text and, when something was cut, a note
-    with the sizes.
+    with the sizes. The markers count towards ``limit``, so bounding a
+    bounded text again changes nothing (the worker re-checks what a client
+    bounded).
     """
     if len(text) <= limit:
         return text, None
+    room = limit
+    while True:
+        kept = _kept(text, max(room, 0))
+        pieces, last = [], 0
+        for start, end in kept:
+            if start > last:
+                pieces.append(CUT_MARKER.format(omitted=start - last))
+            pieces.append(text[start:end])
+            last = end
+        if last < len(text):
+            pieces.append(CUT_MARKER.format(omitted=len(text) - last))
+        bounded = "".join(pieces)
+        if len(bounded) <= limit or room <= 0:
+            break
+        room -= len(bounded) - limit  # make room for the markers, then cut again
+    if len(bounded) > limit:  # a limit smaller than one marker: the marker alone, shortened
+        bounded = CUT_MARKER.format(omitted=len(text))[:limit]
+        kept = []
+    kept_chars = sum(end - start for start, end in kept)
+    note = {
+        "original_chars": len(text),
+        "kept_chars": kept_chars,
+        "omitted_chars": len(text) - kept_chars,
+    }
+    return bounded, note
+
+
+def _kept(text: str, limit: int) -> list[tuple[int, int]]:
+    """The merged [start, end) spans of ``text`` that bounding to ``limit`` keeps."""
     head, tail = int(limit * HEAD_SHARE), int(limit * TAIL_SHARE)
     kept = [(0, head), (len(text) - tail, len(text))]
     budget = limit - head - tail
@@ -101,20 +132,7 @@ def bound_text(text: str, limit: int = DEFAULT_FACT_LIMIT) -> tuple[str, dict[st
             found.skip_to(start)
     # What the windows left goes to a longer tail.
     kept.append((max(len(text) - tail - max(budget, 0), 0), len(text)))
-    pieces, last = [], 0
-    for start, end in _merged(kept):
-        if start > last:
-            pieces.append(CUT_MARKER.format(omitted=start - last))
-        pieces.append(text[start:end])
-        last = end
-    bounded = "".join(pieces)
-    kept_chars = sum(end - start for start, end in _merged(kept))
-    note = {
-        "original_chars": len(text),
-        "kept_chars": kept_chars,
-        "omitted_chars": len(text) - kept_chars,
-    }
-    return bounded, note
+    return [(start, end) for start, end in _merged(kept) if end > start]
 
 
 class _Markers:

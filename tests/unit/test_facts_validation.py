@@ -14,6 +14,7 @@ from theow_client.facts import (
     FactLimits,
     FactsError,
     bound_facts,
+    bound_text,
     dumps_facts,
     loads_facts,
 )
@@ -156,3 +157,13 @@ def test_text_is_normalized_and_bounded_at_any_depth():
     assert bounded["ratio"] is None and notes["ratio"] == {"replaced": "nan"}
     assert bounded["raw"] == "\ufffd\ufffdok"
     assert "replaced" in notes["stderr"]
+
+
+def test_a_log_the_client_bounded_reaches_the_worker_unchanged_and_within_the_limit():
+    log = "".join(f"step {n}: ok\n" for n in range(20_000)) + "error: linker failed\n" * 3
+    client, note = bound_text(log, limit=64 * 1024)
+    worker, again = bound_text(client, limit=64 * 1024)
+
+    assert note is not None and len(client) <= 64 * 1024
+    assert (worker, again) == (client, None)
+    assert "error: linker failed" in worker
