@@ -38,12 +38,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import re
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+from theow_client.secret_rules import DETECTORS, Detector, Group
 
 MASK = "***"
 LABELLED = "[masked:{}]"
@@ -51,35 +50,6 @@ LABELLED = "[masked:{}]"
 SECRET_NAME = re.compile(
     r"token|secret|passw(or)?d|api_?key|access_?key|private_?key|credential", re.I
 )
-
-
-Group = int | str | tuple[int | str, ...]
-
-
-@dataclass(frozen=True)
-class Detector:
-    """One kind of secret: where it is in a text, and what to call it once masked.
-
-    ``label`` names the secret (``github-token`` becomes ``[masked:github-token]``);
-    an empty label masks the value as ``***`` and keeps the name that precedes
-    it. ``group`` is the part of a match that is masked. ``keywords`` are
-    lowercase literals, one of which every match contains: the pattern runs
-    only on a text holding one. ``check``, when given, must accept the masked
-    value (an entropy or format test the regex cannot express). A detector
-    whose matches never cross a line runs only on the lines holding a keyword,
-    or, with ``reach=(before, after)``, only on that many characters around
-    each keyword (a match starts at most ``before`` characters ahead of its
-    keyword and ends at most ``after`` past it; long log lines are common).
-    ``multiline`` ones run on the whole text.
-    """
-
-    label: str
-    pattern: re.Pattern[str]
-    keywords: tuple[str, ...]
-    group: Group = 0
-    check: Callable[[str], bool] | None = None
-    multiline: bool = False
-    reach: tuple[int, int] | None = None
 
 
 Span = tuple[int, int, str]
@@ -230,39 +200,7 @@ def _merged(spans: list[Span]) -> list[Span]:
     return merged
 
 
-def entropy(value: str) -> float:
-    """Shannon entropy in bits per character.
-
-    >>> entropy("aaaa"), round(entropy("ab"), 1)
-    (0.0, 1.0)
-    """
-    if not value:
-        return 0.0
-    counts = Counter(value)
-    total = len(value)
-    return 0.0 - sum(n / total * math.log2(n / total) for n in counts.values())
-
-
-def looks_random(value: str) -> bool:
-    """A value that could be a generated token rather than a word or a number.
-
-    >>> looks_random("unexpected"), looks_random("4096"), looks_random("d41d8cd98f00b204e980")
-    (False, False, True)
-    """
-    if len(value) < 8 or value.isdigit():
-        return False
-    classes = sum(
-        (any(c.islower() for c in value), any(c.isupper() for c in value),
-         any(c.isdigit() for c in value), any(not c.isalnum() for c in value))
-    )  # fmt: skip
-    if classes >= 2 and any(c.isdigit() for c in value):
-        return entropy(value) >= 2.5
-    return len(value) >= 20 and entropy(value) >= 4.0
-
-
 def _default() -> Redactor:
-    from theow_client.secret_rules import DETECTORS
-
     return Redactor(DETECTORS)
 
 

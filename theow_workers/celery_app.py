@@ -16,15 +16,10 @@ import logging
 from typing import Any
 
 from celery import Celery
-from celery.signals import (
-    after_setup_logger,
-    after_setup_task_logger,
-    celeryd_init,
-    worker_process_init,
-)
+from celery.signals import after_setup_logger, after_setup_task_logger, celeryd_init
 
 from theow_client import names
-from theow_workers import runtime, wire
+from theow_workers import wire
 from theow_workers.config import Settings
 
 
@@ -60,27 +55,24 @@ def make_app(settings: Settings | None = None) -> Celery:
     return app
 
 
-app = make_app()
-
-
-@worker_process_init.connect
-def _after_fork(**_: Any) -> None:
-    # Cheap on purpose (Celery allows 4 s here): only forget the parent's clients.
-    runtime.reset_after_fork()
+# This module builds the app and nothing else: it imports no service, so the
+# services (``runtime``, the explorer) may send tasks through it without a cycle.
+settings = Settings.load()
+app = make_app(settings)
 
 
 @after_setup_logger.connect
 @after_setup_task_logger.connect
 def _log_format(logger: logging.Logger, **_: Any) -> None:
     # THEOW_LOG_FORMAT=json: one JSON object per line; secrets masked in either format.
-    from theow_workers.ops.logs import configure_logger
+    from theow_workers.logs import configure_logger
 
-    configure_logger(logger, runtime.current().settings, task_context=True)
+    configure_logger(logger, settings, task_context=True)
 
 
 @celeryd_init.connect
 def _json_from_the_start(instance: Any, **_: Any) -> None:
     # Before Celery sets up logging: no free-text banner or warnings in JSON mode.
-    from theow_workers.ops.logs import prepare_worker
+    from theow_workers.logs import prepare_worker
 
-    prepare_worker(instance, runtime.current().settings)
+    prepare_worker(instance, settings)

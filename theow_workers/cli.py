@@ -537,7 +537,7 @@ def unreachable(exc: BaseException) -> bool:
 
 def main() -> None:
     from theow_workers.core.redact import redact_text
-    from theow_workers.ops.logs import setup_cli_logging
+    from theow_workers.logs import setup_cli_logging
 
     # THEOW_LOG_FORMAT=json: one JSON object per line; secrets masked either way.
     setup_cli_logging(os.environ.get("THEOW_LOG_LEVEL", "WARNING"))

@@ -7,6 +7,7 @@ from typing import Any
 
 from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded
+from celery.signals import worker_process_init
 from sqlalchemy.exc import OperationalError
 
 from theow_client import names
@@ -26,6 +27,12 @@ IN_FLIGHT_RETRY_SECONDS = 1
 IN_FLIGHT_MAX_RETRIES = 1800  # longer than any exploration's time limit
 # Worth retrying: the broker, the database or Milvus was briefly unreachable.
 TRANSIENT: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError, OperationalError)
+
+
+@worker_process_init.connect
+def _after_fork(**_: Any) -> None:
+    # Cheap on purpose (Celery allows 4 s here): only forget the parent's clients.
+    runtime.reset_after_fork()
 
 
 @app.task(name=names.TASK_RESOLVE, bind=True)

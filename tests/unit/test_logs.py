@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from theow_workers.config import Settings
-from theow_workers.ops.logs import (
+from theow_workers.logs import (
     LogFormatError,
     check_format,
     configure_handler,

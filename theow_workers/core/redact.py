@@ -24,8 +24,8 @@ import threading
 from functools import cache
 from typing import Any
 
-from theow_client.redact import MASK, SECRET_NAME, Detector, KeywordFinder, Redactor
-from theow_client.secret_rules import DETECTORS, GITLAB_PREFIXES
+from theow_client.redact import MASK, SECRET_NAME, KeywordFinder, Redactor
+from theow_client.secret_rules import DETECTORS, GITLAB_PREFIXES, Detector
 
 __all__ = ["MASK", "SECRET_NAME", "plugin_detectors", "redact", "redact_text", "redactor"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from theow_client import names
 from theow_client.job import job_fact
@@ -19,7 +19,9 @@ from theow_workers.core.llm import Budget, Outcome, offered
 from theow_workers.core.proposal import Repository
 from theow_workers.core.query import query_text
 from theow_workers.explorer.tools import Workspace, deployment_tools, read_log_tool
-from theow_workers.runtime import Runtime
+
+if TYPE_CHECKING:
+    from theow_workers.runtime import Runtime
 
 
 def enqueue(runtime: Runtime, failure_id: str, rule: str | None, session_id: str | None) -> str:

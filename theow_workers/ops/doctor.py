@@ -36,7 +36,7 @@ from theow_workers.ops.checks import CHECKS, FAIL, OK, WARN, Context, Finding
 
 def diagnose(settings: Settings, deep: bool = False) -> list[Finding]:
     """Run every check; a check that crashes is itself a failed finding."""
-    from theow_workers.ops.logs import SecretFilter, secrets_of
+    from theow_workers.logs import SecretFilter, secrets_of
 
     ctx = Context(settings, deep)
     findings: list[Finding] = []

@@ -40,7 +40,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from theow_workers.adapters.sql import Base
 from theow_workers.replay.grouping import Group, group_unmatched
-from theow_workers.replay.jobs import Job, ReplayStore
+from theow_workers.replay.jobs import Job, ReplayStore, with_basis
 
 SENDING, SENT, REUSED = "sending", "sent", "reused"
 # Outcomes that settle a root cause: a later group with its fingerprint reuses them.
@@ -116,8 +116,6 @@ class ReplayExplorer:
         self.store, self.send = store, send
 
     def groups(self, job: Job) -> list[Group]:
-        from theow_workers.replay.report import with_basis
-
         items = with_basis(self.store, self.store.items(job.id, "unmatched"))
         return group_unmatched(
             (i.failure_id or "", i.key, i.fingerprint or "", i.sample, i.basis) for i in items

@@ -11,6 +11,7 @@ twice, whoever records it and however often.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields
@@ -34,7 +35,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Mapped, Session, mapped_column, sessionmaker
 
-from theow_workers.adapters.sql import Base, expand_id
+from theow_workers.adapters.sql import Base, FailureRow, expand_id
+from theow_workers.replay.grouping import error_summary
 
 # Job statuses. "running" with a stale heartbeat means the driver died.
 PENDING, RUNNING, DONE = "pending", "running", "done"
@@ -315,3 +317,23 @@ class ReplayStore:
 def _item(row: ReplayItemRow) -> ItemRecord:
     named = {f.name: getattr(row, f.name) for f in fields(ItemRecord) if f.name != "key"}
     return ItemRecord(key=row.item_key, **named)
+
+
+def with_basis(store: ReplayStore, items: list[ItemRecord]) -> list[ItemRecord]:
+    """A root cause's error text is stored on one of its items; recompute it if none has it."""
+    having = {i.fingerprint for i in items if i.basis}
+    first: dict[str | None, ItemRecord] = {}
+    for item in items:
+        if item.fingerprint not in having:
+            first.setdefault(item.fingerprint, item)
+    if not first:
+        return items
+    ids = [i.failure_id for i in first.values() if i.failure_id]
+    with store.session() as s:
+        query = select(FailureRow.id, FailureRow.facts).where(FailureRow.id.in_(ids))
+        facts = {fid: data for fid, data in s.execute(query)}
+    redone = {}
+    for item in first.values():
+        sample, basis = error_summary(facts.get(item.failure_id or "", {}))
+        redone[id(item)] = dataclasses.replace(item, sample=sample, basis=basis)
+    return [redone.get(id(i), i) for i in items]

@@ -13,7 +13,6 @@ are Gemini list prices).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections import Counter
 from dataclasses import dataclass
@@ -23,19 +22,18 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from theow_workers.adapters.sql import FailureRow
 from theow_workers.core.logtext import strip_ansi
-from theow_workers.replay.grouping import error_summary, group_unmatched
+from theow_workers.replay.grouping import group_unmatched
 from theow_workers.replay.jobs import (
     DONE,
     DUPLICATE,
     INVALID,
     MATCHED,
-    ItemRecord,
     Job,
     ReplayItemRow,
     ReplayJobRow,
     ReplayStore,
+    with_basis,
 )
 
 LOST_SAMPLE = 50
@@ -131,26 +129,6 @@ def _explored(store: ReplayStore, job: Job, groups: list[Any]) -> dict[str, Any]
         actual_usd=round(sum(g.cost for g in states), 4),
     )
     return request
-
-
-def with_basis(store: ReplayStore, items: list[ItemRecord]) -> list[ItemRecord]:
-    """A root cause's error text is stored on one of its items; recompute it if none has it."""
-    having = {i.fingerprint for i in items if i.basis}
-    first: dict[str | None, ItemRecord] = {}
-    for item in items:
-        if item.fingerprint not in having:
-            first.setdefault(item.fingerprint, item)
-    if not first:
-        return items
-    ids = [i.failure_id for i in first.values() if i.failure_id]
-    with store.session() as s:
-        query = select(FailureRow.id, FailureRow.facts).where(FailureRow.id.in_(ids))
-        facts = {fid: data for fid, data in s.execute(query)}
-    redone = {}
-    for item in first.values():
-        sample, basis = error_summary(facts.get(item.failure_id or "", {}))
-        redone[id(item)] = dataclasses.replace(item, sample=sample, basis=basis)
-    return [redone.get(id(i), i) for i in items]
 
 
 def _compare(store: ReplayStore, job: Job, by_rule: dict[str, int]) -> dict[str, Any] | None:
