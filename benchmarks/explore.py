@@ -56,14 +56,14 @@ from resolve import free_port, wait_for_worker  # noqa: E402  (benchmarks/resolv
 
 from tests.fakes.gemini_server import FakeGemini, function_call, user_texts  # noqa: E402
 from theow_client import Status, TheowClient, names  # noqa: E402
-from theow_workers.adapters.explore_sql import ExploreStore  # noqa: E402
 from theow_workers.adapters.redis_state import RedisLimiter  # noqa: E402
-from theow_workers.adapters.sql import SqlStore  # noqa: E402
 from theow_workers.config import Settings  # noqa: E402
 from theow_workers.core.llm import QuotaExhausted  # noqa: E402
 from theow_workers.core.matching import evaluate  # noqa: E402
 from theow_workers.core.rules import parse_rule  # noqa: E402
 from theow_workers.stack import EmbeddedStack  # noqa: E402
+from theow_workers.store.explore import ExploreStore  # noqa: E402
+from theow_workers.store.results import SqlStore  # noqa: E402
 
 MODEL = "gemini-2.5-flash"
 SERVICES = "auth billing cart search ledger media notify profile quota report shipping".split()  # noqa: SIM905
@@ -186,7 +186,7 @@ def explore_part(args: argparse.Namespace, tmp: Path, say: Any) -> list[dict[str
                 say(f"--- tail of {log.name}:\n{log.read_text(errors='replace')[-2000:]}")
             raise
         client = cleanup.enter_context(TheowClient(settings.redis_url, spool_dir=tmp / "spool"))
-        sql = SqlStore(settings.sqlalchemy_url)
+        sql = SqlStore(settings.store_url)
         cleanup.callback(sql.engine.dispose)
         # Each process loads MiniLM on its first embedding (seconds): not inside a run.
         rng = random.Random(0)

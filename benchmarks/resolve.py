@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/resolve.py --quick          # smoke run, under a minute
     .venv/bin/python benchmarks/resolve.py --json --runs 5  # one JSON object on stdout
     .venv/bin/python benchmarks/resolve.py --profile        # plus an in-process time breakdown
+                                                            # and SQL statements/transactions per failure
 
 It builds 200 rules (the shipped ones, at most half, plus generated ones across
 ecosystems) and CI logs of tens of KB in a fleet-like mix (most failures exact repeats of
@@ -354,6 +355,7 @@ def profile(rt: TimedRuntime, failures: list[dict]) -> dict:
     for facts in failures:
         fid = str(uuid.uuid4())
         payloads.append((build_payload(facts, failure_id=fid), fid))
+    sql = SqlCounter(rt.store.engine)
     for p in patches:
         p.start()
     try:
@@ -364,6 +366,7 @@ def profile(rt: TimedRuntime, failures: list[dict]) -> dict:
     finally:
         for p in patches:
             p.stop()
+        sql.stop()
     inner = acc["embed"] + acc["milvus"] + acc["query_text"]
     parts = {
         "parse + redact": acc["bound_facts"] + acc["redact"], "fingerprint": acc["fingerprint"],
@@ -378,7 +381,36 @@ def profile(rt: TimedRuntime, failures: list[dict]) -> dict:
         "ms_per_failure": {k: 1000 * v / n for k, v in parts.items()},
         "share": {k: v / total for k, v in parts.items()},
         "calls": {k: int(acc[k + "#calls"]) for k in ("plan", "embed", "milvus", "sql")},
+        "sql_per_failure": {k: v / n for k, v in sql.counts.items()},
     }  # fmt: skip
+
+
+class SqlCounter:
+    """Counts what reaches the database: statements, transactions and commits.
+
+    A transaction is one round trip's worth of work to the store (a ``with
+    engine.begin()``); statements are the queries sent inside them.
+    """
+
+    def __init__(self, engine: Any) -> None:
+        from sqlalchemy import event
+
+        self.engine, self.event = engine, event
+        self.counts = {"statements": 0, "transactions": 0, "commits": 0}
+        self.hooks = {
+            "before_cursor_execute": lambda *_, **__: self.bump("statements"),
+            "begin": lambda *_: self.bump("transactions"),
+            "commit": lambda *_: self.bump("commits"),
+        }
+        for name, hook in self.hooks.items():
+            event.listen(engine, name, hook)
+
+    def bump(self, key: str) -> None:
+        self.counts[key] += 1
+
+    def stop(self) -> None:
+        for name, hook in self.hooks.items():
+            self.event.remove(self.engine, name, hook)
 
 
 def free_port() -> int:
@@ -543,7 +575,8 @@ def show(result: dict) -> None:
         )
     if "profile" in result:
         p = result["profile"]
-        prof = Table("step", "ms/failure", "share", title=f"in-process resolve of {p['failures']} failures: {p['fps']:.0f}/s, calls {p['calls']}")  # fmt: skip
+        per = ", ".join(f"{v:.2f} {k}" for k, v in p["sql_per_failure"].items())
+        prof = Table("step", "ms/failure", "share", title=f"in-process resolve of {p['failures']} failures: {p['fps']:.0f}/s, calls {p['calls']}; SQL per failure: {per}")  # fmt: skip
         for step, ms in p["ms_per_failure"].items():
             prof.add_row(step, f"{ms:.2f}", f"{p['share'][step]:.0%}")
         out.print(prof)

@@ -45,18 +45,19 @@ sys.path.insert(0, str(ROOT))
 
 from sqlalchemy import func, insert, select  # noqa: E402
 
-from theow_workers.adapters.explore_sql import ExplorationRow, ProposalRow  # noqa: E402
-from theow_workers.adapters.sql import (  # noqa: E402
-    AttemptRow,
-    FailureRow,
-    RuleStatsRow,
-    SqlStore,
-    VerdictRow,
-    migrate,
-)
 from theow_workers.config import Settings  # noqa: E402
 from theow_workers.replay.jobs import ReplayStore  # noqa: E402
 from theow_workers.runtime import Knowledge  # noqa: E402
+from theow_workers.store.results import SqlStore  # noqa: E402
+from theow_workers.store.schema import (  # noqa: E402
+    AttemptRow,
+    ExplorationRow,
+    FailureRow,
+    ProposalRow,
+    RuleStatsRow,
+    VerdictRow,
+    migrate,
+)
 
 TARGET_MS = 200.0
 BASELINE = 1_000

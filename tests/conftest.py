@@ -132,7 +132,7 @@ def sql_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 def prepared_database(kind: str, tmp_path: Path) -> str:
     """A migrated, empty database of ``kind`` ("sqlite" or "postgresql")."""
-    from theow_workers.adapters.sql import migrate
+    from theow_workers.store.schema import migrate
 
     if kind == "sqlite":
         url = f"sqlite:///{tmp_path / 'theow.db'}"

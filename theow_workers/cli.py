@@ -363,10 +363,10 @@ def rules_sync() -> None:
 @db_app.command("upgrade")
 def db_upgrade(revision: str = "head") -> None:
     """Apply the Alembic migrations to THEOW_DATABASE_URL (SQLite by default)."""
-    from theow_workers.adapters.sql import migrate
+    from theow_workers.store.schema import migrate
 
     s = settings()
-    migrate(s.sqlalchemy_url, revision)
+    migrate(s.store_url, revision)
     out.print(f"database at revision {revision}")
 
 
@@ -481,7 +481,7 @@ def up(
             stack.processes.append(("web", web_cmd.start(stack.environment(), web_log)))
     except StackError as exc:
         raise fail(str(exc)) from None
-    out.print(f"theow is up: broker {s.redis_url}, milvus {s.milvus_uri}, db {s.sqlalchemy_url}")
+    out.print(f"theow is up: broker {s.redis_url}, milvus {s.milvus_uri}, db {s.store_url}")
     if flower_cmd is not None:
         out.print(f"flower: {flower_cmd.url} (user {s.flower_user}, THEOW_FLOWER_PASSWORD)")
     if web_cmd is not None:
@@ -521,7 +521,7 @@ UNREACHABLE = (
     ("redis.exceptions", "ConnectionError"),
     ("redis.exceptions", "TimeoutError"),
     ("kombu.exceptions", "OperationalError"),
-    ("sqlalchemy.exc", "OperationalError"),
+    ("theow_workers.store.schema", "StoreUnavailable"),
     ("pymilvus.exceptions", "MilvusException"),
 )
 

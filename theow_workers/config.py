@@ -112,8 +112,14 @@ class Settings(BaseModel):
     web_port: int = 8808
 
     @property
-    def sqlalchemy_url(self) -> str:
+    def store_url(self) -> str:
+        """The store's database: ``database_url``, else SQLite in ``home``."""
         return self.database_url or f"sqlite:///{(self.home / 'theow.db').resolve()}"
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        """The old name of ``store_url``, until the replay modules move into the store."""
+        return self.store_url
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None, path: Path | None = None) -> Settings:

@@ -173,9 +173,9 @@ class Runtime:
     def store(self) -> Any:
         with self._lock:
             if self._store is None:
-                from theow_workers.adapters.sql import SqlStore
+                from theow_workers.store.results import SqlStore
 
-                self._store = SqlStore(self.settings.sqlalchemy_url)
+                self._store = SqlStore(self.settings.store_url)
             return self._store
 
     @property

@@ -114,9 +114,9 @@ class EmbeddedStack:
         self._spawn("milvus-lite", cmd, host, port, timeout=60, log_name="milvus.log")
 
     def migrate(self) -> None:
-        from theow_workers.adapters.sql import migrate
+        from theow_workers.store.schema import migrate
 
-        migrate(self.settings.sqlalchemy_url)
+        migrate(self.settings.store_url)
 
     def start_worker(
         self,
@@ -152,7 +152,7 @@ class EmbeddedStack:
             THEOW_HOME=str(self.home),
             THEOW_REDIS_URL=s.redis_url,
             THEOW_MILVUS_URI=s.milvus_uri,
-            THEOW_DATABASE_URL=s.sqlalchemy_url,
+            THEOW_DATABASE_URL=s.store_url,
             THEOW_RULES_DIR=str(s.rules_dir.resolve()),
             THEOW_ACTIONS_DIR=str(s.actions_dir.resolve()),
             HF_HUB_OFFLINE="1",

@@ -8,7 +8,6 @@ from typing import Any
 from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded
 from celery.signals import worker_process_init
-from sqlalchemy.exc import OperationalError
 
 from theow_client import names
 from theow_client.facts import FactsError
@@ -20,13 +19,14 @@ from theow_workers.core.normal import passing_run
 from theow_workers.core.ports import OwnerTimeout
 from theow_workers.explorer.run import explore_failure, record_explore_error
 from theow_workers.runtime import RulesInvalid
+from theow_workers.store.schema import StoreUnavailable
 
 log = logging.getLogger("theow.tasks")
 
 IN_FLIGHT_RETRY_SECONDS = 1
 IN_FLIGHT_MAX_RETRIES = 1800  # longer than any exploration's time limit
 # Worth retrying: the broker, the database or Milvus was briefly unreachable.
-TRANSIENT: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError, OperationalError)
+TRANSIENT: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError, StoreUnavailable)
 
 
 @worker_process_init.connect

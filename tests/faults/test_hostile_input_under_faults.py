@@ -21,7 +21,8 @@ from theow_client import FactsError, TheowClient, names
 from theow_client.client import build_payload, failure_id_for
 from theow_client.config import celery_app
 from theow_client.facts import DEFAULT_LIMITS
-from theow_workers.adapters.sql import FailureRow, SqlStore, VerdictRow
+from theow_workers.store.results import SqlStore
+from theow_workers.store.schema import FailureRow, VerdictRow
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
@@ -144,7 +145,7 @@ def test_hostile_inputs_and_faults_lose_no_failure_and_crash_no_worker(fault_sta
     time.sleep(2)
     fs.kill_pool_process("resolver-a")
 
-    store = SqlStore(fs.settings.sqlalchemy_url)
+    store = SqlStore(fs.settings.store_url)
     verdicts = wait_for_verdicts(store, good_ids | set(hostile), timeout=45)
     # kombu's Redis transport can drop a message that is in flight at the instant the
     # broker stops. A build agent that got no verdict submits again under the same

@@ -62,9 +62,9 @@ class Fleet:
         return client
 
     def store(self) -> Any:
-        from theow_workers.adapters.sql import SqlStore
+        from theow_workers.store.results import SqlStore
 
-        return SqlStore(self.settings.sqlalchemy_url)
+        return SqlStore(self.settings.store_url)
 
     def worker_log(self, name: str = "resolver") -> str:
         return (self.home / f"worker-{name}.log").read_text(errors="replace")

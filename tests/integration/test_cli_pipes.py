@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from theow_workers.adapters.sql import SqlStore, migrate
 from theow_workers.core.ports import FailureRecord
+from theow_workers.store.results import SqlStore
+from theow_workers.store.schema import migrate
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"

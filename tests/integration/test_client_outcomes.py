@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import select
 
 from theow_client import mark
-from theow_workers.adapters.sql import AttemptRow, VerdictRow
+from theow_workers.store.schema import AttemptRow, VerdictRow
 
 pytestmark = pytest.mark.integration
 

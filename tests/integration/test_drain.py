@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import func, select
 
 from theow_client import Status
-from theow_workers.adapters.sql import AttemptRow, FailureRow, VerdictRow
+from theow_workers.store.schema import AttemptRow, FailureRow, VerdictRow
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,8 @@ from tests.fakes.gemini_server import (
     user_texts,
 )
 from theow_client import Status
-from theow_workers.adapters.explore_sql import ExplorationRow, ExploreStore, ProposalRow
+from theow_workers.store.explore import ExploreStore
+from theow_workers.store.schema import ExplorationRow, ProposalRow
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import select
 
 from theow_client.cli import main
-from theow_workers.adapters.sql import FailureRow, VerdictRow
+from theow_workers.store.schema import FailureRow, VerdictRow
 
 pytestmark = pytest.mark.integration
 

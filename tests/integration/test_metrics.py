@@ -21,11 +21,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import free_port, wait_port
-from theow_workers.adapters.explore_sql import ExploreStore
-from theow_workers.adapters.sql import SqlStore, migrate
 from theow_workers.core.explorer import Exploration
 from theow_workers.core.service import ResolveService, ResolveSettings
 from theow_workers.runtime import Knowledge
+from theow_workers.store.explore import ExploreStore
+from theow_workers.store.results import SqlStore
+from theow_workers.store.schema import migrate
 
 pytestmark = pytest.mark.integration
 
@@ -105,7 +106,7 @@ def record_explorations(store: SqlStore) -> None:
 def _failures(store: SqlStore) -> list:
     from sqlalchemy import select
 
-    from theow_workers.adapters.sql import FailureRow
+    from theow_workers.store.schema import FailureRow
 
     with store.session() as s:
         return list(s.execute(select(FailureRow).order_by(FailureRow.received_at)).scalars())

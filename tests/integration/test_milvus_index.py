@@ -91,10 +91,10 @@ def test_a_validating_rule_is_found_by_a_worker_even_when_it_ranks_below_top_k(
     tmp_path, milvus_uri, collection, redis_url, redis_client
 ):
     from theow_client.verdict import Status
-    from theow_workers.adapters.sql import migrate
     from theow_workers.config import Settings
     from theow_workers.core.query import query_text
     from theow_workers.runtime import Runtime
+    from theow_workers.store.schema import migrate
 
     rules, actions = tmp_path / "rules", tmp_path / "actions"
     rules.mkdir()

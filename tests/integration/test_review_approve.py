@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from theow_workers.adapters.explore_sql import ExplorationRow, ProposalRow
-from theow_workers.adapters.sql import SqlStore, migrate
 from theow_workers.core.ports import FailureRecord
+from theow_workers.store.results import SqlStore
+from theow_workers.store.schema import ExplorationRow, ProposalRow, migrate
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

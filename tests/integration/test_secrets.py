@@ -132,7 +132,7 @@ def test_no_secret_of_the_corpus_reaches_the_spool_redis_sql_or_the_worker_log(
         assert verdict.failure_id == ticket.failure_id
 
     assert leaked(secrets, redis_text(redis_client)) == []
-    stored = sql_text(fleet.settings.sqlalchemy_url)
+    stored = sql_text(fleet.settings.store_url)
     assert sent.failure_id in stored and "[masked:" in stored
     assert leaked(secrets, stored) == []
     assert leaked(secrets, fleet.worker_log()) == []

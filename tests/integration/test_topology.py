@@ -35,8 +35,8 @@ from sqlalchemy import func, select
 from tests.conftest import free_port, unavailable, wait_port
 from tests.fakes.gemini_server import FakeGemini, function_call, user_texts
 from theow_client import Status, TheowClient
-from theow_workers.adapters.explore_sql import ProposalRow
-from theow_workers.adapters.sql import FailureRow, SqlStore, VerdictRow
+from theow_workers.store.results import SqlStore
+from theow_workers.store.schema import FailureRow, ProposalRow, VerdictRow
 
 pytestmark = pytest.mark.integration
 

@@ -22,12 +22,13 @@ import pytest
 
 from tests.conftest import free_port, unavailable
 from theow_client.verdict import Status, Verdict
-from theow_workers.adapters.explore_sql import ExplorationRow, ExploreStore
-from theow_workers.adapters.sql import SqlStore, VerdictRow, migrate
 from theow_workers.config import Settings
 from theow_workers.core.explorer import Exploration
 from theow_workers.core.ports import AttemptRecord, FailureRecord
 from theow_workers.replay.jobs import ReplayStore
+from theow_workers.store.explore import ExploreStore
+from theow_workers.store.results import SqlStore
+from theow_workers.store.schema import ExplorationRow, VerdictRow, migrate
 
 pytestmark = pytest.mark.integration
 

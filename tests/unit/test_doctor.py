@@ -14,10 +14,10 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.conftest import free_port
-from theow_workers.adapters.sql import migrate
 from theow_workers.config import Settings
 from theow_workers.ops.checks import FAIL, OK, SKIP, WARN, redis_findings
 from theow_workers.ops.doctor import diagnose
+from theow_workers.store.schema import migrate
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -76,14 +76,14 @@ def test_unreachable_services_and_a_missing_database_each_say_how_to_fix_them(tm
 
 def test_the_schema_must_be_at_the_head_revision(tmp_path):
     s = settings(tmp_path)
-    migrate(s.sqlalchemy_url, "0001")
+    migrate(s.store_url, "0001")
     stale = by_check(diagnose(s))
     assert stale["sql"].status == OK
     assert stale["sql.migrations"].status == FAIL
     assert "at 0001" in stale["sql.migrations"].detail
     assert "theow db upgrade" in stale["sql.migrations"].fix
 
-    migrate(s.sqlalchemy_url)
+    migrate(s.store_url)
     assert by_check(diagnose(s))["sql.migrations"].status == OK
 
 

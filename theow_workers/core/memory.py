@@ -24,6 +24,7 @@ from theow_workers.core.ports import (
     IndexEntry,
     RuleStats,
     SyncReport,
+    counted,
     wait_for_owner,
 )
 
@@ -108,12 +109,34 @@ class InMemoryIndex:
 
 
 class InMemoryStore:
+    """The Store port in a dict, atomic under one lock like the SQL store's transactions."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.failures: dict[str, FailureRecord] = {}
         self.attempts: list[AttemptRecord] = []
         self.verdicts: dict[str, Verdict] = {}
         self.stats: dict[str, RuleStats] = {}
+
+    def record_failure(self, failure: FailureRecord) -> Verdict | None:
+        with self._lock:
+            self.failures.setdefault(failure.id, failure)
+            return self.verdicts.get(failure.id)
+
+    def record_outcome(self, verdict: Verdict, attempts: Sequence[AttemptRecord] = ()) -> Verdict:
+        with self._lock:
+            self.attempts.extend(attempts)
+            for rule, success in counted(attempts):
+                self._bump(rule, success)
+            return self.verdicts.setdefault(verdict.failure_id, verdict)
+
+    def verdict(self, failure_id: str) -> Verdict | None:
+        return self.verdicts.get(failure_id)
+
+    def rule_stats(self) -> dict[str, RuleStats]:
+        return dict(self.stats)
+
+    # One step at a time, as the SQL store offers them
 
     def add_failure(self, failure: FailureRecord) -> bool:
         with self._lock:
@@ -122,26 +145,20 @@ class InMemoryStore:
             self.failures[failure.id] = failure
             return True
 
-    def verdict(self, failure_id: str) -> Verdict | None:
-        return self.verdicts.get(failure_id)
-
     def add_attempt(self, attempt: AttemptRecord) -> None:
         with self._lock:
             self.attempts.append(attempt)
 
     def add_verdict(self, verdict: Verdict) -> Verdict:
-        with self._lock:
-            return self.verdicts.setdefault(verdict.failure_id, verdict)
+        return self.record_outcome(verdict)
 
     def count_attempt(self, rule: str, success: bool) -> None:
         with self._lock:
-            old = self.stats.get(rule, RuleStats())
-            self.stats[rule] = RuleStats(
-                old.successes + int(success), old.failures + int(not success)
-            )
+            self._bump(rule, success)
 
-    def rule_stats(self) -> dict[str, RuleStats]:
-        return dict(self.stats)
+    def _bump(self, rule: str, success: bool) -> None:
+        old = self.stats.get(rule, RuleStats())
+        self.stats[rule] = RuleStats(old.successes + int(success), old.failures + int(not success))
 
 
 class InMemoryExploreState:

@@ -1,16 +1,16 @@
 """The small interfaces the core needs from the outside world.
 
-Each has a real adapter (MiniLM, Milvus, SQL) in ``theow_workers.adapters``
-and an in-memory implementation used by tests and by ``theow rules test``.
+Each has a real adapter (MiniLM, Milvus in ``theow_workers.adapters``, SQL in
+``theow_workers.store``) and an in-memory implementation used by tests and by ``theow rules test``.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from theow_client.verdict import Verdict
 
@@ -112,22 +112,49 @@ class RuleStats:
         return (self.successes + 1) / (self.successes + self.failures + 2)
 
 
+def counted(attempts: Iterable[AttemptRecord]) -> Iterator[tuple[str, bool]]:
+    """``(rule, success)`` for each attempt that moves its rule's track record.
+
+    A ``client_pending`` attempt counts only once the build agent reports it.
+    """
+    for attempt in attempts:
+        if attempt.outcome != CLIENT_PENDING:
+            yield attempt.rule, attempt.outcome == "success"
+
+
 class Store(Protocol):
-    def add_failure(self, failure: FailureRecord) -> bool:
-        """Record a failure; False if one with this id exists already (idempotent)."""
+    """What resolving a failure reads and writes: two writes per failure.
+
+    ``record_failure`` then ``record_outcome``; each is one transaction in
+    the SQL store (``theow_workers.store``).
+    """
+
+    def record_failure(self, failure: FailureRecord) -> Verdict | None:
+        """Record a failure unless its id exists (idempotent); the verdict stored for it, if any."""
         ...
+
+    def record_outcome(self, verdict: Verdict, attempts: Sequence[AttemptRecord] = ()) -> Verdict:
+        """Record the attempts, count their rules and store the verdict unless one
+        exists, together; return whichever verdict is stored."""
+        ...
+
+    def verdict(self, failure_id: str) -> Verdict | None: ...
+
+    def rule_stats(self) -> dict[str, RuleStats]: ...
+
+
+class StepStore(Protocol):
+    """A store written one step at a time (the replay chunk store, which batches its writes)."""
+
+    def add_failure(self, failure: FailureRecord) -> bool: ...
 
     def verdict(self, failure_id: str) -> Verdict | None: ...
 
     def add_attempt(self, attempt: AttemptRecord) -> None: ...
 
-    def add_verdict(self, verdict: Verdict) -> Verdict:
-        """Store the verdict unless one exists; return whichever is stored."""
-        ...
+    def add_verdict(self, verdict: Verdict) -> Verdict: ...
 
-    def count_attempt(self, rule: str, success: bool) -> None:
-        """Atomically bump the rule's success or failure count."""
-        ...
+    def count_attempt(self, rule: str, success: bool) -> None: ...
 
     def rule_stats(self) -> dict[str, RuleStats]: ...
 
@@ -208,3 +235,34 @@ def wait_for_owner(
         sleep(pause)
         pause = min(pause * 2, 0.5)
     return None
+
+
+class Stepwise:
+    """The Store port over a StepStore: the same records, one step each."""
+
+    def __init__(self, steps: StepStore) -> None:
+        self.steps = steps
+
+    def record_failure(self, failure: FailureRecord) -> Verdict | None:
+        self.steps.add_failure(failure)
+        return self.steps.verdict(failure.id)
+
+    def record_outcome(self, verdict: Verdict, attempts: Sequence[AttemptRecord] = ()) -> Verdict:
+        for attempt in attempts:
+            self.steps.add_attempt(attempt)
+        for rule, success in counted(attempts):
+            self.steps.count_attempt(rule, success)
+        return self.steps.add_verdict(verdict)
+
+    def verdict(self, failure_id: str) -> Verdict | None:
+        return self.steps.verdict(failure_id)
+
+    def rule_stats(self) -> dict[str, RuleStats]:
+        return self.steps.rule_stats()
+
+
+def as_store(store: Store | StepStore) -> Store:
+    """``store`` when it records outcomes whole, else the same records step by step."""
+    if hasattr(store, "record_outcome"):
+        return cast(Store, store)
+    return Stepwise(store)

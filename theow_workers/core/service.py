@@ -3,7 +3,9 @@
 Every failure submitted gets exactly one recorded verdict: a malformed
 submission is recorded as ``rejected`` with the reason, a redelivered one
 returns the verdict already stored, and the store's unique constraint on the
-failure id makes a duplicate submit create nothing twice.
+failure id makes a duplicate submit create nothing twice. A resolve writes to
+the store twice: the failure when it arrives, then its outcome (attempts,
+rule counts, verdict) in one go.
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ from theow_workers.core.ports import (
     AttemptRecord,
     FailureRecord,
     RuleStats,
+    StepStore,
     Store,
+    as_store,
 )
 from theow_workers.core.query import fingerprint, log_text
 from theow_workers.core.redact import redact, redact_text
@@ -138,7 +142,7 @@ class ResolveSettings:
 class ResolveService:
     def __init__(
         self,
-        store: Store,
+        store: Store | StepStore,
         rulebook: Callable[[], RuleBook],
         actions: Callable[[], ActionRegistry],
         similarity: Callable[[dict[str, Any]], Similarity] | None = None,
@@ -151,7 +155,8 @@ class ResolveService:
         ``normals(job)`` is the job's normal learned from its passing runs, or
         None; a failure whose job has none is handled as if it did not exist.
         """
-        self.store = store
+        # A store written step by step (the replay chunk store) gets the same records.
+        self.store = as_store(store)
         self.normals = normals
         self.explore = explore
         self.rulebook = rulebook
@@ -177,8 +182,9 @@ class ResolveService:
         if existing is not None:
             log.info("failure %s already decided: %s", sub.failure_id, existing.status)
             return existing
-        verdict = self._decide(sub, delivery, normal)
-        stored = self.store.add_verdict(verdict)
+        attempts: list[AttemptRecord] = []
+        verdict = self._decide(sub, delivery, normal, attempts)
+        stored = self.store.record_outcome(verdict, attempts)
         log.info(
             "failure %s: %s%s",
             sub.failure_id,
@@ -196,7 +202,7 @@ class ResolveService:
         existing = self._record(sub)
         if existing is not None:
             return existing
-        return self.store.add_verdict(Verdict(sub.failure_id, Status.ERROR, reason=reason))
+        return self.store.record_outcome(Verdict(sub.failure_id, Status.ERROR, reason=reason))
 
     def dead_letter(self, payload: Any, fallback_id: str, reason: str) -> Verdict:
         """Record an error verdict without reading the facts: the message itself is suspect.
@@ -205,15 +211,15 @@ class ResolveService:
         may be what killed the worker, so only a bounded preview is kept.
         """
         failure_id = failure_id_of(payload, fallback_id)
-        existing = self.store.verdict(failure_id)
+        record = self._bare_record(payload, failure_id, {"dead_letter": reason})
+        existing = self.store.record_failure(record)
         if existing is not None:
             return existing
         log.error("failure %s dead-lettered: %s", failure_id, reason)
-        self.store.add_failure(self._bare_record(payload, failure_id, {"dead_letter": reason}))
-        return self.store.add_verdict(Verdict(failure_id, Status.ERROR, reason=reason))
+        return self.store.record_outcome(Verdict(failure_id, Status.ERROR, reason=reason))
 
     def _record(self, sub: Submission) -> Verdict | None:
-        self.store.add_failure(
+        return self.store.record_failure(
             FailureRecord(
                 id=sub.failure_id,
                 fingerprint=sub.fingerprint or fingerprint(sub.facts),
@@ -225,13 +231,14 @@ class ResolveService:
                 notes=sub.notes,
             )
         )
-        return self.store.verdict(sub.failure_id)
 
     def _reject(self, payload: Any, fallback_id: str, reason: str) -> Verdict:
         failure_id = failure_id_of(payload, fallback_id)
         log.warning("failure %s rejected: %s", failure_id, reason)
-        self.store.add_failure(self._bare_record(payload, failure_id, {"rejected": reason}))
-        return self.store.add_verdict(Verdict(failure_id, Status.REJECTED, reason=reason))
+        record = self._bare_record(payload, failure_id, {"rejected": reason})
+        return self.store.record_failure(record) or self.store.record_outcome(
+            Verdict(failure_id, Status.REJECTED, reason=reason)
+        )
 
     def _bare_record(self, payload: Any, failure_id: str, notes: dict[str, Any]) -> FailureRecord:
         source = payload.get("source") if isinstance(payload, dict) else None
@@ -290,7 +297,14 @@ class ResolveService:
                 self._plans.popitem(last=False)
         return result
 
-    def _decide(self, sub: Submission, delivery: int, normal: JobNormal | None = None) -> Verdict:
+    def _decide(
+        self,
+        sub: Submission,
+        delivery: int,
+        normal: JobNormal | None,
+        tried_attempts: list[AttemptRecord],
+    ) -> Verdict:
+        """The verdict; each attempt made is appended to ``tried_attempts`` for the store."""
         book = self.rulebook()
         result = self.plan_for(sub, book, normal)
         exploring = sub.explore and self.explore is not None
@@ -307,7 +321,7 @@ class ResolveService:
         tried = 0
         for candidate in attempts[: sub.hints.max_retries]:
             tried += 1
-            verdict, error = self._attempt(sub, candidate, book, registry, delivery)
+            verdict, error = self._attempt(sub, candidate, book, registry, delivery, tried_attempts)
             if verdict is not None:
                 also = tuple(c.rule for c in attempts if c.rule != candidate.rule)
                 seen = tuple(c.rule for c in attempts if c.normal)
@@ -327,6 +341,7 @@ class ResolveService:
         book: RuleBook,
         registry: ActionRegistry,
         delivery: int,
+        tried_attempts: list[AttemptRecord],
     ) -> tuple[Verdict | None, str]:
         assert candidate.match is not None
         rule = candidate.match.rule
@@ -358,7 +373,7 @@ class ResolveService:
             if outcome == "success" and any(a.client_side for a in bound):
                 # Not a success yet: the build agent has still to run the rest.
                 outcome = CLIENT_PENDING
-        self.store.add_attempt(
+        tried_attempts.append(
             AttemptRecord(
                 failure_id=sub.failure_id,
                 rule=rule.name,
@@ -370,8 +385,6 @@ class ResolveService:
                 evidence=evidence,
             )
         )
-        if outcome != CLIENT_PENDING:
-            self.store.count_attempt(rule.name, outcome == "success")
         if outcome not in ("success", CLIENT_PENDING):
             log.info("failure %s: rule %s failed: %s", sub.failure_id, rule.name, error)
             return None, error

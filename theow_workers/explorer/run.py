@@ -41,9 +41,9 @@ def default_session_id() -> str:
 
 
 def service(runtime: Runtime) -> ExploreService:
-    from theow_workers.adapters.explore_sql import ExploreStore
     from theow_workers.adapters.gemini import gateway_from_settings
     from theow_workers.adapters.redis_state import RedisExploreState, RedisLimiter
+    from theow_workers.store.explore import ExploreStore
 
     s = runtime.settings
     limiter = RedisLimiter(runtime.redis, s.llm_requests_per_minute, s.llm_tokens_per_minute)
@@ -103,7 +103,7 @@ def load_prompt(template: str, rules_dir: Path) -> str:
 def explore_failure(
     runtime: Runtime, request: dict[str, Any], explorer: ExploreService
 ) -> Exploration:
-    from theow_workers.adapters.explore_sql import ExploreStore
+    from theow_workers.store.explore import ExploreStore
 
     failure_id = str(request["failure_id"])
     row = ExploreStore(runtime.store).failure(failure_id)
@@ -161,7 +161,7 @@ def _limit(value: Any) -> int | None:
 
 def record_explore_error(runtime: Runtime, request: dict[str, Any], reason: str) -> dict[str, Any]:
     """Record an exploration that could not finish, so the failure keeps one outcome."""
-    from theow_workers.adapters.explore_sql import ExploreStore
+    from theow_workers.store.explore import ExploreStore
 
     failure_id = str(request["failure_id"])
     store = ExploreStore(runtime.store)

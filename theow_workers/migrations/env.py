@@ -3,9 +3,8 @@
 from alembic import context
 from sqlalchemy import engine_from_config, pool
 
-from theow_workers.adapters import explore_sql  # noqa: F401  (its tables belong to the metadata)
-from theow_workers.adapters.sql import Base
 from theow_workers.replay import jobs as replay_jobs  # noqa: F401  (replay tables)
+from theow_workers.store.schema import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -209,30 +209,15 @@ def _milvus_version(client: Any) -> str:
 
 
 def check_sql(ctx: Context) -> list[Finding]:
-    from alembic.runtime.migration import MigrationContext
-    from alembic.script import ScriptDirectory
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.engine import make_url
+    from theow_workers.store.schema import schema_state, sqlite_file
 
-    from theow_workers.adapters.sql import MIGRATIONS
-
-    url = ctx.settings.sqlalchemy_url
+    url = ctx.settings.store_url
     fix = "run `theow db upgrade` (the compose `migrate` service does it before workers start)"
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        path = parsed.database or ""
-        if path and path != ":memory:" and not Path(path).exists():
-            return [Finding("sql", FAIL, f"{shown(url)}: the database file does not exist", fix)]
-        args: dict[str, Any] = {"timeout": TIMEOUT}
-    else:
-        args = (
-            {"connect_timeout": int(TIMEOUT)} if parsed.get_backend_name() == "postgresql" else {}
-        )
-    engine = create_engine(url, connect_args=args)
+    path = sqlite_file(url)
+    if path is not None and not path.exists():
+        return [Finding("sql", FAIL, f"{shown(url)}: the database file does not exist", fix)]
     try:
-        with engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
-            current = set(MigrationContext.configure(conn).get_current_heads())
+        state = schema_state(url, TIMEOUT)
     except Exception as exc:
         return [
             Finding(
@@ -242,16 +227,12 @@ def check_sql(ctx: Context) -> list[Finding]:
                 "start the database, or set THEOW_DATABASE_URL",
             )
         ]
-    finally:
-        engine.dispose()
-    script = ScriptDirectory(str(MIGRATIONS))
-    heads = set(script.get_heads())
-    findings = [Finding("sql", OK, f"{parsed.get_backend_name()} at {shown(url)}")]
+    current, heads = set(state.current), set(state.heads)
+    findings = [Finding("sql", OK, f"{state.backend} at {shown(url)}")]
     if current == heads:
         findings.append(Finding("sql.migrations", OK, f"at head {', '.join(sorted(heads))}"))
         return findings
-    known = {rev.revision for rev in script.walk_revisions()}
-    unknown = current - known
+    unknown = current - state.known
     if unknown:
         findings.append(
             Finding(

@@ -37,13 +37,16 @@ import signal
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from theow_workers.config import ConfigError, Settings
+
+if TYPE_CHECKING:
+    from theow_workers.store.figures import Figures
 
 log = logging.getLogger("theow.metrics")
 
@@ -53,7 +56,7 @@ REPLAY_SERIES_LIMIT = 20
 
 
 class StoreCollector(Collector):
-    """Queries the SQL store on every scrape (``engine``: a SQLAlchemy engine)."""
+    """Reads the store's figures on every scrape (``engine``: the store's engine)."""
 
     def __init__(self, engine: Any) -> None:
         self.engine = engine
@@ -62,16 +65,16 @@ class StoreCollector(Collector):
         return []  # no query at registration: the database may not be up yet
 
     def collect(self) -> Iterator[Metric]:
-        from sqlalchemy import inspect
+        from theow_workers.store.figures import Figures
 
         start = time.monotonic()
         families: list[Metric] = []
         try:
-            with self.engine.connect() as conn:
-                tables = set(inspect(conn).get_table_names())
-                families += _resolves(conn, tables)
-                families += _explorations(conn, tables)
-                families += _replays(conn, tables)
+            with Figures.read(self.engine) as figures:
+                tables = figures.tables()
+                families += _resolves(figures, tables)
+                families += _explorations(figures, tables)
+                families += _replays(figures, tables)
             up = 1.0
         except Exception as exc:
             log.warning("metrics: cannot query the SQL store: %s", exc)
@@ -85,50 +88,29 @@ class StoreCollector(Collector):
         )
 
 
-def _resolves(conn: Any, tables: set[str]) -> list[Metric]:
-    from sqlalchemy import func, select
-
-    from theow_workers.adapters.sql import AttemptRow, FailureRow, VerdictRow
-
+def _resolves(figures: Figures, tables: set[str]) -> list[Metric]:
     if not {"failures", "verdicts", "attempts"} <= tables:
         return []
-    # Replayed history is not traffic: its rows (source replay:<job>) have their own metrics.
-    live = FailureRow.source.not_like("replay:%")
-    received = conn.execute(select(func.count()).where(live)).scalar_one()
+    # Replayed history is not traffic (live=True): its rows have their own metrics.
     failures = CounterMetricFamily(
-        "theow_failures_received", "Failures received from build agents", int(received)
+        "theow_failures_received",
+        "Failures received from build agents",
+        figures.failures_received(live=True),
     )
     verdicts = CounterMetricFamily(
         "theow_verdicts", "Verdicts by status and rule", labels=["status", "rule"]
     )
-    query = (
-        select(VerdictRow.status, VerdictRow.rule, func.count())
-        .join(FailureRow, FailureRow.id == VerdictRow.failure_id)
-        .where(live)
-        .group_by(VerdictRow.status, VerdictRow.rule)
-    )
-    for status, rule, n in conn.execute(query):
-        verdicts.add_metric([status, rule or ""], int(n))
+    for verdict in figures.verdicts(live=True):
+        verdicts.add_metric([verdict.status, verdict.rule or ""], verdict.count)
     attempts = CounterMetricFamily(
         "theow_attempts", "Rule attempts by rule and outcome", labels=["rule", "outcome"]
     )
-    by_outcome = (
-        select(AttemptRow.rule, AttemptRow.outcome, func.count())
-        .join(FailureRow, FailureRow.id == AttemptRow.failure_id)
-        .where(live)
-        .group_by(AttemptRow.rule, AttemptRow.outcome)
-    )
-    for rule, outcome, n in conn.execute(by_outcome):
-        attempts.add_metric([rule, outcome], int(n))
-    # A dead letter is recorded without reading its facts: no fingerprint, an error verdict.
-    dead = conn.execute(
-        select(func.count())
-        .select_from(FailureRow)
-        .join(VerdictRow, VerdictRow.failure_id == FailureRow.id)
-        .where(FailureRow.fingerprint == "", VerdictRow.status == "error")
-    ).scalar_one()
+    for attempt in figures.attempts(live=True):
+        attempts.add_metric([attempt.rule, attempt.outcome], attempt.count)
     dead_letters = CounterMetricFamily(
-        "theow_dead_letters", "Failures given up without reading them (delivered too often)", dead
+        "theow_dead_letters",
+        "Failures given up without reading them (delivered too often)",
+        figures.dead_letters(),
     )
     return [failures, verdicts, attempts, dead_letters]
 
@@ -160,67 +142,38 @@ class RulesCollector(Collector):
         )
 
 
-def _explorations(conn: Any, tables: set[str]) -> list[Metric]:
-    from sqlalchemy import func, select
-
-    from theow_workers.adapters.explore_sql import ExplorationRow, ProposalRow
-
+def _explorations(figures: Figures, tables: set[str]) -> list[Metric]:
     if not {"explorations", "proposals"} <= tables:
         return []
     outcomes = CounterMetricFamily(
         "theow_explorations", "Explorations by outcome", labels=["outcome"]
     )
-    tokens_in = tokens_out = 0
-    cost = 0.0
-    query = select(
-        ExplorationRow.outcome,
-        func.count(),
-        func.sum(ExplorationRow.tokens_in),
-        func.sum(ExplorationRow.tokens_out),
-        func.sum(ExplorationRow.cost),
-    ).group_by(ExplorationRow.outcome)
-    for outcome, n, t_in, t_out, c in conn.execute(query):
-        outcomes.add_metric([outcome], int(n))
-        tokens_in += int(t_in or 0)
-        tokens_out += int(t_out or 0)
-        cost += float(c or 0.0)
+    explorations = figures.explorations()
+    for exploration in explorations:
+        outcomes.add_metric([exploration.outcome], exploration.count)
     tokens = CounterMetricFamily(
         "theow_llm_tokens", "LLM tokens used by explorations", labels=["direction"]
     )
-    tokens.add_metric(["input"], tokens_in)
-    tokens.add_metric(["output"], tokens_out)
+    tokens.add_metric(["input"], sum(e.tokens_in for e in explorations))
+    tokens.add_metric(["output"], sum(e.tokens_out for e in explorations))
     dollars = CounterMetricFamily(
-        "theow_llm_cost_dollars", "Estimated LLM cost of explorations (THEOW_LLM_PRICES)", cost
+        "theow_llm_cost_dollars",
+        "Estimated LLM cost of explorations (THEOW_LLM_PRICES)",
+        sum(e.cost for e in explorations),
     )
     proposals = GaugeMetricFamily("theow_proposals", "Proposals by status", labels=["status"])
-    by_status = select(ProposalRow.status, func.count()).group_by(ProposalRow.status)
-    for status, n in conn.execute(by_status):
-        proposals.add_metric([status], int(n))
+    for status, n in figures.proposals().items():
+        proposals.add_metric([status], n)
     return [outcomes, tokens, dollars, proposals]
 
 
-def _replays(conn: Any, tables: set[str]) -> list[Metric]:
+def _replays(figures: Figures, tables: set[str]) -> list[Metric]:
     if "replay_jobs" not in tables:
         return []
-    try:
-        from theow_workers.replay.jobs import ReplayJobRow
-    except ImportError:  # replay not installed in this build: nothing to report
-        return []
-    from sqlalchemy import func, or_, select
-
+    by_status = figures.replay_jobs()
     jobs = GaugeMetricFamily("theow_replay_jobs", "Replay jobs by status", labels=["status"])
-    for status, n in conn.execute(
-        select(ReplayJobRow.status, func.count()).group_by(ReplayJobRow.status)
-    ):
-        jobs.add_metric([status], int(n))
-    latest = select(ReplayJobRow.id).order_by(ReplayJobRow.created_at.desc()).limit(1)
-    columns = [getattr(ReplayJobRow, c) for c in ("id", "total", *REPLAY_COUNTERS)]
-    shown = (
-        select(*columns)
-        .where(or_(ReplayJobRow.status.in_(REPLAY_ACTIVE), ReplayJobRow.id.in_(latest)))
-        .order_by(ReplayJobRow.created_at.desc())
-        .limit(REPLAY_SERIES_LIMIT)
-    )
+    for status, n in by_status.items():
+        jobs.add_metric([status], n)
     items = GaugeMetricFamily(
         "theow_replay_job_items",
         "Items of a replay job (active jobs and the latest one) by kind",
@@ -229,21 +182,21 @@ def _replays(conn: Any, tables: set[str]) -> list[Metric]:
     progress = GaugeMetricFamily(
         "theow_replay_job_progress_ratio", "Processed / total items of a replay job", labels=["job"]
     )
-    for job in conn.execute(shown).mappings():
-        for kind in REPLAY_COUNTERS:
-            items.add_metric([job["id"], kind], int(job[kind] or 0))
-        if job["total"] is not None:
-            items.add_metric([job["id"], "total"], int(job["total"]))
-            ratio = job["processed"] / job["total"] if job["total"] else 1.0
-            progress.add_metric([job["id"]], ratio)
+    for job in figures.replay_job_items(REPLAY_ACTIVE, REPLAY_COUNTERS, REPLAY_SERIES_LIMIT):
+        for kind, n in job.counters.items():
+            items.add_metric([job.id, kind], n)
+        if job.total is not None:
+            items.add_metric([job.id, "total"], job.total)
+            ratio = job.counters["processed"] / job.total if job.total else 1.0
+            progress.add_metric([job.id], ratio)
     return [jobs, items, progress]
 
 
 def registry_for(settings: Settings) -> CollectorRegistry:
-    from theow_workers.adapters.sql import make_engine
+    from theow_workers.store.schema import make_engine
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StoreCollector(make_engine(settings.sqlalchemy_url)))
+    registry.register(StoreCollector(make_engine(settings.store_url)))
     registry.register(RulesCollector(settings.redis_url))
     return registry
 
@@ -273,9 +226,7 @@ def metrics_command(
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    typer.echo(
-        f"metrics on http://{address}:{port}/metrics from {redact_text(settings.sqlalchemy_url)}"
-    )
+    typer.echo(f"metrics on http://{address}:{port}/metrics from {redact_text(settings.store_url)}")
     while not stop.wait(1.0):
         pass
     server.shutdown()

@@ -34,39 +34,31 @@ def _fail(message: str, code: int = 1) -> typer.Exit:
 
 def _context() -> tuple[Any, Any]:
     """The settings and an ExploreStore on the configured database (migrated)."""
-    from theow_workers.adapters.explore_sql import ExploreStore
-    from theow_workers.adapters.sql import SqlStore, migrate
     from theow_workers.config import ConfigError, Settings
+    from theow_workers.store.explore import ExploreStore
+    from theow_workers.store.results import SqlStore
+    from theow_workers.store.schema import migrate
 
     try:
         settings = Settings.load()
     except ConfigError as exc:
         raise _fail(str(exc), 2) from None
-    migrate(settings.sqlalchemy_url)
-    return settings, ExploreStore(SqlStore(settings.sqlalchemy_url))
+    migrate(settings.store_url)
+    return settings, ExploreStore(SqlStore(settings.store_url))
 
 
 def _full_id(store: Any, given: str, what: str) -> str:
     """The id ``given`` names, a unique prefix accepted; unknown or ambiguous exits 1."""
-    from theow_workers.adapters.explore_sql import ProposalRow
-    from theow_workers.adapters.sql import AmbiguousId, FailureRow, expand_id
+    from theow_workers.store.schema import AmbiguousId
 
-    column = ProposalRow.id if what == "proposal" else FailureRow.id
     try:
-        full = expand_id(store.session, column, given, what)
+        full: str | None = store.full_id(what, given)
     except AmbiguousId as exc:
         raise _fail(str(exc)) from None
     if full is None:
         listing = "theow review list --status all" if what == "proposal" else "theow failures list"
         raise _fail(f"no {what} {given!r} (see `{listing}`)")
     return full
-
-
-def _exploration(store: Any, exploration_id: str) -> Any:
-    from theow_workers.adapters.explore_sql import ExplorationRow
-
-    with store.session() as s:
-        return s.get(ExplorationRow, exploration_id)
 
 
 @review_app.command("list")
@@ -81,7 +73,7 @@ def review_list(
         raise _fail(f"--status {status!r}: choose pending, approved, rejected or all", 2)
     _, store = _context()
     rows = [
-        summary(p, _exploration(store, p.exploration_id))
+        summary(p, store.exploration(p.exploration_id))
         for p in store.proposals(None if status == "all" else status)
     ]
     if as_json:
@@ -106,10 +98,10 @@ def review_show(proposal_id: str, as_json: JsonFlag = False) -> None:
     proposal = store.proposal(_full_id(store, proposal_id, "proposal"))
     if proposal is None:
         raise _fail(f"no proposal {proposal_id!r} (see `theow review list`)")
-    exploration = _exploration(store, proposal.exploration_id)
+    exploration = store.exploration(proposal.exploration_id)
     failure = store.failure(proposal.failure_id)
     info = summary(proposal, exploration)
-    origin = _replay_origin(store, proposal.failure_id)
+    origin = store.replay_origin(proposal.failure_id)
     if as_json:
         print(json.dumps({**info, "rule_yaml": proposal.rule_yaml, "diffs": proposal.diffs,
                           "facts": failure.facts if failure else None, "replay": origin}))  # fmt: skip
@@ -138,20 +130,6 @@ def review_show(proposal_id: str, as_json: JsonFlag = False) -> None:
     out.print(f"transcript: theow review transcript {proposal.id}")
 
 
-def _replay_origin(store: Any, failure_id: str) -> dict[str, Any] | None:
-    """The replay job and unmatched group a proposal's failure was explored for, if any."""
-    from sqlalchemy import select
-
-    from theow_workers.replay.explore import ReplayExplorationRow
-
-    query = select(ReplayExplorationRow).where(ReplayExplorationRow.failure_id == failure_id)
-    with store.session() as s:
-        row = s.execute(query.limit(1)).scalar_one_or_none()
-    if row is None:
-        return None
-    return {"job": row.job_id, "group": row.rank, "failures": row.size}
-
-
 @review_app.command("transcript")
 def review_transcript(proposal_id: str) -> None:
     """The LLM session that produced a proposal, as JSON."""
@@ -159,7 +137,7 @@ def review_transcript(proposal_id: str) -> None:
     proposal = store.proposal(_full_id(store, proposal_id, "proposal"))
     if proposal is None:
         raise _fail(f"no proposal {proposal_id!r}")
-    exploration = _exploration(store, proposal.exploration_id)
+    exploration = store.exploration(proposal.exploration_id)
     print(json.dumps(exploration.transcript if exploration else [], indent=1))
 
 
@@ -291,8 +269,8 @@ def failures_list(
     as_json: JsonFlag = False,
 ) -> None:
     """Recent failures with their verdicts."""
-    from theow_workers.review.failures import recent
     from theow_workers.review.stats import parse_duration
+    from theow_workers.store.failures import recent
 
     try:
         window = parse_duration(since) if since else None
@@ -321,7 +299,7 @@ def failures_list(
 @failures_app.command("show")
 def failures_show(failure_id: str, as_json: JsonFlag = False) -> None:
     """One failure: its facts, every attempt, its verdict and explorations."""
-    from theow_workers.review.failures import detail
+    from theow_workers.store.failures import detail
 
     _, store = _context()
     failure_id = _full_id(store, failure_id, "failure")

@@ -13,18 +13,17 @@ from __future__ import annotations
 import getpass
 import os
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
-from sqlalchemy import update
 
-from theow_workers.adapters.explore_sql import ExploreStore, ProposalRow
 from theow_workers.core.matching import evaluate
 from theow_workers.core.patching import PatchError, apply_diff, sha256
 from theow_workers.core.rules import RULE_SUFFIX, RuleError, parse_rule
 from theow_workers.runtime import Knowledge
+from theow_workers.store.explore import ExploreStore
+from theow_workers.store.schema import ProposalRow
 
 
 class ReviewError(Exception):
@@ -150,19 +149,8 @@ def approve(
             raise
         raise ReviewError(f"applying the proposal failed, nothing was changed: {exc}") from exc
 
-    with store.session.begin() as s:
-        done = s.execute(
-            update(ProposalRow)
-            .where(ProposalRow.id == proposal.id, ProposalRow.status == "pending")
-            .values(
-                status="approved",
-                reviewed_by=by or reviewer(),
-                reviewed_at=datetime.now(UTC),
-                rule_yaml=text,
-            )
-        )
-        if not done.rowcount:  # type: ignore[attr-defined]
-            raise ReviewError(f"proposal {proposal_id} was reviewed by someone else meanwhile")
+    if not store.approve_proposal(proposal.id, by or reviewer(), text):
+        raise ReviewError(f"proposal {proposal_id} was reviewed by someone else meanwhile")
     return Approval(proposal.id, rule.name, tuple(str(p) for p in files))
 
 
@@ -176,17 +164,7 @@ def reject(
         raise ReviewError(f"no proposal {proposal_id!r} (see `theow review list`)")
     if proposal.status != "pending":
         raise ReviewError(f"proposal {proposal_id} is {proposal.status}, not pending")
-    with store.session.begin() as s:
-        s.execute(
-            update(ProposalRow)
-            .where(ProposalRow.id == proposal.id)
-            .values(
-                status="rejected",
-                reviewed_by=by or reviewer(),
-                reviewed_at=datetime.now(UTC),
-                review_reason=reason,
-            )
-        )
+    store.reject_proposal(proposal.id, by or reviewer(), reason)
     return proposal
 
 

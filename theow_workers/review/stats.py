@@ -1,9 +1,9 @@
 """``theow meow``: is the LLM making itself less needed?
 
-Counts come from SQL (verdicts, attempts, explorations, proposals) over an
-optional window. The hit rate is shown before and after the most recent
-approval in the window: the learning loop working looks like that number
-going up.
+Counts come from the store's figures (``theow_workers.store.figures``, the
+same queries as the Prometheus metrics) over an optional window. The hit
+rate is shown before and after the most recent approval in the window: the
+learning loop working looks like that number going up.
 """
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select
+from theow_workers.store.figures import (
+    LLM_OUTCOMES,
+    MATCHED,
+    SAVED_OUTCOMES,
+    Figures,
+    VerdictCount,
+)
+from theow_workers.store.results import SqlStore
 
-from theow_workers.adapters.explore_sql import ExplorationRow, ProposalRow
-from theow_workers.adapters.sql import AttemptRow, FailureRow, SqlStore, VerdictRow
-
-MATCHED = ("resolved", "retry", "tracked")
-# Outcomes in which a model was actually called (the rest cost nothing).
-LLM_OUTCOMES = ("proposal", "gave_up", "budget", "done", "rate_limited", "error")
-SAVED_OUTCOMES = ("cache_hit", "deduplicated")
 DURATION = re.compile(r"^(\d+)\s*([smhdw])$")
 UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
@@ -40,46 +40,20 @@ def _rate(matched: int, total: int) -> float | None:
 
 def meow(store: SqlStore, since: timedelta | None = None) -> dict[str, Any]:
     start = datetime.now(UTC) - since if since else datetime(1970, 1, 1, tzinfo=UTC)
-    with store.session() as s:
-        verdicts = Counter(
-            dict(
-                s.execute(
-                    select(VerdictRow.status, func.count())
-                    .where(VerdictRow.decided_at >= start)
-                    .group_by(VerdictRow.status)
-                ).all()
-            )
-        )
+    with Figures.read(store.engine) as figures:
+        verdicts = _by_status(figures.verdicts(since=start))
         per_rule: dict[str, dict[str, int]] = {}
-        for rule, outcome, count in s.execute(
-            select(AttemptRow.rule, AttemptRow.outcome, func.count())
-            .where(AttemptRow.created_at >= start)
-            .group_by(AttemptRow.rule, AttemptRow.outcome)
-        ):
-            entry = per_rule.setdefault(rule, {"successes": 0, "failures": 0})
-            entry["successes" if outcome == "success" else "failures"] += count
-        explorations = list(
-            s.execute(
-                select(ExplorationRow.outcome, func.count(), func.sum(ExplorationRow.cost),
-                       func.sum(ExplorationRow.tokens_in), func.sum(ExplorationRow.tokens_out))
-                .where(ExplorationRow.finished_at >= start)
-                .group_by(ExplorationRow.outcome)
-            ).all()
-        )  # fmt: skip
-        last_approval = s.execute(
-            select(func.max(ProposalRow.reviewed_at)).where(
-                ProposalRow.status == "approved", ProposalRow.reviewed_at >= start
-            )
-        ).scalar_one()
-        pending = s.execute(
-            select(func.count()).select_from(ProposalRow).where(ProposalRow.status == "pending")
-        ).scalar_one()
-        split = _hit_rates(s, start, last_approval)
+        for attempt in figures.attempts(since=start):
+            entry = per_rule.setdefault(attempt.rule, {"successes": 0, "failures": 0})
+            entry["successes" if attempt.outcome == "success" else "failures"] += attempt.count
+        explorations = figures.explorations(since=start)
+        last_approval = figures.last_approval(since=start)
+        pending = figures.proposals().get("pending", 0)
+        split = _hit_rates(figures, start, last_approval)
 
-    by_outcome = {o: int(n) for o, n, *_ in explorations}
-    llm_rows = [row for row in explorations if row[0] in LLM_OUTCOMES]
-    sessions = sum(int(n) for _, n, *_ in llm_rows)
-    cost = sum(float(c or 0) for _, _, c, *_ in explorations)
+    by_outcome = {e.outcome: e.count for e in explorations}
+    sessions = sum(e.count for e in explorations if e.outcome in LLM_OUTCOMES)
+    cost = sum(e.cost for e in explorations)
     saved = sum(by_outcome.get(o, 0) for o in SAVED_OUTCOMES)
     total = sum(verdicts.values())
     matched = sum(verdicts[s] for s in MATCHED)
@@ -94,8 +68,8 @@ def meow(store: SqlStore, since: timedelta | None = None) -> dict[str, Any]:
         "explores": sum(by_outcome.values()),
         "explorations": by_outcome,
         "llm_sessions": sessions,
-        "llm_tokens_in": sum(int(t or 0) for _, _, _, t, _ in explorations),
-        "llm_tokens_out": sum(int(t or 0) for *_, t in explorations),
+        "llm_tokens_in": sum(e.tokens_in for e in explorations),
+        "llm_tokens_out": sum(e.tokens_out for e in explorations),
         "llm_cost": round(cost, 6),
         "cache_hits_saved": saved,
         "estimated_cost_saved": round(saved * cost / sessions, 6) if sessions else 0.0,
@@ -108,26 +82,25 @@ def meow(store: SqlStore, since: timedelta | None = None) -> dict[str, Any]:
     }
 
 
-def _hit_rates(session: Any, start: datetime, approval: datetime | None) -> dict[str, Any]:
+def _by_status(counts: list[VerdictCount]) -> Counter[str]:
+    by_status: Counter[str] = Counter()
+    for count in counts:
+        by_status[count.status] += count.count
+    return by_status
+
+
+def _hit_rates(figures: Figures, start: datetime, approval: datetime | None) -> dict[str, Any]:
     """Hit rate of failures received before and after the last approval in the window."""
     if approval is None:
         return {"last_approval": None, "before": None, "after": None}
-    if approval.tzinfo is None:  # SQLite gives naive datetimes back
-        approval = approval.replace(tzinfo=UTC)
 
-    def rate(*conditions: Any) -> dict[str, Any]:
-        rows = session.execute(
-            select(VerdictRow.status, func.count())
-            .join(FailureRow, FailureRow.id == VerdictRow.failure_id)
-            .where(*conditions)
-            .group_by(VerdictRow.status)
-        ).all()
-        counts = {status: int(n) for status, n in rows}
+    def rate(received: tuple[datetime | None, datetime | None]) -> dict[str, Any]:
+        counts = _by_status(figures.verdicts(received=received))
         total = sum(counts.values())
-        return {"failures": total, "hit_rate": _rate(sum(counts.get(s, 0) for s in MATCHED), total)}
+        return {"failures": total, "hit_rate": _rate(sum(counts[s] for s in MATCHED), total)}
 
     return {
         "last_approval": approval.isoformat(),
-        "before": rate(FailureRow.received_at >= start, FailureRow.received_at < approval),
-        "after": rate(FailureRow.received_at >= approval),
+        "before": rate((start, approval)),
+        "after": rate((approval, None)),
     }

@@ -17,12 +17,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
-
-from theow_workers.adapters.explore_sql import ExploreStore, ProposalRow
-from theow_workers.adapters.sql import FailureRow
 from theow_workers.core.matching import evaluate
 from theow_workers.core.rules import Rule, RuleError, parse_rule
+from theow_workers.store.explore import ExploreStore
 
 log = logging.getLogger("theow.web")
 BATCH = 500
@@ -83,10 +80,7 @@ class AffectedCounter:
 
     def count_pending(self) -> None:
         """One pass over the stored failures for every pending proposal not yet counted."""
-        with self.store.session() as s:
-            pending = s.execute(
-                select(ProposalRow.id, ProposalRow.rule_yaml).where(ProposalRow.status == "pending")
-            ).all()
+        pending = self.store.pending_rules()
         rules: dict[str, Rule] = {}
         now = time.monotonic()
         for pid, text in pending:
@@ -119,14 +113,7 @@ class AffectedCounter:
         self._publish(rules, matched, examples, scanned, done=not self._stop.is_set())
 
     def _batch(self, after: str) -> list[tuple[str, dict[str, Any]]]:
-        query = (
-            select(FailureRow.id, FailureRow.facts)
-            .where(FailureRow.id > after)
-            .order_by(FailureRow.id)
-            .limit(BATCH)
-        )
-        with self.store.session() as s:
-            return [(fid, facts) for fid, facts in s.execute(query).all()]
+        return self.store.failure_facts(after, BATCH)
 
     def _publish(
         self,

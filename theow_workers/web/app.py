@@ -26,10 +26,11 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from theow_workers.adapters.explore_sql import ExploreStore
-from theow_workers.adapters.sql import SqlStore
 from theow_workers.config import Settings
-from theow_workers.web import pages, queries
+from theow_workers.store import console as queries
+from theow_workers.store.explore import ExploreStore
+from theow_workers.store.results import SqlStore
+from theow_workers.web import pages
 from theow_workers.web.affected import AffectedCounter
 from theow_workers.web.auth import COOKIE, SESSION_SECONDS, Keys, Session
 from theow_workers.web.library import Library
@@ -163,7 +164,7 @@ async def pygments_css(request: Request) -> Response:
 
 def create_app(settings: Settings, store: ExploreStore | None = None) -> Starlette:
     """The console over ``settings``' database; raises WebAuthError without a password."""
-    console = Console(settings, store or ExploreStore(SqlStore(settings.sqlalchemy_url)))
+    console = Console(settings, store or ExploreStore(SqlStore(settings.store_url)))
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -13,11 +13,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from theow_workers.adapters.explore_sql import ExploreStore
 from theow_workers.core.rules import RULE_SUFFIX
 from theow_workers.review.proposals import defined_names
 from theow_workers.runtime import Knowledge, directory_signature
-from theow_workers.web import queries
+from theow_workers.store import console as queries
+from theow_workers.store.explore import ExploreStore
 from theow_workers.web.render import code
 from theow_workers.web.snapshot import Taken
 

@@ -11,15 +11,16 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from theow_workers.adapters.explore_sql import ExplorationRow
 from theow_workers.core.matching import evaluate
 from theow_workers.core.query import log_text
 from theow_workers.core.redact import redact_text
 from theow_workers.core.rules import RuleError, parse_rule
-from theow_workers.review import failures as failure_queries
 from theow_workers.review.proposals import ReviewError, approve, reject, sync_after_approval
 from theow_workers.review.stats import meow
-from theow_workers.web import charts, queries
+from theow_workers.store import console as queries
+from theow_workers.store import failures as failure_queries
+from theow_workers.store.schema import ExplorationRow
+from theow_workers.web import charts
 from theow_workers.web.render import code, log_lines
 from theow_workers.web.transcript import test_rule_results, turns
 

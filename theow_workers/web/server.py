@@ -45,10 +45,10 @@ def serve(settings: Settings, host: str, port: int) -> None:
     """Run the console in this process until interrupted."""
     import uvicorn
 
-    from theow_workers.adapters.sql import migrate
+    from theow_workers.store.schema import migrate
     from theow_workers.web.app import create_app
 
     app = create_app(settings)  # refuses before migrating anything without a password
-    migrate(settings.sqlalchemy_url)
+    migrate(settings.store_url)
     uvicorn.run(app, host=host, port=port, log_level="warning", proxy_headers=True,
                 server_header=False)  # fmt: skip

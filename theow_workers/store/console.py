@@ -1,6 +1,6 @@
-"""What the console's list pages read: paginated, indexed queries over the SQL store.
+"""What the web console's list pages read: paginated, indexed queries over the SQL store.
 
-Detail pages reuse the CLI's queries (``review.failures.detail``,
+Detail pages reuse the CLI's queries (``store.failures.detail``,
 ``review.stats.meow``, ``replay.report.build``); the queries here are the ones
 a terminal never needed: a page of failures filtered by repo, job, rule, mode
 and outcome, per-rule activity, and per-day series for the insight plots.
@@ -16,9 +16,9 @@ from typing import Any
 
 from sqlalchemy import func, literal_column, select
 
-from theow_workers.adapters.explore_sql import ExplorationRow, ExploreStore, ProposalRow
-from theow_workers.adapters.sql import FailureRow, VerdictRow
-from theow_workers.review.stats import LLM_OUTCOMES, MATCHED
+from theow_workers.store.explore import ExploreStore
+from theow_workers.store.figures import LLM_OUTCOMES, MATCHED
+from theow_workers.store.schema import ExplorationRow, FailureRow, ProposalRow, VerdictRow
 
 PAGE = 50
 RECENT_MATCHES = 20

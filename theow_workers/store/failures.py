@@ -1,4 +1,4 @@
-"""``theow failures``: what came in, what was tried, and why it ended as it did."""
+"""What came in, what was tried, and why it ended as it did: ``theow failures`` and the console."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Any
 
 from sqlalchemy import select
 
-from theow_workers.adapters.explore_sql import ExplorationRow, ExploreStore
-from theow_workers.adapters.sql import AttemptRow, FailureRow, VerdictRow
 from theow_workers.core.query import error_lines, log_text
+from theow_workers.store.explore import ExploreStore
+from theow_workers.store.schema import AttemptRow, ExplorationRow, FailureRow, VerdictRow
 
 
 def recent(

@@ -1,0 +1,171 @@
+"""One contract for the Store port: in memory, on SQLite and on PostgreSQL.
+
+Every test runs against each implementation. A factory builds one worker's
+store; for SQL each is its own engine and connections, so concurrent
+workers are concurrent database clients.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import prepared_database
+from theow_client.verdict import BoundAction, Status, Verdict
+from theow_workers.core.memory import InMemoryStore
+from theow_workers.core.ports import CLIENT_PENDING, AttemptRecord, FailureRecord
+
+Factory = Callable[[], Any]
+
+
+@pytest.fixture(
+    params=["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)]
+)
+def workers(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Factory]:
+    if request.param == "memory":
+        shared = InMemoryStore()
+        yield lambda: shared
+        return
+
+    from theow_workers.store.results import SqlStore
+
+    url = prepared_database(request.param, tmp_path)
+    stores: list[SqlStore] = []
+
+    def real() -> SqlStore:
+        stores.append(SqlStore(url))
+        return stores[-1]
+
+    yield real
+    for store in stores:
+        store.dispose()
+
+
+def failure(failure_id: str) -> FailureRecord:
+    return FailureRecord(
+        id=failure_id,
+        fingerprint="fp",
+        facts={"stderr": "boom", "exit_code": 2},
+        problem_type="build_failure",
+        source="test",
+        received_at=datetime.now(UTC),
+    )
+
+
+def attempt(failure_id: str, rule: str, outcome: str = "success") -> AttemptRecord:
+    return AttemptRecord(failure_id, rule, [{"action": "a", "params": {"x": "1"}}], outcome)
+
+
+RESOLVED = Verdict(
+    "f1",
+    Status.RESOLVED,
+    rule="r",
+    mode="fix",
+    actions=(BoundAction("a", {"x": "1"}),),
+    reason="ok",
+    evidence={"fact": "stderr", "line": 1, "text": "boom"},
+    also=("other",),
+)
+
+
+def test_a_new_failure_has_no_verdict_and_a_duplicate_gets_the_stored_one(workers):
+    store = workers()
+
+    assert store.record_failure(failure("f1")) is None
+    assert store.record_failure(failure("f1")) is None  # recorded twice, still undecided
+    store.record_outcome(RESOLVED, [attempt("f1", "r")])
+
+    assert store.record_failure(failure("f1")) == RESOLVED
+    assert store.verdict("f1") == RESOLVED
+    assert store.verdict("never-seen") is None
+
+
+def test_the_first_verdict_stands_whatever_a_redelivery_decides(workers):
+    store = workers()
+    store.record_failure(failure("f1"))
+
+    assert store.record_outcome(RESOLVED) == RESOLVED
+    later = Verdict("f1", Status.ERROR, reason="a redelivery decided differently")
+
+    assert store.record_outcome(later) == RESOLVED
+    assert store.verdict("f1") == RESOLVED
+
+
+def test_an_outcome_counts_its_attempts_but_not_those_the_agent_has_yet_to_run(workers):
+    store = workers()
+    store.record_failure(failure("f1"))
+
+    store.record_outcome(
+        Verdict("f1", Status.RESOLVED, rule="works", attempts=3),
+        [
+            attempt("f1", "broken", "error"),
+            attempt("f1", "slow", "timeout"),
+            attempt("f1", "works"),
+            attempt("f1", "on_agent", CLIENT_PENDING),
+        ],
+    )
+
+    stats = store.rule_stats()
+    assert {r: (s.successes, s.failures) for r, s in stats.items()} == {
+        "broken": (0, 1),
+        "slow": (0, 1),
+        "works": (1, 0),
+    }
+
+
+def test_concurrent_workers_never_lose_a_count(workers):
+    views = [workers() for _ in range(6)]
+    start = threading.Barrier(len(views))
+    errors: list[BaseException] = []
+
+    def worker(n: int, store: Any) -> None:
+        try:
+            start.wait()
+            for i in range(12):
+                failure_id = f"w{n}-{i}"
+                store.record_failure(failure(failure_id))
+                outcome = "success" if i % 3 else "error"
+                store.record_outcome(
+                    Verdict(failure_id, Status.RESOLVED, rule="busy"),
+                    [attempt(failure_id, "busy", outcome)],
+                )
+        except BaseException as exc:  # reported below, not lost in the thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(n, v)) for n, v in enumerate(views)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+
+    assert errors == []
+    stats = views[0].rule_stats()["busy"]
+    assert (stats.successes, stats.failures) == (6 * 8, 6 * 4)
+
+
+def test_workers_racing_on_one_failure_all_return_the_one_stored_verdict(workers):
+    views = [workers() for _ in range(4)]
+    start = threading.Barrier(len(views))
+    returned: list[Verdict] = []
+
+    def worker(n: int, store: Any) -> None:
+        start.wait()
+        if store.record_failure(failure("f1")) is None:
+            returned.append(store.record_outcome(Verdict("f1", Status.RESOLVED, rule=f"r{n}")))
+        else:
+            returned.append(store.verdict("f1"))
+
+    threads = [threading.Thread(target=worker, args=(n, v)) for n, v in enumerate(views)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+
+    stored = views[0].verdict("f1")
+    assert stored is not None
+    assert returned == [stored] * len(views)

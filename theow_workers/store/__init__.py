@@ -1,0 +1,13 @@
+"""The one store: every SQL statement of Theow, behind the Store port.
+
+``schema`` holds the tables, the engine and the migrations; ``results`` the
+resolve path (failures, attempts, verdicts, rule stats); ``explore`` the
+explorations and proposals; ``figures`` the counts that ``theow meow`` and
+the Prometheus metrics both read. Outside this package (and the Alembic
+migrations) nothing imports SQLAlchemy: callers get dataclasses.
+"""
+
+from theow_workers.store.results import SqlStore
+from theow_workers.store.schema import AmbiguousId, make_engine, migrate
+
+__all__ = ["AmbiguousId", "SqlStore", "make_engine", "migrate"]

@@ -1,0 +1,167 @@
+"""Explorations and proposals in SQL, on the same engine as the result store.
+
+Every exploration is a row (failure, models, turns, tool calls, tokens, cost,
+outcome, transcript), whatever its outcome: a cache hit or a refusal by the
+session limit is recorded as much as an LLM session. A proposal is the rule
+YAML and one unified diff per action file, ``pending`` until a person reviews it.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import column, select, table, update
+
+from theow_client.verdict import Status
+from theow_workers.core.explorer import Exploration
+from theow_workers.store.results import SqlStore
+from theow_workers.store.schema import (
+    ExplorationRow,
+    FailureRow,
+    ProposalRow,
+    VerdictRow,
+    expand_id,
+)
+
+# The replay modules own this table until their SQL moves into the store: read
+# here by name, so the store imports nothing of replay (and its Celery app).
+REPLAY_EXPLORATIONS = table(
+    "replay_explorations", column("failure_id"), column("job_id"), column("rank"), column("size")
+)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class ExploreStore:
+    """Reads failures and writes explorations and proposals, on a SqlStore's engine."""
+
+    def __init__(self, store: SqlStore) -> None:
+        self.sql = store
+        self.session = store.session
+
+    def failure(self, failure_id: str) -> FailureRow | None:
+        with self.session() as s:
+            return s.get(FailureRow, failure_id)
+
+    def add_exploration(
+        self, exploration: Exploration, proposal: dict[str, Any] | None = None
+    ) -> None:
+        """One transaction: the exploration and, when there is one, its proposal."""
+        with self.session.begin() as s:
+            s.add(
+                ExplorationRow(
+                    id=exploration.id,
+                    failure_id=exploration.failure_id,
+                    fingerprint=exploration.fingerprint,
+                    session_id=exploration.session_id,
+                    rule=exploration.rule,
+                    models=exploration.models,
+                    turns=exploration.turns,
+                    tool_calls=exploration.tool_calls,
+                    tokens_in=exploration.tokens_in,
+                    tokens_out=exploration.tokens_out,
+                    cost=exploration.cost,
+                    outcome=exploration.outcome,
+                    reason=exploration.reason[:4000],
+                    proposal_id=exploration.proposal_id,
+                    transcript=exploration.transcript,
+                    started_at=exploration.started_at,
+                    finished_at=_now(),
+                )
+            )
+            if exploration.outcome == "error":
+                # The exploration could not run: the failure is no longer being
+                # explored, so its verdict must not say `exploring` forever.
+                s.execute(
+                    update(VerdictRow)
+                    .where(VerdictRow.failure_id == exploration.failure_id)
+                    .where(VerdictRow.status == Status.EXPLORING.value)
+                    .values(
+                        status=Status.UNMATCHED.value,
+                        reason=f"no rule matched; exploring failed: {exploration.reason}"[:4000],
+                    )
+                )
+            if proposal is not None:
+                s.flush()
+                s.add(
+                    ProposalRow(
+                        exploration_id=exploration.id, failure_id=exploration.failure_id, **proposal
+                    )
+                )
+
+    def explorations(self, failure_id: str | None = None) -> list[ExplorationRow]:
+        with self.session() as s:
+            query = select(ExplorationRow).order_by(ExplorationRow.finished_at)
+            if failure_id is not None:
+                query = query.where(ExplorationRow.failure_id == failure_id)
+            return list(s.execute(query).scalars())
+
+    def proposals(self, status: str | None = None) -> list[ProposalRow]:
+        with self.session() as s:
+            query = select(ProposalRow).order_by(ProposalRow.created_at)
+            if status is not None:
+                query = query.where(ProposalRow.status == status)
+            return list(s.execute(query).scalars())
+
+    def exploration(self, exploration_id: str) -> ExplorationRow | None:
+        with self.session() as s:
+            return s.get(ExplorationRow, exploration_id)
+
+    def full_id(self, what: str, given: str) -> str | None:
+        """The ``what`` ("proposal" or "failure") id ``given`` names, a unique prefix accepted.
+
+        Raises AmbiguousId when the prefix names several.
+        """
+        column = ProposalRow.id if what == "proposal" else FailureRow.id
+        return expand_id(self.session, column, given, what)
+
+    def proposal(self, proposal_id: str) -> ProposalRow | None:
+        with self.session() as s:
+            return s.get(ProposalRow, proposal_id)
+
+    def pending_rules(self) -> list[tuple[str, str]]:
+        """``(proposal id, rule YAML)`` of every pending proposal."""
+        query = select(ProposalRow.id, ProposalRow.rule_yaml).where(ProposalRow.status == "pending")
+        with self.session() as s:
+            return [(pid, text) for pid, text in s.execute(query).all()]
+
+    def failure_facts(self, after: str, limit: int) -> list[tuple[str, dict[str, Any]]]:
+        """``(failure id, facts)`` of the next ``limit`` failures by id after ``after``."""
+        query = (
+            select(FailureRow.id, FailureRow.facts)
+            .where(FailureRow.id > after)
+            .order_by(FailureRow.id)
+            .limit(limit)
+        )
+        with self.session() as s:
+            return [(fid, facts or {}) for fid, facts in s.execute(query).all()]
+
+    def approve_proposal(self, proposal_id: str, by: str, rule_yaml: str) -> bool:
+        """Mark a pending proposal approved; False if it was reviewed meanwhile."""
+        with self.session.begin() as s:
+            done = s.execute(
+                update(ProposalRow)
+                .where(ProposalRow.id == proposal_id, ProposalRow.status == "pending")
+                .values(status="approved", reviewed_by=by, reviewed_at=_now(), rule_yaml=rule_yaml)
+            )
+            return bool(done.rowcount)  # type: ignore[attr-defined]
+
+    def reject_proposal(self, proposal_id: str, by: str, reason: str) -> None:
+        with self.session.begin() as s:
+            s.execute(
+                update(ProposalRow)
+                .where(ProposalRow.id == proposal_id)
+                .values(status="rejected", reviewed_by=by, reviewed_at=_now(), review_reason=reason)
+            )
+
+    def replay_origin(self, failure_id: str) -> dict[str, Any] | None:
+        """The replay job and unmatched group a failure was explored for, if any."""
+        query = select(REPLAY_EXPLORATIONS).where(REPLAY_EXPLORATIONS.c.failure_id == failure_id)
+        with self.session() as s:
+            row = s.execute(query.limit(1)).first()
+        if row is None:
+            return None
+        return {"job": row.job_id, "group": row.rank, "failures": row.size}

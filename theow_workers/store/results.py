@@ -1,0 +1,226 @@
+"""The result store: failures, attempts, verdicts and rule stats in SQL.
+
+The resolve path writes twice per failure: ``record_failure`` (the failure,
+and the verdict already stored for it when it is a duplicate) and
+``record_outcome`` (its attempts, its rules' counts and its verdict, in one
+transaction). Idempotency lives in the schema: a failure id is a primary key,
+a verdict's primary key is its failure id, both inserted ``ON CONFLICT DO
+NOTHING``, so a redelivered or duplicated task creates nothing twice; a rule's
+counts move by ``successes = successes + n`` in SQL, so concurrent workers
+never lose one.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Connection, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import sessionmaker
+
+from theow_client.verdict import Status, Verdict
+from theow_workers.core.ports import (
+    CLIENT_PENDING,
+    AttemptRecord,
+    FailureRecord,
+    RuleStats,
+    counted,
+)
+from theow_workers.store.schema import (
+    AttemptRow,
+    FailureRow,
+    RuleStatsRow,
+    VerdictRow,
+    make_engine,
+)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class SqlStore:
+    def __init__(self, url: str, engine: Engine | None = None) -> None:
+        self.url = url
+        self.engine = engine or make_engine(url)
+        self.session = sessionmaker(self.engine, expire_on_commit=False)
+        self._dialect: Any = postgresql if self.engine.dialect.name == "postgresql" else sqlite
+
+    # The Store port (theow_workers.core.ports.Store)
+
+    def record_failure(self, failure: FailureRecord) -> Verdict | None:
+        """Record the failure unless it exists; the verdict already stored for it, if any.
+
+        A new failure has no verdict (a verdict needs its failure row), so the
+        usual case is one INSERT; only a duplicate reads its verdict too.
+        """
+        with self.engine.begin() as conn:
+            if self._insert_failure(conn, failure):
+                return None
+            return _stored_verdict(conn, failure.id)
+
+    def record_outcome(self, verdict: Verdict, attempts: Sequence[AttemptRecord] = ()) -> Verdict:
+        """One transaction: the attempts, their rules' counts and the verdict.
+
+        The verdict is stored unless one exists; whichever is stored is
+        returned. Attempts are rows whatever the verdict: their actions ran.
+        """
+        with self.engine.begin() as conn:
+            if attempts:
+                conn.execute(insert(AttemptRow), [_attempt_row(a) for a in attempts])
+            for (rule, success), n in Counter(counted(attempts)).items():
+                self._bump(conn, rule, success, n)
+            inserted = conn.execute(
+                self._dialect.insert(VerdictRow)
+                .values(_verdict_row(verdict))
+                .on_conflict_do_nothing(index_elements=["failure_id"])
+            )
+            if inserted.rowcount == 1:
+                return verdict
+            stored = _stored_verdict(conn, verdict.failure_id)
+        assert stored is not None
+        return stored
+
+    def verdict(self, failure_id: str) -> Verdict | None:
+        with self.engine.connect() as conn:
+            return _stored_verdict(conn, failure_id)
+
+    def rule_stats(self) -> dict[str, RuleStats]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(RuleStatsRow.rule, RuleStatsRow.successes, RuleStatsRow.failures)
+            )
+            return {rule: RuleStats(s, f) for rule, s, f in rows}
+
+    # One step at a time (seeding, tests, the replay chunk store's reads)
+
+    def add_failure(self, failure: FailureRecord) -> bool:
+        """Record a failure; False if one with this id exists already."""
+        with self.engine.begin() as conn:
+            return self._insert_failure(conn, failure)
+
+    def add_attempt(self, attempt: AttemptRecord) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(insert(AttemptRow).values(_attempt_row(attempt)))
+
+    def add_verdict(self, verdict: Verdict) -> Verdict:
+        """Store the verdict unless one exists; return whichever is stored."""
+        return self.record_outcome(verdict)
+
+    def count_attempt(self, rule: str, success: bool) -> None:
+        """``successes = successes + 1`` in SQL: concurrent workers never lose a count."""
+        with self.engine.begin() as conn:
+            self._bump(conn, rule, success, 1)
+
+    def settle_client_attempt(
+        self, failure_id: str, rule: str, success: bool, error: str, outputs: list[dict[str, Any]]
+    ) -> bool:
+        """Record what the build agent reported for a ``client_pending`` attempt.
+
+        Counts the rule's success or failure only then, and only once: a
+        report repeated or for an attempt that was never pending counts nothing.
+        """
+        pending = (
+            select(AttemptRow.id, AttemptRow.params)
+            .where(AttemptRow.failure_id == failure_id, AttemptRow.rule == rule)
+            .where(AttemptRow.outcome == CLIENT_PENDING)
+            .order_by(AttemptRow.id.desc())
+            .limit(1)
+        )
+        with self.engine.begin() as conn:
+            row = conn.execute(pending).first()
+            if row is None:
+                return False
+            reported = {o.get("action"): o.get("output") for o in outputs if isinstance(o, dict)}
+            params = [
+                {**step, "output": reported[step.get("action")]}
+                if step.get("action") in reported
+                else step
+                for step in row.params
+            ]
+            settled = conn.execute(
+                update(AttemptRow)
+                .where(AttemptRow.id == row.id, AttemptRow.outcome == CLIENT_PENDING)
+                .values(outcome="success" if success else "error", error=error, params=params)
+            )
+            if settled.rowcount != 1:
+                return False  # another report settled it first
+            self._bump(conn, rule, success, 1)
+        return True
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    def _insert_failure(self, conn: Connection, failure: FailureRecord) -> bool:
+        inserted = conn.execute(
+            self._dialect.insert(FailureRow)
+            .values(_failure_row(failure))
+            .on_conflict_do_nothing(index_elements=["id"])
+        )
+        return bool(inserted.rowcount == 1)
+
+    def _bump(self, conn: Connection, rule: str, success: bool, n: int) -> None:
+        """Add ``n`` to a rule's successes or failures; a new rule's row starts counted."""
+        column, stamp = (
+            ("successes", "last_success_at") if success else ("failures", "last_failure_at")
+        )
+        now = _now()
+        first = {"rule": rule, "successes": 0, "failures": 0, column: n, stamp: now}
+        conn.execute(
+            self._dialect.insert(RuleStatsRow)
+            .values(first)
+            .on_conflict_do_update(
+                index_elements=["rule"],
+                set_={column: getattr(RuleStatsRow, column) + n, stamp: now},
+            )
+        )
+
+
+def _stored_verdict(conn: Connection, failure_id: str) -> Verdict | None:
+    row = conn.execute(select(VerdictRow).where(VerdictRow.failure_id == failure_id)).first()
+    if row is None:
+        return None
+    return Verdict.from_dict(
+        {
+            "failure_id": row.failure_id,
+            "status": Status(row.status),
+            "rule": row.rule,
+            "mode": row.mode,
+            "actions": row.actions,
+            "outputs": row.outputs,
+            "reason": row.reason,
+            "attempts": row.attempts,
+            "evidence": row.evidence,
+            "also": row.also or [],
+            "seen_in_passing": row.seen_in_passing or [],
+        }
+    )
+
+
+def _failure_row(f: FailureRecord) -> dict[str, Any]:
+    return {
+        "id": f.id, "fingerprint": f.fingerprint, "facts": f.facts, "problem_type": f.problem_type,
+        "source": f.source, "received_at": f.received_at, "explore": f.explore, "notes": f.notes,
+    }  # fmt: skip
+
+
+def _verdict_row(v: Verdict) -> dict[str, Any]:
+    data = v.to_dict()
+    return {
+        "failure_id": v.failure_id, "status": data["status"], "rule": v.rule, "mode": v.mode,
+        "actions": data["actions"], "outputs": data["outputs"], "reason": v.reason,
+        "attempts": v.attempts, "evidence": v.evidence, "also": list(v.also),
+        "seen_in_passing": list(v.seen_in_passing), "decided_at": _now(),
+    }  # fmt: skip
+
+
+def _attempt_row(a: AttemptRecord) -> dict[str, Any]:
+    return {
+        "failure_id": a.failure_id, "rule": a.rule, "params": a.params, "outcome": a.outcome,
+        "error": a.error, "duration_ms": a.duration_ms, "delivery": a.delivery,
+        "evidence": a.evidence, "created_at": _now(),
+    }  # fmt: skip

@@ -1,0 +1,240 @@
+"""The tables, the engine and the migrations: the schema every store query reads.
+
+SQLite by default, PostgreSQL in production; the schema is owned by Alembic
+(``theow_workers/migrations``), never by ``create_all``. Idempotency lives in
+the schema: a failure id is a primary key, a verdict's primary key is its
+failure id, so a redelivered or duplicated task creates nothing twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    create_engine,
+    event,
+    select,
+    text,
+)
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
+
+MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
+
+# The database could not be reached or answered (worth retrying): what callers catch.
+StoreUnavailable = OperationalError
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class FailureRow(Base):
+    __tablename__ = "failures"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String(64), index=True)
+    facts: Mapped[dict[str, Any]] = mapped_column(JSON)
+    problem_type: Mapped[str | None] = mapped_column(String(200), index=True)
+    source: Mapped[str] = mapped_column(String(200))
+    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    explore: Mapped[bool] = mapped_column(Boolean, default=False)
+    notes: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class AttemptRow(Base):
+    __tablename__ = "attempts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    failure_id: Mapped[str] = mapped_column(ForeignKey("failures.id"), index=True)
+    rule: Mapped[str] = mapped_column(String(256), index=True)
+    params: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    outcome: Mapped[str] = mapped_column(String(16))
+    error: Mapped[str] = mapped_column(Text, default="")
+    duration_ms: Mapped[float] = mapped_column(Float, default=0.0)
+    delivery: Mapped[int] = mapped_column(Integer, default=1)
+    evidence: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+
+
+class VerdictRow(Base):
+    __tablename__ = "verdicts"
+
+    failure_id: Mapped[str] = mapped_column(ForeignKey("failures.id"), primary_key=True)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    rule: Mapped[str | None] = mapped_column(String(256), index=True)
+    mode: Mapped[str | None] = mapped_column(String(16))
+    actions: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    outputs: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    evidence: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    also: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
+    seen_in_passing: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
+    decided_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, index=True)
+
+
+class RuleStatsRow(Base):
+    __tablename__ = "rule_stats"
+
+    rule: Mapped[str] = mapped_column(String(256), primary_key=True)
+    successes: Mapped[int] = mapped_column(Integer, default=0)
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    last_success_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_failure_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class ExplorationRow(Base):
+    __tablename__ = "explorations"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    failure_id: Mapped[str] = mapped_column(ForeignKey("failures.id"), index=True)
+    fingerprint: Mapped[str] = mapped_column(String(64), index=True)
+    session_id: Mapped[str] = mapped_column(String(200), default="")
+    rule: Mapped[str | None] = mapped_column(String(256))  # the probabilistic rule, if one drove it
+    models: Mapped[list[str]] = mapped_column(JSON, default=list)
+    turns: Mapped[int] = mapped_column(Integer, default=0)
+    tool_calls: Mapped[int] = mapped_column(Integer, default=0)
+    tokens_in: Mapped[int] = mapped_column(Integer, default=0)
+    tokens_out: Mapped[int] = mapped_column(Integer, default=0)
+    cost: Mapped[float] = mapped_column(Float, default=0.0)
+    outcome: Mapped[str] = mapped_column(String(32), index=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    proposal_id: Mapped[str | None] = mapped_column(String(64), index=True)
+    transcript: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+    finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, index=True)
+
+
+class ProposalRow(Base):
+    __tablename__ = "proposals"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    exploration_id: Mapped[str] = mapped_column(ForeignKey("explorations.id"), index=True)
+    failure_id: Mapped[str] = mapped_column(ForeignKey("failures.id"), index=True)
+    rule_name: Mapped[str] = mapped_column(String(256), index=True)
+    rule_yaml: Mapped[str] = mapped_column(Text)
+    diffs: Mapped[list[dict[str, str]]] = mapped_column(JSON, default=list)
+    status: Mapped[str] = mapped_column(String(16), index=True, default="pending")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, index=True)
+    reviewed_by: Mapped[str | None] = mapped_column(String(200))
+    reviewed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    review_reason: Mapped[str | None] = mapped_column(Text)
+
+
+def make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[-1]
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn: Any, _: Any) -> None:
+            # WAL lets readers and one writer work at once across worker processes.
+            cursor = dbapi_conn.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.close()
+
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+def migrate(url: str, revision: str = "head") -> None:
+    """Bring the database schema to ``revision`` with Alembic."""
+    from alembic import command
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    command.upgrade(config, revision)
+
+
+@dataclass(frozen=True)
+class SchemaState:
+    """Where a database's schema stands against this code's migrations."""
+
+    backend: str  # "sqlite", "postgresql", ...
+    current: frozenset[str]  # revisions the database is at
+    heads: frozenset[str]  # revisions this code migrates to
+    known: frozenset[str]  # every revision this code has
+
+
+def backend_of(url: str) -> str:
+    return make_url(url).get_backend_name()
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite URL (None for another database or an in-memory one)."""
+    parsed = make_url(url)
+    path = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or not path or path == ":memory:":
+        return None
+    return Path(path)
+
+
+def schema_state(url: str, timeout: float) -> SchemaState:
+    """Connect once (within ``timeout`` seconds) and read the schema's revision."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    backend = backend_of(url)
+    args: dict[str, Any] = {}
+    if backend == "sqlite":
+        args = {"timeout": timeout}
+    elif backend == "postgresql":
+        args = {"connect_timeout": int(timeout)}
+    engine = create_engine(url, connect_args=args)
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+            current = frozenset(MigrationContext.configure(conn).get_current_heads())
+    finally:
+        engine.dispose()
+    script = ScriptDirectory(str(MIGRATIONS))
+    known = frozenset(rev.revision for rev in script.walk_revisions())
+    return SchemaState(backend, current, frozenset(script.get_heads()), known)
+
+
+class AmbiguousId(LookupError):
+    """An id prefix names more than one row."""
+
+
+def expand_id(session: sessionmaker[Any], column: Any, given: str, what: str) -> str | None:
+    """``given`` when it is an id, else the one id it is a prefix of; None if none.
+
+    Tables cut long ids on narrow screens and people copy short forms, so an
+    unambiguous prefix names its row; an ambiguous one raises AmbiguousId
+    listing a few of the ids it could mean.
+    """
+    with session() as s:
+        if s.execute(select(column).where(column == given)).first() is not None:
+            return given
+        if not given:
+            return None
+        query = select(column).where(column.startswith(given, autoescape=True)).limit(6)
+        found = list(s.execute(query).scalars())
+    if len(found) > 1:
+        shown = ", ".join(found[:5]) + (", …" if len(found) > 5 else "")
+        raise AmbiguousId(f"{what} id {given!r} is ambiguous: it starts {shown}; give more of it")
+    return found[0] if found else None
