@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.dialects import postgresql, sqlite
@@ -30,6 +29,7 @@ from sqlalchemy.orm import Session
 from theow_client.verdict import Verdict
 from theow_workers.adapters.sql import AttemptRow, FailureRow, RuleStatsRow, SqlStore, VerdictRow
 from theow_workers.core.ports import AttemptRecord, FailureRecord, RuleStats
+from theow_workers.store.results import attempt_values, failure_values, verdict_values
 
 
 class ChunkStore:
@@ -94,7 +94,7 @@ class ChunkStore:
         """Write the pending failures, verdicts, attempts and rule counts in ``s``."""
         insert = self._dialect.insert
         if self.failures:
-            rows = [_failure_row(f) for f in self.failures.values()]
+            rows = [failure_values(f) for f in self.failures.values()]
             s.execute(insert(FailureRow).on_conflict_do_nothing(index_elements=["id"]), rows)
         new: set[str] = set()
         if self.verdicts:
@@ -103,11 +103,11 @@ class ChunkStore:
                 .on_conflict_do_nothing(index_elements=["failure_id"])
                 .returning(VerdictRow.failure_id)
             )
-            rows = [_verdict_row(v) for v in self.verdicts.values()]
+            rows = [verdict_values(v) for v in self.verdicts.values()]
             new = {fid for (fid,) in s.execute(statement, rows)}
         attempts = [a for a in self.attempts if a.failure_id in new]
         if attempts:
-            s.execute(insert(AttemptRow), [_attempt_row(a) for a in attempts])
+            s.execute(insert(AttemptRow), [attempt_values(a) for a in attempts])
         if self.count_rules:
             for (rule, success), n in Counter(
                 (a.rule, a.outcome == "success") for a in attempts
@@ -127,27 +127,3 @@ class ChunkStore:
         counter = getattr(RuleStatsRow, column)
         values = {column: counter + n, stamp: datetime.now(UTC)}
         s.execute(update(RuleStatsRow).where(RuleStatsRow.rule == rule).values(values))
-
-
-def _failure_row(f: FailureRecord) -> dict[str, Any]:
-    return {
-        "id": f.id, "fingerprint": f.fingerprint, "facts": f.facts, "problem_type": f.problem_type,
-        "source": f.source, "received_at": f.received_at, "explore": f.explore, "notes": f.notes,
-    }  # fmt: skip
-
-
-def _verdict_row(v: Verdict) -> dict[str, Any]:
-    data = v.to_dict()
-    return {
-        "failure_id": v.failure_id, "status": data["status"], "rule": v.rule, "mode": v.mode,
-        "actions": data["actions"], "outputs": data["outputs"], "reason": v.reason,
-        "attempts": v.attempts, "evidence": v.evidence, "also": list(v.also),
-    }  # fmt: skip
-
-
-def _attempt_row(a: AttemptRecord) -> dict[str, Any]:
-    return {
-        "failure_id": a.failure_id, "rule": a.rule, "params": a.params, "outcome": a.outcome,
-        "error": a.error, "duration_ms": a.duration_ms, "delivery": a.delivery,
-        "evidence": a.evidence,
-    }  # fmt: skip

@@ -71,12 +71,12 @@ class SqlStore:
         """
         with self.engine.begin() as conn:
             if attempts:
-                conn.execute(insert(AttemptRow), [_attempt_row(a) for a in attempts])
+                conn.execute(insert(AttemptRow), [attempt_values(a) for a in attempts])
             for (rule, success), n in Counter(counted(attempts)).items():
                 self._bump(conn, rule, success, n)
             inserted = conn.execute(
                 self._dialect.insert(VerdictRow)
-                .values(_verdict_row(verdict))
+                .values(verdict_values(verdict))
                 .on_conflict_do_nothing(index_elements=["failure_id"])
             )
             if inserted.rowcount == 1:
@@ -105,7 +105,7 @@ class SqlStore:
 
     def add_attempt(self, attempt: AttemptRecord) -> None:
         with self.engine.begin() as conn:
-            conn.execute(insert(AttemptRow).values(_attempt_row(attempt)))
+            conn.execute(insert(AttemptRow).values(attempt_values(attempt)))
 
     def add_verdict(self, verdict: Verdict) -> Verdict:
         """Store the verdict unless one exists; return whichever is stored."""
@@ -158,7 +158,7 @@ class SqlStore:
     def _insert_failure(self, conn: Connection, failure: FailureRecord) -> bool:
         inserted = conn.execute(
             self._dialect.insert(FailureRow)
-            .values(_failure_row(failure))
+            .values(failure_values(failure))
             .on_conflict_do_nothing(index_elements=["id"])
         )
         return bool(inserted.rowcount == 1)
@@ -201,14 +201,16 @@ def _stored_verdict(conn: Connection, failure_id: str) -> Verdict | None:
     )
 
 
-def _failure_row(f: FailureRecord) -> dict[str, Any]:
+def failure_values(f: FailureRecord) -> dict[str, Any]:
+    """A failure as the values of its row (the replay's chunk store writes the same)."""
     return {
         "id": f.id, "fingerprint": f.fingerprint, "facts": f.facts, "problem_type": f.problem_type,
         "source": f.source, "received_at": f.received_at, "explore": f.explore, "notes": f.notes,
     }  # fmt: skip
 
 
-def _verdict_row(v: Verdict) -> dict[str, Any]:
+def verdict_values(v: Verdict) -> dict[str, Any]:
+    """A verdict as the values of its row."""
     data = v.to_dict()
     return {
         "failure_id": v.failure_id, "status": data["status"], "rule": v.rule, "mode": v.mode,
@@ -218,7 +220,8 @@ def _verdict_row(v: Verdict) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _attempt_row(a: AttemptRecord) -> dict[str, Any]:
+def attempt_values(a: AttemptRecord) -> dict[str, Any]:
+    """An attempt as the values of its row."""
     return {
         "failure_id": a.failure_id, "rule": a.rule, "params": a.params, "outcome": a.outcome,
         "error": a.error, "duration_ms": a.duration_ms, "delivery": a.delivery,
