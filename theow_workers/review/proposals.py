@@ -150,6 +150,7 @@ def approve(
         raise ReviewError(f"applying the proposal failed, nothing was changed: {exc}") from exc
 
     if not store.approve_proposal(proposal.id, by or reviewer(), text):
+        _restore(originals)  # the other review stands: leave the rules as they were
         raise ReviewError(f"proposal {proposal_id} was reviewed by someone else meanwhile")
     return Approval(proposal.id, rule.name, tuple(str(p) for p in files))
 
@@ -164,7 +165,8 @@ def reject(
         raise ReviewError(f"no proposal {proposal_id!r} (see `theow review list`)")
     if proposal.status != "pending":
         raise ReviewError(f"proposal {proposal_id} is {proposal.status}, not pending")
-    store.reject_proposal(proposal.id, by or reviewer(), reason)
+    if not store.reject_proposal(proposal.id, by or reviewer(), reason):
+        raise ReviewError(f"proposal {proposal_id} was reviewed by someone else meanwhile")
     return proposal
 
 

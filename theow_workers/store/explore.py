@@ -149,13 +149,15 @@ class ExploreStore:
             )
             return bool(done.rowcount)  # type: ignore[attr-defined]
 
-    def reject_proposal(self, proposal_id: str, by: str, reason: str) -> None:
+    def reject_proposal(self, proposal_id: str, by: str, reason: str) -> bool:
+        """Mark a pending proposal rejected; False if it was reviewed meanwhile."""
         with self.session.begin() as s:
-            s.execute(
+            done = s.execute(
                 update(ProposalRow)
-                .where(ProposalRow.id == proposal_id)
+                .where(ProposalRow.id == proposal_id, ProposalRow.status == "pending")
                 .values(status="rejected", reviewed_by=by, reviewed_at=_now(), review_reason=reason)
             )
+            return bool(done.rowcount)  # type: ignore[attr-defined]
 
     def replay_origin(self, failure_id: str) -> dict[str, Any] | None:
         """The replay job and unmatched group a failure was explored for, if any."""
