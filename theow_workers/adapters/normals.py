@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from theow_client import names
-from theow_workers.core.normal import MAX_TEMPLATES, JobNormal, mine
+from theow_workers.core.normal import MAX_TEMPLATES, JobNormal, mine, mine_run
 
 CACHE_JOBS = 1024  # jobs whose normal a process keeps in memory
 
@@ -43,10 +43,18 @@ class RedisNormals:
         """Merge a passing run's lines into the job's normal; the number of templates kept."""
         now = time.time() if now is None else now
         key = names.key_normal(job)
-        templates = mine(lines, self.templates(job))
+        known = {
+            (t.decode() if isinstance(t, bytes) else str(t)): float(score)
+            for t, score in self.redis.zrange(key, 0, -1, withscores=True)
+        }
+        templates, seen = mine_run(lines, known)
+        # What this run printed is stamped now; the rest keeps its age and
+        # expires ``ttl`` after the job last printed it.
+        scores = {t: now if t in seen else known.get(t, now) for t in templates}
         pipe = self.redis.pipeline()
-        if templates:
-            pipe.zadd(key, dict.fromkeys(templates, now))
+        pipe.delete(key)  # templates merged into a wildcard are gone from the miner too
+        if scores:
+            pipe.zadd(key, scores)
         pipe.zremrangebyscore(key, "-inf", now - self.ttl)
         pipe.zremrangebyrank(key, 0, -MAX_TEMPLATES - 1)
         pipe.expire(key, self.ttl)

@@ -87,14 +87,25 @@ def mine(lines: Iterable[str], templates: Iterable[str] = ()) -> list[str]:
     Deterministic for the same input order; at most :data:`MAX_TEMPLATES`
     (the most recently seen kept when there are more).
     """
+    return mine_run(lines, templates)[0]
+
+
+def mine_run(lines: Iterable[str], templates: Iterable[str] = ()) -> tuple[list[str], set[str]]:
+    """:func:`mine`, and which of the resulting templates ``lines`` matched.
+
+    A template the new run did not print keeps its age, so a store can let it
+    expire when the job stops printing it.
+    """
     miner = _Miner()
     for template in templates:
         miner.add(template.split(" "))
+    miner.seen = set()
     for line in lines:
         masked = mask(line)
         if masked:
             miner.add(masked.split(" "))
-    return miner.templates()[-MAX_TEMPLATES:]
+    kept = miner.templates()[-MAX_TEMPLATES:]
+    return kept, miner.seen & set(kept)
 
 
 @dataclass
@@ -102,6 +113,7 @@ class _Miner:
     # (token count, first token) -> templates as token lists, oldest first
     buckets: dict[tuple[int, str], list[list[str]]] = field(default_factory=dict)
     order: dict[str, None] = field(default_factory=dict)  # templates, least recent first
+    seen: set[str] | None = None  # when set, the templates the lines added since then matched
 
     def add(self, tokens: list[str]) -> None:
         key = (len(tokens), tokens[0])
@@ -119,11 +131,16 @@ class _Miner:
                     best[i] = WILDCARD
             self.order.pop(old, None)
             self.order[" ".join(best)] = None
+            if self.seen is not None:
+                self.seen.discard(old)
+                self.seen.add(" ".join(best))
             return
         if len(bucket) >= MAX_BUCKET:
             self.order.pop(" ".join(bucket.pop(0)), None)
         bucket.append(list(tokens))
         self.order[" ".join(tokens)] = None
+        if self.seen is not None:
+            self.seen.add(" ".join(tokens))
 
     def templates(self) -> list[str]:
         return list(self.order)
