@@ -71,9 +71,9 @@ def _resolve_claimed(
         return rt.service.dead_letter(payload, failure_id, reason).to_dict()
     try:
         return rt.service.resolve(payload, failure_id, delivery).to_dict()
-    except SoftTimeLimitExceeded:
+    except SoftTimeLimitExceeded as exc:
         reason = f"resolution exceeded the {rt.settings.resolve_time_limit}s task time limit"
-        return rt.service.give_up(payload, failure_id, reason).to_dict()
+        return rt.service.give_up(payload, failure_id, reason, exc).to_dict()
     except RulesInvalid as exc:
         # No valid rules version was ever loaded: an error verdict now would be final for
         # a failure that valid rules may resolve, so the failure waits for them instead.

@@ -186,3 +186,33 @@ def test_a_dead_letter_is_recorded_without_reading_its_facts(service, store):
     assert store.failures["poison"].notes["dead_letter"] == "delivered 4 times without a verdict"
     assert "ECHO never read" in store.failures["poison"].notes["payload_preview"]
     assert store.attempts == []  # no rule ran
+
+
+class TimeLimit(BaseException):
+    """Stands for Celery's SoftTimeLimitExceeded, raised inside whatever runs."""
+
+
+def test_what_ran_before_a_time_limit_is_recorded_with_the_verdict_that_gives_up(
+    service, store, monkeypatch
+):
+    import theow_workers.core.service as service_module
+
+    real, calls = service_module.call_action, []
+
+    def second_call_hits_the_limit(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 2:
+            raise TimeLimit()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(service_module, "call_action", second_call_hits_the_limit)
+    payload = {"failure_id": "f1", "facts": {"stderr": "EXPLODE 42"}}
+    with pytest.raises(TimeLimit) as stopped:
+        service.resolve(payload, fallback_id="f1")
+
+    verdict = service.give_up(payload, "f1", "resolution exceeded the time limit", stopped.value)
+
+    assert (verdict.status, verdict.attempts) == (Status.ERROR, 1)
+    (ran,) = store.attempts
+    assert (ran.rule, ran.outcome) == ("tf_explode", "error")
+    assert store.stats["tf_explode"].failures == 1

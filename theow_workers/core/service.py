@@ -10,6 +10,7 @@ rule counts, verdict) in one go.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -183,7 +184,14 @@ class ResolveService:
             log.info("failure %s already decided: %s", sub.failure_id, existing.status)
             return existing
         attempts: list[AttemptRecord] = []
-        verdict = self._decide(sub, delivery, normal, attempts)
+        try:
+            verdict = self._decide(sub, delivery, normal, attempts)
+        except BaseException as exc:
+            # Attempts are written with the verdict; one that gives up on this
+            # failure (a time limit) records what already ran from here.
+            with contextlib.suppress(AttributeError, TypeError):
+                exc.theow_attempts = list(attempts)  # type: ignore[attr-defined]
+            raise
         stored = self.store.record_outcome(verdict, attempts)
         log.info(
             "failure %s: %s%s",
@@ -193,8 +201,14 @@ class ResolveService:
         )
         return stored
 
-    def give_up(self, payload: Any, fallback_id: str, reason: str) -> Verdict:
-        """Record an error verdict without trying again (poison message, hard limit)."""
+    def give_up(
+        self, payload: Any, fallback_id: str, reason: str, cause: BaseException | None = None
+    ) -> Verdict:
+        """Record an error verdict without trying again (poison message, hard limit).
+
+        ``cause``, the exception that stopped :meth:`resolve`, carries the
+        attempts that already ran: they are recorded with the verdict.
+        """
         try:
             sub = Submission.parse(payload, fallback_id, self.settings.fact_limit)
         except Exception as exc:  # whatever a message holds, it gets an outcome
@@ -202,7 +216,10 @@ class ResolveService:
         existing = self._record(sub)
         if existing is not None:
             return existing
-        return self.store.record_outcome(Verdict(sub.failure_id, Status.ERROR, reason=reason))
+        ran: list[AttemptRecord] = list(getattr(cause, "theow_attempts", ()))
+        attempts = len(ran)
+        verdict = Verdict(sub.failure_id, Status.ERROR, reason=reason, attempts=attempts)
+        return self.store.record_outcome(verdict, ran)
 
     def dead_letter(self, payload: Any, fallback_id: str, reason: str) -> Verdict:
         """Record an error verdict without reading the facts: the message itself is suspect.
