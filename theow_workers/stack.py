@@ -74,6 +74,28 @@ def _wait_for_port(
     raise StackError(f"{what} did not listen on {host}:{port} within {timeout:g}s")
 
 
+def _wait_until_loaded(url: str, timeout: float) -> None:
+    """Valkey listens before it has read its append-only file back, and until then
+    answers every command with LOADING; a client that arrived then would spool."""
+    import redis
+
+    deadline = time.monotonic() + timeout
+    conn = redis.Redis.from_url(url, socket_timeout=2)
+    try:
+        while True:
+            try:
+                conn.ping()
+                return
+            except redis.exceptions.BusyLoadingError:
+                if time.monotonic() > deadline:
+                    raise StackError(
+                        f"valkey at {url} was still loading its data after {timeout:g}s"
+                    ) from None
+                time.sleep(0.1)
+    finally:
+        conn.close()
+
+
 @dataclass
 class EmbeddedStack:
     settings: Settings
@@ -102,6 +124,7 @@ class EmbeddedStack:
             "--logfile", str(data / "valkey.log"),
         ]  # fmt: skip
         self._spawn("valkey", cmd, host, port, timeout=15)
+        _wait_until_loaded(self.settings.redis_url, timeout=30)
 
     def start_milvus(self) -> None:
         url = urlparse(self.settings.milvus_uri)
