@@ -72,7 +72,11 @@ def _resolve_claimed(
     try:
         return rt.service.resolve(payload, failure_id, delivery).to_dict()
     except SoftTimeLimitExceeded as exc:
-        reason = f"resolution exceeded the {rt.settings.resolve_time_limit}s task time limit"
+        limit = rt.settings.resolve_time_limit
+        reason = (
+            f"resolution ran past its soft time limit ({max(1, limit - 15)}s: "
+            f"THEOW_RESOLVE_TIME_LIMIT={limit}s less 15s to record the outcome)"
+        )
         return rt.service.give_up(payload, failure_id, reason, exc).to_dict()
     except RulesInvalid as exc:
         # No valid rules version was ever loaded: an error verdict now would be final for

@@ -191,3 +191,23 @@ def test_a_killed_workers_claim_lapses_so_the_redelivery_takes_over(redis_url, r
     finally:
         worker.kill()
         worker.wait(30)
+
+
+def test_an_owner_whose_claim_lapsed_cannot_end_or_extend_the_next_owners(redis_client):
+    from theow_client import names
+    from theow_workers.adapters.deliveries import RedisDeliveries
+
+    stalled = RedisDeliveries(redis_client, claim_ttl=0.3).claim("f1")
+    assert stalled.try_take()
+    stalled._stop.set()  # a worker stalled past its TTL (its refresher got no CPU)
+    deadline = time.monotonic() + 10
+    while redis_client.exists(names.key_resolving("f1")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    taker = RedisDeliveries(redis_client).claim("f1")
+    assert taker.try_take()
+
+    stalled.release()  # late: the key is the next owner's now
+    assert redis_client.get(names.key_resolving("f1")) == taker.token.encode()
+    assert not RedisDeliveries(redis_client).claim("f1").try_take()
+    taker.release()
+    assert RedisDeliveries(redis_client).claim("f1").try_take()

@@ -261,3 +261,29 @@ def test_two_causes_sharing_a_fingerprint_do_not_reuse_each_others_rule(explorer
     assert third.bound == [
         {"action": "vent_widget", "params": {"widget": "widget-7", "pressure": "31"}}
     ]
+
+
+class TimeLimit(Exception):
+    """Stands in for Celery's SoftTimeLimitExceeded, an Exception raised inside whatever runs."""
+
+
+def test_a_task_time_limit_inside_a_tool_ends_the_session_instead_of_becoming_its_answer():
+    from theow_workers.core.llm import tool_from_callable
+
+    def slow_check(pattern: str) -> str:
+        """Check a pattern.
+
+        Args:
+            pattern: the pattern.
+        """
+        raise TimeLimit()
+
+    tool = tool_from_callable(slow_check)
+    crashing = ScriptedGateway([("slow_check", {"pattern": "x"})])
+    told = ToolLoop(crashing, InMemoryLimiter()).tool_session("go", [tool], Budget())
+    assert "TimeLimit" in told.tool_calls[0].error  # an ordinary bug is the model's information
+
+    interrupted = ScriptedGateway([("slow_check", {"pattern": "x"})])
+    loop = ToolLoop(interrupted, InMemoryLimiter(), interrupts=(TimeLimit,))
+    with pytest.raises(TimeLimit):
+        loop.tool_session("go", [tool], Budget())

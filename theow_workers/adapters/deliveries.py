@@ -11,6 +11,7 @@ claim that owns ``key``, with a short TTL kept fresh while it is held;
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from collections.abc import Callable
@@ -20,6 +21,19 @@ from theow_client import names
 from theow_workers.core.ports import wait_for_owner
 
 T = TypeVar("T")
+
+log = logging.getLogger("theow.deliveries")
+
+# Only the claim's owner may extend or end it: check the token and act in one step,
+# so a claim that expired and was taken by another worker is never touched.
+_EXTEND = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end
+return 0
+"""
+_RELEASE = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
+return 0
+"""
 
 DELIVERY_TTL = 24 * 3600
 
@@ -71,14 +85,19 @@ class RedisClaim:
         return wait_for_owner(self.name, self.try_take, outcome, timeout)
 
     def _refresh(self) -> None:
+        extend = self.redis.register_script(_EXTEND)
         while not self._stop.wait(self.ttl_ms / 3000):
-            self.redis.pexpire(self.key, self.ttl_ms)
+            try:
+                if not extend(keys=[self.key], args=[self.token, self.ttl_ms]):
+                    log.warning("claim on %s expired and was lost while held", self.name)
+                    return
+            except Exception as exc:  # the broker may come back before the claim expires
+                log.warning("could not extend the claim on %s: %s", self.name, exc)
 
     def release(self) -> None:
         self._stop.set()
         if self.held:
-            if self.redis.get(self.key) == self.token.encode():
-                self.redis.delete(self.key)
+            self.redis.register_script(_RELEASE)(keys=[self.key], args=[self.token])
             self.held = False
 
     def __enter__(self) -> RedisClaim:

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx2  # the transport google-genai 3.x uses
 import pydantic
+from celery.exceptions import SoftTimeLimitExceeded
 from google import genai
 from google.genai import errors, types
 
@@ -131,7 +132,8 @@ def gateway_from_settings(
                 f"setting {setting!r}: provider {provider!r} is not supported (only gemini/...)"
             )
         key, url = settings.gemini_api_key.get_secret_value(), settings.gemini_base_url or None
-        return ToolLoop(GeminiGateway(model, key, url), shared)
+        # A task's soft time limit ends the session; a tool must not turn it into an answer.
+        return ToolLoop(GeminiGateway(model, key, url), shared, interrupts=(SoftTimeLimitExceeded,))
 
     primary = build("llm", settings.llm)
     secondary = build("llm_secondary", settings.llm_secondary) if settings.llm_secondary else None

@@ -92,10 +92,14 @@ class ToolLoop:
         gateway: ModelGateway,
         limiter: RateLimiter,
         sleep: Callable[[float], None] = time.sleep,
+        interrupts: tuple[type[BaseException], ...] = (),
     ) -> None:
+        """``interrupts``: exceptions that end the session whatever raises them (a task's
+        soft time limit), never reported to the model as a tool's error."""
         self.gateway = gateway
         self.limiter = limiter
         self._sleep = sleep
+        self._interrupts = interrupts
 
     def __repr__(self) -> str:
         return f"ToolLoop({self.gateway!r})"
@@ -259,6 +263,8 @@ class ToolLoop:
             log.info("%s: tool %s refused: %s", self.gateway.model, call.name, record.error[:300])
             response = {"error": record.error}
         except Exception as exc:  # a tool's bug is the model's information, not our crash
+            if isinstance(exc, self._interrupts):
+                raise
             record.error = f"{type(exc).__name__}: {exc}"
             response = {"error": record.error}
         return ToolAnswer(call, response)
