@@ -46,25 +46,18 @@ def test_a_proposal_reads_back_with_the_exploration_and_failure_it_came_from(sto
 
     (proposal,) = store.proposals("pending")
     assert isinstance(proposal, Proposal)
-    assert (proposal.id, proposal.rule_name, proposal.rule_yaml) == (
-        "p-fussy",
-        "fussy",
-        "name: fussy\n",
-    )
-    assert proposal.diffs == [DIFF] and proposal.reviewed_by is None
-    session = store.exploration(proposal.exploration_id)
-    assert session is not None and session.id == exploration.id
-    assert (session.turns, session.tokens_in, session.tokens_out, session.cost) == (
-        3,
-        120,
-        40,
-        0.25,
-    )
-    assert session.models == ["m"] and session.transcript == [{"role": "model"}]
-    assert session.finished_at >= session.started_at
+    assert proposal.id == "p-fussy" and proposal.rule_name == "fussy"
+    assert proposal.rule_yaml == "name: fussy\n" and proposal.diffs == [DIFF]
+    assert proposal.reviewed_by is None
+    record = store.exploration(proposal.exploration_id)
+    assert record is not None and record.id == exploration.id
+    assert record.turns == 3 and record.cost == 0.25
+    assert record.tokens_in == 120 and record.tokens_out == 40
+    assert record.models == ["m"] and record.transcript == [{"role": "model"}]
+    assert record.finished_at >= record.started_at
     failure = store.failure(proposal.failure_id)
     assert failure is not None and failure.facts == {"stderr": "boom"}
-    assert store.explorations(proposal.failure_id) == [session]
+    assert store.explorations(proposal.failure_id) == [record]
     assert store.proposal("no-such") is None and store.exploration("no-such") is None
     assert store.failure("no-such") is None
 
