@@ -363,7 +363,7 @@ def rules_sync() -> None:
 @db_app.command("upgrade")
 def db_upgrade(revision: str = "head") -> None:
     """Apply the Alembic migrations to THEOW_DATABASE_URL (SQLite by default)."""
-    from theow_workers.store.schema import migrate
+    from theow_workers.store import migrate
 
     s = settings()
     migrate(s.store_url, revision)

@@ -137,7 +137,7 @@ class EmbeddedStack:
         self._spawn("milvus-lite", cmd, host, port, timeout=60, log_name="milvus.log")
 
     def migrate(self) -> None:
-        from theow_workers.store.schema import migrate
+        from theow_workers.store import migrate
 
         migrate(self.settings.store_url)
 

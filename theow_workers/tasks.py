@@ -19,7 +19,7 @@ from theow_workers.core.normal import passing_run
 from theow_workers.core.ports import OwnerTimeout
 from theow_workers.explorer.run import explore_failure, record_explore_error
 from theow_workers.runtime import RulesInvalid
-from theow_workers.store.schema import StoreUnavailable
+from theow_workers.store import StoreUnavailable
 
 log = logging.getLogger("theow.tasks")
 

@@ -106,13 +106,13 @@ def explore_failure(
     from theow_workers.store.explore import ExploreStore
 
     failure_id = str(request["failure_id"])
-    row = ExploreStore(runtime.store).failure(failure_id)
-    if row is None:
+    failure = ExploreStore(runtime.store).failure(failure_id)
+    if failure is None:
         raise LookupError(f"failure {failure_id} is not in the database")
-    facts = dict(row.facts)
+    facts = dict(failure.facts)
     s = runtime.settings
     if not s.explore:
-        exploration = Exploration(failure_id, row.fingerprint, Outcome.ERROR.value,
+        exploration = Exploration(failure_id, failure.fingerprint, Outcome.ERROR.value,
                                   reason="THEOW_EXPLORE is not set on this worker: exploring is off")  # fmt: skip
         ExploreStore(runtime.store).add_exploration(exploration)
         return exploration
@@ -142,7 +142,7 @@ def explore_failure(
         context.extra_tools = offered(candidates, s.explore_permissions)
         return explorer.explore(
             failure_id,
-            row.fingerprint,
+            failure.fingerprint,
             facts,
             context,
             query_text(facts),
@@ -165,9 +165,9 @@ def record_explore_error(runtime: Runtime, request: dict[str, Any], reason: str)
 
     failure_id = str(request["failure_id"])
     store = ExploreStore(runtime.store)
-    row = store.failure(failure_id)
+    failure = store.failure(failure_id)
     exploration = Exploration(
-        failure_id, row.fingerprint if row else "", Outcome.ERROR.value, reason=reason
+        failure_id, failure.fingerprint if failure else "", Outcome.ERROR.value, reason=reason
     )
     store.add_exploration(exploration)
     return exploration.summary()

@@ -209,7 +209,7 @@ def _milvus_version(client: Any) -> str:
 
 
 def check_sql(ctx: Context) -> list[Finding]:
-    from theow_workers.store.schema import schema_state, sqlite_file
+    from theow_workers.store import schema_state, sqlite_file
 
     url = ctx.settings.store_url
     fix = "run `theow db upgrade` (the compose `migrate` service does it before workers start)"

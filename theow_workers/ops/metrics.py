@@ -193,7 +193,7 @@ def _replays(figures: Figures, tables: set[str]) -> list[Metric]:
 
 
 def registry_for(settings: Settings) -> CollectorRegistry:
-    from theow_workers.store.schema import make_engine
+    from theow_workers.store import make_engine
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StoreCollector(make_engine(settings.store_url)))

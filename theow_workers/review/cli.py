@@ -35,9 +35,9 @@ def _fail(message: str, code: int = 1) -> typer.Exit:
 def _context() -> tuple[Any, Any]:
     """The settings and an ExploreStore on the configured database (migrated)."""
     from theow_workers.config import ConfigError, Settings
+    from theow_workers.store import migrate
     from theow_workers.store.explore import ExploreStore
     from theow_workers.store.results import SqlStore
-    from theow_workers.store.schema import migrate
 
     try:
         settings = Settings.load()
@@ -49,7 +49,7 @@ def _context() -> tuple[Any, Any]:
 
 def _full_id(store: Any, given: str, what: str) -> str:
     """The id ``given`` names, a unique prefix accepted; unknown or ambiguous exits 1."""
-    from theow_workers.store.schema import AmbiguousId
+    from theow_workers.store import AmbiguousId
 
     try:
         full: str | None = store.full_id(what, given)

@@ -22,8 +22,7 @@ from theow_workers.core.matching import evaluate
 from theow_workers.core.patching import PatchError, apply_diff, sha256
 from theow_workers.core.rules import RULE_SUFFIX, RuleError, parse_rule
 from theow_workers.runtime import Knowledge
-from theow_workers.store.explore import ExploreStore
-from theow_workers.store.schema import ProposalRow
+from theow_workers.store.explore import ExplorationRecord, ExploreStore, Proposal
 
 
 class ReviewError(Exception):
@@ -66,7 +65,7 @@ def defined_names(rules_dir: Path) -> dict[str, Path]:
 
 
 def planned_files(
-    proposal: ProposalRow, rule_yaml: str, rules_dir: Path, actions_dir: Path
+    proposal: Proposal, rule_yaml: str, rules_dir: Path, actions_dir: Path
 ) -> dict[Path, str]:
     """Every file the approval writes with its new content; raises ReviewError."""
     try:
@@ -155,9 +154,7 @@ def approve(
     return Approval(proposal.id, rule.name, tuple(str(p) for p in files))
 
 
-def reject(
-    store: ExploreStore, proposal_id: str, reason: str, by: str | None = None
-) -> ProposalRow:
+def reject(store: ExploreStore, proposal_id: str, reason: str, by: str | None = None) -> Proposal:
     if not reason.strip():
         raise ReviewError("a rejection needs a reason (--reason)")
     proposal = store.proposal(proposal_id)
@@ -201,7 +198,7 @@ def _restore(originals: dict[Path, str | None]) -> None:
             path.write_text(content, encoding="utf-8")
 
 
-def summary(proposal: ProposalRow, exploration: Any | None) -> dict[str, Any]:
+def summary(proposal: Proposal, exploration: ExplorationRecord | None) -> dict[str, Any]:
     return {
         "id": proposal.id,
         "rule": proposal.rule_name,

@@ -8,6 +8,21 @@ migrations) nothing imports SQLAlchemy: callers get dataclasses.
 """
 
 from theow_workers.store.results import SqlStore
-from theow_workers.store.schema import AmbiguousId, make_engine, migrate
+from theow_workers.store.schema import (
+    AmbiguousId,
+    StoreUnavailable,
+    make_engine,
+    migrate,
+    schema_state,
+    sqlite_file,
+)
 
-__all__ = ["AmbiguousId", "SqlStore", "make_engine", "migrate"]
+__all__ = [
+    "AmbiguousId",
+    "SqlStore",
+    "StoreUnavailable",
+    "make_engine",
+    "migrate",
+    "schema_state",
+    "sqlite_file",
+]

@@ -4,10 +4,13 @@ Every exploration is a row (failure, models, turns, tool calls, tokens, cost,
 outcome, transcript), whatever its outcome: a cache hit or a refusal by the
 session limit is recorded as much as an LLM session. A proposal is the rule
 YAML and one unified diff per action file, ``pending`` until a person reviews it.
+Reads hand out dataclasses (``Proposal``, ``ExplorationRecord``,
+``FailureRecord``), built inside the session: no ORM row leaves the store.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,6 +18,7 @@ from sqlalchemy import column, select, table, update
 
 from theow_client.verdict import Status
 from theow_workers.core.explorer import Exploration
+from theow_workers.core.ports import FailureRecord
 from theow_workers.store.results import SqlStore
 from theow_workers.store.schema import (
     ExplorationRow,
@@ -35,6 +39,72 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+@dataclass(frozen=True)
+class Proposal:
+    """A proposed rule and its action diffs, as stored: ``pending`` until reviewed."""
+
+    id: str
+    exploration_id: str
+    failure_id: str
+    rule_name: str
+    rule_yaml: str
+    diffs: list[dict[str, str]]  # {"path", "diff", "base_sha256"} per action file
+    status: str  # "pending" | "approved" | "rejected"
+    created_at: datetime
+    reviewed_by: str | None = None
+    reviewed_at: datetime | None = None
+    review_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class ExplorationRecord:
+    """An exploration as stored (``Exploration`` is the one being run: it has no end yet)."""
+
+    id: str
+    failure_id: str
+    fingerprint: str
+    session_id: str
+    rule: str | None
+    models: list[str]
+    turns: int
+    tool_calls: int
+    tokens_in: int
+    tokens_out: int
+    cost: float
+    outcome: str
+    reason: str
+    proposal_id: str | None
+    transcript: list[dict[str, Any]]
+    started_at: datetime
+    finished_at: datetime
+
+
+def _proposal(row: ProposalRow) -> Proposal:
+    return Proposal(
+        id=row.id, exploration_id=row.exploration_id, failure_id=row.failure_id,
+        rule_name=row.rule_name, rule_yaml=row.rule_yaml, diffs=row.diffs or [],
+        status=row.status, created_at=row.created_at, reviewed_by=row.reviewed_by,
+        reviewed_at=row.reviewed_at, review_reason=row.review_reason,
+    )  # fmt: skip
+
+
+def _exploration(row: ExplorationRow) -> ExplorationRecord:
+    return ExplorationRecord(
+        id=row.id, failure_id=row.failure_id, fingerprint=row.fingerprint,
+        session_id=row.session_id, rule=row.rule, models=row.models or [], turns=row.turns,
+        tool_calls=row.tool_calls, tokens_in=row.tokens_in, tokens_out=row.tokens_out,
+        cost=row.cost, outcome=row.outcome, reason=row.reason, proposal_id=row.proposal_id,
+        transcript=row.transcript or [], started_at=row.started_at, finished_at=row.finished_at,
+    )  # fmt: skip
+
+
+def _failure(row: FailureRow) -> FailureRecord:
+    return FailureRecord(
+        id=row.id, fingerprint=row.fingerprint, facts=row.facts, problem_type=row.problem_type,
+        source=row.source, received_at=row.received_at, explore=row.explore, notes=row.notes,
+    )  # fmt: skip
+
+
 class ExploreStore:
     """Reads failures and writes explorations and proposals, on a SqlStore's engine."""
 
@@ -42,9 +112,10 @@ class ExploreStore:
         self.sql = store
         self.session = store.session
 
-    def failure(self, failure_id: str) -> FailureRow | None:
+    def failure(self, failure_id: str) -> FailureRecord | None:
         with self.session() as s:
-            return s.get(FailureRow, failure_id)
+            row = s.get(FailureRow, failure_id)
+            return _failure(row) if row is not None else None
 
     def add_exploration(
         self, exploration: Exploration, proposal: dict[str, Any] | None = None
@@ -92,23 +163,24 @@ class ExploreStore:
                     )
                 )
 
-    def explorations(self, failure_id: str | None = None) -> list[ExplorationRow]:
+    def explorations(self, failure_id: str | None = None) -> list[ExplorationRecord]:
+        query = select(ExplorationRow).order_by(ExplorationRow.finished_at)
+        if failure_id is not None:
+            query = query.where(ExplorationRow.failure_id == failure_id)
         with self.session() as s:
-            query = select(ExplorationRow).order_by(ExplorationRow.finished_at)
-            if failure_id is not None:
-                query = query.where(ExplorationRow.failure_id == failure_id)
-            return list(s.execute(query).scalars())
+            return [_exploration(row) for row in s.execute(query).scalars()]
 
-    def proposals(self, status: str | None = None) -> list[ProposalRow]:
+    def proposals(self, status: str | None = None) -> list[Proposal]:
+        query = select(ProposalRow).order_by(ProposalRow.created_at)
+        if status is not None:
+            query = query.where(ProposalRow.status == status)
         with self.session() as s:
-            query = select(ProposalRow).order_by(ProposalRow.created_at)
-            if status is not None:
-                query = query.where(ProposalRow.status == status)
-            return list(s.execute(query).scalars())
+            return [_proposal(row) for row in s.execute(query).scalars()]
 
-    def exploration(self, exploration_id: str) -> ExplorationRow | None:
+    def exploration(self, exploration_id: str) -> ExplorationRecord | None:
         with self.session() as s:
-            return s.get(ExplorationRow, exploration_id)
+            row = s.get(ExplorationRow, exploration_id)
+            return _exploration(row) if row is not None else None
 
     def full_id(self, what: str, given: str) -> str | None:
         """The ``what`` ("proposal" or "failure") id ``given`` names, a unique prefix accepted.
@@ -118,9 +190,10 @@ class ExploreStore:
         column = ProposalRow.id if what == "proposal" else FailureRow.id
         return expand_id(self.session, column, given, what)
 
-    def proposal(self, proposal_id: str) -> ProposalRow | None:
+    def proposal(self, proposal_id: str) -> Proposal | None:
         with self.session() as s:
-            return s.get(ProposalRow, proposal_id)
+            row = s.get(ProposalRow, proposal_id)
+            return _proposal(row) if row is not None else None
 
     def pending_rules(self) -> list[tuple[str, str]]:
         """``(proposal id, rule YAML)`` of every pending proposal."""

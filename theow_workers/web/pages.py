@@ -19,7 +19,7 @@ from theow_workers.review.proposals import ReviewError, approve, reject, sync_af
 from theow_workers.review.stats import meow
 from theow_workers.store import console as queries
 from theow_workers.store import failures as failure_queries
-from theow_workers.store.schema import ExplorationRow
+from theow_workers.store.explore import ExploreStore
 from theow_workers.web import charts
 from theow_workers.web.render import code, log_lines
 from theow_workers.web.transcript import test_rule_results, turns
@@ -78,8 +78,7 @@ def _proposal_context(console: Console, proposal_id: str) -> dict[str, Any] | No
     proposal = store.proposal(proposal_id)
     if proposal is None:
         return None
-    with store.session() as s:
-        exploration = s.get(ExplorationRow, proposal.exploration_id)
+    exploration = store.exploration(proposal.exploration_id)
     failure = store.failure(proposal.failure_id)
     evidence, check = None, ""
     facts = failure.facts if failure is not None else {}
@@ -246,7 +245,7 @@ async def rule_page(request: Request) -> Response:
     return console.render(request, "rule.html", **context)
 
 
-def insight_data(store: Any) -> dict[str, Any]:
+def insight_data(store: ExploreStore) -> dict[str, Any]:
     """Everything the insight page shows: totals, per-day series, unmatched groups."""
     from theow_workers.replay.grouping import error_summary
 

@@ -45,7 +45,7 @@ def serve(settings: Settings, host: str, port: int) -> None:
     """Run the console in this process until interrupted."""
     import uvicorn
 
-    from theow_workers.store.schema import migrate
+    from theow_workers.store import migrate
     from theow_workers.web.app import create_app
 
     app = create_app(settings)  # refuses before migrating anything without a password
