@@ -116,11 +116,6 @@ class Settings(BaseModel):
         """The store's database: ``database_url``, else SQLite in ``home``."""
         return self.database_url or f"sqlite:///{(self.home / 'theow.db').resolve()}"
 
-    @property
-    def sqlalchemy_url(self) -> str:
-        """The old name of ``store_url``, until the replay modules move into the store."""
-        return self.store_url
-
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None, path: Path | None = None) -> Settings:
         env = os.environ if env is None else env

@@ -58,10 +58,10 @@ class ReplayFleet:
         return [sys.executable, "-m", "theow_workers.cli", "replay", *args]
 
     def jobs(self) -> Any:
-        from theow_workers.adapters.sql import make_engine
-        from theow_workers.replay.jobs import ReplayStore
+        from theow_workers.store.replay import ReplayStore
+        from theow_workers.store.schema import make_engine
 
-        return ReplayStore(make_engine(self.fleet.settings.sqlalchemy_url))
+        return ReplayStore(make_engine(self.fleet.settings.store_url))
 
     def wait(self, what: Any, timeout: float = 120, every: float = 0.1) -> Any:
         deadline = time.monotonic() + timeout

@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 from tests.integration.conftest_replay import *  # noqa: F403
 from tests.integration.conftest_replay import ReplayFleet, history_lines
 from theow_client import Status
-from theow_workers.adapters.sql import FailureRow, VerdictRow
+from theow_workers.store.schema import FailureRow, VerdictRow
 
 pytestmark = pytest.mark.integration
 

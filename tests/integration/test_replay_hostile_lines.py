@@ -9,8 +9,7 @@ from sqlalchemy import select
 
 from tests.integration.conftest_replay import *  # noqa: F403
 from tests.integration.conftest_replay import ReplayFleet
-from theow_workers.adapters.sql import FailureRow
-from theow_workers.replay.jobs import ReplayItemRow
+from theow_workers.store.schema import FailureRow, ReplayItemRow
 
 pytestmark = pytest.mark.integration
 

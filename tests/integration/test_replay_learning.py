@@ -129,7 +129,7 @@ def sent(replays: ReplayFleet) -> int:
     """Groups the replay has written down as sent (or about to be) to the explorer."""
     from sqlalchemy import func, select
 
-    from theow_workers.replay.explore import ReplayExplorationRow
+    from theow_workers.store.schema import ReplayExplorationRow
 
     with replays.jobs().session() as s:
         return s.execute(select(func.count()).select_from(ReplayExplorationRow)).scalar_one()

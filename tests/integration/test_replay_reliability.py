@@ -13,8 +13,8 @@ from sqlalchemy import func, select
 from tests.integration.conftest_replay import *  # noqa: F403
 from tests.integration.conftest_replay import ReplayFleet, history_lines
 from theow_client import Status
-from theow_workers.adapters.sql import AttemptRow, FailureRow, VerdictRow
-from theow_workers.replay.jobs import COUNTER_OF, ReplayItemRow
+from theow_workers.store.replay import COUNTER_OF
+from theow_workers.store.schema import AttemptRow, FailureRow, ReplayItemRow, VerdictRow
 
 pytestmark = pytest.mark.integration
 

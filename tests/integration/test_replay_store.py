@@ -10,15 +10,17 @@ import pytest
 from sqlalchemy import func, select
 
 from theow_client.verdict import Status, Verdict
-from theow_workers.adapters.sql import AttemptRow, FailureRow, SqlStore, VerdictRow
 from theow_workers.core.ports import FailureRecord
 from theow_workers.core.service import ResolveService, ResolveSettings
 from theow_workers.replay import report as reports
-from theow_workers.replay.chunk_store import ChunkStore
-from theow_workers.replay.jobs import DONE, ItemRecord, ReplayStore, replay_failure_id
+from theow_workers.replay.jobs import replay_failure_id
 from theow_workers.replay.runner import ReplayRunner
 from theow_workers.replay.sources import StoredSource
 from theow_workers.runtime import Knowledge
+from theow_workers.store.replay import DONE, ItemRecord, ReplayStore
+from theow_workers.store.replay_chunk import ChunkStore
+from theow_workers.store.results import SqlStore
+from theow_workers.store.schema import AttemptRow, FailureRow, VerdictRow
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -102,7 +104,7 @@ def test_stored_failures_are_selected_by_time_verdict_and_rule(sql):
     sql.add_verdict(Verdict("b", Status.UNMATCHED))
 
     def keys(**selection) -> list[str]:
-        source = StoredSource.select(sql.engine, **selection)
+        source = StoredSource.select(ReplayStore(sql.engine), **selection)
         found = [p.key for batch in source.batches() for p in batch]
         assert source.total() == len(found)
         return found

@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from theow_workers.adapters.sql import SqlStore, migrate
 from theow_workers.core.service import ResolveService, ResolveSettings
-from theow_workers.replay.chunk_store import ChunkStore
-from theow_workers.replay.jobs import COUNTER_OF, ReplayItemRow, ReplayStore
 from theow_workers.replay.runner import ReplayRunner
 from theow_workers.runtime import Knowledge
+from theow_workers.store.replay import COUNTER_OF, ReplayStore
+from theow_workers.store.replay_chunk import ChunkStore
+from theow_workers.store.results import SqlStore
+from theow_workers.store.schema import ReplayItemRow, migrate
 
 __all__ = ["assert_counters_match_item_rows", "count", "jobs", "knowledge", "runner", "sql"]
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from tests.unit.replay_fixtures import *  # noqa: F403
 from tests.unit.replay_fixtures import assert_counters_match_item_rows, count
-from theow_workers.adapters.sql import AttemptRow, FailureRow, VerdictRow
-from theow_workers.replay.jobs import CANCELLED, ItemRecord, ReplayItemRow, replay_failure_id
+from theow_workers.replay.jobs import replay_failure_id
+from theow_workers.store.replay import CANCELLED, ItemRecord
+from theow_workers.store.schema import AttemptRow, FailureRow, ReplayItemRow, VerdictRow
 
 
 def chunk(job_id: str, *stderrs: str, start: int = 1) -> dict:

@@ -171,7 +171,7 @@ def test_stored_failures_are_selected_by_time_verdict_and_rule(jobs, runner, sql
     sql.add_verdict(Verdict("old", Status.RESOLVED, rule="tf_echo"))
 
     def keys(**selection) -> list[str]:
-        source = StoredSource.select(sql.engine, **selection)
+        source = StoredSource.select(jobs, **selection)
         return [p.key for batch in source.batches() for p in batch]
 
     assert keys(since=None, unmatched_only=False, rule=None) == ["echo", "old", "unknown"]
@@ -179,7 +179,7 @@ def test_stored_failures_are_selected_by_time_verdict_and_rule(jobs, runner, sql
     assert keys(since="24h", unmatched_only=True, rule=None) == ["unknown"]
     assert keys(since=None, unmatched_only=False, rule="tf_echo") == ["echo", "old"]
 
-    source = StoredSource.select(sql.engine, since="24h", unmatched_only=False, rule=None)
+    source = StoredSource.select(jobs, since="24h", unmatched_only=False, rule=None)
     job = driver(jobs, Broker(runner)).run(start(jobs, source), source)
     assert (job.status, job.processed, job.matched, job.unmatched) == (DONE, 2, 1, 1)
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from theow_workers.adapters.sql import make_engine, migrate
 from theow_workers.replay.explore import ReplayExplorer
 from theow_workers.replay.grouping import error_summary
-from theow_workers.replay.jobs import DONE, ItemRecord, ReplayStore
+from theow_workers.store.replay import DONE, ItemRecord, ReplayStore
+from theow_workers.store.schema import make_engine, migrate
 
 CAUSES = [
     "fatal: disk quota exceeded on /data/{n}",

@@ -7,11 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from theow_workers.adapters.sql import make_engine, migrate
 from theow_workers.config import Settings
 from theow_workers.replay import report as reports
 from theow_workers.replay.grouping import error_summary
-from theow_workers.replay.jobs import DONE, ItemRecord, ReplayStore
+from theow_workers.store.replay import DONE, ItemRecord, ReplayStore
+from theow_workers.store.schema import make_engine, migrate
 
 PRICING = reports.Pricing("gemini/gemini-2.5-flash", 100_000, 5_000, 0.30, 2.50)
 RULES = ["apt_missing", "go_rename", "network_flake", "never_used"]

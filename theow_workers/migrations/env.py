@@ -3,7 +3,6 @@
 from alembic import context
 from sqlalchemy import engine_from_config, pool
 
-from theow_workers.replay import jobs as replay_jobs  # noqa: F401  (replay tables)
 from theow_workers.store.schema import Base
 
 config = context.config

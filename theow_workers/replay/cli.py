@@ -62,20 +62,18 @@ def _settings() -> Settings:
 
 
 def _store(settings: Settings) -> Any:
-    from sqlalchemy import inspect
+    from theow_workers.store.replay import ReplayStore
+    from theow_workers.store.schema import make_engine
 
-    from theow_workers.adapters.sql import make_engine
-    from theow_workers.replay.jobs import ReplayStore
-
-    engine = make_engine(settings.sqlalchemy_url)
-    if not inspect(engine).has_table("replay_jobs"):
-        raise _fail(f"{settings.sqlalchemy_url} has no replay tables: run `theow db upgrade`")
-    return ReplayStore(engine)
+    store = ReplayStore(make_engine(settings.store_url))
+    if not store.has_tables():
+        raise _fail(f"{settings.store_url} has no replay tables: run `theow db upgrade`")
+    return store
 
 
 def _get(store: Any, job_id: str) -> Any:
-    from theow_workers.adapters.sql import AmbiguousId
-    from theow_workers.replay.jobs import JobNotFound
+    from theow_workers.store.replay import JobNotFound
+    from theow_workers.store.schema import AmbiguousId
 
     try:
         return store.get(job_id)
@@ -158,7 +156,7 @@ def run(
             source: Any = FileSource(file, s.fact_limit, s.replay_max_line_bytes)
             source.learn = _learner(s)
         else:
-            source = StoredSource.select(store.engine, since, unmatched_only, rule)
+            source = StoredSource.select(store, since, unmatched_only, rule)
     except (SourceError, OSError) as exc:
         raise _fail(str(exc)) from None
     names, version = _rules(s)
@@ -195,7 +193,7 @@ def _again(
         if before.kind == "file":
             source: Any = FileSource(Path(before.source), s.fact_limit, s.replay_max_line_bytes)
         else:
-            source = StoredSource.for_job(store.engine, before)
+            source = StoredSource.for_job(store, before)
     except (SourceError, OSError) as exc:
         raise _fail(str(exc)) from None
     names, version = _rules(s)
@@ -241,7 +239,7 @@ def resume(
             source: Any = FileSource.for_job(job, s.fact_limit, s.replay_max_line_bytes)
             source.learn = _learner(s)
         else:
-            source = StoredSource.for_job(store.engine, job)
+            source = StoredSource.for_job(store, job)
     except (SourceError, OSError) as exc:
         raise _fail(str(exc)) from None
     names, version = _rules(s)

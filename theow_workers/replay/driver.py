@@ -37,7 +37,8 @@ from rich.text import Text
 
 from theow_client import names
 from theow_client.redact import summary
-from theow_workers.replay.jobs import (
+from theow_workers.replay.sources import Source
+from theow_workers.store.replay import (
     CANCELLED,
     DONE,
     INCOMPLETE,
@@ -47,7 +48,6 @@ from theow_workers.replay.jobs import (
     Job,
     ReplayStore,
 )
-from theow_workers.replay.sources import Source
 
 PASSES = 3
 CHUNK_BYTES = 4 * 1024 * 1024

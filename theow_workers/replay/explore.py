@@ -32,33 +32,22 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, ForeignKey, Integer, String, Text, select, update
-from sqlalchemy.orm import Mapped, mapped_column
-
-from theow_workers.adapters.sql import Base
 from theow_workers.replay.grouping import Group, group_unmatched
-from theow_workers.replay.jobs import Job, ReplayStore, with_basis
+from theow_workers.replay.jobs import with_basis
+from theow_workers.store.replay import Job, ReplayStore
+from theow_workers.store.replay_explore import (
+    REUSED,
+    SENDING,
+    SENT,
+    ExplorationOutcome,
+    GroupRecord,
+    ReplayExplorations,
+)
 
-SENDING, SENT, REUSED = "sending", "sent", "reused"
 # Outcomes that settle a root cause: a later group with its fingerprint reuses them.
 SETTLED = ("proposal", "gave_up", "done", "deduplicated", "cache_hit")
-
-
-class ReplayExplorationRow(Base):
-    __tablename__ = "replay_explorations"
-
-    job_id: Mapped[str] = mapped_column(ForeignKey("replay_jobs.id"), primary_key=True)
-    failure_id: Mapped[str] = mapped_column(String(64), primary_key=True)  # the one investigated
-    rank: Mapped[int] = mapped_column(Integer)  # 1 = the largest group
-    size: Mapped[int] = mapped_column(Integer)
-    sample: Mapped[str] = mapped_column(Text)
-    fingerprints: Mapped[list[str]] = mapped_column(JSON)
-    status: Mapped[str] = mapped_column(String(16))  # sending | sent | reused
-    reused_from: Mapped[str | None] = mapped_column(String(64))  # the exploration reused
-    sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 @dataclass(frozen=True)
@@ -114,6 +103,7 @@ class ReplayExplorer:
 
     def __init__(self, store: ReplayStore, send: Callable[[dict[str, Any]], Any]) -> None:
         self.store, self.send = store, send
+        self.explorations = ReplayExplorations(store)
 
     def groups(self, job: Job) -> list[Group]:
         items = with_basis(self.store, self.store.items(job.id, "unmatched"))
@@ -124,7 +114,7 @@ class ReplayExplorer:
     def start(self, job: Job, budget: int) -> list[GroupExploration]:
         """Send what the budget allows and has not been sent; returns every group's state."""
         groups = self.groups(job)
-        rows = self._rows(job.id)
+        rows = self.explorations.groups(job.id)
         sent = sum(1 for r in rows.values() if r.status in (SENDING, SENT))
         for rank, group in enumerate(groups, 1):
             failure_id = representative(group)
@@ -133,7 +123,7 @@ class ReplayExplorer:
                 if row.status == SENDING:  # the driver died between the row and the send
                     self._send(job, failure_id, budget)
                 continue
-            earlier = self._settled(group.fingerprints, job)
+            earlier = self.explorations.settled(group.fingerprints, SETTLED, session_id(job))
             if earlier is not None:
                 self._insert(job, rank, group, REUSED, reused_from=earlier)
             elif sent < budget:
@@ -166,28 +156,14 @@ class ReplayExplorer:
 
     def status(self, job: Job, groups: Sequence[Group] | None = None) -> list[GroupExploration]:
         """Every unmatched group, largest first, with what its exploration did."""
-        from theow_workers.adapters.explore_sql import ExplorationRow, ProposalRow
-
         groups = self.groups(job) if groups is None else groups
-        rows = self._rows(job.id)
+        rows = self.explorations.groups(job.id)
         session = session_id(job)
         ids = [r.failure_id for r in rows.values()] + [
             r.reused_from for r in rows.values() if r.reused_from
         ]
-        with self.store.session() as s:
-            explorations = list(
-                s.execute(
-                    select(ExplorationRow).where(ExplorationRow.failure_id.in_(ids))
-                ).scalars()
-            )
-            proposal_ids = [e.proposal_id for e in explorations if e.proposal_id]
-            proposals = {
-                p.id: p
-                for p in s.execute(
-                    select(ProposalRow).where(ProposalRow.id.in_(proposal_ids))
-                ).scalars()
-            }
-        by_failure: dict[str, list[Any]] = {}
+        explorations = self.explorations.outcomes(ids)
+        by_failure: dict[str, list[ExplorationOutcome]] = {}
         for e in explorations:
             by_failure.setdefault(e.failure_id, []).append(e)
         out = []
@@ -213,7 +189,6 @@ class ReplayExplorer:
                 out.append(GroupExploration(**base, state="exploring"))
                 continue
             last = max(mine, key=lambda e: e.finished_at)
-            proposal = proposals.get(last.proposal_id) if last.proposal_id else None
             paid = [] if row.status == REUSED else mine
             out.append(
                 GroupExploration(
@@ -222,8 +197,8 @@ class ReplayExplorer:
                     outcome=last.outcome,
                     reason=last.reason[:300],
                     proposal_id=last.proposal_id,
-                    proposal_status=proposal.status if proposal else None,
-                    rule_name=proposal.rule_name if proposal else None,
+                    proposal_status=last.proposal_status,
+                    rule_name=last.rule_name,
                     tokens_in=sum(e.tokens_in for e in paid),
                     tokens_out=sum(e.tokens_out for e in paid),
                     cost=round(sum(e.cost for e in paid), 6),
@@ -246,36 +221,16 @@ class ReplayExplorer:
             f"{left} not explored (budget {job.explore_budget})"
         )
 
-    def _rows(self, job_id: str) -> dict[str, ReplayExplorationRow]:
-        with self.store.session() as s:
-            query = select(ReplayExplorationRow).where(ReplayExplorationRow.job_id == job_id)
-            return {r.failure_id: r for r in s.execute(query).scalars()}
-
-    def _settled(self, fingerprints: set[str], job: Job) -> str | None:
-        """The failure whose finished exploration settled one of these root causes, if any."""
-        from theow_workers.adapters.explore_sql import ExplorationRow
-
-        query = (
-            select(ExplorationRow.failure_id)
-            .where(ExplorationRow.fingerprint.in_(sorted(fingerprints)))
-            .where(ExplorationRow.outcome.in_(SETTLED))
-            .where(ExplorationRow.session_id != session_id(job))
-            .limit(1)
-        )
-        with self.store.session() as s:
-            return s.execute(query).scalar_one_or_none()
-
     def _insert(
         self, job: Job, rank: int, group: Group, status: str, reused_from: str | None = None
     ) -> None:
-        with self.store.session.begin() as s:
-            s.add(
-                ReplayExplorationRow(
-                    job_id=job.id, failure_id=representative(group), rank=rank, size=group.size,
-                    sample=group.sample[:2000], fingerprints=sorted(group.fingerprints),
-                    status=status, reused_from=reused_from,
-                )
-            )  # fmt: skip
+        self.explorations.add_group(
+            GroupRecord(
+                job_id=job.id, failure_id=representative(group), rank=rank, size=group.size,
+                sample=group.sample, fingerprints=sorted(group.fingerprints), status=status,
+                reused_from=reused_from,
+            )
+        )  # fmt: skip
 
     def _send(self, job: Job, failure_id: str, budget: int) -> None:
         request = {
@@ -285,10 +240,4 @@ class ReplayExplorer:
             "session_limit": budget,
         }
         self.send(request)
-        with self.store.session.begin() as s:
-            s.execute(
-                update(ReplayExplorationRow)
-                .where(ReplayExplorationRow.job_id == job.id)
-                .where(ReplayExplorationRow.failure_id == failure_id)
-                .values(status=SENT, sent_at=datetime.now(UTC))
-            )
+        self.explorations.mark_sent(job.id, failure_id)

@@ -20,21 +20,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
-
 from theow_workers.core.logtext import strip_ansi
 from theow_workers.replay.grouping import group_unmatched
-from theow_workers.replay.jobs import (
-    DONE,
-    DUPLICATE,
-    INVALID,
-    MATCHED,
-    Job,
-    ReplayItemRow,
-    ReplayJobRow,
-    ReplayStore,
-    with_basis,
-)
+from theow_workers.replay.jobs import with_basis
+from theow_workers.store.replay import DONE, DUPLICATE, INVALID, Job, ReplayStore
+from theow_workers.store.replay_explore import ReplayExplorations
 
 LOST_SAMPLE = 50
 
@@ -137,11 +127,11 @@ def _compare(store: ReplayStore, job: Job, by_rule: dict[str, int]) -> dict[str,
     before = None
     if job.options.get("compare_with"):
         before = store.get(str(job.options["compare_with"]))
-    before = before or previous_replay(store, job)
+    before = before or store.previous(job)
     if before is None:
         return None
     earlier = store.counts(before.id, "rule")
-    lost = lost_matches(store, before.id, job.id)
+    lost = store.lost_matches(before.id, job.id)
     return {
         "previous_job": before.id,
         "previous_created_at": before.created_at.isoformat(),
@@ -171,32 +161,11 @@ def _compare(store: ReplayStore, job: Job, by_rule: dict[str, int]) -> dict[str,
     }
 
 
-def previous_replay(store: ReplayStore, job: Job) -> Job | None:
-    """The latest finished replay of the same source before ``job``."""
-    query = (
-        select(ReplayJobRow)
-        .where(
-            ReplayJobRow.source_key == job.source_key,
-            ReplayJobRow.id != job.id,
-            ReplayJobRow.status == DONE,
-            ReplayJobRow.created_at < job.created_at,
-        )
-        .order_by(ReplayJobRow.created_at.desc())
-        .limit(1)
-    )
-    with store.session() as s:
-        row = s.execute(query).scalar_one_or_none()
-        return Job.from_row(row) if row is not None else None
-
-
 def llm_sessions(store: ReplayStore, job: Job) -> int:
     """LLM sessions spent under a replay's session id (its exploration), from the explorer's rows."""
-    from theow_workers.adapters.explore_sql import ExplorationRow
     from theow_workers.replay.explore import session_id
 
-    query = select(ExplorationRow.models).where(ExplorationRow.session_id == session_id(job))
-    with store.session() as s:
-        return sum(1 for (models,) in s.execute(query) if models)
+    return ReplayExplorations(store).sessions(session_id(job))
 
 
 def newly_matched(store: ReplayStore, before: str, now: str) -> dict[str, Any]:
@@ -204,25 +173,7 @@ def newly_matched(store: ReplayStore, before: str, now: str) -> dict[str, Any]:
 
     Each rule says whether it came from an approved proposal (and which).
     """
-    from theow_workers.adapters.explore_sql import ProposalRow
-
-    a, b = ReplayItemRow.__table__.alias("a"), ReplayItemRow.__table__.alias("b")
-    query = (
-        select(b.c.rule, func.count())
-        .join(b, (b.c.item_key == a.c.item_key) & (b.c.job_id == now))
-        .where(a.c.job_id == before, a.c.status.not_in(MATCHED), b.c.status.in_(MATCHED))
-        .group_by(b.c.rule)
-    )
-    with store.session() as s:
-        counts = {str(rule): int(n) for rule, n in s.execute(query)}
-        approved = {
-            name: pid
-            for name, pid in s.execute(
-                select(ProposalRow.rule_name, ProposalRow.id).where(
-                    ProposalRow.status == "approved", ProposalRow.rule_name.in_(list(counts))
-                )
-            )
-        }
+    counts, approved = store.newly_matched(before, now)
     rules = [
         {"rule": r, "count": n, "approved_proposal": approved.get(r)}
         for r, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
@@ -232,16 +183,7 @@ def newly_matched(store: ReplayStore, before: str, now: str) -> dict[str, Any]:
 
 def changed_rule(store: ReplayStore, before: str, now: str) -> dict[str, Any]:
     """Items matched in both replays, by a different rule now."""
-    a, b = ReplayItemRow.__table__.alias("a"), ReplayItemRow.__table__.alias("b")
-    query = (
-        select(a.c.item_key, a.c.line, a.c.rule, b.c.rule)
-        .join(b, (b.c.item_key == a.c.item_key) & (b.c.job_id == now))
-        .where(a.c.job_id == before, a.c.status.in_(MATCHED), b.c.status.in_(MATCHED))
-        .where(a.c.rule != b.c.rule)
-        .order_by(a.c.line, a.c.item_key)
-    )
-    with store.session() as s:
-        rows = list(s.execute(query))
+    rows = store.changed_rule(before, now)
     pairs = Counter(f"{r} → {nr}" for _, _, r, nr in rows)
     return {
         "count": len(rows),
@@ -251,25 +193,6 @@ def changed_rule(store: ReplayStore, before: str, now: str) -> dict[str, Any]:
             for k, ln, r, nr in rows[:LOST_SAMPLE]
         ],
     }
-
-
-def lost_matches(
-    store: ReplayStore, before: str, now: str
-) -> list[tuple[str, int | None, str, str, str]]:
-    """Items a rule matched in ``before`` that it does not match in ``now``.
-
-    Rows: (key, line, rule before, status now, rule now or "").
-    """
-    a, b = ReplayItemRow.__table__.alias("a"), ReplayItemRow.__table__.alias("b")
-    query = (
-        select(a.c.item_key, a.c.line, a.c.rule, b.c.status, b.c.rule)
-        .join(b, (b.c.item_key == a.c.item_key) & (b.c.job_id == now))
-        .where(a.c.job_id == before, a.c.status.in_(MATCHED))
-        .where((b.c.rule.is_(None)) | (b.c.rule != a.c.rule))
-        .order_by(a.c.line, a.c.item_key)
-    )
-    with store.session() as s:
-        return [(k, ln, r, st, nr or "") for k, ln, r, st, nr in s.execute(query)]
 
 
 def _cost(groups: int, job: Job, pricing: Pricing) -> dict[str, Any]:

@@ -28,27 +28,19 @@ from collections.abc import Callable
 from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
-from sqlalchemy import select
-from sqlalchemy.exc import SQLAlchemyError
 
 from theow_client.verdict import Status, Verdict
-from theow_workers.adapters.sql import FailureRow
 from theow_workers.core.service import ResolveService
-from theow_workers.replay.chunk_store import ChunkStore
 from theow_workers.replay.grouping import error_summary
-from theow_workers.replay.jobs import (
-    CANCELLED,
-    INVALID,
-    ItemRecord,
-    Job,
-    ReplayStore,
-    replay_failure_id,
-)
+from theow_workers.replay.jobs import replay_failure_id
+from theow_workers.store.replay import CANCELLED, INVALID, ItemRecord, Job, ReplayStore
+from theow_workers.store.replay_chunk import ChunkStore
+from theow_workers.store.schema import StoreError
 
 log = logging.getLogger("theow.replay")
 
 # Errors of the database or the network: the chunk fails whole and is sent again.
-TRANSIENT: tuple[type[BaseException], ...] = (SQLAlchemyError, ConnectionError, TimeoutError)
+TRANSIENT: tuple[type[BaseException], ...] = (StoreError, ConnectionError, TimeoutError)
 # A service resolving into a ChunkStore, for a dry run (True) or not.
 ServiceFor = Callable[[bool], tuple[ResolveService, ChunkStore]]
 
@@ -82,7 +74,7 @@ class ReplayRunner:
             return {**result, "cancelled": True}
         done = self.store.decided(job.id, [str(i["key"]) for i in items])
         todo = [i for i in items if str(i["key"]) not in done]
-        stored = self._stored_facts([str(i["ref"]) for i in todo if "ref" in i])
+        stored = self.store.failure_facts([str(i["ref"]) for i in todo if "ref" in i])
         service, writes = self.service_for(job.dry_run)
         writes.begin([replay_failure_id(job.id, str(i["key"])) for i in todo])
         careful = delivery > 1
@@ -165,7 +157,10 @@ class ReplayRunner:
         if verdict.status is Status.UNMATCHED:
             # As recorded by the service: facts redacted, fingerprint computed.
             failure = writes.failures.get(verdict.failure_id)
-            fp, facts = (failure.fingerprint, failure.facts) if failure else self._failure(verdict)
+            if failure is not None:
+                fp, facts = failure.fingerprint, failure.facts
+            else:
+                fp, facts = self.store.failure(verdict.failure_id)
             fields["fingerprint"] = fp
             normal = service.normal_of(facts) if service is not None else None
             is_normal = normal.is_normal if normal else None
@@ -178,18 +173,3 @@ class ReplayRunner:
                 + str(verdict.evidence["text"])[:450]
             )
         return ItemRecord(key, verdict.status.value, **fields)
-
-    def _failure(self, verdict: Verdict) -> tuple[str, dict[str, Any]]:
-        query = select(FailureRow.fingerprint, FailureRow.facts).where(
-            FailureRow.id == verdict.failure_id
-        )
-        with self.store.session() as s:
-            row = s.execute(query).one_or_none()
-        return (row[0], row[1]) if row is not None else ("", {})
-
-    def _stored_facts(self, refs: list[str]) -> dict[str, dict[str, Any]]:
-        if not refs:
-            return {}
-        query = select(FailureRow.id, FailureRow.facts).where(FailureRow.id.in_(refs))
-        with self.store.session() as s:
-            return {fid: facts for fid, facts in s.execute(query)}

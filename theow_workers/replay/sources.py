@@ -19,14 +19,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
-from sqlalchemy import exists, func, not_, or_, select
-from sqlalchemy.engine import Engine
-from sqlalchemy.orm import Session
-
 from theow_client.facts import dumps_facts
-from theow_workers.adapters.sql import AttemptRow, FailureRow, VerdictRow
-from theow_workers.replay.jobs import DUPLICATE, INVALID, PASSING, ItemRecord, Job
 from theow_workers.replay.reader import parse_line, raw_lines, scan
+from theow_workers.store.replay import DUPLICATE, INVALID, PASSING, ItemRecord, Job, ReplayStore
 
 BATCH_ITEMS = 500
 BATCH_BYTES = 8 * 1024 * 1024
@@ -155,8 +150,8 @@ class StoredSource:
 
     kind = "db"
 
-    def __init__(self, engine: Engine, selection: dict[str, Any]) -> None:
-        self.engine = engine
+    def __init__(self, store: ReplayStore, selection: dict[str, Any]) -> None:
+        self.store = store
         self.selection = selection
         words = ["stored failures"]
         if selection.get("since"):
@@ -169,18 +164,18 @@ class StoredSource:
 
     @classmethod
     def select(
-        cls, engine: Engine, since: str | None, unmatched_only: bool, rule: str | None
+        cls, store: ReplayStore, since: str | None, unmatched_only: bool, rule: str | None
     ) -> StoredSource:
         now = datetime.now(UTC)
         selection = {
             "since": since, "unmatched_only": unmatched_only, "rule": rule,
             "from": parse_since(since, now).isoformat() if since else None, "until": now.isoformat(),
         }  # fmt: skip
-        return cls(engine, selection)
+        return cls(store, selection)
 
     @classmethod
-    def for_job(cls, engine: Engine, job: Job) -> StoredSource:
-        return cls(engine, dict(job.options))
+    def for_job(cls, store: ReplayStore, job: Job) -> StoredSource:
+        return cls(store, dict(job.options))
 
     def identity(self) -> str:
         sel = self.selection
@@ -191,32 +186,13 @@ class StoredSource:
     def options(self) -> dict[str, Any]:
         return dict(self.selection)
 
-    def _where(self, query: Any) -> Any:
-        sel = self.selection
-        query = query.outerjoin(VerdictRow, VerdictRow.failure_id == FailureRow.id).where(
-            not_(FailureRow.source.like("replay:%")),
-            or_(VerdictRow.status.is_(None), VerdictRow.status != "rejected"),
-            FailureRow.received_at <= datetime.fromisoformat(sel["until"]),
-        )
-        if sel.get("from"):
-            query = query.where(FailureRow.received_at >= datetime.fromisoformat(sel["from"]))
-        if sel.get("unmatched_only"):
-            query = query.where(VerdictRow.status == "unmatched")
-        if sel.get("rule"):
-            tried = exists().where(AttemptRow.failure_id == FailureRow.id, AttemptRow.rule == sel["rule"])  # fmt: skip
-            query = query.where(or_(VerdictRow.rule == sel["rule"], tried))
-        return query
-
     def total(self) -> int:
-        with Session(self.engine) as s:
-            return int(s.execute(self._where(select(func.count(FailureRow.id)))).scalar_one())
+        return self.store.selected_count(self.selection)
 
     def batches(self) -> Iterator[list[Pending]]:
         after = ""
         while True:
-            query = self._where(select(FailureRow.id)).where(FailureRow.id > after)
-            with Session(self.engine) as s:
-                ids = list(s.execute(query.order_by(FailureRow.id).limit(BATCH_ITEMS)).scalars())
+            ids = self.store.selected_ids(self.selection, after, BATCH_ITEMS)
             if not ids:
                 return
             yield [Pending(i, 0, _ref(i)) for i in ids]

@@ -23,9 +23,9 @@ from theow_client import names
 from theow_workers import runtime
 from theow_workers.celery_app import app
 from theow_workers.core.service import ResolveService
-from theow_workers.replay.chunk_store import ChunkStore
-from theow_workers.replay.jobs import ReplayStore
 from theow_workers.replay.runner import ReplayRunner
+from theow_workers.store.replay import ReplayStore
+from theow_workers.store.replay_chunk import ChunkStore
 
 log = logging.getLogger("theow.replay")
 

@@ -3,8 +3,10 @@
 ``schema`` holds the tables, the engine and the migrations; ``results`` the
 resolve path (failures, attempts, verdicts, rule stats); ``explore`` the
 explorations and proposals; ``figures`` the counts that ``theow meow`` and
-the Prometheus metrics both read. Outside this package (and the Alembic
-migrations) nothing imports SQLAlchemy: callers get dataclasses.
+the Prometheus metrics both read; ``replay``, ``replay_chunk`` and
+``replay_explore`` the replay's jobs and items, a chunk's writes and its
+explorations. Outside this package (and the Alembic migrations) nothing
+imports SQLAlchemy: callers get dataclasses.
 """
 
 from theow_workers.store.results import SqlStore

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import column, select, table, update
+from sqlalchemy import select, update
 
 from theow_client.verdict import Status
 from theow_workers.core.explorer import Exploration
@@ -24,14 +24,9 @@ from theow_workers.store.schema import (
     ExplorationRow,
     FailureRow,
     ProposalRow,
+    ReplayExplorationRow,
     VerdictRow,
     expand_id,
-)
-
-# The replay modules own this table until their SQL moves into the store: read
-# here by name, so the store imports nothing of replay (and its Celery app).
-REPLAY_EXPLORATIONS = table(
-    "replay_explorations", column("failure_id"), column("job_id"), column("rank"), column("size")
 )
 
 
@@ -234,9 +229,9 @@ class ExploreStore:
 
     def replay_origin(self, failure_id: str) -> dict[str, Any] | None:
         """The replay job and unmatched group a failure was explored for, if any."""
-        query = select(REPLAY_EXPLORATIONS).where(REPLAY_EXPLORATIONS.c.failure_id == failure_id)
+        query = select(ReplayExplorationRow).where(ReplayExplorationRow.failure_id == failure_id)
         with self.session() as s:
-            row = s.execute(query.limit(1)).first()
+            row = s.execute(query.limit(1)).scalar_one_or_none()
         if row is None:
             return None
         return {"job": row.job_id, "group": row.rank, "failures": row.size}

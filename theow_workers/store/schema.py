@@ -19,6 +19,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    Index,
     Integer,
     String,
     Text,
@@ -28,13 +29,15 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 
 # The database could not be reached or answered (worth retrying): what callers catch.
 StoreUnavailable = OperationalError
+# Any error of the database or its driver (a replay chunk fails whole on one and is sent again).
+StoreError = SQLAlchemyError
 
 
 def _now() -> datetime:
@@ -136,6 +139,67 @@ class ProposalRow(Base):
     reviewed_by: Mapped[str | None] = mapped_column(String(200))
     reviewed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     review_reason: Mapped[str | None] = mapped_column(Text)
+
+
+class ReplayJobRow(Base):
+    __tablename__ = "replay_jobs"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(8))  # "file" | "db"
+    source: Mapped[str] = mapped_column(Text)  # file path, or the selection in words
+    source_key: Mapped[str] = mapped_column(String(64), index=True)  # same source, same key
+    options: Mapped[dict[str, Any]] = mapped_column(JSON)
+    dry_run: Mapped[bool] = mapped_column(Boolean, default=True)
+    explore: Mapped[bool] = mapped_column(Boolean, default=False)
+    explore_budget: Mapped[int | None] = mapped_column(Integer)
+    explore_status: Mapped[str] = mapped_column(Text, default="")
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    message: Mapped[str] = mapped_column(Text, default="")
+    rules: Mapped[list[str]] = mapped_column(JSON)  # rule names when the job (re)started
+    rules_version: Mapped[str] = mapped_column(String(64), default="")
+    total: Mapped[int | None] = mapped_column(Integer)
+    processed: Mapped[int] = mapped_column(Integer, default=0)
+    matched: Mapped[int] = mapped_column(Integer, default=0)
+    unmatched: Mapped[int] = mapped_column(Integer, default=0)
+    failed: Mapped[int] = mapped_column(Integer, default=0)
+    errors: Mapped[int] = mapped_column(Integer, default=0)
+    invalid: Mapped[int] = mapped_column(Integer, default=0)
+    duplicates: Mapped[int] = mapped_column(Integer, default=0)
+    passing: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class ReplayItemRow(Base):
+    __tablename__ = "replay_items"
+    __table_args__ = (Index("ix_replay_items_job_status", "job_id", "status"),)
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("replay_jobs.id"), primary_key=True)
+    item_key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    line: Mapped[int | None] = mapped_column(Integer)
+    failure_id: Mapped[str | None] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))
+    rule: Mapped[str | None] = mapped_column(String(256))
+    fingerprint: Mapped[str | None] = mapped_column(String(64))
+    sample: Mapped[str] = mapped_column(Text, default="")  # error line, or the input problem
+    basis: Mapped[str] = mapped_column(Text, default="")  # normalized error text, for grouping
+    rules_version: Mapped[str] = mapped_column(String(64), default="")
+    decided_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+
+
+class ReplayExplorationRow(Base):
+    __tablename__ = "replay_explorations"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("replay_jobs.id"), primary_key=True)
+    failure_id: Mapped[str] = mapped_column(String(64), primary_key=True)  # the one investigated
+    rank: Mapped[int] = mapped_column(Integer)  # 1 = the largest group
+    size: Mapped[int] = mapped_column(Integer)
+    sample: Mapped[str] = mapped_column(Text)
+    fingerprints: Mapped[list[str]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16))  # sending | sent | reused
+    reused_from: Mapped[str | None] = mapped_column(String(64))  # the exploration reused
+    sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 def make_engine(url: str) -> Engine:

@@ -27,9 +27,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from theow_client.verdict import Verdict
-from theow_workers.adapters.sql import AttemptRow, FailureRow, RuleStatsRow, SqlStore, VerdictRow
 from theow_workers.core.ports import AttemptRecord, FailureRecord, RuleStats
-from theow_workers.store.results import attempt_values, failure_values, verdict_values
+from theow_workers.store.results import SqlStore, attempt_values, failure_values, verdict_values
+from theow_workers.store.schema import AttemptRow, FailureRow, RuleStatsRow, VerdictRow
 
 
 class ChunkStore:
@@ -91,7 +91,10 @@ class ChunkStore:
     # Writing
 
     def flush(self, s: Session) -> None:
-        """Write the pending failures, verdicts, attempts and rule counts in ``s``."""
+        """Write the pending failures, verdicts, attempts and rule counts in ``s``.
+
+        Passed to ``ReplayStore.record``, which calls it in the transaction of the item rows.
+        """
         insert = self._dialect.insert
         if self.failures:
             rows = [failure_values(f) for f in self.failures.values()]
