@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import free_port, unavailable
 from theow_client import names
-from theow_workers.replay.jobs import INTERRUPTED, ReplayStore
+from theow_workers.store.replay import INTERRUPTED, ReplayStore
 from theow_workers.store.schema import make_engine, migrate
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

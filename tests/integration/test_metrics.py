@@ -113,7 +113,7 @@ def _failures(store: SqlStore) -> list:
 
 
 def record_replay(store: SqlStore) -> str:
-    from theow_workers.replay.jobs import ItemRecord, ReplayStore
+    from theow_workers.store.replay import ItemRecord, ReplayStore
 
     replays = ReplayStore(store.engine)
     job = replays.create(

@@ -25,8 +25,8 @@ from theow_client.verdict import Status, Verdict
 from theow_workers.config import Settings
 from theow_workers.core.explorer import Exploration
 from theow_workers.core.ports import AttemptRecord, FailureRecord
-from theow_workers.replay.jobs import ReplayStore
 from theow_workers.store.explore import ExploreStore
+from theow_workers.store.replay import ReplayStore
 from theow_workers.store.results import SqlStore
 from theow_workers.store.schema import ExplorationRow, VerdictRow, migrate
 

@@ -189,8 +189,8 @@ def test_eval_with_a_baseline_pairs_each_failure_with_the_passing_runs_of_its_id
 
 
 def test_a_replayed_historys_passing_runs_are_learned_in_file_order_not_resolved(tmp_path):
-    from theow_workers.replay.jobs import PASSING, ItemRecord
     from theow_workers.replay.sources import FileSource
+    from theow_workers.store.replay import PASSING, ItemRecord
 
     history = tmp_path / "history.jsonl"
     rows = [

@@ -19,8 +19,8 @@ from tests.unit.replay_fixtures import *  # noqa: F403
 from tests.unit.replay_fixtures import assert_counters_match_item_rows
 from theow_workers.core.ports import FailureRecord
 from theow_workers.replay.driver import Driver
-from theow_workers.replay.jobs import CANCELLED, DONE, INCOMPLETE, INTERRUPTED
 from theow_workers.replay.sources import FileSource, SourceError, StoredSource, parse_since
+from theow_workers.store.replay import CANCELLED, DONE, INCOMPLETE, INTERRUPTED
 
 
 class Sent:

@@ -62,8 +62,8 @@ def _settings() -> Settings:
 
 
 def _store(settings: Settings) -> Any:
+    from theow_workers.store import make_engine
     from theow_workers.store.replay import ReplayStore
-    from theow_workers.store.schema import make_engine
 
     store = ReplayStore(make_engine(settings.store_url))
     if not store.has_tables():
@@ -72,8 +72,8 @@ def _store(settings: Settings) -> Any:
 
 
 def _get(store: Any, job_id: str) -> Any:
+    from theow_workers.store import AmbiguousId
     from theow_workers.store.replay import JobNotFound
-    from theow_workers.store.schema import AmbiguousId
 
     try:
         return store.get(job_id)

@@ -33,9 +33,9 @@ from theow_client.verdict import Status, Verdict
 from theow_workers.core.service import ResolveService
 from theow_workers.replay.grouping import error_summary
 from theow_workers.replay.jobs import replay_failure_id
+from theow_workers.store import StoreError
 from theow_workers.store.replay import CANCELLED, INVALID, ItemRecord, Job, ReplayStore
 from theow_workers.store.replay_chunk import ChunkStore
-from theow_workers.store.schema import StoreError
 
 log = logging.getLogger("theow.replay")
 

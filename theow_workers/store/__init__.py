@@ -12,6 +12,7 @@ imports SQLAlchemy: callers get dataclasses.
 from theow_workers.store.results import SqlStore
 from theow_workers.store.schema import (
     AmbiguousId,
+    StoreError,
     StoreUnavailable,
     make_engine,
     migrate,
@@ -22,6 +23,7 @@ from theow_workers.store.schema import (
 __all__ = [
     "AmbiguousId",
     "SqlStore",
+    "StoreError",
     "StoreUnavailable",
     "make_engine",
     "migrate",

@@ -279,7 +279,7 @@ async def insight(request: Request) -> Response:
 
 
 async def replays(request: Request) -> Response:
-    from theow_workers.replay.jobs import ReplayStore
+    from theow_workers.store.replay import ReplayStore
 
     console = _console(request)
     jobs = await run_in_threadpool(ReplayStore(console.store.sql.engine).recent, 50)
@@ -287,8 +287,8 @@ async def replays(request: Request) -> Response:
 
 
 def _replay_context(console: Console, job_id: str) -> dict[str, Any] | None:
-    from theow_workers.replay.jobs import DONE, JobNotFound, ReplayStore
     from theow_workers.replay.report import Pricing, build
+    from theow_workers.store.replay import DONE, JobNotFound, ReplayStore
 
     store = ReplayStore(console.store.sql.engine)
     try:
