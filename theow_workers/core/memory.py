@@ -45,7 +45,8 @@ class HashingEmbedder:
         vectors = []
         for text in texts:
             vector = [0.0] * self.dim
-            for word in _WORD.findall(text.lower()):
+            # A text without a word still gets a unit vector, as MiniLM gives it one.
+            for word in _WORD.findall(text.lower()) or [text]:
                 slot = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=4).digest(), "big")
                 vector[slot % self.dim] += 1.0
             norm = math.sqrt(sum(v * v for v in vector)) or 1.0
