@@ -14,7 +14,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_a_validating_rule_is_found_by_a_worker_even_when_it_ranks_below_top_k(
-    tmp_path, milvus_uri, collection, redis_url, redis_client
+    tmp_path, milvus_uri, collection, redis_url, redis_client, minilm
 ):
     from theow_client.verdict import Status
     from theow_workers.config import Settings
@@ -47,6 +47,7 @@ def test_a_validating_rule_is_found_by_a_worker_even_when_it_ranks_below_top_k(
         }
     )
     runtime = Runtime(settings)
+    runtime._embedder = minilm  # the session's model: MiniLM takes seconds to load again
     verdict = runtime.service.resolve({"failure_id": "f", "facts": {"stderr": stderr}}, "f")
 
     vector = runtime.embedder.embed([query_text({"stderr": stderr})])[0]
