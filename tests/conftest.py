@@ -19,12 +19,15 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+T = TypeVar("T")
 
 
 def unavailable(what: str) -> None:
@@ -38,6 +41,27 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def wait_until(check: Callable[[], T], timeout: float = 60, what: str = "the condition") -> T:
+    """``check()``'s first truthy value, polled every 50 ms; AssertionError after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def pid_written(marker: Path) -> int | None:
+    """The pid the ``crash_once`` fixture action wrote to ``marker``, once it is all there."""
+    try:
+        text = marker.read_text()
+    except FileNotFoundError:
+        return None
+    return int(text) if text.isdigit() else None
 
 
 def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:

@@ -94,3 +94,26 @@ def test_the_session_cache_is_shared(workers):
     assert entry["proposal_id"] == "p-1"
     assert entry["rule_yaml"] == "name: r\n"
     assert entry["vector"] == pytest.approx([0.1, 0.2])
+
+
+def test_a_redelivered_failure_is_not_held_off_by_its_own_flight(workers):
+    first, second = workers(), workers()
+    first.take_flight("fp-1", "failure-a", ttl=60)
+
+    owner = second.take_flight("fp-1", "failure-a", ttl=60)
+
+    assert owner in (None, "failure-a")  # either way the explorer goes on: it is its own
+
+
+def test_the_session_cache_holds_each_proposal_once_and_its_latest_rule(workers):
+    first, second = workers(), workers()
+    assert second.cached() == []
+
+    first.remember("p-1", [0.1, 0.2], "name: r\n")
+    first.remember("p-2", [0.3, 0.4], "name: s\n")
+    second.remember("p-1", [0.5, 0.6], "name: r2\n")
+
+    entries = {e["proposal_id"]: e for e in first.cached()}
+    assert set(entries) == {"p-1", "p-2"}
+    assert entries["p-1"]["rule_yaml"] == "name: r2\n"
+    assert entries["p-1"]["vector"] == pytest.approx([0.5, 0.6])

@@ -1,4 +1,4 @@
-"""One contract for the Store port: in memory, on SQLite and on PostgreSQL.
+"""One contract for the Store and StepStore ports: in memory, on SQLite and on PostgreSQL.
 
 Every test runs against each implementation. A factory builds one worker's
 store; for SQL each is its own engine and connections, so concurrent
@@ -169,3 +169,56 @@ def test_workers_racing_on_one_failure_all_return_the_one_stored_verdict(workers
     stored = views[0].verdict("f1")
     assert stored is not None
     assert returned == [stored] * len(views)
+
+
+# One step at a time: the StepStore port, which the replay's chunk store reads through
+
+
+def test_a_failure_is_added_once_whatever_the_deliveries(workers):
+    store = workers()
+
+    assert store.add_failure(failure("f1")) is True
+    assert store.add_failure(failure("f1")) is False
+    assert store.verdict("f1") is None
+
+
+def test_added_steps_give_the_same_verdict_and_counts_as_a_whole_outcome(workers):
+    store = workers()
+    store.add_failure(failure("f1"))
+    store.add_attempt(attempt("f1", "broken", "error"))
+    store.count_attempt("broken", False)
+    store.add_attempt(attempt("f1", "r"))
+    store.count_attempt("r", True)
+
+    assert store.add_verdict(RESOLVED) == RESOLVED
+    assert store.add_verdict(Verdict("f1", Status.ERROR, reason="redelivered")) == RESOLVED
+    assert store.verdict("f1") == RESOLVED
+    stats = store.rule_stats()
+    assert {r: (s.successes, s.failures) for r, s in stats.items()} == {
+        "broken": (0, 1),
+        "r": (1, 0),
+    }
+
+
+def test_concurrent_workers_counting_one_step_at_a_time_never_lose_a_count(workers):
+    views = [workers() for _ in range(6)]
+    start = threading.Barrier(len(views))
+    errors: list[BaseException] = []
+
+    def worker(store: Any) -> None:
+        try:
+            start.wait()
+            for i in range(12):
+                store.count_attempt("busy", bool(i % 3))
+        except BaseException as exc:  # reported below, not lost in the thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(v,)) for v in views]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+
+    assert errors == []
+    stats = views[0].rule_stats()["busy"]
+    assert (stats.successes, stats.failures) == (6 * 8, 6 * 4)

@@ -142,7 +142,7 @@ def test_hostile_inputs_and_faults_lose_no_failure_and_crash_no_worker(fault_sta
         fid, how = send_hostile(client, app, case)
         hostile[fid] = (case, how)
     fs.kill_pool_process("resolver-b")
-    time.sleep(2)
+    time.sleep(2)  # the scenario's pacing, not a wait: the two kills hit different tasks in flight
     fs.kill_pool_process("resolver-a")
 
     store = SqlStore(fs.settings.store_url)

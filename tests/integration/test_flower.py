@@ -92,7 +92,12 @@ def test_flower_shows_the_workers_queues_and_a_finished_task_only_with_credentia
         assert status == 200, body
         assert {"resolve", "explore"} <= {q["name"] for q in body["active_queues"]}
 
-        time.sleep(1.0)  # let Flower's event receiver attach before the task runs
+        def receiving() -> bool:  # a task's events are shown only if they come after this
+            status, body = get(f"{base}/workers?json=1")  # the workers Flower has events from
+            hosts = [w.get("hostname", "") for w in body["data"]] if status == 200 else []
+            return any(h.startswith("resolver@") for h in hosts)
+
+        eventually(receiving, "Flower to receive the resolver's events")
         token = "ghp_" + "Flw0" * 9
         log = f"export GITHUB_TOKEN={token}\nECHO flower"
         verdict = fleet.client().submit({"stderr": log, "job": "j"}).wait(60)

@@ -1,94 +1,20 @@
-"""The rule index in a real Milvus Lite server, with the real MiniLM model."""
+"""The rule index in a real Milvus Lite server, serving a worker with the real MiniLM model.
+
+What the index itself does (sync, filters, ordering) is its contract, run against Milvus
+too: ``tests/contract/test_rule_index.py``.
+"""
 
 from __future__ import annotations
 
 import pytest
 
 from theow_workers.adapters.milvus_index import MilvusIndex
-from theow_workers.core.ports import IndexEntry
 
 pytestmark = pytest.mark.integration
 
 
-def entry(
-    name: str, text: str, equals: dict[str, str] | None = None, version: str = "1"
-) -> IndexEntry:
-    return IndexEntry(f"rule:{name}", "rule", name, f"{name}-{version}", text, equals or {})
-
-
-class CountingEmbedder:
-    def __init__(self, inner):
-        self.inner, self.model_name, self.dim, self.embedded = (
-            inner,
-            inner.model_name,
-            inner.dim,
-            [],
-        )
-
-    def embed(self, texts):
-        self.embedded.extend(texts)
-        return self.inner.embed(texts)
-
-
-def test_sync_embeds_only_what_changed_and_removes_what_is_gone(milvus_uri, collection, minilm):
-    index = MilvusIndex(milvus_uri, collection)
-    embedder = CountingEmbedder(minilm)
-    rules = [entry("a", "disk full"), entry("b", "dns failure"), entry("c", "oom killed")]
-    report = index.sync(rules, embedder)
-    assert (report.added, report.unchanged) == (3, 0)
-
-    embedder.embedded.clear()
-    report = index.sync(rules, embedder)
-    assert (report.added, report.updated, report.unchanged) == (0, 0, 3)
-    assert embedder.embedded == []
-
-    report = index.sync([rules[0], entry("b", "name resolution failed", version="2")], embedder)
-    assert (report.updated, report.removed, report.unchanged) == (1, 1, 1)
-    assert embedder.embedded == ["name resolution failed"]
-    assert set(index.hashes()) == {"rule:a", "rule:b"}
-    index.close()
-
-
-def test_an_equals_filter_never_excludes_a_rule_that_does_not_constrain_the_fact(
-    milvus_uri, collection, minilm
-):
-    index = MilvusIndex(milvus_uri, collection)
-    index.sync(
-        [
-            entry("for_builds", "npm install failed", {"problem_type": "build_failure"}),
-            entry("for_tests", "npm install failed", {"problem_type": "test_failure"}),
-            entry("for_anything", "npm install failed"),
-        ],
-        minilm,
-    )
-    vector = minilm.embed(["npm ERR! install failed"])[0]
-    found = {h.name for h in index.search(vector, facts={"problem_type": "build_failure"})}
-    assert found == {"for_builds", "for_anything"}
-    found = {h.name for h in index.search(vector, facts={"problem_type": 'quote"and\\slash'})}
-    assert found == {"for_anything"}
-    assert {h.name for h in index.search(vector, names=["for_tests"])} == {"for_tests"}
-    index.close()
-
-
-def test_similar_text_ranks_first(milvus_uri, collection, minilm):
-    index = MilvusIndex(milvus_uri, collection)
-    index.sync(
-        [
-            entry("dns", "Could not resolve host: temporary failure in name resolution"),
-            entry("disk", "No space left on device while writing layer"),
-            entry("python", "ModuleNotFoundError: No module named yaml"),
-        ],
-        minilm,
-    )
-    vector = minilm.embed(["curl: (6) Could not resolve host: registry.npmjs.org"])[0]
-    hits = index.search(vector, limit=3)
-    assert hits[0].name == "dns"
-    assert hits[0].similarity > hits[-1].similarity
-    index.close()
-
-
 def test_a_validating_rule_is_found_by_a_worker_even_when_it_ranks_below_top_k(
-    tmp_path, milvus_uri, collection, redis_url, redis_client
+    tmp_path, milvus_uri, collection, redis_url, redis_client, minilm
 ):
     from theow_client.verdict import Status
     from theow_workers.config import Settings
@@ -121,6 +47,7 @@ def test_a_validating_rule_is_found_by_a_worker_even_when_it_ranks_below_top_k(
         }
     )
     runtime = Runtime(settings)
+    runtime._embedder = minilm  # the session's model: MiniLM takes seconds to load again
     verdict = runtime.service.resolve({"failure_id": "f", "facts": {"stderr": stderr}}, "f")
 
     vector = runtime.embedder.embed([query_text({"stderr": stderr})])[0]

@@ -10,6 +10,7 @@ import time
 import pytest
 from sqlalchemy import func, select
 
+from tests.conftest import pid_written
 from tests.integration.conftest_replay import *  # noqa: F403
 from tests.integration.conftest_replay import ReplayFleet, history_lines
 from theow_client import Status
@@ -87,9 +88,8 @@ def test_killing_a_replay_worker_mid_chunk_loses_nothing(replay_fleet, tmp_path,
     lines[5] = {"stderr": "CRASH_ONCE", "marker": str(marker)}
     history = replay_fleet.write("history.jsonl", lines)
     run = replay_fleet.start_cli(str(history), "--execute", "--json")
-    replay_fleet.wait(marker.exists, timeout=120)
-    time.sleep(0.2)
-    os.kill(int(marker.read_text()), signal.SIGKILL)  # the pool process, mid-chunk
+    pid = replay_fleet.wait(lambda: pid_written(marker), timeout=120)
+    os.kill(pid, signal.SIGKILL)  # the pool process, mid-chunk
 
     stdout, stderr = run.communicate(timeout=180)
     assert run.returncode == 0, stderr

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
 
+from tests.conftest import pid_written, wait_until
 from theow_client import Status
 from theow_workers.store.schema import AttemptRow, FailureRow, VerdictRow
 
@@ -64,16 +64,12 @@ def test_a_worker_process_killed_mid_task_still_gives_the_failure_exactly_one_ve
     client = fleet.client()
     marker = tmp_path / "crash-marker"
     ticket = client.submit({"stderr": "CRASH_ONCE", "marker": str(marker)})
-    deadline = time.monotonic() + 60
-    while not marker.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert marker.exists(), fleet.worker_log()
-    time.sleep(0.2)
-    os.kill(int(marker.read_text()), signal.SIGKILL)  # the pool process running the action
+    pid = wait_until(lambda: pid_written(marker), what="the action to write its pid")
+    os.kill(pid, signal.SIGKILL)  # the pool process running the action
 
     verdict = ticket.wait(90)
     assert verdict.status is Status.RESOLVED
-    assert verdict.outputs[0]["output"]["pid"] != int(marker.read_text())
+    assert verdict.outputs[0]["output"]["pid"] != pid
     store = fleet.store()
     assert count(store, VerdictRow, failure_id=ticket.failure_id) == 1
     assert count(store, FailureRow, id=ticket.failure_id) == 1
@@ -96,7 +92,10 @@ def test_a_hanging_action_is_stopped_and_recorded(fleet):
     assert count(fleet.store(), AttemptRow, outcome="timeout") == 1
 
 
-def test_workers_pick_up_a_new_rule_without_a_restart(fleet):
+def test_workers_pick_up_a_new_rule_without_a_restart(fleet, monkeypatch):
+    # The worker looks at the rules directory on every failure, not every 0.5 s:
+    # the next failure sees the new rule, with no interval to wait out.
+    monkeypatch.setenv("THEOW_RULES_POLL_SECONDS", "0")
     fleet.start_worker()
     client = fleet.client()
     facts = {"stderr": "E: Unable to locate package libfoo-dev"}
@@ -111,7 +110,6 @@ def test_workers_pick_up_a_new_rule_without_a_restart(fleet):
         "  - fact: stderr\n"
         "    regex: 'Unable to locate package (?P<package>\\S+)'\n"
     )
-    time.sleep(1.0)  # longer than THEOW_RULES_POLL_SECONDS
     verdict = client.submit(facts).wait(60)
     assert (verdict.status, verdict.rule) == (Status.TRACKED, "apt_missing_package")
 
@@ -123,11 +121,7 @@ def test_a_failure_that_keeps_killing_workers_is_recorded_as_an_error_not_retrie
     fleet.start_worker(concurrency=1)
     marker = tmp_path / "crash-marker"
     ticket = fleet.client().submit({"stderr": "CRASH_ONCE", "marker": str(marker)})
-    deadline = time.monotonic() + 60
-    while not marker.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(0.2)
-    os.kill(int(marker.read_text()), signal.SIGKILL)
+    os.kill(wait_until(lambda: pid_written(marker), what="the action's pid"), signal.SIGKILL)
 
     verdict = ticket.wait(90)
     assert verdict.status is Status.ERROR

@@ -21,7 +21,7 @@ from theow_client.verdict import Status
 def test_spool_files_are_whole_and_listed_oldest_first(tmp_path: Path) -> None:
     spool = Spool(tmp_path)
     first = spool.put({"failure_id": "b-first", "facts": {}})
-    time.sleep(0.01)
+    time.sleep(0.01)  # distinct file times: the spool lists oldest first
     spool.put({"failure_id": "a-second", "facts": {"x": "é"}})
     assert [p.name for p in spool.pending()] == ["b-first.json", "a-second.json"]
     assert spool.load(first) == {"failure_id": "b-first", "facts": {}}

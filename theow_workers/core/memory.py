@@ -45,7 +45,8 @@ class HashingEmbedder:
         vectors = []
         for text in texts:
             vector = [0.0] * self.dim
-            for word in _WORD.findall(text.lower()):
+            # A text without a word still gets a unit vector, as MiniLM gives it one.
+            for word in _WORD.findall(text.lower()) or [text]:
                 slot = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=4).digest(), "big")
                 vector[slot % self.dim] += 1.0
             norm = math.sqrt(sum(v * v for v in vector)) or 1.0
@@ -95,13 +96,15 @@ class InMemoryIndex:
         names: Sequence[str] | None = None,
     ) -> list[Hit]:
         allowed = set(names) if names is not None else None
+        if names is not None:
+            limit = max(limit, len(names))  # every named entry is scored, as in Milvus
         hits = []
         for entry, stored in self._entries.values():
             if entry.kind != kind or (allowed is not None and entry.name not in allowed):
                 continue
-            if facts and any(
-                k in entry.equals and facts.get(k) != v for k, v in entry.equals.items()
-            ):
+            # Excluded only by a fact it pins to another value; one it pins that the
+            # failure lacks does not exclude it.
+            if any(k in entry.equals and entry.equals[k] != v for k, v in (facts or {}).items()):
                 continue
             hits.append(Hit(entry.name, cosine(vector, stored)))
         hits.sort(key=lambda h: h.similarity, reverse=True)
