@@ -13,13 +13,13 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from theow_workers.cli.replay import replay_app
+from theow_workers.cli.review import failures_app, meow_command, review_app
 from theow_workers.config import ConfigError, Settings
 from theow_workers.console import make_console
 from theow_workers.core.actions import ActionLoadError
 from theow_workers.ops.doctor import doctor_command
 from theow_workers.ops.metrics import metrics_command
-from theow_workers.replay.cli import replay_app
-from theow_workers.review.cli import failures_app, meow_command, review_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 rules_app = typer.Typer(no_args_is_help=True, help="Check, test and index rules.")
