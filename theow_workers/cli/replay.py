@@ -18,8 +18,8 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
+from theow_workers.cli.output import make_console
 from theow_workers.config import ConfigError, Settings
-from theow_workers.console import make_console
 
 
 class DefaultRunGroup(TyperGroup):

@@ -14,7 +14,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from theow_workers.console import make_console
+from theow_workers.cli.output import make_console
 from theow_workers.core.logtext import strip_ansi
 
 review_app = typer.Typer(no_args_is_help=True, help="Review the explorer's proposals.")

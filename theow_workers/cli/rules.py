@@ -1,0 +1,323 @@
+"""``theow rules``: check the rules, list them, score them on a corpus, dry-run one failure, index them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from theow_workers.cli.output import JsonFlag, err, fail, load_settings, out, print_json
+from theow_workers.core.actions import ActionLoadError
+
+if TYPE_CHECKING:
+    from theow_workers.runtime import Knowledge
+
+rules_app = typer.Typer(no_args_is_help=True, help="Check, test and index rules.")
+
+RulesDir = Annotated[Path | None, typer.Option("--rules", help="Rules directory.")]
+ActionsDir = Annotated[Path | None, typer.Option("--actions", help="Actions directory.")]
+
+
+@rules_app.command("check")
+def rules_check(
+    directory: Annotated[
+        Path | None, typer.Argument(help="Rules directory [default: THEOW_RULES_DIR or rules/]")
+    ] = None,
+    actions: Annotated[
+        Path | None, typer.Option(help="Actions directory [default: THEOW_ACTIONS_DIR or actions/]")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Validate every rule file; report each problem with file, line and reason."""
+    s = load_settings()
+    rules_dir = directory or s.rules_dir
+    knowledge = _knowledge(rules_dir, actions or s.actions_dir)
+    errors = [*knowledge.rules.errors, *_example_errors(rules_dir, knowledge)]
+    if as_json:
+        print_json(
+            {
+                "rules": len(knowledge.rules.rules),
+                "actions": len(knowledge.actions),
+                "errors": [{"file": e.path, "line": e.line, "reason": e.reason} for e in errors],
+            }
+        )
+    else:
+        for e in errors:
+            err.print(Text(str(e), style="red"))
+        verdict = "[red]invalid[/red]" if errors else "[green]ok[/green]"
+        out.print(
+            f"{verdict}: {len(knowledge.rules.rules)} rules, {len(knowledge.actions)} actions, "
+            f"{len(errors)} problem(s) in {rules_dir}",
+            highlight=False,
+        )
+    if errors:
+        raise typer.Exit(1)
+
+
+def _knowledge(rules_dir: Path, actions_dir: Path) -> Knowledge:
+    """The rules and actions of these directories; actions that do not load exit 1."""
+    from theow_workers.runtime import Knowledge
+
+    try:
+        return Knowledge.load(rules_dir, actions_dir)
+    except ActionLoadError as exc:
+        raise fail(str(exc)) from None
+
+
+def _example_errors(rules_dir: Path, knowledge: Any) -> list[Any]:
+    """Examples that do not match their condition, counter-examples that do."""
+    from theow_workers.core.examples import check_examples
+    from theow_workers.core.rules import RULE_SUFFIX
+
+    loaded = {r.name for r in knowledge.rules.rules}
+    problems = []
+    for path in sorted(Path(rules_dir).rglob(f"*{RULE_SUFFIX}")):
+        if path.name.removesuffix(RULE_SUFFIX) in loaded:
+            problems.extend(check_examples(path))
+    return problems
+
+
+@rules_app.command("list")
+def rules_list(
+    directory: Annotated[Path | None, typer.Argument(help="Rules directory.")] = None,
+    actions: ActionsDir = None,
+    as_json: JsonFlag = False,
+    as_markdown: Annotated[
+        bool,
+        typer.Option("--markdown", help="Print the catalogue: rules per family and ecosystem."),
+    ] = False,
+) -> None:
+    """List the rules with their mode, tags and actions."""
+    s = load_settings()
+    knowledge = _knowledge(directory or s.rules_dir, actions or s.actions_dir)
+    rows: list[dict[str, Any]] = [
+        {
+            "name": r.name,
+            "mode": r.mode.value,
+            "type": r.type,
+            "tags": r.tags,
+            "actions": [step.action for step in r.then],
+            "description": " ".join(r.description.split()),
+        }
+        for r in sorted(knowledge.rules.rules, key=lambda r: r.name)
+    ]
+    if as_markdown:
+        from theow_workers.catalogue import markdown
+
+        print(markdown(knowledge.rules.rules), end="")
+        return
+    if as_json:
+        print_json(rows)
+        return
+    table = Table("rule", "mode", "tags", "actions", "description")
+    for row in rows:
+        table.add_row(
+            row["name"], row["mode"], ", ".join(row["tags"]), ", ".join(row["actions"]),
+            row["description"],
+        )  # fmt: skip
+    out.print(table)
+    for e in knowledge.rules.errors:
+        err.print(Text(str(e), style="red"))
+
+
+@rules_app.command("eval")
+def rules_eval(
+    failures: Annotated[
+        Path, typer.Argument(help="Failed logs: JSON Lines (.jsonl or .jsonl.gz).")
+    ],
+    passing: Annotated[
+        Path | None,
+        typer.Option(help="Passing logs of the same jobs: rules firing there are false alarms."),
+    ] = None,
+    labels: Annotated[
+        Path | None,
+        typer.Option(help="Labels: {id, chunk} lines, the text stating each failure's cause."),
+    ] = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option(
+            help="Passing runs to learn each job's normal from (same id or job fact): "
+            "lines they print too rank below new ones."
+        ),
+    ] = None,
+    rules: RulesDir = None,
+    actions: ActionsDir = None,
+    out_file: Annotated[
+        Path | None, typer.Option("--out", help="Write one JSON object per input line here.")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Score the rules on a corpus: found, grounded, precision, false alarms, logs/s.
+
+    No server needed: each log is bounded as theow-client bounds it and
+    matched by the same code a resolver worker runs.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from theow_workers import evaluation
+
+    s = load_settings()
+    for path in filter(None, (failures, passing, labels, baseline)):
+        if not path.is_file():
+            raise fail(f"{path}: no such file", 2)
+    knowledge = _knowledge(rules or s.rules_dir, actions or s.actions_dir)
+    for e in knowledge.rules.errors:
+        err.print(Text.assemble(("skipped:", "yellow"), f" {e}"))
+    label_map = evaluation.read_labels(labels) if labels is not None else None
+    sink = out_file.open("w", encoding="utf-8") if out_file is not None else None
+
+    def emit(outcome: evaluation.Outcome) -> None:
+        if sink is not None:
+            sink.write(json.dumps(outcome.row()) + "\n")
+
+    total = evaluation.count_lines(failures) + (
+        evaluation.count_lines(passing) if passing is not None else 0
+    )
+    with Progress(
+        TextColumn("matching"), BarColumn(), MofNCompleteColumn(), console=err, transient=True,
+        disable=not err.is_terminal,
+    ) as bar:  # fmt: skip
+        task = bar.add_task("logs", total=total)
+        summary = evaluation.run(
+            knowledge.book, failures, passing=passing, labels=label_map, emit=emit,
+            progress=lambda: bar.advance(task), baseline=baseline,
+        )  # fmt: skip
+    if sink is not None:
+        sink.close()
+    report = summary.to_dict()
+    if as_json:
+        print_json(report)
+        return
+    _print_eval(report)
+
+
+def _print_eval(report: dict[str, Any]) -> None:
+    labelled = report["grounded"] is not None
+    table = Table("rule", "found", *(["grounded"] if labelled else []), title="by rule")
+    for name, row in report["by_rule"].items():
+        table.add_row(name, str(row["found"]), *([str(row["grounded"])] if labelled else []))
+    out.print(table)
+    if report["false_alarms_by_rule"] or report["track_on_passing_by_rule"]:
+        passing = Table("rule", "fired on passing logs", "counts as", title="on passing logs")
+        for name, count in report["false_alarms_by_rule"].items():
+            passing.add_row(name, str(count), "false alarm")
+        for name, count in report["track_on_passing_by_rule"].items():
+            passing.add_row(name, str(count), "track (not a false alarm)")
+        out.print(passing)
+    summary = Table("", "value", title="summary", show_header=False)
+    n = report["failures"]
+    summary.add_row("failures", str(n))
+    summary.add_row("found", f"{report['found']} ({report['found_rate']:.1%})")
+    if report["grounded"] is not None:
+        summary.add_row("grounded", f"{report['grounded']} ({report['grounded_rate']:.1%})")
+        summary.add_row("precision", f"{report['precision']:.2f}")
+    if report["passing"]:
+        summary.add_row("passing", str(report["passing"]))
+        summary.add_row(
+            "false alarms", f"{report['false_alarms']} ({report['false_alarm_rate']:.1%})"
+        )
+        summary.add_row("track rules on passing", str(report["track_on_passing"]))
+    if report["baseline"]:
+        summary.add_row("failures with a job normal", str(report["with_normal"]))
+        summary.add_row("chosen on normal lines only", str(report["won_on_normal"]))
+        summary.add_row(
+            "... while another rule had new lines", str(report["won_on_normal_over_new"])
+        )
+    summary.add_row("errors", str(report["errors"]))
+    summary.add_row("logs/s", str(report["logs_per_s"]))
+    out.print(summary)
+    for problem in report["error_ids"]:
+        err.print(Text.assemble(("error:", "red"), f" {problem}"))
+
+
+@rules_app.command("test")
+def rules_test(
+    facts: Annotated[
+        Path, typer.Option("--facts", help="JSON file: one object, the failure's facts.")
+    ],
+    rules: RulesDir = None,
+    actions: ActionsDir = None,
+    rule: Annotated[
+        list[str] | None, typer.Option("--rule", help="Try this rule first (repeatable).")
+    ] = None,
+    tag: Annotated[
+        list[str] | None, typer.Option("--tag", help="Try rules with this tag next.")
+    ] = None,
+    limit: Annotated[int, typer.Option(help="Other candidates to explain.")] = 10,
+    as_json: JsonFlag = False,
+) -> None:
+    """Dry-run one failure: which rule would match, with which params, and why not the others.
+
+    Runs no action and needs no server: the index is built in memory. Exit
+    code 0 when a rule matched, 1 when none did, 2 for unreadable facts.
+    """
+    from theow_workers.explain import explain
+
+    s = load_settings()
+    try:
+        data = json.loads(facts.read_text(encoding="utf-8", errors="replace"))
+    except OSError as exc:
+        raise fail(f"{facts}: cannot read: {exc.strerror}", 2) from None
+    except json.JSONDecodeError as exc:
+        raise fail(f"{facts}:{exc.lineno}: not JSON: {exc.msg}", 2) from None
+    if not isinstance(data, dict):
+        raise fail(f"{facts}: facts must be a JSON object, got {type(data).__name__}", 2)
+    try:
+        report = explain(
+            data, rules or s.rules_dir, actions or s.actions_dir, rule or [], tag or []
+        )
+    except (ActionLoadError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    if as_json:
+        print_json(report)
+    else:
+        _print_explanation(report, limit)
+    if not report["matched"]:
+        raise typer.Exit(1)
+
+
+def _print_explanation(report: dict[str, Any], limit: int) -> None:
+    if report["matched"]:
+        out.print(f"[green]matched[/green] [bold]{report['rule']}[/bold] (mode {report['mode']})")
+        evidence = report.get("evidence")
+        if evidence:
+            out.print(f"  at {evidence['fact']} line {evidence['line']:,}:", highlight=False)
+            for offset, line in enumerate(evidence["context"]):
+                number = evidence["context_start"] + offset
+                marker = ">" if number == evidence["line"] else " "
+                out.print(f"  {marker} {number:>6} | {line}", highlight=False, markup=False)
+        if report.get("also"):
+            out.print(f"  also: {', '.join(report['also'])}", highlight=False)
+        for a in report["actions"]:
+            out.print(f"  then {a['action']} {json.dumps(a['params'])}", highlight=False)
+    else:
+        out.print("[yellow]no rule matched[/yellow]")
+    table = Table("rule", "similarity", "validated", "why", title="candidates")
+    others = [c for c in report["candidates"] if c["rule"] != report["rule"]]
+    for c in others[:limit]:
+        sim = "-" if c["similarity"] is None else f"{c['similarity']:.3f}"
+        table.add_row(c["rule"], sim, "yes" if c["validated"] else "no", c["reason"])
+    if others:
+        out.print(table)
+    if len(others) > limit:
+        out.print(f"[dim]{len(others) - limit} more candidates (use --limit or --json)[/dim]")
+
+
+@rules_app.command("sync")
+def rules_sync() -> None:
+    """Sync the Milvus index with the rules and actions directories now."""
+    from theow_workers.runtime import Knowledge, Runtime, sync_index
+
+    rt = Runtime(load_settings())
+    knowledge = Knowledge.load(rt.settings.rules_dir, rt.settings.actions_dir)
+    if knowledge.rules.errors:
+        raise fail(f"{len(knowledge.rules.errors)} invalid rule(s); run `theow rules check`")
+    report = sync_index(knowledge, rt.index, rt.embedder, rt.redis)
+    out.print(
+        f"index synced: {report.added} added, {report.updated} updated, "
+        f"{report.removed} removed, {report.unchanged} unchanged"
+    )
