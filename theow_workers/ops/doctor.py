@@ -24,14 +24,11 @@ to check that container's configuration.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
-from typing import Annotated, Any
+from typing import Any
 
-import typer
-
-from theow_workers.config import ConfigError, Settings
-from theow_workers.ops.checks import CHECKS, FAIL, OK, WARN, Context, Finding
+from theow_workers.config import Settings
+from theow_workers.ops.checks import CHECKS, FAIL, Context, Finding
 
 
 def diagnose(settings: Settings, deep: bool = False) -> list[Finding]:
@@ -55,40 +52,3 @@ def report(findings: list[Finding]) -> dict[str, Any]:
         "ok": all(f.status != FAIL for f in findings),
         "checks": [asdict(f) for f in findings],
     }
-
-
-STYLE = {OK: "[green]ok[/green]", WARN: "[yellow]warn[/yellow]", FAIL: "[red]FAIL[/red]"}
-
-
-def doctor_command(
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
-    deep: Annotated[bool, typer.Option("--deep", help="Also load MiniLM and embed.")] = False,
-) -> None:
-    """Check Redis, Milvus, SQL, the model, the rules, the index and the LLM key; exit 1 on a failure."""
-    from rich.table import Column, Table
-
-    from theow_workers.console import make_console
-
-    try:
-        settings = Settings.load()
-    except ConfigError as exc:
-        findings = [Finding("config", FAIL, str(exc), "fix theow.yaml or the THEOW_* variables")]
-    else:
-        findings = diagnose(settings, deep)
-    result = report(findings)
-    if as_json:
-        print(json.dumps(result))
-    else:
-        table = Table(
-            "check", "status", Column("detail", overflow="fold"), Column("fix", overflow="fold")
-        )
-        for f in findings:
-            table.add_row(f.check, STYLE.get(f.status, f"[dim]{f.status}[/dim]"), f.detail, f.fix)
-        console = make_console()
-        console.print(table)
-        failed = sum(f.status == FAIL for f in findings)
-        console.print(
-            "[green]all good[/green]" if not failed else f"[red]{failed} check(s) failed[/red]"
-        )
-    if not result["ok"]:
-        raise typer.Exit(1)

@@ -33,17 +33,14 @@ if old rows are ever pruned, Prometheus sees a counter reset.
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 import time
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
-import typer
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from theow_workers.config import ConfigError, Settings
+from theow_workers.config import Settings
 
 if TYPE_CHECKING:
     from theow_workers.store.figures import Figures
@@ -199,35 +196,3 @@ def registry_for(settings: Settings) -> CollectorRegistry:
     registry.register(StoreCollector(make_engine(settings.store_url)))
     registry.register(RulesCollector(settings.redis_url))
     return registry
-
-
-def metrics_command(
-    port: Annotated[
-        int | None, typer.Option(help="Port to serve /metrics on [default: THEOW_METRICS_PORT].")
-    ] = None,
-    address: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-) -> None:
-    """Serve Theow's Prometheus metrics (failures, verdicts, explorations, LLM cost, replays)."""
-    from prometheus_client import start_http_server
-
-    from theow_workers.core.redact import redact_text
-
-    try:
-        settings = Settings.load()
-    except ConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
-    port = settings.metrics_port if port is None else port
-    try:
-        server, thread = start_http_server(port, address, registry_for(settings))
-    except OSError as exc:
-        typer.echo(f"error: cannot listen on {address}:{port}: {exc.strerror}", err=True)
-        raise typer.Exit(1) from None
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    typer.echo(f"metrics on http://{address}:{port}/metrics from {redact_text(settings.store_url)}")
-    while not stop.wait(1.0):
-        pass
-    server.shutdown()
-    thread.join(5)

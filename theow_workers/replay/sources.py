@@ -68,7 +68,7 @@ class FileSource:
     """
 
     kind = "file"
-    # facts -> what was learned, in a few words (``theow_workers.replay.cli``).
+    # facts -> what was learned, in a few words (``theow_workers.cli.replay``).
     learn: Callable[[dict[str, Any]], str] | None = None
 
     def __init__(self, path: Path, fact_limit: int, max_line_bytes: int) -> None:

@@ -10,7 +10,6 @@ JOB is a job id, or ``last``. Exit codes: 0 done, 1 incomplete or cancelled,
 
 from __future__ import annotations
 
-import json
 import signal
 from pathlib import Path
 from typing import Annotated, Any
@@ -18,8 +17,9 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from theow_workers.config import ConfigError, Settings
-from theow_workers.console import make_console
+from theow_workers.cli.output import err, fail, out, print_json
+from theow_workers.cli.output import load_settings as _settings
+from theow_workers.config import Settings
 
 
 class DefaultRunGroup(TyperGroup):
@@ -39,9 +39,6 @@ replay_app = typer.Typer(
     "are short for `theow replay run ...`. JOB is a job id or `last`. Exit codes: 0 done, "
     "1 incomplete or cancelled, 2 bad usage or source, 130 interrupted (resume it).",
 )
-out = make_console()
-err = make_console(stderr=True)
-
 JobArg = Annotated[str, typer.Argument(help="Job id, or `last`.")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")]
 ReportDir = Annotated[
@@ -50,15 +47,8 @@ ReportDir = Annotated[
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
-    return typer.Exit(code)
-
-
-def _settings() -> Settings:
-    try:
-        return Settings.load()
-    except ConfigError as exc:
-        raise _fail(str(exc)) from None
+    """What stops a replay command is mostly its usage or its source: exit 2."""
+    return fail(message, code)
 
 
 def _store(settings: Settings) -> Any:
@@ -79,6 +69,13 @@ def _get(store: Any, job_id: str) -> Any:
         return store.get(job_id)
     except (JobNotFound, AmbiguousId) as exc:
         raise _fail(str(exc)) from None
+
+
+def _open(job_id: str) -> tuple[Settings, Any, Any]:
+    """The settings, the replay store and the job ``job_id`` names."""
+    s = _settings()
+    store = _store(s)
+    return s, store, _get(store, job_id)
 
 
 def _rules(settings: Settings) -> tuple[list[str], str]:
@@ -223,9 +220,7 @@ def resume(
     from theow_workers.replay.jobs import DONE
     from theow_workers.replay.sources import FileSource, SourceError, StoredSource
 
-    s = _settings()
-    store = _store(s)
-    job = _get(store, job_id)
+    s, store, job = _open(job_id)
     if job.status == DONE:
         err.print(f"replay {job.id} is already done ({job.processed}/{job.total})")
         if job.explore and job.explore_budget:  # its exploration may have been cut short
@@ -357,9 +352,7 @@ def explore_job(
     """Explore a finished replay's unmatched groups, largest first (what is not sent yet)."""
     from theow_workers.replay.jobs import DONE
 
-    s = _settings()
-    store = _store(s)
-    job = _get(store, job_id)
+    s, store, job = _open(job_id)
     if job.status != DONE:
         raise _fail(f"replay {job.id} is {job.status}: finish it first (`theow replay resume`)")
     budget = budget if budget is not None else job.explore_budget
@@ -377,7 +370,7 @@ def _report(s: Settings, store: Any, job: Any, report_dir: Path | None, as_json:
     data = reports.build(store, job, reports.Pricing.from_settings(s))
     paths = reports.write(data, report_dir or s.home / "reports")
     if as_json:
-        print(json.dumps(data))
+        print_json(data)
     else:
         show_report(data, out)
     err.print(f"report: {paths[0]} and {paths[1]}", highlight=False)
@@ -386,9 +379,8 @@ def _report(s: Settings, store: Any, job: Any, report_dir: Path | None, as_json:
 @replay_app.command("report")
 def report(job_id: JobArg, report_dir: ReportDir = None, as_json: JsonFlag = False) -> None:
     """Write and show the report of a replay (so far, if it is not done)."""
-    s = _settings()
-    store = _store(s)
-    _report(s, store, _get(store, job_id), report_dir, as_json)
+    s, store, job = _open(job_id)
+    _report(s, store, job, report_dir, as_json)
 
 
 @replay_app.command("status")
@@ -397,8 +389,7 @@ def status(job_id: JobArg, as_json: JsonFlag = False) -> None:
     from theow_workers.replay.driver import orphaned
     from theow_workers.replay.show import show_status
 
-    store = _store(_settings())
-    job = _get(store, job_id)
+    _, store, job = _open(job_id)
     data = {**job.to_dict(), "orphaned": job.status == "running" and orphaned(job)}
     if job.explore and job.status == "done":
         from theow_workers.replay.explore import ReplayExplorer
@@ -406,7 +397,7 @@ def status(job_id: JobArg, as_json: JsonFlag = False) -> None:
         states = ReplayExplorer(store, lambda _: None).status(job)
         data["explorations"] = [g.to_dict() for g in states]
     if as_json:
-        print(json.dumps(data))
+        print_json(data)
     else:
         show_status(data, out)
 
@@ -416,8 +407,7 @@ def cancel(job_id: JobArg) -> None:
     """Stop a replay: workers skip its queued chunks; what is decided stays."""
     from theow_workers.replay.jobs import CANCELLED, DONE
 
-    store = _store(_settings())
-    job = _get(store, job_id)
+    _, store, job = _open(job_id)
     if job.status in (DONE, CANCELLED):
         err.print(f"replay {job.id} is already {job.status}")
         return
@@ -434,7 +424,7 @@ def list_jobs(
 
     jobs = [j.to_dict() for j in _store(_settings()).recent(limit)]
     if as_json:
-        print(json.dumps(jobs))
+        print_json(jobs)
     else:
         show_jobs(jobs, out)
 

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import tempfile
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,7 +15,8 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from theow_workers.console import make_console
+from theow_workers.cli.output import err, load_settings, out, print_json
+from theow_workers.cli.output import fail as _fail
 from theow_workers.core.logtext import strip_ansi
 
 review_app = typer.Typer(no_args_is_help=True, help="Review the explorer's proposals.")
@@ -22,29 +24,28 @@ failures_app = typer.Typer(
     no_args_is_help=True, help="Failures received and what happened to them."
 )
 
-out = make_console()
-err = make_console(stderr=True)
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
-
-
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
-    return typer.Exit(code)
 
 
 def _context() -> tuple[Any, Any]:
     """The settings and an ExploreStore on the configured database (migrated)."""
-    from theow_workers.config import ConfigError, Settings
     from theow_workers.store import migrate
     from theow_workers.store.explore import ExploreStore
     from theow_workers.store.results import SqlStore
 
-    try:
-        settings = Settings.load()
-    except ConfigError as exc:
-        raise _fail(str(exc), 2) from None
+    settings = load_settings()
     migrate(settings.store_url)
     return settings, ExploreStore(SqlStore(settings.store_url))
+
+
+def _window(since: str | None) -> timedelta | None:
+    """``--since 24h`` as a window (None: all time); a malformed one exits 2."""
+    from theow_workers.review.stats import parse_duration
+
+    try:
+        return parse_duration(since) if since else None
+    except ValueError as exc:
+        raise _fail(str(exc), 2) from None
 
 
 def _full_id(store: Any, given: str, what: str) -> str:
@@ -77,7 +78,7 @@ def review_list(
         for p in store.proposals(None if status == "all" else status)
     ]
     if as_json:
-        print(json.dumps(rows))
+        print_json(rows)
         return
     table = Table(
         "id", "rule", "status", "files", "cost $", "created", title=f"{len(rows)} proposal(s)"
@@ -227,16 +228,13 @@ def meow_command(
     as_json: JsonFlag = False,
 ) -> None:
     """Resolves, explores, hit rate, top and struggling rules, LLM cost (cat)."""
-    from theow_workers.review.stats import meow, parse_duration
+    from theow_workers.review.stats import meow
 
-    try:
-        window = parse_duration(since) if since else None
-    except ValueError as exc:
-        raise _fail(str(exc), 2) from None
+    window = _window(since)
     _, store = _context()
     stats = meow(store.sql, window)
     if as_json:
-        print(json.dumps(stats))
+        print_json(stats)
         return
     rate = "-" if stats["hit_rate"] is None else f"{stats['hit_rate']:.0%}"
     out.print(f"(cat) {stats['resolves']} resolves, {stats['explores']} explores, hit rate {rate}"
@@ -269,17 +267,13 @@ def failures_list(
     as_json: JsonFlag = False,
 ) -> None:
     """Recent failures with their verdicts."""
-    from theow_workers.review.stats import parse_duration
     from theow_workers.store.failures import recent
 
-    try:
-        window = parse_duration(since) if since else None
-    except ValueError as exc:
-        raise _fail(str(exc), 2) from None
+    window = _window(since)
     _, store = _context()
     rows = recent(store, status=status, since=window, limit=limit)
     if as_json:
-        print(json.dumps(rows))
+        print_json(rows)
         return
     table = Table(
         "id",
@@ -307,7 +301,7 @@ def failures_show(failure_id: str, as_json: JsonFlag = False) -> None:
     if info is None:
         raise _fail(f"no failure {failure_id!r} (see `theow failures list`)")
     if as_json:
-        print(json.dumps(info))
+        print_json(info)
         return
     verdict = info["verdict"] or {}
     out.print(

@@ -1,0 +1,62 @@
+"""What every `theow` command prints the same way: errors, log text, JSON, piped lines."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from theow_workers.cli import output
+
+
+@pytest.fixture
+def captured(monkeypatch: pytest.MonkeyPatch) -> tuple[io.StringIO, io.StringIO]:
+    stdout, stderr = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(output, "out", output.make_console(file=stdout))
+    monkeypatch.setattr(output, "err", output.make_console(file=stderr))
+    return stdout, stderr
+
+
+def test_an_error_is_one_line_on_stderr_with_its_text_as_it_is(captured):
+    stdout, stderr = captured
+    stop = output.fail("no proposal '[red]x' :thumbs_up: (see `theow review`)", 2)
+    assert stop.exit_code == 2
+    assert stderr.getvalue() == "error: no proposal '[red]x' :thumbs_up: (see `theow review`)\n"
+    assert stdout.getvalue() == ""
+
+
+def test_a_piped_console_prints_a_long_line_whole_and_leaves_emoji_codes_alone():
+    stream = io.StringIO()
+    console = output.make_console(file=stream)
+    line = "src/app.c:12: " + "an error nobody has seen before :boom: " * 10
+    console.print(line, markup=False)
+    assert stream.getvalue() == line + "\n"
+
+
+def test_a_command_that_fails_exits_with_the_code_it_names():
+    app = typer.Typer()
+
+    @app.command()
+    def broken(as_json: output.JsonFlag = False) -> None:
+        if as_json:
+            output.print_json({"ok": False})
+        raise output.fail("it broke", 2)
+
+    result = CliRunner().invoke(app, ["--json"])
+    assert result.exit_code == 2
+    assert json.loads(result.stdout.splitlines()[0]) == {"ok": False}
+
+
+def test_every_command_is_on_the_theow_command():
+    from typer.main import get_command
+
+    from theow_workers.cli import app
+
+    names = set(get_command(app).commands)  # type: ignore[attr-defined]
+    assert names == {
+        "rules", "db", "replay", "review", "failures",
+        "meow", "doctor", "metrics", "worker", "web", "up", "demo",
+    }  # fmt: skip

@@ -1,0 +1,155 @@
+"""``theow worker``, ``web``, ``up`` and ``demo``: the processes this machine runs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from theow_workers.cli.output import err, fail, load_settings, out
+from theow_workers.config import Settings
+
+
+def refuse_to_explore_without(s: Settings) -> None:
+    """Exit 2 with the reason when an explorer could not explore anything."""
+    from theow_workers.explorer.run import explorer_problem
+
+    problem = explorer_problem(s)
+    if problem is not None:
+        raise fail(f"not starting an explorer: {problem}", 2)
+
+
+def worker(
+    queues: Annotated[
+        str, typer.Option(help="Comma-separated queues: resolve, explore, replay, passing.")
+    ] = "resolve",
+    concurrency: Annotated[int | None, typer.Option(help="Worker processes.")] = None,
+    loglevel: str = "INFO",
+) -> None:
+    """Run a Celery worker for the given queues (against the configured services)."""
+    from theow_client.names import QUEUE_EXPLORE, QUEUES
+
+    wanted = [q.strip() for q in queues.split(",") if q.strip()]
+    unknown = [q for q in wanted if q not in QUEUES]
+    if unknown or not wanted:
+        raise fail(f"unknown queue(s) {unknown or queues!r}; choose from {', '.join(QUEUES)}", 2)
+    s = load_settings()
+    if QUEUE_EXPLORE in wanted:
+        refuse_to_explore_without(s)
+    argv = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "theow_workers.celery_app",
+        "worker",
+        "--queues",
+        ",".join(wanted),
+        "--concurrency",
+        str(concurrency or s.worker_concurrency),
+        "--loglevel",
+        loglevel,
+    ]
+    os.execv(sys.executable, argv)
+
+
+def web(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int | None, typer.Option(help="[default: THEOW_WEB_PORT, 8808]")] = None,
+) -> None:
+    """Serve the web console: review queue, failures, rules, insight, replays.
+
+    Refused unless THEOW_WEB_PASSWORD is set (THEOW_WEB_READONLY_PASSWORD adds
+    read-only logins).
+    """
+    from theow_workers.web.auth import WebAuthError
+    from theow_workers.web.server import serve, web_command
+
+    s = load_settings()
+    try:
+        command = web_command(s, host, port)
+    except WebAuthError as exc:
+        raise fail(str(exc), 2) from None
+    out.print(f"theow web console: {command.url} (password: THEOW_WEB_PASSWORD)")
+    serve(s, host, port if port is not None else s.web_port)
+
+
+def up(
+    workers: Annotated[int, typer.Option(help="Resolver worker processes.")] = 2,
+    flower: Annotated[
+        bool, typer.Option("--flower", help="Also start Flower (needs THEOW_FLOWER_PASSWORD).")
+    ] = False,
+) -> None:
+    """Start the embedded stack (Valkey, Milvus Lite, SQLite, resolver and replay workers,
+    an explorer with THEOW_EXPLORE=1) until Ctrl-C."""
+    from theow_workers.ops.flower import FlowerError, flower_command
+    from theow_workers.stack import EmbeddedStack, StackError
+    from theow_workers.web.auth import WebAuthError
+    from theow_workers.web.server import web_command
+
+    s = load_settings()
+    if s.explore:
+        refuse_to_explore_without(s)
+    try:
+        flower_cmd = flower_command(s) if flower else None
+    except FlowerError as exc:
+        raise fail(str(exc), 2) from None
+    try:  # the console only with a password, as Flower
+        web_cmd = web_command(s)
+    except WebAuthError:
+        web_cmd = None
+    stack = EmbeddedStack(s)
+    try:
+        stack.start()
+        stack.start_worker(["resolve"], concurrency=workers)
+        # A separate, lower-priority worker: a replay (or learning a passing run)
+        # never occupies the resolvers.
+        stack.start_worker(
+            ["replay", "passing"], concurrency=s.replay_concurrency, name="replay",
+            nice=s.replay_nice,
+        )  # fmt: skip
+        if s.explore:  # THEOW_EXPLORE=1: one explorer process (prefetch 1, LLM-bound)
+            stack.start_worker(["explore"], concurrency=1, name="explorer")
+        if flower_cmd is not None:
+            log_path = stack.home / "flower.log"
+            stack.processes.append(("flower", flower_cmd.start(stack.environment(), log_path)))
+        if web_cmd is not None:
+            web_log = stack.home / "web.log"
+            stack.processes.append(("web", web_cmd.start(stack.environment(), web_log)))
+    except StackError as exc:
+        raise fail(str(exc)) from None
+    out.print(f"theow is up: broker {s.redis_url}, milvus {s.milvus_uri}, db {s.store_url}")
+    if flower_cmd is not None:
+        out.print(f"flower: {flower_cmd.url} (user {s.flower_user}, THEOW_FLOWER_PASSWORD)")
+    if web_cmd is not None:
+        out.print(f"web console: {web_cmd.url} (password THEOW_WEB_PASSWORD)")
+    else:
+        out.print("web console: not started; set THEOW_WEB_PASSWORD to serve it")
+    out.print(f"logs in {stack.home}; Ctrl-C stops everything")
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        while all(p.poll() is None for _, p in stack.processes):
+            time.sleep(0.5)
+        dead = [w for w, p in stack.processes if p.poll() is not None]
+        err.print(f"[red]{', '.join(dead)} exited; stopping[/red]")
+    except KeyboardInterrupt:
+        out.print("stopping…")
+    finally:
+        stack.stop()
+
+
+def demo(
+    failures: Annotated[Path, typer.Option(help="JSON Lines of failure facts.")] = Path(
+        "examples/failures.jsonl"
+    ),
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for all verdicts.")] = 300.0,
+) -> None:
+    """Start the embedded stack, submit example failures, print what was resolved, stop."""
+    from theow_workers.demo import run_demo
+
+    raise typer.Exit(run_demo(load_settings(), failures, timeout, out))
