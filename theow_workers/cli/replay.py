@@ -217,8 +217,8 @@ def resume(
 ) -> None:
     """Finish a replay that was interrupted, cancelled or left incomplete."""
     from theow_workers.replay.driver import orphaned
-    from theow_workers.replay.jobs import DONE
     from theow_workers.replay.sources import FileSource, SourceError, StoredSource
+    from theow_workers.store.replay import DONE
 
     s, store, job = _open(job_id)
     if job.status == DONE:
@@ -248,7 +248,7 @@ def _drive(
     wait: bool = True,
 ) -> None:  # fmt: skip
     from theow_workers.replay.driver import BrokerLost, Driver, celery_sender
-    from theow_workers.replay.jobs import CANCELLED, DONE
+    from theow_workers.store.replay import CANCELLED, DONE
 
     driver = Driver(store, celery_sender(), err, s.replay_chunk_size, s.replay_in_flight)
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
@@ -350,7 +350,7 @@ def explore_job(
     as_json: JsonFlag = False,
 ) -> None:
     """Explore a finished replay's unmatched groups, largest first (what is not sent yet)."""
-    from theow_workers.replay.jobs import DONE
+    from theow_workers.store.replay import DONE
 
     s, store, job = _open(job_id)
     if job.status != DONE:
@@ -405,7 +405,7 @@ def status(job_id: JobArg, as_json: JsonFlag = False) -> None:
 @replay_app.command("cancel")
 def cancel(job_id: JobArg) -> None:
     """Stop a replay: workers skip its queued chunks; what is decided stays."""
-    from theow_workers.replay.jobs import CANCELLED, DONE
+    from theow_workers.store.replay import CANCELLED, DONE
 
     _, store, job = _open(job_id)
     if job.status in (DONE, CANCELLED):

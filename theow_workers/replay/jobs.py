@@ -1,9 +1,8 @@
 """Replay jobs and their items: the store keeps them, this names a replayed item's failure.
 
 The job and item rows, their counters and every query over them live in
-``theow_workers.store.replay`` (see there for why no item is counted twice);
-its names are re-exported here for the replay's front ends. What is the
-replay's own: the failure id a replayed item is recorded under, and the
+``theow_workers.store.replay`` (see there for why no item is counted twice).
+What is the replay's own: the failure id a replayed item is recorded under, and the
 error text of an unmatched group recomputed when no item stored it.
 """
 
@@ -13,30 +12,7 @@ import dataclasses
 import uuid
 
 from theow_workers.replay.grouping import error_summary
-from theow_workers.store.replay import (
-    CANCELLED,
-    COUNTER_OF,
-    COUNTERS,
-    DONE,
-    DUPLICATE,
-    INCOMPLETE,
-    INTERRUPTED,
-    INVALID,
-    MATCHED,
-    PASSING,
-    PENDING,
-    RUNNING,
-    ItemRecord,
-    Job,
-    JobNotFound,
-    ReplayStore,
-)
-
-__all__ = [
-    "CANCELLED", "COUNTERS", "COUNTER_OF", "DONE", "DUPLICATE", "INCOMPLETE", "INTERRUPTED",
-    "INVALID", "MATCHED", "PASSING", "PENDING", "REPLAY_NAMESPACE", "RUNNING", "ItemRecord", "Job",
-    "JobNotFound", "ReplayStore", "replay_failure_id", "with_basis",
-]  # fmt: skip
+from theow_workers.store.replay import ItemRecord, ReplayStore
 
 REPLAY_NAMESPACE = uuid.UUID("3d0c5b0e-8f5c-4d56-9a43-4c0e1e5f7b21")
 
