@@ -209,21 +209,19 @@ class ExploreStore:
 
     def approve_proposal(self, proposal_id: str, by: str, rule_yaml: str) -> bool:
         """Mark a pending proposal approved; False if it was reviewed meanwhile."""
-        with self.session.begin() as s:
-            done = s.execute(
-                update(ProposalRow)
-                .where(ProposalRow.id == proposal_id, ProposalRow.status == "pending")
-                .values(status="approved", reviewed_by=by, reviewed_at=_now(), rule_yaml=rule_yaml)
-            )
-            return bool(done.rowcount)  # type: ignore[attr-defined]
+        return self._review(proposal_id, "approved", by, rule_yaml=rule_yaml)
 
     def reject_proposal(self, proposal_id: str, by: str, reason: str) -> bool:
         """Mark a pending proposal rejected; False if it was reviewed meanwhile."""
+        return self._review(proposal_id, "rejected", by, review_reason=reason)
+
+    def _review(self, proposal_id: str, status: str, by: str, **values: Any) -> bool:
+        """Only a pending proposal is reviewed: of two reviews at once, one wins."""
         with self.session.begin() as s:
             done = s.execute(
                 update(ProposalRow)
                 .where(ProposalRow.id == proposal_id, ProposalRow.status == "pending")
-                .values(status="rejected", reviewed_by=by, reviewed_at=_now(), review_reason=reason)
+                .values(status=status, reviewed_by=by, reviewed_at=_now(), **values)
             )
             return bool(done.rowcount)  # type: ignore[attr-defined]
 
