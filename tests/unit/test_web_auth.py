@@ -9,9 +9,18 @@ import sys
 import pytest
 
 from theow_workers.config import Settings
-from theow_workers.web.auth import READER, REVIEWER, SESSION_SECONDS, Keys, WebAuthError
+from theow_workers.web.auth import (
+    READER,
+    REVIEWER,
+    SESSION_SECONDS,
+    Keys,
+    WebAuthError,
+    server_secret,
+)
 from theow_workers.web.render import code, log_lines
 from theow_workers.web.server import web_command
+
+SECRET = b"a deployment's server secret"
 
 
 def test_the_console_refuses_to_start_without_a_password():
@@ -31,33 +40,35 @@ def test_theow_web_without_a_password_exits_2_with_the_reason(tmp_path):
 
 def test_the_read_only_password_must_differ_from_the_reviewers():
     with pytest.raises(WebAuthError, match="must differ"):
-        Keys.from_passwords("same", "same")
+        Keys.from_passwords("same", "same", SECRET)
 
 
 def test_each_password_logs_in_its_own_role_and_others_nothing():
-    keys = Keys.from_passwords("review-pw", "read-pw")
+    keys = Keys.from_passwords("review-pw", "read-pw", SECRET)
     assert keys.role_for("review-pw") == REVIEWER
     assert keys.role_for("read-pw") == READER
     assert keys.role_for("") is None and keys.role_for("review-pw ") is None
     assert (
-        Keys.from_passwords("review-pw", "").role_for("") is None
+        Keys.from_passwords("review-pw", "", SECRET).role_for("") is None
     )  # no reader password: no reader
 
 
 def test_a_session_cookie_cannot_be_forged_altered_or_used_after_it_expires():
-    keys = Keys.from_passwords("review-pw", "read-pw")
+    keys = Keys.from_passwords("review-pw", "read-pw", SECRET)
     cookie = keys.session_cookie(READER, "eve")
     assert keys.session(cookie).role == READER
     promoted = cookie.replace(READER, REVIEWER, 1)
     assert keys.session(promoted) is None
-    assert Keys.from_passwords("other-pw", "read-pw").session(cookie) is None  # password changed
+    assert (
+        Keys.from_passwords("other-pw", "read-pw", SECRET).session(cookie) is None
+    )  # password changed
     later = keys.session_cookie(REVIEWER, "ada", now=1000.0)
     assert keys.session(later, now=1000.0 + SESSION_SECONDS - 1) is not None
     assert keys.session(later, now=1000.0 + SESSION_SECONDS + 1) is None
 
 
 def test_a_csrf_token_belongs_to_one_session():
-    keys = Keys.from_passwords("review-pw", "")
+    keys = Keys.from_passwords("review-pw", "", SECRET)
     mine = keys.session(keys.session_cookie(REVIEWER, "ada"))
     theirs = keys.session(keys.session_cookie(REVIEWER, "ada"))
     assert mine is not None and theirs is not None
@@ -73,3 +84,23 @@ def test_logs_and_diffs_are_escaped_and_their_secrets_masked():
     assert token not in html
     lines = log_lines(f"ok\n<img src=x onerror=alert(1)> {token}\n", {2: ["r"]})
     assert lines[1]["rules"] == ["r"] and token not in lines[1]["text"]
+
+
+def test_each_deployment_signs_with_its_own_secret_kept_private_in_its_home(tmp_path):
+    home = tmp_path / "home"
+    secret = server_secret(home)
+    assert len(secret) >= 16 and server_secret(home) == secret  # made once, then read
+    assert (home / "web-secret").stat().st_mode & 0o777 == 0o600
+    other = server_secret(tmp_path / "other")
+    assert other != secret
+
+    ours = Keys.for_deployment("review-pw", "", home)
+    cookie = ours.session_cookie(REVIEWER, "ada")
+    assert ours.session(cookie) is not None
+    # Same passwords, another deployment: a cookie does not carry over, nor can a
+    # leaked cookie be checked against guessed passwords without the secret.
+    assert Keys.for_deployment("review-pw", "", tmp_path / "other").session(cookie) is None
+
+    (home / "web-secret").write_text("not hex")
+    with pytest.raises(WebAuthError, match="web-secret"):
+        server_secret(home)

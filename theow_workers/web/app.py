@@ -64,9 +64,10 @@ class Console:
     def __init__(self, settings: Settings, store: ExploreStore) -> None:
         self.settings = settings
         self.store = store
-        self.keys = Keys.from_passwords(
+        self.keys = Keys.for_deployment(
             settings.web_password.get_secret_value(),
             settings.web_readonly_password.get_secret_value(),
+            settings.home,
         )
         self.templates = templates()
         self.affected = AffectedCounter(store)

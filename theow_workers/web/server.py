@@ -32,8 +32,10 @@ class WebCommand:
 
 def web_command(settings: Settings, host: str = "127.0.0.1", port: int | None = None) -> WebCommand:
     """The command that serves the console; raises WebAuthError without a password."""
-    Keys.from_passwords(
-        settings.web_password.get_secret_value(), settings.web_readonly_password.get_secret_value()
+    Keys.for_deployment(
+        settings.web_password.get_secret_value(),
+        settings.web_readonly_password.get_secret_value(),
+        settings.home,
     )
     port = settings.web_port if port is None else port
     shown = "127.0.0.1" if host in ("", "0.0.0.0") else host
