@@ -167,16 +167,18 @@ def reject(store: ExploreStore, proposal_id: str, reason: str, by: str | None = 
     return proposal
 
 
-def sync_after_approval(settings: Any) -> tuple[bool, str]:
+def sync_after_approval(settings: Any, runtime: Any = None) -> tuple[bool, str]:
     """Sync the index now: (synced, one line saying what happened).
 
     When Milvus or Redis is down the files are written all the same and the
-    workers sync on their next poll; the CLI and the web console say so.
+    workers sync on their next poll; the CLI and the web console say so. A
+    long-lived caller (the web console) passes its own ``runtime``, so the
+    model and the clients are built once, not per approval.
     """
     from theow_workers.runtime import Runtime, sync_index
 
     try:
-        runtime = Runtime(settings)
+        runtime = runtime or Runtime(settings)
         report = sync_index(
             Knowledge.load(settings.rules_dir, settings.actions_dir),
             runtime.index,

@@ -11,6 +11,7 @@ proposal approved here is written, re-checked and indexed exactly as
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -74,9 +75,20 @@ class Console:
         self._library = Library(settings.rules_dir, settings.actions_dir)
         self.insight = Snapshot(lambda: pages.insight_data(store))
         self.activity = Snapshot(lambda: queries.rule_activity(store))
+        self._runtime: Any = None
+        self._runtime_lock = threading.Lock()
 
     def library(self) -> Library:
         return self._library
+
+    def runtime(self) -> Any:
+        """One runtime for the index syncs after approvals: the model is loaded once."""
+        with self._runtime_lock:
+            if self._runtime is None:
+                from theow_workers.runtime import Runtime
+
+                self._runtime = Runtime(self.settings)
+            return self._runtime
 
     def render(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
         session: Session = request.state.session

@@ -136,7 +136,9 @@ async def _review(request: Request, verb: str) -> Response:
             if result.already:
                 message = f"proposal {pid} was already approved; nothing to do"
             else:
-                _, synced = await run_in_threadpool(sync_after_approval, settings)
+                _, synced = await run_in_threadpool(
+                    sync_after_approval, settings, console.runtime()
+                )
                 console.activity.invalidate()
                 message = (
                     f"approved {result.rule_name}: wrote {', '.join(result.written)}; {synced}"
