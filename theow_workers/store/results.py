@@ -78,6 +78,7 @@ class SqlStore:
                 self._dialect.insert(VerdictRow)
                 .values(verdict_values(verdict))
                 .on_conflict_do_nothing(index_elements=["failure_id"])
+                .execution_options(preserve_rowcount=True)
             )
             if inserted.rowcount == 1:
                 return verdict
@@ -160,6 +161,9 @@ class SqlStore:
             self._dialect.insert(FailureRow)
             .values(failure_values(failure))
             .on_conflict_do_nothing(index_elements=["id"])
+            # Without it psycopg's driver reports -1 for an INSERT: every new failure
+            # read as a duplicate (and paid a second statement) on PostgreSQL.
+            .execution_options(preserve_rowcount=True)
         )
         return bool(inserted.rowcount == 1)
 
