@@ -37,7 +37,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -60,6 +60,9 @@ MAX_SHARDS = 3
 BACK_BYTES = 4096  # a match may start this far before the line its first occurrence ends on
 _LEADING_FLAGS = re.compile(r"^\(\?([aiLmsux]+)\)")
 _NAMED_GROUP = re.compile(r"(?<!\\)\(\?P<\w+>")
+# Syntax Hyperscan may compile only in prefilter mode or not at all: lookarounds, back
+# references, \K, atomic groups, conditionals, possessive quantifiers, a `$` with more after it.
+_SUSPECT = re.compile(rb"\(\?<?[=!]|\\[1-9gkK]|\(\?[>(]|[*+?}]\+|(?<!\\)\$(?!\)*\Z)")
 
 
 @dataclass(frozen=True)
@@ -322,9 +325,26 @@ def _usable(exprs: tuple[tuple[int, bytes, int], ...]) -> tuple[tuple[int, bytes
         return exprs
     except hyperscan.error:
         pass
+    # Compiling a pattern alone costs about what it costs in the database, so only
+    # those with syntax Hyperscan may reject are tried alone; the guess is compiled,
+    # and a pattern it missed costs one failed compile, never a wrong database.
+    guess = _with_modes(exprs, lambda expression: _SUSPECT.search(expression) is not None)
+    if guess != exprs:
+        try:
+            _database(guess)
+            return guess
+        except hyperscan.error:
+            pass
+    return _with_modes(exprs, lambda expression: True)
+
+
+def _with_modes(
+    exprs: tuple[tuple[int, bytes, int], ...], check: Callable[[bytes], bool]
+) -> tuple[tuple[int, bytes, int], ...]:
+    """``exprs`` with each pattern ``check`` selects in its mode (or left out), the rest as written."""
     usable = []
     for pid, expression, flags in exprs:
-        mode = _mode(expression, flags)
+        mode = _mode(expression, flags) if check(expression) else 0
         if mode is not None:
             usable.append((pid, expression, flags | mode))
     return tuple(usable)
