@@ -221,7 +221,10 @@ class Floor:
 
     Rules may use syntax only the ``regex`` module knows (the schema compiles
     with it: a group name repeated across alternatives, a variable-width
-    look-behind); those patterns use it.
+    look-behind); those patterns use it. The facts are those rules see (a
+    ``log`` joined from the streams, without time stamps): without it no
+    shipped rule on ``log`` was ever valid here, and ``missed`` guarded only
+    the generated rules.
     """
 
     def __init__(self, rules: tuple[Rule, ...]) -> None:
@@ -249,6 +252,7 @@ class Floor:
         )
 
     def valid(self, facts: dict, first: bool = False) -> list[str]:
+        facts = resolver_mod.matching_facts(facts)  # the `log` the shipped rules are written for
         found = []
         for name, conds in self.rules:
             if all(self.holds(c, rx, nrx, facts) for c, rx, nrx in conds):
