@@ -131,8 +131,8 @@ class Scanner:
             # Index by one pattern: any one of them occurring is needed to find the rule.
             self._rules_of.setdefault(needed[-1], []).append((rule, needed))
         self.residual = tuple(residual)
-        # Compiling is start-up (once per rules version and machine), never a failure's cost:
-        # callers build the scanner before they time anything, and can say what it cost.
+        # Once per rules version and machine, not per failure: said apart, so whoever
+        # times failures (a benchmark, the first failure after a rules change) can tell.
         self.loaded = loaded  # every database came from the disk cache
         self.build_seconds = time.perf_counter() - started
         log.info(
