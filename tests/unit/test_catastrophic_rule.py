@@ -43,9 +43,11 @@ def test_the_compiled_scanner_is_kept_on_disk_and_a_broken_copy_is_compiled_agai
     first = Scanner(rules)
     (kept,) = tmp_path.glob("*.hs")
     again = Scanner(rules)  # loaded, not compiled
+    assert (first.loaded, again.loaded) == (False, True)
     log = {"log": "x\nerror: boom\n"}
     assert {r.name for r in again.candidates(again.scan(log))} == {"cause", "other"}
     assert {r.name for r in first.candidates(first.scan(log))} == {"cause", "other"}
     kept.write_bytes(b"not a database")
     rebuilt = Scanner(rules)
+    assert not rebuilt.loaded
     assert {r.name for r in rebuilt.candidates(rebuilt.scan(log))} == {"cause", "other"}

@@ -247,8 +247,24 @@ def matching_facts(facts: dict[str, Any]) -> dict[str, Any]:
             return facts
         log = streams[0] if len(streams) == 1 else "\n".join(s.rstrip("\n") for s in streams)
     if isinstance(log, str) and LINE_STAMP.match(log.lstrip()[:64]):
-        log = LINE_STAMP.sub("", log)
+        log = without_stamps(log)
     return facts if log is facts.get("log") else {**facts, "log": log}
 
 
-LINE_STAMP = re.compile(r"(?m)^\[?\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z\]? ?")
+_STAMP = r"\[?\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z\]? ?"
+LINE_STAMP = re.compile(f"(?m)^{_STAMP}")
+_FIRST_STAMP = re.compile(_STAMP)
+_NEXT_STAMP = re.compile(f"\n{_STAMP}")
+
+
+def without_stamps(log: str) -> str:
+    """``LINE_STAMP.sub("", log)``, in less time.
+
+    A pattern that starts with a newline is searched for that character;
+    ``(?m)^`` is tried at every position of a 64 KB log.
+
+    >>> without_stamps("2025-06-01T10:00:00.1Z a\\n\\n[2025-06-01T10:00:01Z] b")
+    'a\\n\\nb'
+    """
+    first = _FIRST_STAMP.match(log)
+    return _NEXT_STAMP.sub("\n", log[first.end() :] if first else log)

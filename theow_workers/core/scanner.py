@@ -36,7 +36,8 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -59,6 +60,9 @@ MAX_SHARDS = 3
 BACK_BYTES = 4096  # a match may start this far before the line its first occurrence ends on
 _LEADING_FLAGS = re.compile(r"^\(\?([aiLmsux]+)\)")
 _NAMED_GROUP = re.compile(r"(?<!\\)\(\?P<\w+>")
+# Syntax Hyperscan may compile only in prefilter mode or not at all: lookarounds, back
+# references, \K, atomic groups, conditionals, possessive quantifiers, a `$` with more after it.
+_SUSPECT = re.compile(rb"\(\?<?[=!]|\\[1-9gkK]|\(\?[>(]|[*+?}]\+|(?<!\\)\$(?!\)*\Z)")
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,7 @@ class Scanner:
     """The compiled patterns of one rules version, and which rules need which."""
 
     def __init__(self, rules: Sequence[Rule]) -> None:
+        started = time.perf_counter()
         patterns: dict[_Pattern, int] = {}
         needs: list[tuple[Rule, tuple[int, ...]]] = []
         for rule in rules:
@@ -105,10 +110,12 @@ class Scanner:
         self._shards: dict[str, list[Any]] = {}
         self._local = threading.local()
         compiled: set[int] = set()
+        loaded = True
         for fact, members in by_fact.items():
-            shards, ok = _compile([(pid, self.patterns[pid]) for pid in members])
+            shards, ok, cached = _compile([(pid, self.patterns[pid]) for pid in members])
             self._shards[fact] = shards
             compiled |= ok
+            loaded &= cached
         self.compiled = frozenset(compiled)
         self._scanned = frozenset((self.patterns[i].fact, self.patterns[i].text) for i in compiled)
         self.unscanned = tuple(p.text for i, p in enumerate(self.patterns) if i not in compiled)
@@ -124,6 +131,16 @@ class Scanner:
             # Index by one pattern: any one of them occurring is needed to find the rule.
             self._rules_of.setdefault(needed[-1], []).append((rule, needed))
         self.residual = tuple(residual)
+        # Once per rules version and machine, not per failure: said apart, so whoever
+        # times failures (a benchmark, the first failure after a rules change) can tell.
+        self.loaded = loaded  # every database came from the disk cache
+        self.build_seconds = time.perf_counter() - started
+        log.info(
+            "%d pattern(s) %s in %.2fs",
+            len(self.patterns),
+            "loaded from the disk cache" if loaded else "compiled",
+            self.build_seconds,
+        )
         if self.unscanned:
             log.info("%d pattern(s) are checked outside the scanner", len(self.unscanned))
 
@@ -214,8 +231,8 @@ def _expression(pattern: _Pattern) -> tuple[bytes, int]:
     return hyperscan_form(pattern.text)
 
 
-def _compile(items: list[tuple[int, _Pattern]]) -> tuple[list[Any], set[int]]:
-    """Hyperscan databases for ``items`` in shards, and the ids that made it in.
+def _compile(items: list[tuple[int, _Pattern]]) -> tuple[list[Any], set[int], bool]:
+    """Hyperscan databases for ``items`` in shards, the ids that made it in, and whether from disk.
 
     Compiling takes seconds for a few hundred rules (a pattern with a long
     bounded repeat or a lookaround alone can take two), so the result is
@@ -224,7 +241,7 @@ def _compile(items: list[tuple[int, _Pattern]]) -> tuple[list[Any], set[int]]:
     milliseconds. ``THEOW_SCANNER_CACHE`` names the directory (``off``: none).
     """
     if hyperscan is None:
-        return [], set()
+        return [], set(), False
     key = hashlib.sha256(
         repr(
             (getattr(hyperscan, "__version__", ""), [(pid, p.text, p.literal) for pid, p in items])
@@ -232,10 +249,10 @@ def _compile(items: list[tuple[int, _Pattern]]) -> tuple[list[Any], set[int]]:
     ).hexdigest()
     cached = _load(key)
     if cached is not None:
-        return cached
+        return (*cached, True)
     shards, ok = _build(items)
     _store(key, shards, ok)
-    return shards, ok
+    return shards, ok, False
 
 
 def _cache_dir() -> Path | None:
@@ -308,9 +325,26 @@ def _usable(exprs: tuple[tuple[int, bytes, int], ...]) -> tuple[tuple[int, bytes
         return exprs
     except hyperscan.error:
         pass
+    # Compiling a pattern alone costs about what it costs in the database, so only
+    # those with syntax Hyperscan may reject are tried alone; the guess is compiled,
+    # and a pattern it missed costs one failed compile, never a wrong database.
+    guess = _with_modes(exprs, lambda expression: _SUSPECT.search(expression) is not None)
+    if guess != exprs:
+        try:
+            _database(guess)
+            return guess
+        except hyperscan.error:
+            pass
+    return _with_modes(exprs, lambda expression: True)
+
+
+def _with_modes(
+    exprs: tuple[tuple[int, bytes, int], ...], check: Callable[[bytes], bool]
+) -> tuple[tuple[int, bytes, int], ...]:
+    """``exprs`` with each pattern ``check`` selects in its mode (or left out), the rest as written."""
     usable = []
     for pid, expression, flags in exprs:
-        mode = _mode(expression, flags)
+        mode = _mode(expression, flags) if check(expression) else 0
         if mode is not None:
             usable.append((pid, expression, flags | mode))
     return tuple(usable)
