@@ -28,7 +28,7 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 # Redelivery of a message whose main worker process was SIGKILLed waits for the
 # visibility timeout, which must exceed the task time limit (celery_app).
-FAST_LIMITS = {"THEOW_RESOLVE_TIME_LIMIT": "25", "THEOW_VISIBILITY_TIMEOUT": "30"}
+FAST_LIMITS = {"THEOW_RESOLVE_TIME_LIMIT": "40", "THEOW_VISIBILITY_TIMEOUT": "45"}
 
 
 @dataclass
@@ -41,8 +41,25 @@ class FaultStack:
     faults: list[str] = field(default_factory=list)
 
     def start_worker(self, name: str, concurrency: int) -> None:
-        self.workers[name] = self.stack.start_worker(["resolve"], concurrency, name=name)
+        """Start a worker and wait until it is ready, as a supervisor's health check would.
+
+        Celery gives up for good ("Could not start worker processes") when a pool
+        process dies before the worker is up, so the suite's faults start after that.
+        """
+        log = self.home / f"worker-{name}.log"
+        offset = log.stat().st_size if log.exists() else 0
+        proc = self.stack.start_worker(["resolve"], concurrency, name=name)
+        self.workers[name] = proc
         self.concurrency[name] = concurrency
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, f"worker {name} exited at start: {self.log(name)[-3000:]}"
+            with log.open("rb") as f:
+                f.seek(offset)
+                if b" ready." in f.read():
+                    return
+            time.sleep(0.1)
+        raise AssertionError(f"worker {name} was not ready within 120 s: {self.log(name)[-3000:]}")
 
     def pool(self, name: str) -> list[int]:
         """The pool processes of a worker (children of its main process)."""
