@@ -8,6 +8,7 @@ failure id, so a redelivered or duplicated task creates nothing twice.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -202,6 +203,28 @@ class ReplayExplorationRow(Base):
     sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
+def _use_wal(cursor: Any, timeout: float = 30.0) -> None:
+    """Switch the database to WAL unless it is already (as it is once migrated).
+
+    Setting the mode takes a lock that SQLite's busy handler does not wait for:
+    workers connecting at the same instant got "database is locked" from the
+    pragma itself, so it is set only when needed and retried while busy.
+    """
+    import sqlite3
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            (mode,) = cursor.execute("PRAGMA journal_mode").fetchone()
+            if str(mode).lower() != "wal":
+                cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         path = url.split("///", 1)[-1]
@@ -213,9 +236,9 @@ def make_engine(url: str) -> Engine:
         def _pragmas(dbapi_conn: Any, _: Any) -> None:
             # WAL lets readers and one writer work at once across worker processes.
             cursor = dbapi_conn.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.execute("PRAGMA busy_timeout=30000")
+            _use_wal(cursor)
+            cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.close()
 
