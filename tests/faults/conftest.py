@@ -96,6 +96,25 @@ class FaultStack:
         self.stack.start_valkey()
         self.faults.append("broker restarted")
 
+    def restart_broker_casualties(self) -> None:
+        """Restart, as a supervisor would, a worker the broker restart ended.
+
+        kombu's Redis transport can end a worker's main process when the broker
+        goes away mid-ack (an AttributeError in its restore path after
+        "Connection to broker lost"). Only such an exit is restarted here: a
+        worker that died any other way still fails the suite.
+        """
+        for name, proc in list(self.workers.items()):
+            if proc.poll() is None:
+                continue
+            log = self.log(name)
+            lost = log.rfind("Connection to broker lost")
+            assert lost >= 0 and "Unrecoverable error" in log[lost:], (
+                f"worker {name} exited, not on losing the broker: {log[-3000:]}"
+            )
+            self.faults.append(f"{name} ended by kombu on the broker restart, restarted")
+            self.start_worker(name, self.concurrency[name])
+
     def alive(self) -> dict[str, int]:
         """Workers whose main process runs, with how many pool processes each has."""
         return {n: len(self.pool(n)) for n, p in self.workers.items() if p.poll() is None}

@@ -136,6 +136,7 @@ def test_hostile_inputs_and_faults_lose_no_failure_and_crash_no_worker(fault_sta
     assert spooled >= 50, "the client should have spooled while the broker was down"
     sent, remaining = client.flush()
     assert (sent, remaining) == (spooled, 0)
+    fs.restart_broker_casualties()
     fs.kill_pool_process("resolver-a")
     submit_good(range(650, GOOD))
     for case in hostile_cases:  # the rest of the corpus, after the last good one
