@@ -73,6 +73,9 @@ class Settings(BaseModel):
     visibility_timeout: int = 3600
     resolve_time_limit: int = 300
     max_deliveries: int = 3
+    # A worker holds its failure's claim this long past its last refresh: a redelivery
+    # of a failure whose worker was killed waits this long before taking it over.
+    claim_ttl: float = 15.0
     # With no valid rules version ever loaded, a failure waits for one: retried this
     # often, this many seconds apart, before an error verdict (see theow_workers.tasks).
     rules_wait_seconds: int = 30

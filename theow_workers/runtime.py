@@ -210,7 +210,7 @@ class Runtime:
         """Claims and delivery counts shared by every worker (``adapters.deliveries``)."""
         from theow_workers.adapters.deliveries import RedisDeliveries
 
-        return RedisDeliveries(self.redis)
+        return RedisDeliveries(self.redis, claim_ttl=self.settings.claim_ttl)
 
     @property
     def normals(self) -> Any:

@@ -33,6 +33,7 @@ class StackError(RuntimeError):
     pass
 
 
+SERVER_VALKEY, SERVER_MILVUS = "valkey", "milvus-lite"  # the servers, stopped after their clients
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
@@ -123,7 +124,7 @@ class EmbeddedStack:
             "--appendonly", "yes", "--save", "", "--maxmemory-policy", "noeviction",
             "--logfile", str(data / "valkey.log"),
         ]  # fmt: skip
-        self._spawn("valkey", cmd, host, port, timeout=15)
+        self._spawn(SERVER_VALKEY, cmd, host, port, timeout=15)
         _wait_until_loaded(self.settings.redis_url, timeout=30)
 
     def start_milvus(self) -> None:
@@ -134,7 +135,7 @@ class EmbeddedStack:
         exe = shutil.which("milvus-lite") or str(Path(sys.executable).parent / "milvus-lite")
         data = self.home / "milvus"
         cmd = [exe, "server", "--data-dir", str(data), "--host", host, "--port", str(port)]
-        self._spawn("milvus-lite", cmd, host, port, timeout=60, log_name="milvus.log")
+        self._spawn(SERVER_MILVUS, cmd, host, port, timeout=60, log_name="milvus.log")
 
     def migrate(self) -> None:
         from theow_workers.store import migrate
@@ -216,16 +217,15 @@ class EmbeddedStack:
         return self
 
     def stop(self, timeout: float = 20.0) -> None:
-        """Workers first (warm shutdown finishes their tasks), then the servers."""
-        for what, proc in reversed(self.processes):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    log.warning("%s did not stop within %gs; killing it", what, timeout)
-                    proc.kill()
-                    proc.wait()
+        """Everything but the servers first (warm shutdown finishes the workers' tasks), then the servers.
+
+        The processes of one wave stop together: each worker's pool takes a
+        second or two to wind down, and waiting for them one by one adds up.
+        """
+        servers = {SERVER_VALKEY, SERVER_MILVUS}
+        clients = [(w, p) for w, p in reversed(self.processes) if w not in servers]
+        _stop_together(clients, timeout)
+        _stop_together([(w, p) for w, p in reversed(self.processes) if w in servers], timeout)
         self.processes.clear()
 
     def __enter__(self) -> EmbeddedStack:
@@ -235,3 +235,18 @@ class EmbeddedStack:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def _stop_together(processes: list[tuple[str, subprocess.Popen[bytes]]], timeout: float) -> None:
+    """SIGTERM to every process, then wait for all of them; one still running after ``timeout`` is killed."""
+    running = [(what, proc) for what, proc in processes if proc.poll() is None]
+    for _, proc in running:
+        proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for what, proc in running:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            log.warning("%s did not stop within %gs; killing it", what, timeout)
+            proc.kill()
+            proc.wait()

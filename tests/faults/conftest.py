@@ -28,7 +28,11 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 # Redelivery of a message whose main worker process was SIGKILLed waits for the
 # visibility timeout, which must exceed the task time limit (celery_app).
-FAST_LIMITS = {"THEOW_RESOLVE_TIME_LIMIT": "40", "THEOW_VISIBILITY_TIMEOUT": "45"}
+FAST_LIMITS = {
+    "THEOW_RESOLVE_TIME_LIMIT": "40",
+    "THEOW_VISIBILITY_TIMEOUT": "45",
+    "THEOW_CLAIM_TTL": "3",
+}
 
 
 @dataclass

@@ -109,6 +109,8 @@ def fleet(
         "THEOW_ACTIONS_DIR": str(actions),
         "THEOW_ACTION_TIMEOUT": "2",
         "THEOW_RULES_POLL_SECONDS": "0.5",
+        # A killed worker's failure is taken over by its redelivery after this.
+        "THEOW_CLAIM_TTL": "3",
     }
     settings = Settings.load(env=env)
     home.mkdir(parents=True)

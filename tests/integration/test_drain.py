@@ -21,17 +21,17 @@ from theow_workers.store.schema import AttemptRow, FailureRow, VerdictRow
 
 pytestmark = pytest.mark.integration
 
-BATCH = 30
+BATCH = 12
 SLOW_RULE = """\
 name: tf_slow
-description: A fix that takes half a second.
+description: A fix that takes a third of a second.
 mode: fix
 when:
   - fact: stderr
     regex: 'SLOW STEP (?P<n>\\d+)'
 then:
   - action: hang
-    params: {seconds: "0.5"}
+    params: {seconds: "0.3"}
 """
 
 
