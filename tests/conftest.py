@@ -188,7 +188,7 @@ def reset_postgres(url: str) -> None:
 
 @pytest.fixture(scope="session")
 def minilm() -> object:
-    """The real MiniLM embedder, loaded once for the session."""
+    """The real MiniLM embedder, loaded once for the session (the model, no vectors from disk)."""
     from theow_workers.adapters.embedder import MiniLMEmbedder
 
-    return MiniLMEmbedder()
+    return MiniLMEmbedder(disk=None)

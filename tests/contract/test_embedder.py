@@ -30,7 +30,7 @@ def another_worker(embedder: Any) -> Any:
     """The same embedder in another worker: its own cache, the same model."""
     if isinstance(embedder, HashingEmbedder):
         return HashingEmbedder(embedder.dim)
-    other = type(embedder)()
+    other = type(embedder)(disk=None)
     other._model = embedder._load()  # loaded once per session: seconds each time otherwise
     return other
 
@@ -78,3 +78,28 @@ def test_similar_texts_are_closer_than_unrelated_ones(embedder):
     assert cosine(dns, dns_too) > cosine(dns, disk) + 0.1
     assert cosine(dns, dns_too) > cosine(dns_too, disk) + 0.1
     assert cosine(dns, dns) == pytest.approx(1.0, abs=1e-4)
+
+
+def test_vectors_kept_on_disk_are_the_models_and_need_no_model(minilm, tmp_path):
+    from theow_workers.adapters.embedder import MiniLMEmbedder, VectorFiles
+
+    first = MiniLMEmbedder(disk=VectorFiles(tmp_path))
+    first._model = minilm._load()
+    computed = first.embed([DNS, DISK])
+
+    later = MiniLMEmbedder(disk=VectorFiles(tmp_path))  # a restarted worker, a second command
+    assert later.embed([DISK, DNS]) == [computed[1], computed[0]]
+    assert later._model is None, "every text was on disk: the model was not loaded"
+    assert_same(computed[0], minilm.embed([DNS])[0])
+
+
+def test_an_unreadable_vector_file_is_embedded_again(minilm, tmp_path):
+    from theow_workers.adapters.embedder import MiniLMEmbedder, VectorFiles
+
+    files = VectorFiles(tmp_path)
+    files.put(DNS, [0.5] * 10)  # the wrong size: a torn or foreign file
+    embedder = MiniLMEmbedder(disk=files)
+    embedder._model = minilm._load()
+
+    assert_same(embedder.embed([DNS])[0], minilm.embed([DNS])[0])
+    assert files.get(DNS) == embedder.embed([DNS])[0]

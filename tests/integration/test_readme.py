@@ -129,6 +129,14 @@ def scratch(tmp_path: Path, redis_url: str, milvus_uri: str) -> Iterator[dict[st
         "THEOW_MILVUS_URI": milvus_uri,
         "THEOW_MILVUS_COLLECTION": f"readme_{uuid.uuid4().hex[:8]}",
         "THEOW_SPOOL_DIR": str(tmp_path / "spool"),
+        # The machine's caches, as a user's own HOME keeps them: the shipped rules
+        # compiled and embedded by earlier runs (addressed by content, never stale).
+        "THEOW_SCANNER_CACHE": os.environ.get(
+            "THEOW_SCANNER_CACHE", str(Path.home() / ".cache" / "theow" / "scanner")
+        ),
+        "THEOW_EMBEDDING_CACHE": os.environ.get(
+            "THEOW_EMBEDDING_CACHE", str(Path.home() / ".cache" / "theow" / "embeddings")
+        ),
     }  # rules/ and actions/: the defaults, relative to the working directory
     saved = dict(os.environ)
     os.environ.update(env)

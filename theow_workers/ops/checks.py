@@ -275,7 +275,7 @@ def check_model(ctx: Context) -> list[Finding]:
 
     start = time.monotonic()
     try:
-        (vector,) = MiniLMEmbedder().embed(["theow doctor"])
+        (vector,) = MiniLMEmbedder(disk=None).embed(["theow doctor"])  # the model itself
     except Exception as exc:
         return [Finding("model", FAIL, f"MiniLM does not load: {exc}", "reinstall torch (CPU)")]
     if len(vector) != DIM:
