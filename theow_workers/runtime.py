@@ -193,7 +193,9 @@ class Runtime:
             if self._embedder is None:
                 from theow_workers.adapters.embedder import MiniLMEmbedder
 
-                self._embedder = MiniLMEmbedder()
+                # No vectors on disk: a worker embeds failures without end, and the
+                # rules' vectors it needs again are in the index.
+                self._embedder = MiniLMEmbedder(disk=None)
             return self._embedder
 
     @property

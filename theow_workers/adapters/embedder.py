@@ -3,10 +3,10 @@
 The model takes seconds to load, so it is built on first use in each worker
 process (never at import, never in ``worker_process_init``). Vectors are
 cached by text: in memory, since a fleet sends the same error many times, and
-on disk (``THEOW_EMBEDDING_CACHE``, default ``~/.cache/theow/embeddings``;
-``off``: none), so that ``theow rules test`` run again, or a worker restarted,
-does not embed the rules library again, and needs no model at all when
-every text is known.
+on disk for commands (``THEOW_EMBEDDING_CACHE``, default
+``~/.cache/theow/embeddings``; ``off``: none), so that ``theow rules test``
+run again does not embed the rules library again, and needs no model at all
+when every text is known. Workers keep none on disk (see ``runtime``).
 """
 
 from __future__ import annotations
