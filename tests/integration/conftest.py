@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -43,11 +44,13 @@ class Fleet:
         from celery import Celery
 
         app = Celery(broker=self.settings.redis_url, backend=self.settings.redis_url)
+        node = f"{name}@{socket.gethostname()}"  # celery's %h
         deadline = time.monotonic() + timeout
         try:
             while time.monotonic() < deadline:
-                replies = app.control.ping(timeout=0.5) or []
-                if any(name in key for reply in replies for key in reply):
+                # Addressed to the one worker: the reply ends the wait, not the timeout.
+                replies = app.control.ping([node], timeout=0.5, limit=1) or []
+                if any(node in reply for reply in replies):
                     return
             log = (self.home / f"worker-{name}.log").read_text(errors="replace")[-3000:]
             raise AssertionError(f"worker {name} did not come up:\n{log}")
