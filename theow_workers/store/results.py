@@ -2,12 +2,14 @@
 
 The resolve path writes twice per failure: ``record_failure`` (the failure,
 and the verdict already stored for it when it is a duplicate) and
-``record_outcome`` (its attempts, its rules' counts and its verdict, in one
-transaction). Idempotency lives in the schema: a failure id is a primary key,
-a verdict's primary key is its failure id, both inserted ``ON CONFLICT DO
-NOTHING``, so a redelivered or duplicated task creates nothing twice; a rule's
-counts move by ``successes = successes + n`` in SQL, so concurrent workers
-never lose one.
+``record_outcome`` (its attempts, its rules' counts and its verdict, together).
+On PostgreSQL each is one statement in autocommit, so a resolved failure costs
+two round trips to the database; a single statement is atomic, so no
+BEGIN/COMMIT is needed around it. Idempotency lives in the schema: a failure
+id is a primary key, a verdict's primary key is its failure id, both inserted
+``ON CONFLICT DO NOTHING``, so a redelivered or duplicated task creates
+nothing twice; a rule's counts move by ``successes = successes + n`` in SQL,
+so concurrent workers never lose one.
 """
 
 from __future__ import annotations
@@ -17,7 +19,23 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import (
+    JSON,
+    Connection,
+    DateTime,
+    Float,
+    Insert,
+    Integer,
+    String,
+    Text,
+    bindparam,
+    case,
+    column,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import sessionmaker
@@ -48,7 +66,10 @@ class SqlStore:
         self.url = url
         self.engine = engine or make_engine(url)
         self.session = sessionmaker(self.engine, expire_on_commit=False)
-        self._dialect: Any = postgresql if self.engine.dialect.name == "postgresql" else sqlite
+        self.postgres = self.engine.dialect.name == "postgresql"
+        self._dialect: Any = postgresql if self.postgres else sqlite
+        # One statement needs no transaction around it: autocommit spares a BEGIN and a COMMIT.
+        self._autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
 
     # The Store port (theow_workers.core.ports.Store)
 
@@ -56,33 +77,47 @@ class SqlStore:
         """Record the failure unless it exists; the verdict already stored for it, if any.
 
         A new failure has no verdict (a verdict needs its failure row), so the
-        usual case is one INSERT; only a duplicate reads its verdict too.
+        usual case is one INSERT (in autocommit: one round trip on
+        PostgreSQL); only a duplicate reads its verdict too.
         """
-        with self.engine.begin() as conn:
+        with self._autocommit.connect() as conn:
             if self._insert_failure(conn, failure):
                 return None
             return _stored_verdict(conn, failure.id)
 
     def record_outcome(self, verdict: Verdict, attempts: Sequence[AttemptRecord] = ()) -> Verdict:
-        """One transaction: the attempts, their rules' counts and the verdict.
+        """The attempts, their rules' counts and the verdict, all or none.
 
         The verdict is stored unless one exists; whichever is stored is
         returned. Attempts are rows whatever the verdict: their actions ran.
+
+        On PostgreSQL it is one statement (data-modifying CTEs for the
+        attempts and the counts, the verdict's INSERT at the top), in
+        autocommit: one round trip. SQLite has no data-modifying CTEs, so
+        there the three statements share one transaction (in process, no
+        network to cross). Only a verdict already stored costs one more
+        statement, to read it.
         """
-        with self.engine.begin() as conn:
-            if attempts:
-                conn.execute(insert(AttemptRow), [attempt_values(a) for a in attempts])
-            for (rule, success), n in Counter(counted(attempts)).items():
-                self._bump(conn, rule, success, n)
-            inserted = conn.execute(
-                self._dialect.insert(VerdictRow)
-                .values(verdict_values(verdict))
-                .on_conflict_do_nothing(index_elements=["failure_id"])
-                .execution_options(preserve_rowcount=True)
-            )
-            if inserted.rowcount == 1:
-                return verdict
-            stored = _stored_verdict(conn, verdict.failure_id)
+        insert_verdict = (
+            self._dialect.insert(VerdictRow)
+            .values(verdict_values(verdict))
+            .on_conflict_do_nothing(index_elements=["failure_id"])
+            .returning(VerdictRow.failure_id)
+        )
+        if self.postgres:
+            with self._autocommit.connect() as conn:
+                if conn.execute(_with_writes_of(attempts, insert_verdict)).first() is not None:
+                    return verdict
+                stored = _stored_verdict(conn, verdict.failure_id)
+        else:
+            with self.engine.begin() as conn:
+                if attempts:
+                    conn.execute(insert(AttemptRow), [attempt_values(a) for a in attempts])
+                for (rule, success), n in Counter(counted(attempts)).items():
+                    self._bump(conn, rule, success, n)
+                if conn.execute(insert_verdict).first() is not None:
+                    return verdict
+                stored = _stored_verdict(conn, verdict.failure_id)
         assert stored is not None
         return stored
 
@@ -161,11 +196,9 @@ class SqlStore:
             self._dialect.insert(FailureRow)
             .values(failure_values(failure))
             .on_conflict_do_nothing(index_elements=["id"])
-            # Without it psycopg's driver reports -1 for an INSERT: every new failure
-            # read as a duplicate (and paid a second statement) on PostgreSQL.
-            .execution_options(preserve_rowcount=True)
+            .returning(FailureRow.id)
         )
-        return bool(inserted.rowcount == 1)
+        return inserted.first() is not None
 
     def _bump(self, conn: Connection, rule: str, success: bool, n: int) -> None:
         """Add ``n`` to a rule's successes or failures; a new rule's row starts counted."""
@@ -182,6 +215,63 @@ class SqlStore:
                 set_={column: getattr(RuleStatsRow, column) + n, stamp: now},
             )
         )
+
+
+ATTEMPT_FIELDS = [column("failure_id", String), column("rule", String), column("params", JSON),
+                  column("outcome", String), column("error", Text), column("duration_ms", Float),
+                  column("delivery", Integer), column("evidence", JSON)]  # fmt: skip
+COUNT_FIELDS = [column("rule", String), column("successes", Integer), column("failures", Integer)]
+
+
+def _with_writes_of(attempts: Sequence[AttemptRecord], insert_verdict: Insert) -> Insert:
+    """The verdict's INSERT with the attempts' rows and their rules' counts written in front.
+
+    PostgreSQL runs data-modifying CTEs to completion in the same statement,
+    whether or not it reads them: one statement, atomic. Rows travel as JSON
+    arrays (``json_to_recordset``), so the text is one whatever the number of
+    attempts: compiled once by SQLAlchemy, prepared once by psycopg. A rule's
+    row is changed once (a statement may not change a row twice), in name
+    order, so concurrent workers lock rows in the same order.
+    """
+    now = bindparam("written_at", _now(), type_=DateTime(timezone=True))
+    rows = [{f.name: getattr(a, f.name) for f in ATTEMPT_FIELDS} for a in attempts]
+    new_rows = _recordset("attempt_rows", rows, ATTEMPT_FIELDS)
+    add_attempts = insert(AttemptRow).from_select(
+        [*new_rows.c.keys(), "created_at"], select(*new_rows.c, now)
+    )
+    tally = Counter(counted(attempts))
+    counts = [{"rule": rule, "successes": tally[rule, True], "failures": tally[rule, False]}
+              for rule in sorted({rule for rule, _ in tally})]  # fmt: skip
+    n = _recordset("rule_counts", counts, COUNT_FIELDS).c
+    upsert = postgresql.insert(RuleStatsRow).from_select(
+        ["rule", "successes", "failures", "last_success_at", "last_failure_at"],
+        select(
+            n.rule,
+            n.successes,
+            n.failures,
+            case((n.successes > 0, now)),
+            case((n.failures > 0, now)),
+        ),
+    )
+    old, new = RuleStatsRow, upsert.excluded
+    add_counts = upsert.on_conflict_do_update(
+        index_elements=["rule"],
+        set_={
+            "successes": old.successes + new.successes,
+            "failures": old.failures + new.failures,
+            "last_success_at": func.coalesce(new.last_success_at, old.last_success_at),
+            "last_failure_at": func.coalesce(new.last_failure_at, old.last_failure_at),
+        },
+    )
+    return insert_verdict.add_cte(
+        add_attempts.cte("attempts_added"), add_counts.cte("counts_added")
+    )
+
+
+def _recordset(name: str, rows: list[dict[str, Any]], fields: list[Any]) -> Any:
+    """``json_to_recordset(:name) AS (fields)``: rows bound as one JSON parameter."""
+    bound = bindparam(name, rows, type_=JSON)
+    return func.json_to_recordset(bound).table_valued(*fields).render_derived(with_types=True)
 
 
 def _stored_verdict(conn: Connection, failure_id: str) -> Verdict | None:
