@@ -16,8 +16,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from functools import cache
+from typing import Any, cast
 
 from sqlalchemy import (
     JSON,
@@ -67,7 +69,7 @@ class SqlStore:
         self.engine = engine or make_engine(url)
         self.session = sessionmaker(self.engine, expire_on_commit=False)
         self.postgres = self.engine.dialect.name == "postgresql"
-        self._dialect: Any = postgresql if self.postgres else sqlite
+        self._writes = writes_for(self.engine.dialect.name)
         # One statement needs no transaction around it: autocommit spares a BEGIN and a COMMIT.
         self._autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
 
@@ -98,24 +100,24 @@ class SqlStore:
         network to cross). Only a verdict already stored costs one more
         statement, to read it.
         """
-        insert_verdict = (
-            self._dialect.insert(VerdictRow)
-            .values(verdict_values(verdict))
-            .on_conflict_do_nothing(index_elements=["failure_id"])
-            .returning(VerdictRow.failure_id)
-        )
-        if self.postgres:
+        writes, now = self._writes, _now()
+        tally = Counter(counted(attempts))
+        if writes.add_outcome is not None:
+            rows = [{f.name: getattr(a, f.name) for f in ATTEMPT_FIELDS} for a in attempts]
+            outcome = {**verdict_values(verdict), "attempt_rows": rows,
+                       "rule_counts": _count_rows(tally), "written_at": now}  # fmt: skip
             with self._autocommit.connect() as conn:
-                if conn.execute(_with_writes_of(attempts, insert_verdict)).first() is not None:
+                if conn.execute(writes.add_outcome, outcome).first() is not None:
                     return verdict
                 stored = _stored_verdict(conn, verdict.failure_id)
         else:
             with self.engine.begin() as conn:
                 if attempts:
                     conn.execute(insert(AttemptRow), [attempt_values(a) for a in attempts])
-                for (rule, success), n in Counter(counted(attempts)).items():
-                    self._bump(conn, rule, success, n)
-                if conn.execute(insert_verdict).first() is not None:
+                if tally:
+                    counts = [{**row, "written_at": now} for row in _count_rows(tally)]
+                    conn.execute(writes.add_counts, counts)
+                if conn.execute(writes.add_verdict, verdict_values(verdict)).first() is not None:
                     return verdict
                 stored = _stored_verdict(conn, verdict.failure_id)
         assert stored is not None
@@ -192,86 +194,133 @@ class SqlStore:
         self.engine.dispose()
 
     def _insert_failure(self, conn: Connection, failure: FailureRecord) -> bool:
-        inserted = conn.execute(
-            self._dialect.insert(FailureRow)
-            .values(failure_values(failure))
-            .on_conflict_do_nothing(index_elements=["id"])
-            .returning(FailureRow.id)
-        )
+        inserted = conn.execute(self._writes.add_failure, failure_values(failure))
         return inserted.first() is not None
 
     def _bump(self, conn: Connection, rule: str, success: bool, n: int) -> None:
         """Add ``n`` to a rule's successes or failures; a new rule's row starts counted."""
-        column, stamp = (
-            ("successes", "last_success_at") if success else ("failures", "last_failure_at")
-        )
-        now = _now()
-        first = {"rule": rule, "successes": 0, "failures": 0, column: n, stamp: now}
-        conn.execute(
-            self._dialect.insert(RuleStatsRow)
-            .values(first)
-            .on_conflict_do_update(
-                index_elements=["rule"],
-                set_={column: getattr(RuleStatsRow, column) + n, stamp: now},
+        counts = _count_rows(Counter({(rule, success): n}))[0]
+        conn.execute(self._writes.add_counts, {**counts, "written_at": _now()})
+
+
+@dataclass(frozen=True)
+class Writes:
+    """The resolve path's statements for one dialect, built once: a call binds values only.
+
+    Building a Core statement costs more Python than a round trip to a
+    database on loopback. A statement object built once computes its cache
+    key once, so SQLAlchemy finds it compiled and psycopg finds it prepared.
+    """
+
+    add_failure: Insert  # RETURNING the id: a new failure
+    add_verdict: Insert  # RETURNING the failure id: the verdict stands
+    add_counts: Insert  # one rule's counts (``rule``, ``successes``, ``failures``, ``written_at``)
+    add_outcome: Insert | None  # PostgreSQL: attempts, counts and verdict in one statement
+
+
+@cache
+def writes_for(dialect_name: str) -> Writes:
+    """The statements for ``dialect_name`` (``postgresql`` or ``sqlite``)."""
+    dialect: Any = postgresql if dialect_name == "postgresql" else sqlite
+    add_verdict = (
+        dialect.insert(VerdictRow)
+        .values(_bound(VerdictRow))
+        .on_conflict_do_nothing(index_elements=["failure_id"])
+        .returning(VerdictRow.failure_id)
+    )
+    successes, failures = (
+        bindparam("successes", type_=Integer),
+        bindparam("failures", type_=Integer),
+    )
+    return Writes(
+        add_failure=dialect.insert(FailureRow)
+        .values(_bound(FailureRow))
+        .on_conflict_do_nothing(index_elements=["id"])
+        .returning(FailureRow.id),
+        add_verdict=add_verdict,
+        add_counts=_counted(
+            dialect.insert(RuleStatsRow).values(
+                rule=bindparam("rule", type_=String),
+                successes=successes,
+                failures=failures,
+                last_success_at=case((successes > 0, WRITTEN_AT)),
+                last_failure_at=case((failures > 0, WRITTEN_AT)),
             )
-        )
+        ),
+        add_outcome=_with_writes_in_front(add_verdict) if dialect_name == "postgresql" else None,
+    )
 
 
+# When the outcome is written: the attempts' created_at, the rules' last success or failure.
+WRITTEN_AT = bindparam("written_at", type_=DateTime(timezone=True))
 ATTEMPT_FIELDS = [column("failure_id", String), column("rule", String), column("params", JSON),
                   column("outcome", String), column("error", Text), column("duration_ms", Float),
                   column("delivery", Integer), column("evidence", JSON)]  # fmt: skip
 COUNT_FIELDS = [column("rule", String), column("successes", Integer), column("failures", Integer)]
 
 
-def _with_writes_of(attempts: Sequence[AttemptRecord], insert_verdict: Insert) -> Insert:
+def _bound(row: Any) -> dict[str, Any]:
+    """Every column of a row's table as a bound parameter of the column's name."""
+    return {c.name: bindparam(c.name, type_=c.type) for c in row.__table__.c}
+
+
+def _counted(upsert: Any) -> Insert:
+    """A rule's counts added to its row (``successes = successes + n``), or its row created."""
+    old, new = RuleStatsRow, upsert.excluded
+    return cast(
+        Insert,
+        upsert.on_conflict_do_update(
+            index_elements=["rule"],
+            set_={
+                "successes": old.successes + new.successes,
+                "failures": old.failures + new.failures,
+                "last_success_at": func.coalesce(new.last_success_at, old.last_success_at),
+                "last_failure_at": func.coalesce(new.last_failure_at, old.last_failure_at),
+            },
+        ),
+    )
+
+
+def _with_writes_in_front(add_verdict: Insert) -> Insert:
     """The verdict's INSERT with the attempts' rows and their rules' counts written in front.
 
     PostgreSQL runs data-modifying CTEs to completion in the same statement,
     whether or not it reads them: one statement, atomic. Rows travel as JSON
-    arrays (``json_to_recordset``), so the text is one whatever the number of
-    attempts: compiled once by SQLAlchemy, prepared once by psycopg. A rule's
-    row is changed once (a statement may not change a row twice), in name
-    order, so concurrent workers lock rows in the same order.
+    arrays (``json_to_recordset``: ``attempt_rows`` and ``rule_counts``), so
+    the text is one whatever the number of attempts. A rule's row is changed
+    once (a statement may not change a row twice), in name order, so
+    concurrent workers lock rows in the same order.
     """
-    now = bindparam("written_at", _now(), type_=DateTime(timezone=True))
-    rows = [{f.name: getattr(a, f.name) for f in ATTEMPT_FIELDS} for a in attempts]
-    new_rows = _recordset("attempt_rows", rows, ATTEMPT_FIELDS)
+    new_rows = _recordset("attempt_rows", ATTEMPT_FIELDS)
     add_attempts = insert(AttemptRow).from_select(
-        [*new_rows.c.keys(), "created_at"], select(*new_rows.c, now)
+        [*new_rows.c.keys(), "created_at"], select(*new_rows.c, WRITTEN_AT)
     )
-    tally = Counter(counted(attempts))
-    counts = [{"rule": rule, "successes": tally[rule, True], "failures": tally[rule, False]}
-              for rule in sorted({rule for rule, _ in tally})]  # fmt: skip
-    n = _recordset("rule_counts", counts, COUNT_FIELDS).c
-    upsert = postgresql.insert(RuleStatsRow).from_select(
-        ["rule", "successes", "failures", "last_success_at", "last_failure_at"],
-        select(
-            n.rule,
-            n.successes,
-            n.failures,
-            case((n.successes > 0, now)),
-            case((n.failures > 0, now)),
-        ),
+    n = _recordset("rule_counts", COUNT_FIELDS).c
+    add_counts = _counted(
+        postgresql.insert(RuleStatsRow).from_select(
+            ["rule", "successes", "failures", "last_success_at", "last_failure_at"],
+            select(
+                n.rule,
+                n.successes,
+                n.failures,
+                case((n.successes > 0, WRITTEN_AT)),
+                case((n.failures > 0, WRITTEN_AT)),
+            ),
+        )
     )
-    old, new = RuleStatsRow, upsert.excluded
-    add_counts = upsert.on_conflict_do_update(
-        index_elements=["rule"],
-        set_={
-            "successes": old.successes + new.successes,
-            "failures": old.failures + new.failures,
-            "last_success_at": func.coalesce(new.last_success_at, old.last_success_at),
-            "last_failure_at": func.coalesce(new.last_failure_at, old.last_failure_at),
-        },
-    )
-    return insert_verdict.add_cte(
-        add_attempts.cte("attempts_added"), add_counts.cte("counts_added")
-    )
+    return add_verdict.add_cte(add_attempts.cte("attempts_added"), add_counts.cte("counts_added"))
 
 
-def _recordset(name: str, rows: list[dict[str, Any]], fields: list[Any]) -> Any:
+def _recordset(name: str, fields: list[Any]) -> Any:
     """``json_to_recordset(:name) AS (fields)``: rows bound as one JSON parameter."""
-    bound = bindparam(name, rows, type_=JSON)
+    bound = bindparam(name, type_=JSON)
     return func.json_to_recordset(bound).table_valued(*fields).render_derived(with_types=True)
+
+
+def _count_rows(tally: Counter[tuple[str, bool]]) -> list[dict[str, Any]]:
+    """Each rule's successes and failures, one row a rule, in name order."""
+    return [{"rule": rule, "successes": tally[rule, True], "failures": tally[rule, False]}
+            for rule in sorted({rule for rule, _ in tally})]  # fmt: skip
 
 
 def _stored_verdict(conn: Connection, failure_id: str) -> Verdict | None:
