@@ -264,6 +264,34 @@ def test_a_resolved_failure_costs_two_round_trips_to_postgresql(tmp_path):
         store.dispose()
 
 
+@pytest.mark.postgresql
+def test_a_connection_the_database_dropped_fails_as_unavailable_and_a_retry_writes(tmp_path):
+    """A pooled connection used in the last 10 s is not pinged: a restart shows on its
+    statement, as StoreUnavailable (the resolve task retries), and the pool replaces it."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    from theow_workers.store import StoreUnavailable
+    from theow_workers.store.results import SqlStore
+
+    url = prepared_database("postgresql", tmp_path)
+    store = SqlStore(url)
+    try:
+        store.record_failure(failure("warm-up"))
+        with store.engine.connect() as conn:
+            pid = conn.connection.dbapi_connection.info.backend_pid
+        dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+
+        with pytest.raises(StoreUnavailable):
+            store.record_failure(failure("f1"))
+        assert store.record_failure(failure("f1")) is None, "the retry records it, once"
+        assert store.record_outcome(RESOLVED) == RESOLVED
+    finally:
+        store.dispose()
+
+
 @contextmanager
 def wire(store: Any) -> Iterator[Callable[[], int]]:
     """Count the requests a store's connection sends (libpq's trace: Query and Sync messages).
