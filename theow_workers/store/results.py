@@ -68,7 +68,6 @@ class SqlStore:
         self.url = url
         self.engine = engine or make_engine(url)
         self.session = sessionmaker(self.engine, expire_on_commit=False)
-        self.postgres = self.engine.dialect.name == "postgresql"
         self._writes = writes_for(self.engine.dialect.name)
         # One statement needs no transaction around it: autocommit spares a BEGIN and a COMMIT.
         self._autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
