@@ -4,12 +4,14 @@
     .venv/bin/python benchmarks/resolve.py --quick          # smoke run, under a minute
     .venv/bin/python benchmarks/resolve.py --json --runs 5  # one JSON object on stdout
     .venv/bin/python benchmarks/resolve.py --profile        # plus an in-process time breakdown
-                                                            # and SQL statements/transactions per failure
+                                                            # and SQL statements/round trips per failure
+    .venv/bin/python benchmarks/resolve.py --database-url postgresql+psycopg://localhost/theow
+                                                            # the store on PostgreSQL (migrated first)
 
 It builds 200 rules (the shipped ones, at most half, plus generated ones across
 ecosystems) and CI logs of tens of KB in a fleet-like mix (most failures exact repeats of
 a hot set, about a fifth matching no rule, some validating two rules), starts
-Valkey, Milvus Lite and SQLite on free ports in a temporary home, syncs the
+Valkey, Milvus Lite and SQLite (or ``--database-url``) on free ports in a temporary home, syncs the
 index once, starts one resolver worker (concurrency 2) and warms it. Each run:
 
 * floor: a plain in-process loop trying every rule's conditions with Python
@@ -48,6 +50,7 @@ import regex
 import yaml
 from rich.console import Console
 from rich.table import Table
+from sqlalchemy.engine import make_url
 
 from theow_client import TheowClient, Verdict
 from theow_client.client import build_payload
@@ -390,7 +393,7 @@ def profile(rt: TimedRuntime, failures: list[dict]) -> dict:
         "parse + redact": acc["bound_facts"] + acc["redact"], "fingerprint": acc["fingerprint"],
         "plan cache key": acc["_plan_key"], "rule matching (regex, binding)": acc["plan"] - inner,
         "query text": acc["query_text"], "embedding (MiniLM)": acc["embed"], "Milvus search": acc["milvus"],
-        "SQL (SQLite)": acc["sql"], "actions": acc["call_action"],
+        "SQL": acc["sql"], "actions": acc["call_action"],
     }  # fmt: skip
     parts["other"] = total - sum(parts.values())
     n = len(failures)
@@ -412,31 +415,85 @@ def profile(rt: TimedRuntime, failures: list[dict]) -> dict:
 
 
 class SqlCounter:
-    """Counts what reaches the database: statements, transactions and commits.
+    """Counts what reaches the database: statements, transactions, commits and round trips.
 
-    A transaction is one round trip's worth of work to the store (a ``with
-    engine.begin()``); statements are the queries sent inside them.
+    A transaction is a ``with engine.begin()`` (or an autocommit connection's
+    implicit one); statements are the queries sent. A round trip is a request
+    the client sends and then waits on: each statement, the BEGIN a driver
+    sends before a transaction's first statement (psycopg and sqlite3 both do,
+    unless in autocommit), the COMMIT or ROLLBACK of a transaction that began,
+    and a ping on checkout. On SQLite these are calls into the library in
+    process; on PostgreSQL they are network round trips, and libpq's own trace
+    of each connection counts them again from the wire (``wire_round_trips``:
+    every Query and Sync message sent, each answered by one ReadyForQuery).
     """
 
     def __init__(self, engine: Any) -> None:
         from sqlalchemy import event
 
         self.engine, self.event = engine, event
-        self.counts = {"statements": 0, "transactions": 0, "commits": 0}
+        self.postgres = engine.dialect.name == "postgresql"
+        self.counts = {"statements": 0, "transactions": 0, "commits": 0, "round_trips": 0}
+        self.traces: dict[Any, Any] = {}  # psycopg connection -> its trace file
         self.hooks = {
-            "before_cursor_execute": lambda *_, **__: self.bump("statements"),
+            "before_cursor_execute": self.on_statement,
             "begin": lambda *_: self.bump("transactions"),
-            "commit": lambda *_: self.bump("commits"),
+            "commit": lambda conn: self.on_end(conn, "commits"),
+            "rollback": lambda conn: self.on_end(conn, None),
         }
         for name, hook in self.hooks.items():
             event.listen(engine, name, hook)
+        event.listen(engine.pool, "checkout", self.on_checkout)
 
-    def bump(self, key: str) -> None:
-        self.counts[key] += 1
+    def bump(self, key: str, n: int = 1) -> None:
+        self.counts[key] += n
+
+    def in_transaction(self, dbapi: Any) -> bool:
+        if self.postgres:
+            return bool(dbapi.info.transaction_status != 0)  # 0: IDLE
+        return bool(dbapi.in_transaction)
+
+    def on_statement(self, conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        dbapi = conn.connection.dbapi_connection
+        if self.postgres:
+            begins = not dbapi.autocommit and not self.in_transaction(dbapi)
+        else:  # sqlite3 opens a transaction before DML only
+            begins = dbapi.isolation_level is not None and not self.in_transaction(dbapi)
+            begins = begins and not statement.lstrip().upper().startswith("SELECT")
+        self.bump("statements")
+        self.bump("round_trips", 1 + begins)
+
+    def on_end(self, conn: Any, key: str | None) -> None:
+        if key:
+            self.bump(key)
+        if self.in_transaction(conn.connection.dbapi_connection):
+            self.bump("round_trips")
+
+    def on_checkout(self, dbapi: Any, record: Any, _proxy: Any) -> None:
+        if self.engine.pool._pre_ping or record.info.get("pinged"):
+            self.bump("round_trips")
+        if self.postgres and dbapi not in self.traces:
+            from psycopg import pq
+
+            self.traces[dbapi] = trace = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed in stop)
+            dbapi.pgconn.trace(trace.fileno())
+            dbapi.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
 
     def stop(self) -> None:
         for name, hook in self.hooks.items():
             self.event.remove(self.engine, name, hook)
+        self.event.remove(self.engine.pool, "checkout", self.on_checkout)
+        if not self.postgres:
+            return
+        sent = 0
+        for dbapi, trace in self.traces.items():
+            if not dbapi.closed:
+                dbapi.pgconn.untrace()  # flushes libpq's buffer
+            trace.seek(0)
+            frames = (line.rstrip("\n").split("\t", 3)[2:3] for line in trace if line[:2] == "F\t")
+            sent += sum(frame in (["Query"], ["Sync"]) for frame in frames)
+            trace.close()
+        self.counts["wire_round_trips"] = sent
 
 
 def free_port() -> int:
@@ -506,6 +563,11 @@ def main() -> int:
     ap.add_argument("--profile", action="store_true", help="in-process time breakdown too")
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
     ap.add_argument("--keep", action="store_true", help="keep the temporary home (logs, DB)")
+    ap.add_argument(
+        "--database-url",
+        default="",
+        help="the store (migrated first); default: SQLite in the temporary home",
+    )
     args = ap.parse_args()
     if args.quick:
         args.rules, args.failures, args.runs, args.latency_n = 50, 200, 1, 50
@@ -518,6 +580,7 @@ def main() -> int:
     settings = Settings(
         home=tmp / "home", redis_url=f"redis://127.0.0.1:{free_port()}/0",
         milvus_uri=f"http://127.0.0.1:{free_port()}", rules_dir=tmp / "rules", actions_dir=tmp / "actions",
+        database_url=args.database_url,
     )  # fmt: skip
     makers = synth_rules(
         args.rules, settings.rules_dir, settings.actions_dir, random.Random(args.seed)
@@ -525,9 +588,10 @@ def main() -> int:
     flake = Rule.model_validate(yaml.safe_load(FLAKE.read_text())).when[0].examples
     stack, client, rt = EmbeddedStack(settings), None, None
     result: dict[str, Any] = {"config": {"rules": args.rules, "failures": args.failures, "runs": args.runs,
-                              "concurrency": args.concurrency, "latency_n": args.latency_n, "seed": args.seed}}  # fmt: skip
+                              "concurrency": args.concurrency, "latency_n": args.latency_n, "seed": args.seed,
+                              "database": make_url(settings.store_url).get_backend_name()}}  # fmt: skip
     try:
-        say(f"starting Valkey, Milvus Lite, SQLite in {tmp} …")
+        say(f"starting Valkey, Milvus Lite in {tmp}, the store at {settings.store_url} …")
         stack.start()
         rt = TimedRuntime(settings)
         book = rt.knowledge().book  # loads the rules and syncs the index (embeds every rule)

@@ -35,7 +35,10 @@ class Settings(BaseModel):
     # Where state lives for the embedded stack (Valkey data, Milvus data, SQLite).
     home: Path = Path(".theow")
     redis_url: str = DEFAULT_REDIS_URL
-    database_url: str = ""  # empty: sqlite:///<home>/theow.db
+    # Empty: sqlite:///<home>/theow.db. On PostgreSQL a pooled connection is pinged only
+    # after 10 s idle (store.schema.PING_AFTER_IDLE_S); one dropped sooner fails its
+    # statement as StoreUnavailable, which the tasks retry.
+    database_url: str = ""
     milvus_uri: str = DEFAULT_MILVUS_URI
     milvus_collection: str = "theow_index"
     rules_dir: Path = Path("rules")

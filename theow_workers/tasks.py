@@ -27,6 +27,7 @@ IN_FLIGHT_RETRY_SECONDS = 1
 IN_FLIGHT_MAX_RETRIES = 1800  # longer than any exploration's time limit
 # Worth retrying: the broker, the database or Milvus was briefly unreachable.
 TRANSIENT: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError, StoreUnavailable)
+STORE_RETRIES = 3
 
 
 @worker_process_init.connect
@@ -44,6 +45,20 @@ def resolve(self: Task, payload: Any = None, *_: Any, **__: Any) -> dict[str, An
     """
     rt = runtime.current()
     failure_id = str(self.request.id)
+    try:
+        return _resolve_delivered(self, rt, payload, failure_id)
+    except StoreUnavailable as exc:
+        # The database is down, or dropped a pooled connection used in the last 10 s
+        # (not pinged before use: store.schema.PING_AFTER_IDLE_S); the pool replaces
+        # it. A verdict this try stored ends the next one at once; else it runs again.
+        retries = int(self.request.retries or 0)
+        log.warning("failure %s: the store is unavailable, retrying: %s", failure_id, exc)
+        raise self.retry(countdown=1 + retries, max_retries=STORE_RETRIES, exc=exc) from None
+
+
+def _resolve_delivered(
+    self: Task, rt: runtime.Runtime, payload: Any, failure_id: str
+) -> dict[str, Any]:
     with rt.deliveries.claim(failure_id) as claim:
         # A second message for the same failure (a duplicate submit) waits for the
         # first one's verdict rather than running the actions twice.
@@ -71,6 +86,9 @@ def _resolve_claimed(
         return rt.service.dead_letter(payload, failure_id, reason).to_dict()
     try:
         return rt.service.resolve(payload, failure_id, delivery).to_dict()
+    except StoreUnavailable:
+        rt.deliveries.uncount(failure_id)  # the store failed, not this delivery
+        raise
     except SoftTimeLimitExceeded as exc:
         limit = rt.settings.resolve_time_limit
         reason = (

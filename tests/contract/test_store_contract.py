@@ -7,8 +7,10 @@ workers are concurrent database clients.
 
 from __future__ import annotations
 
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -222,3 +224,92 @@ def test_concurrent_workers_counting_one_step_at_a_time_never_lose_a_count(worke
     assert errors == []
     stats = views[0].rule_stats()["busy"]
     assert (stats.successes, stats.failures) == (6 * 8, 6 * 4)
+
+
+def test_a_rule_that_failed_then_worked_in_one_outcome_counts_both(workers):
+    store = workers()
+    store.record_failure(failure("f1"))
+
+    store.record_outcome(
+        Verdict("f1", Status.RESOLVED, rule="flaky", attempts=2),
+        [attempt("f1", "flaky", "error"), attempt("f1", "flaky"), attempt("f1", "other", "error")],
+    )
+
+    stats = store.rule_stats()
+    assert {r: (s.successes, s.failures) for r, s in stats.items()} == {
+        "flaky": (1, 1),
+        "other": (0, 1),
+    }
+
+
+# What the wire sees on PostgreSQL
+
+
+@pytest.mark.postgresql
+def test_a_resolved_failure_costs_two_round_trips_to_postgresql(tmp_path):
+    from theow_workers.store.results import SqlStore
+
+    store = SqlStore(prepared_database("postgresql", tmp_path))
+    try:
+        store.record_failure(failure("warm-up"))  # connecting has queries of its own
+        with wire(store) as sent:
+            assert store.record_failure(failure("f1")) is None
+            store.record_outcome(RESOLVED, [attempt("f1", "broken", "error"), attempt("f1", "r")])
+        assert sent() == 2
+        with wire(store) as sent:  # a duplicate reads its verdict: the rare case
+            assert store.record_failure(failure("f1")) == RESOLVED
+            assert store.record_outcome(Verdict("f1", Status.ERROR)) == RESOLVED
+        assert sent() == 4
+    finally:
+        store.dispose()
+
+
+@pytest.mark.postgresql
+def test_a_connection_the_database_dropped_fails_as_unavailable_and_a_retry_writes(tmp_path):
+    """A pooled connection used in the last 10 s is not pinged: a restart shows on its
+    statement, as StoreUnavailable (the resolve task retries), and the pool replaces it."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    from theow_workers.store import StoreUnavailable
+    from theow_workers.store.results import SqlStore
+
+    url = prepared_database("postgresql", tmp_path)
+    store = SqlStore(url)
+    try:
+        store.record_failure(failure("warm-up"))
+        with store.engine.connect() as conn:
+            pid = conn.connection.dbapi_connection.info.backend_pid
+        dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+
+        with pytest.raises(StoreUnavailable):
+            store.record_failure(failure("f1"))
+        assert store.record_failure(failure("f1")) is None, "the retry records it, once"
+        assert store.record_outcome(RESOLVED) == RESOLVED
+    finally:
+        store.dispose()
+
+
+@contextmanager
+def wire(store: Any) -> Iterator[Callable[[], int]]:
+    """Count the requests a store's connection sends (libpq's trace: Query and Sync messages).
+
+    Each is answered by one ReadyForQuery before the client goes on: one round trip.
+    """
+    from psycopg import pq
+
+    with store.engine.connect() as conn:
+        pgconn = conn.connection.dbapi_connection.pgconn  # the pool's one idle connection
+    with tempfile.TemporaryFile("w+") as trace:
+        pgconn.trace(trace.fileno())
+        pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+        count = [0]
+        try:
+            yield lambda: count[0]
+        finally:
+            pgconn.untrace()
+            trace.seek(0)
+            frames = [line.rstrip("\n").split("\t")[2] for line in trace if line[:2] == "F\t"]
+            count[0] = sum(frame in ("Query", "Sync") for frame in frames)

@@ -125,8 +125,9 @@ def counted(attempts: Iterable[AttemptRecord]) -> Iterator[tuple[str, bool]]:
 class Store(Protocol):
     """What resolving a failure reads and writes: two writes per failure.
 
-    ``record_failure`` then ``record_outcome``; each is one transaction in
-    the SQL store (``theow_workers.store``).
+    ``record_failure`` then ``record_outcome``; in the SQL store
+    (``theow_workers.store``) each is one statement on PostgreSQL (one round
+    trip), one transaction on SQLite.
     """
 
     def record_failure(self, failure: FailureRecord) -> Verdict | None:

@@ -2,22 +2,42 @@
 
 The resolve path writes twice per failure: ``record_failure`` (the failure,
 and the verdict already stored for it when it is a duplicate) and
-``record_outcome`` (its attempts, its rules' counts and its verdict, in one
-transaction). Idempotency lives in the schema: a failure id is a primary key,
-a verdict's primary key is its failure id, both inserted ``ON CONFLICT DO
-NOTHING``, so a redelivered or duplicated task creates nothing twice; a rule's
-counts move by ``successes = successes + n`` in SQL, so concurrent workers
-never lose one.
+``record_outcome`` (its attempts, its rules' counts and its verdict, together).
+On PostgreSQL each is one statement in autocommit, so a resolved failure costs
+two round trips to the database; a single statement is atomic, so no
+BEGIN/COMMIT is needed around it. Idempotency lives in the schema: a failure
+id is a primary key, a verdict's primary key is its failure id, both inserted
+``ON CONFLICT DO NOTHING``, so a redelivered or duplicated task creates
+nothing twice; a rule's counts move by ``successes = successes + n`` in SQL,
+so concurrent workers never lose one.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from functools import cache
+from typing import Any, cast
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import (
+    JSON,
+    Connection,
+    DateTime,
+    Float,
+    Insert,
+    Integer,
+    String,
+    Text,
+    bindparam,
+    case,
+    column,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import sessionmaker
@@ -48,7 +68,9 @@ class SqlStore:
         self.url = url
         self.engine = engine or make_engine(url)
         self.session = sessionmaker(self.engine, expire_on_commit=False)
-        self._dialect: Any = postgresql if self.engine.dialect.name == "postgresql" else sqlite
+        self._writes = writes_for(self.engine.dialect.name)
+        # One statement needs no transaction around it: autocommit spares a BEGIN and a COMMIT.
+        self._autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
 
     # The Store port (theow_workers.core.ports.Store)
 
@@ -56,33 +78,47 @@ class SqlStore:
         """Record the failure unless it exists; the verdict already stored for it, if any.
 
         A new failure has no verdict (a verdict needs its failure row), so the
-        usual case is one INSERT; only a duplicate reads its verdict too.
+        usual case is one INSERT (in autocommit: one round trip on
+        PostgreSQL); only a duplicate reads its verdict too.
         """
-        with self.engine.begin() as conn:
+        with self._autocommit.connect() as conn:
             if self._insert_failure(conn, failure):
                 return None
             return _stored_verdict(conn, failure.id)
 
     def record_outcome(self, verdict: Verdict, attempts: Sequence[AttemptRecord] = ()) -> Verdict:
-        """One transaction: the attempts, their rules' counts and the verdict.
+        """The attempts, their rules' counts and the verdict, all or none.
 
         The verdict is stored unless one exists; whichever is stored is
         returned. Attempts are rows whatever the verdict: their actions ran.
+
+        On PostgreSQL it is one statement (data-modifying CTEs for the
+        attempts and the counts, the verdict's INSERT at the top), in
+        autocommit: one round trip. SQLite has no data-modifying CTEs, so
+        there the three statements share one transaction (in process, no
+        network to cross). Only a verdict already stored costs one more
+        statement, to read it.
         """
-        with self.engine.begin() as conn:
-            if attempts:
-                conn.execute(insert(AttemptRow), [attempt_values(a) for a in attempts])
-            for (rule, success), n in Counter(counted(attempts)).items():
-                self._bump(conn, rule, success, n)
-            inserted = conn.execute(
-                self._dialect.insert(VerdictRow)
-                .values(verdict_values(verdict))
-                .on_conflict_do_nothing(index_elements=["failure_id"])
-                .execution_options(preserve_rowcount=True)
-            )
-            if inserted.rowcount == 1:
-                return verdict
-            stored = _stored_verdict(conn, verdict.failure_id)
+        writes, now = self._writes, _now()
+        tally = Counter(counted(attempts))
+        if writes.add_outcome is not None:
+            rows = [{f.name: getattr(a, f.name) for f in ATTEMPT_FIELDS} for a in attempts]
+            outcome = {**verdict_values(verdict), "attempt_rows": rows,
+                       "rule_counts": _count_rows(tally), "written_at": now}  # fmt: skip
+            with self._autocommit.connect() as conn:
+                if conn.execute(writes.add_outcome, outcome).first() is not None:
+                    return verdict
+                stored = _stored_verdict(conn, verdict.failure_id)
+        else:
+            with self.engine.begin() as conn:
+                if attempts:
+                    conn.execute(insert(AttemptRow), [attempt_values(a) for a in attempts])
+                if tally:
+                    counts = [{**row, "written_at": now} for row in _count_rows(tally)]
+                    conn.execute(writes.add_counts, counts)
+                if conn.execute(writes.add_verdict, verdict_values(verdict)).first() is not None:
+                    return verdict
+                stored = _stored_verdict(conn, verdict.failure_id)
         assert stored is not None
         return stored
 
@@ -157,31 +193,133 @@ class SqlStore:
         self.engine.dispose()
 
     def _insert_failure(self, conn: Connection, failure: FailureRecord) -> bool:
-        inserted = conn.execute(
-            self._dialect.insert(FailureRow)
-            .values(failure_values(failure))
-            .on_conflict_do_nothing(index_elements=["id"])
-            # Without it psycopg's driver reports -1 for an INSERT: every new failure
-            # read as a duplicate (and paid a second statement) on PostgreSQL.
-            .execution_options(preserve_rowcount=True)
-        )
-        return bool(inserted.rowcount == 1)
+        inserted = conn.execute(self._writes.add_failure, failure_values(failure))
+        return inserted.first() is not None
 
     def _bump(self, conn: Connection, rule: str, success: bool, n: int) -> None:
         """Add ``n`` to a rule's successes or failures; a new rule's row starts counted."""
-        column, stamp = (
-            ("successes", "last_success_at") if success else ("failures", "last_failure_at")
-        )
-        now = _now()
-        first = {"rule": rule, "successes": 0, "failures": 0, column: n, stamp: now}
-        conn.execute(
-            self._dialect.insert(RuleStatsRow)
-            .values(first)
-            .on_conflict_do_update(
-                index_elements=["rule"],
-                set_={column: getattr(RuleStatsRow, column) + n, stamp: now},
+        counts = _count_rows(Counter({(rule, success): n}))[0]
+        conn.execute(self._writes.add_counts, {**counts, "written_at": _now()})
+
+
+@dataclass(frozen=True)
+class Writes:
+    """The resolve path's statements for one dialect, built once: a call binds values only.
+
+    Building a Core statement costs more Python than a round trip to a
+    database on loopback. A statement object built once computes its cache
+    key once, so SQLAlchemy finds it compiled and psycopg finds it prepared.
+    """
+
+    add_failure: Insert  # RETURNING the id: a new failure
+    add_verdict: Insert  # RETURNING the failure id: the verdict stands
+    add_counts: Insert  # one rule's counts (``rule``, ``successes``, ``failures``, ``written_at``)
+    add_outcome: Insert | None  # PostgreSQL: attempts, counts and verdict in one statement
+
+
+@cache
+def writes_for(dialect_name: str) -> Writes:
+    """The statements for ``dialect_name`` (``postgresql`` or ``sqlite``)."""
+    dialect: Any = postgresql if dialect_name == "postgresql" else sqlite
+    add_verdict = (
+        dialect.insert(VerdictRow)
+        .values(_bound(VerdictRow))
+        .on_conflict_do_nothing(index_elements=["failure_id"])
+        .returning(VerdictRow.failure_id)
+    )
+    successes, failures = (
+        bindparam("successes", type_=Integer),
+        bindparam("failures", type_=Integer),
+    )
+    return Writes(
+        add_failure=dialect.insert(FailureRow)
+        .values(_bound(FailureRow))
+        .on_conflict_do_nothing(index_elements=["id"])
+        .returning(FailureRow.id),
+        add_verdict=add_verdict,
+        add_counts=_counted(
+            dialect.insert(RuleStatsRow).values(
+                rule=bindparam("rule", type_=String),
+                successes=successes,
+                failures=failures,
+                last_success_at=case((successes > 0, WRITTEN_AT)),
+                last_failure_at=case((failures > 0, WRITTEN_AT)),
             )
+        ),
+        add_outcome=_with_writes_in_front(add_verdict) if dialect_name == "postgresql" else None,
+    )
+
+
+# When the outcome is written: the attempts' created_at, the rules' last success or failure.
+WRITTEN_AT = bindparam("written_at", type_=DateTime(timezone=True))
+ATTEMPT_FIELDS = [column("failure_id", String), column("rule", String), column("params", JSON),
+                  column("outcome", String), column("error", Text), column("duration_ms", Float),
+                  column("delivery", Integer), column("evidence", JSON)]  # fmt: skip
+COUNT_FIELDS = [column("rule", String), column("successes", Integer), column("failures", Integer)]
+
+
+def _bound(row: Any) -> dict[str, Any]:
+    """Every column of a row's table as a bound parameter of the column's name."""
+    return {c.name: bindparam(c.name, type_=c.type) for c in row.__table__.c}
+
+
+def _counted(upsert: Any) -> Insert:
+    """A rule's counts added to its row (``successes = successes + n``), or its row created."""
+    old, new = RuleStatsRow, upsert.excluded
+    return cast(
+        Insert,
+        upsert.on_conflict_do_update(
+            index_elements=["rule"],
+            set_={
+                "successes": old.successes + new.successes,
+                "failures": old.failures + new.failures,
+                "last_success_at": func.coalesce(new.last_success_at, old.last_success_at),
+                "last_failure_at": func.coalesce(new.last_failure_at, old.last_failure_at),
+            },
+        ),
+    )
+
+
+def _with_writes_in_front(add_verdict: Insert) -> Insert:
+    """The verdict's INSERT with the attempts' rows and their rules' counts written in front.
+
+    PostgreSQL runs data-modifying CTEs to completion in the same statement,
+    whether or not it reads them: one statement, atomic. Rows travel as JSON
+    arrays (``json_to_recordset``: ``attempt_rows`` and ``rule_counts``), so
+    the text is one whatever the number of attempts. A rule's row is changed
+    once (a statement may not change a row twice), in name order, so
+    concurrent workers lock rows in the same order.
+    """
+    new_rows = _recordset("attempt_rows", ATTEMPT_FIELDS)
+    add_attempts = insert(AttemptRow).from_select(
+        [*new_rows.c.keys(), "created_at"], select(*new_rows.c, WRITTEN_AT)
+    )
+    n = _recordset("rule_counts", COUNT_FIELDS).c
+    add_counts = _counted(
+        postgresql.insert(RuleStatsRow).from_select(
+            ["rule", "successes", "failures", "last_success_at", "last_failure_at"],
+            select(
+                n.rule,
+                n.successes,
+                n.failures,
+                case((n.successes > 0, WRITTEN_AT)),
+                case((n.failures > 0, WRITTEN_AT)),
+            ),
         )
+    )
+    return add_verdict.add_cte(add_attempts.cte("attempts_added"), add_counts.cte("counts_added"))
+
+
+def _recordset(name: str, fields: list[Any]) -> Any:
+    """``json_to_recordset(:name) AS (fields)``: rows bound as one JSON parameter."""
+    bound = bindparam(name, type_=JSON)
+    return func.json_to_recordset(bound).table_valued(*fields).render_derived(with_types=True)
+
+
+def _count_rows(tally: Counter[tuple[str, bool]]) -> list[dict[str, Any]]:
+    """Each rule's successes and failures, one row a rule, in name order."""
+    return [{"rule": rule, "successes": tally[rule, True], "failures": tally[rule, False]}
+            for rule in sorted({rule for rule, _ in tally})]  # fmt: skip
 
 
 def _stored_verdict(conn: Connection, failure_id: str) -> Verdict | None:

@@ -30,7 +30,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.exc import DisconnectionError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
@@ -243,7 +243,41 @@ def make_engine(url: str) -> Engine:
             cursor.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True)
+    engine = create_engine(url)
+    _ping_when_idle(engine)
+    return engine
+
+
+# A connection used this recently is taken to be alive, and not pinged.
+PING_AFTER_IDLE_S = 10.0
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """Ping a pooled connection before use only when it sat idle a while.
+
+    ``pool_pre_ping`` pinged before every checkout: one more round trip per
+    write, doubling the resolve path's on PostgreSQL. A connection used
+    seconds ago is alive unless the server went away since; then its
+    statement fails with StoreUnavailable (which the tasks retry) and the pool
+    drops its connections. One idle longer (a server restart overnight, a
+    proxy's idle timeout) is pinged and replaced if dead, as before.
+    """
+
+    @event.listens_for(engine, "checkin")
+    def _idle_since(_dbapi_conn: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _ping(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.pop("idle_since", None)
+        record.info["pinged"] = since is not None and time.monotonic() - since > PING_AFTER_IDLE_S
+        if not record.info["pinged"]:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_conn)
+        except engine.dialect.loaded_dbapi.Error as exc:
+            # The pool replaces the connection and checks out again.
+            raise DisconnectionError(f"a pooled connection is dead: {exc}") from exc
 
 
 def migrate(url: str, revision: str = "head") -> None:
