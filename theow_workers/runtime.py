@@ -29,10 +29,11 @@ from theow_client import names
 from theow_workers import last_good
 from theow_workers.config import Settings
 from theow_workers.core.actions import ActionRegistry, load_actions
-from theow_workers.core.ports import Deliveries, Embedder, Hit, IndexEntry, RuleIndex, SyncReport
+from theow_workers.core.memory import cosine
+from theow_workers.core.ports import Deliveries, Embedder, IndexEntry, RuleIndex, SyncReport
 from theow_workers.core.query import query_text
 from theow_workers.core.resolver import RuleBook, Similarity
-from theow_workers.core.rules import RuleError, RuleSet, as_text, load_rules
+from theow_workers.core.rules import RuleError, RuleSet, load_rules
 from theow_workers.core.service import ResolveService, ResolveSettings
 
 log = logging.getLogger("theow.runtime")
@@ -95,9 +96,6 @@ class Knowledge:
                 )
             )
         return entries
-
-    def equals_keys(self) -> frozenset[str]:
-        return frozenset(k for r in self.rules.rules for k in r.equals_facts())
 
 
 def _sha(text: str) -> str:
@@ -168,6 +166,8 @@ class Runtime:
         self._knowledge: Knowledge | None = None
         self._signature: tuple[tuple[str, int, int], ...] = ()
         self._checked_at = 0.0
+        self._vectors: dict[str, list[float]] = {}  # rule name -> its indexed vector
+        self._vectors_version = ""
 
     @property
     def store(self) -> Any:
@@ -287,18 +287,34 @@ class Runtime:
         return None if kept.rules.errors else kept
 
     def similarity_for(self, facts: dict[str, Any]) -> Similarity:
-        """A lazy similarity function for one failure: embeds only if called."""
-        keys = self.knowledge().equals_keys()
-        pinned = {k: as_text(v) for k, v in facts.items() if k in keys and v is not None}
+        """A lazy similarity function for one failure: embeds only if called.
+
+        It is asked about rules that validated, whose equals-facts therefore
+        hold: their cosine to the failure is computed here from the index's
+        vectors, fetched once per rules version, instead of a filtered search
+        of the whole index per failure (half a second at 10,000 rules).
+        """
 
         def similarity(rule_names: Sequence[str]) -> dict[str, float]:
             vector = self.embedder.embed([query_text(facts)])[0]
-            hits: list[Hit] = self.index.search(
-                vector, kind="rule", names=list(rule_names), facts=pinned
-            )
-            return {h.name: h.similarity for h in hits}
+            return {name: cosine(vector, v) for name, v in self.rule_vectors(rule_names).items()}
 
         return similarity
+
+    def rule_vectors(self, rule_names: Sequence[str]) -> dict[str, list[float]]:
+        """The index's vectors of these rules (a rule not indexed is absent)."""
+        version = self.knowledge().book.version
+        with self._lock:
+            if version != self._vectors_version:
+                self._vectors, self._vectors_version = {}, version
+            missing = [n for n in dict.fromkeys(rule_names) if n not in self._vectors]
+        if missing:
+            fetched = self.index.vectors(missing, kind="rule")
+            with self._lock:
+                if version == self._vectors_version:
+                    self._vectors.update(fetched)  # one not indexed yet is asked again
+        with self._lock:
+            return {n: self._vectors[n] for n in rule_names if n in self._vectors}
 
     @property
     def service(self) -> ResolveService:

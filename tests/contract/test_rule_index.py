@@ -67,6 +67,10 @@ def action(name: str, text: str) -> IndexEntry:
     return IndexEntry(f"action:{name}", "action", name, f"{name}-1", text)
 
 
+DNS_TEXT = "curl: (6) Could not resolve host: registry.npmjs.org"
+DISK_TEXT = "write /var/lib/docker: no space left on device"
+
+
 def query(text: str) -> list[float]:
     return EMBEDDER.embed([text])[0]
 
@@ -220,3 +224,17 @@ def test_names_restrict_the_search_and_every_named_rule_is_scored_whatever_the_l
     wanted = [f"r{i}" for i in range(12)]
     assert names(index.search(vector, names=wanted)) == set(wanted)  # more than the default 10
     assert names(index.search(vector, names=wanted, facts={"os": "linux"})) == set(wanted)
+
+
+def test_the_vectors_of_named_rules_are_those_synced_and_a_rule_not_indexed_is_absent(workers):
+    # The resolver scores the rules that validated against these, without a search.
+    index = workers()
+    index.sync([rule("dns", DNS_TEXT), rule("disk", DISK_TEXT), action("dns", DNS_TEXT)], EMBEDDER)
+
+    vectors = workers().vectors(["dns", "disk", "never-indexed"])
+
+    assert set(vectors) == {"dns", "disk"}
+    assert vectors["dns"] == pytest.approx(query(DNS_TEXT), abs=1e-6)
+    assert vectors["disk"] == pytest.approx(query(DISK_TEXT), abs=1e-6)
+    assert workers().vectors([]) == {}
+    assert set(workers().vectors(["dns"], kind="action")) == {"dns"}

@@ -66,3 +66,52 @@ def test_an_idle_client_does_not_ping_the_server_into_goaway(milvus_uri, collect
     options = index.client._get_connection()._grpc_options
     assert options["grpc.keepalive_permit_without_calls"] is False
     assert options["grpc.keepalive_time_ms"] >= 300_000  # gRPC servers' default minimum
+
+
+def test_two_rules_level_on_evidence_are_ordered_by_the_indexed_similarity(
+    tmp_path, milvus_uri, collection, redis_url, redis_client, minilm
+):
+    from theow_client.verdict import Status
+    from theow_workers.config import Settings
+    from theow_workers.core.query import query_text
+    from theow_workers.runtime import Runtime
+    from theow_workers.store.schema import migrate
+
+    rules, actions = tmp_path / "rules", tmp_path / "actions"
+    rules.mkdir()
+    actions.mkdir()
+    stderr = "npm ERR! code ERESOLVE\nnpm ERR! ERESOLVE unable to resolve dependency tree"
+    for name, description in [
+        ("unrelated", "zebra quartz violin"),
+        ("npm_peer_conflict", "npm cannot resolve the dependency tree, a peer dependency conflict"),
+    ]:  # both validate on the same line: only similarity tells them apart
+        (rules / f"{name}.rule.yaml").write_text(
+            f"name: {name}\nmode: track\ndescription: {description}\n"
+            "when:\n  - {fact: stderr, contains: ERESOLVE}\n"
+        )
+    url = f"sqlite:///{tmp_path / 'theow.db'}"
+    migrate(url)
+    settings = Settings.load(
+        env={
+            "THEOW_REDIS_URL": redis_url,
+            "THEOW_MILVUS_URI": milvus_uri,
+            "THEOW_MILVUS_COLLECTION": collection,
+            "THEOW_DATABASE_URL": url,
+            "THEOW_RULES_DIR": str(rules),
+            "THEOW_ACTIONS_DIR": str(actions),
+        }
+    )
+    runtime = Runtime(settings)
+    runtime._embedder = minilm
+    facts = {"stderr": stderr}
+
+    verdict = runtime.service.resolve({"failure_id": "f", "facts": facts}, "f")
+
+    assert (verdict.status, verdict.rule) == (Status.TRACKED, "npm_peer_conflict")
+    assert verdict.also == ("unrelated",)
+    # The worker's scores are the index's own cosine, without searching it.
+    scores = runtime.similarity_for(facts)(["npm_peer_conflict", "unrelated"])
+    vector = minilm.embed([query_text(facts)])[0]
+    searched = runtime.index.search(vector, names=["npm_peer_conflict", "unrelated"])
+    assert scores == pytest.approx({h.name: h.similarity for h in searched}, abs=1e-4)
+    runtime.index.close()

@@ -155,6 +155,18 @@ class MilvusIndex:
         )
         return [Hit(hit["entity"]["name"], float(hit["distance"])) for hit in result[0]]
 
+    def vectors(self, names: Sequence[str], *, kind: str = "rule") -> dict[str, list[float]]:
+        wanted = list(dict.fromkeys(names))
+        if not wanted:
+            return {}
+        rows = self.client.query(
+            self.collection,
+            filter=f"kind == {_quote(kind)} and name in {json.dumps(wanted)}",
+            output_fields=["name", "vector"],
+            limit=min(len(wanted), 16384),
+        )
+        return {row["name"]: [float(x) for x in row["vector"]] for row in rows}
+
     def close(self) -> None:
         if self._client is not None:
             self._client.close()

@@ -110,6 +110,14 @@ class InMemoryIndex:
         hits.sort(key=lambda h: h.similarity, reverse=True)
         return hits[:limit]
 
+    def vectors(self, names: Sequence[str], *, kind: str = "rule") -> dict[str, list[float]]:
+        wanted = set(names)
+        return {
+            entry.name: list(stored)
+            for entry, stored in self._entries.values()
+            if entry.kind == kind and entry.name in wanted
+        }
+
 
 class InMemoryStore:
     """The Store port in a dict, atomic under one lock like the SQL store's transactions."""

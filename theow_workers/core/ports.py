@@ -70,6 +70,10 @@ class RuleIndex(Protocol):
         that does not constrain a key is never excluded by it); ``names`` restricts."""
         ...
 
+    def vectors(self, names: Sequence[str], *, kind: str = "rule") -> dict[str, list[float]]:
+        """The stored vectors of the named entries of ``kind``; a name not indexed is absent."""
+        ...
+
 
 @dataclass(frozen=True)
 class FailureRecord:
