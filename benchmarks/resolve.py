@@ -594,7 +594,14 @@ def main() -> int:
         say(f"starting Valkey, Milvus Lite in {tmp}, the store at {settings.store_url} …")
         stack.start()
         rt = TimedRuntime(settings)
-        book = rt.knowledge().book  # loads the rules and syncs the index (embeds every rule)
+        # Syncing the index embeds every rule: with the vectors kept on disk by text
+        # (THEOW_EMBEDDING_CACHE), only the first run on a machine pays it. The
+        # failures are then embedded as a worker does, with no vectors from disk.
+        from theow_workers.adapters.embedder import MiniLMEmbedder
+
+        rt._embedder = MiniLMEmbedder()
+        book = rt.knowledge().book  # loads the rules and syncs the index
+        rt._embedder = None
         shipped = sum(kind == "shipped" for kind, _ in makers.values())
         result["config"].update(shipped_rules=shipped, rules_version=book.version)
         say(f"{len(book.rules)} rules indexed ({shipped} shipped, the rest synthesized)")
