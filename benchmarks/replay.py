@@ -189,6 +189,11 @@ def one_run(args: argparse.Namespace, env: dict, history: Path, client: Any, pro
     stop = threading.Event()
     thread = threading.Thread(target=live_probe, args=(client, probe, stop, latencies))
     cmd = [sys.executable, "-m", "theow_workers.cli", "replay", str(history), "--json"]
+    if args.profile_dir:
+        driver_prof = (
+            args.profile_dir / f"driver-{len(list(args.profile_dir.glob('driver-*')))}.prof"
+        )
+        cmd[1:3] = ["-m", "cProfile", "-o", str(driver_prof), "-m", "theow_workers.cli"]
     worker_cpu_before = cpu_seconds(replay_pid)
     cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
@@ -213,6 +218,10 @@ def one_run(args: argparse.Namespace, env: dict, history: Path, client: Any, pro
     fps = job["processed"] / elapsed
     noop_fps = job["processed"] / per_failure_floor_s
     rss = peak_rss_mb(replay_pid)
+    if args.profile_dir:
+        workers = sorted(args.profile_dir.glob(f"replay-{job['id']}-*.prof"))
+        args.profiles = {"driver (theow replay)": profile_top([driver_prof]),
+                         f"replay worker ({len(workers)} processes)": profile_top(workers)}  # fmt: skip
     return {
         "failures": job["processed"], "seconds": elapsed, "throughput_fps": fps,
         "driver_cpu_s": driver_cpu, "replay_worker_cpu_ms_per_failure": 1000 * worker_cpu / job["processed"],
@@ -225,6 +234,20 @@ def one_run(args: argparse.Namespace, env: dict, history: Path, client: Any, pro
         "live_p95_ms": pct(latencies, 95), "live_max_ms": max(latencies),
         "replay_worker_peak_rss_mb": max(rss.values()), "replay_worker_rss_sum_mb": sum(rss.values()),
     }  # fmt: skip
+
+
+def profile_top(paths: list[Path], n: int = 25) -> str:
+    """The top of cProfile files merged, by own time: where the CPU went."""
+    import io
+    import pstats
+
+    if not paths:
+        return "(no profile written)"
+    out = io.StringIO()
+    stats = pstats.Stats(*map(str, paths), stream=out)
+    stats.sort_stats("tottime").print_stats(n)
+    text = out.getvalue()
+    return text[text.find("   ncalls") :] if "   ncalls" in text else text
 
 
 def real(paths: list[Path]) -> list[str]:
@@ -257,6 +280,10 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
     ap.add_argument("--keep", action="store_true", help="keep the temporary home")
     ap.add_argument(
+        "--profile", action="store_true",
+        help="cProfile the command and the replay worker; print the top of each (slows the run)",
+    )  # fmt: skip
+    ap.add_argument(
         "--history", type=Path, action="append",
         help="replay these real logs (JSON Lines, .gz too; repeatable) instead of the made-up mix",
     )  # fmt: skip
@@ -282,6 +309,10 @@ def main() -> int:
     shutil.copytree(ROOT / "rules", settings.rules_dir)  # a snapshot: the same rules every run
     shutil.copytree(ROOT / "actions", settings.actions_dir)
     history = tmp / "history.jsonl"
+    args.profile_dir, args.profiles = (tmp / "profile" if args.profile else None), {}
+    if args.profile_dir:
+        args.profile_dir.mkdir()
+        os.environ["THEOW_REPLAY_PROFILE"] = str(args.profile_dir)  # read by the replay worker
     lines = real(args.history) if args.history else corpus(args.failures, args.seed, args.log_bytes)
     args.failures = len(lines)
     history.write_text("\n".join(lines) + "\n")
@@ -344,6 +375,12 @@ def main() -> int:
     result["median"] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     result["target_fps"] = TARGET_FPS
     result["pass"] = result["median"]["throughput_fps"] >= TARGET_FPS
+    if args.profiles:
+        result["profile"] = args.profiles  # the last run's
+        for name, text in args.profiles.items():
+            console.print(
+                f"[bold]profile, {name}[/bold] (last run, by own time)\n{text}", highlight=False
+            )
     if args.json:
         print(json.dumps(result, indent=2))
     else:
