@@ -19,8 +19,10 @@ True
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -122,7 +124,7 @@ def _kept(text: str, limit: int, searches: _Searches | None = None) -> list[tupl
     kept = [(0, head), (len(text) - tail, len(text))]
     budget = limit - head - tail
     for tier, (markers, before, after) in enumerate(ERROR_TIERS):
-        found = _Markers(searches.of(tier, markers), head, len(text) - tail)
+        found = _Markers(functools.partial(searches.of, tier, markers), head, len(text) - tail)
         while budget >= MIN_WINDOW and (at := found.last()) is not None:
             start, end = lines_around(text, at, before, after)
             end = min(end, start + budget + _overlap(kept, start, end))
@@ -189,19 +191,22 @@ class _Searches:
 class _Markers:
     """The last occurrence of any marker in text[low:high], moving towards the start."""
 
-    def __init__(self, markers: list[_Occurrences], low: int, high: int) -> None:
-        self.low = low
-        self.next = {m: m.rfind(low, high) for m in markers}
+    def __init__(self, markers: Callable[[], list[_Occurrences]], low: int, high: int) -> None:
+        self.markers, self.low, self.high = markers, low, high
+        self.next: dict[_Occurrences, int] | None = None  # searched when first asked
 
     def last(self) -> int | None:
+        if self.next is None:  # a tier is not searched once the budget is spent
+            self.next = {m: m.rfind(self.low, self.high) for m in self.markers()}
         at = max(self.next.values(), default=-1)
         return at if at >= 0 else None
 
     def skip_to(self, position: int) -> None:
         """Forget every occurrence at or after ``position`` (it is kept already)."""
-        for marker, at in self.next.items():
+        found = self.next or {}
+        for marker, at in found.items():
             if at >= position:
-                self.next[marker] = marker.rfind(self.low, position)
+                found[marker] = marker.rfind(self.low, position)
 
 
 def lines_around(text: str, at: int, before: int, after: int) -> tuple[int, int]:
