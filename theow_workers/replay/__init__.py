@@ -35,8 +35,9 @@ small (``replay_chunk_bytes``, 512 KB of facts: a fraction of a second of work,
 whatever the logs' size; at most ``replay_chunk_size``, 200, failures) with
 prefetch 1 (a killed worker redoes at most one small chunk, a cancel takes
 effect within a chunk), and the driver keeps at most ``replay_in_flight``
-chunks queued (Redis holds megabytes, not the whole history). The price: a replay runs slower while live traffic is
-heavy, which is the intended order of priorities.
+chunks queued (Redis holds megabytes, not the whole history). The price: a
+replay runs slower while live traffic is heavy, which is the intended order of
+priorities.
 
 Warning: ``theow worker --queues resolve,replay`` works but gives up this
 guarantee; a live failure may wait for a chunk (a fraction of a second) in each
