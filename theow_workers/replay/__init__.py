@@ -31,7 +31,7 @@ that a replay cannot occupy, whatever the replay's size.
 What remains shared is CPU and the database. On one machine ``theow up``
 starts the replay worker at a lower CPU priority (``replay_nice``, 10), so
 when both compete the kernel gives the resolver most of the CPU; chunks are
-small (``replay_chunk_bytes``, 512 KB of facts: a fraction of a second of work,
+small (``replay_chunk_bytes``, 1 MB of facts: a fraction of a second of work,
 whatever the logs' size; at most ``replay_chunk_size``, 200, failures) with
 prefetch 1 (a killed worker redoes at most one small chunk, a cancel takes
 effect within a chunk), and the driver keeps at most ``replay_in_flight``

@@ -121,7 +121,7 @@ class Driver:
         in_flight: int = 8,
         poll: float = 0.05,
         show_progress: bool = True,
-        chunk_bytes: int = 512 * 1024,
+        chunk_bytes: int = 1024 * 1024,
     ) -> None:
         """A chunk closes at ``chunk_bytes`` of facts sent or ``chunk_size`` items.
 
