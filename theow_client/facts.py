@@ -18,8 +18,11 @@ True
 
 from __future__ import annotations
 
+import bisect
+import functools
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -87,8 +90,9 @@ def bound_text(text: str, limit: int = DEFAULT_FACT_LIMIT) -> tuple[str, dict[st
     if len(text) <= limit:
         return text, None
     room = limit
+    searches = _Searches(text)
     while True:
-        kept = _kept(text, max(room, 0))
+        kept = _kept(text, max(room, 0), searches)
         pieces, last = [], 0
         for start, end in kept:
             if start > last:
@@ -113,17 +117,14 @@ def bound_text(text: str, limit: int = DEFAULT_FACT_LIMIT) -> tuple[str, dict[st
     return bounded, note
 
 
-def _kept(text: str, limit: int) -> list[tuple[int, int]]:
+def _kept(text: str, limit: int, searches: _Searches | None = None) -> list[tuple[int, int]]:
     """The merged [start, end) spans of ``text`` that bounding to ``limit`` keeps."""
+    searches = searches or _Searches(text)
     head, tail = int(limit * HEAD_SHARE), int(limit * TAIL_SHARE)
     kept = [(0, head), (len(text) - tail, len(text))]
     budget = limit - head - tail
     for tier, (markers, before, after) in enumerate(ERROR_TIERS):
-        searched = text
-        if tier == LOWER_CASED:
-            lowered = text.lower()
-            searched = lowered if len(lowered) == len(text) else text
-        found = _Markers(searched, markers, head, len(text) - tail)
+        found = _Markers(functools.partial(searches.of, tier, markers), head, len(text) - tail)
         while budget >= MIN_WINDOW and (at := found.last()) is not None:
             start, end = lines_around(text, at, before, after)
             end = min(end, start + budget + _overlap(kept, start, end))
@@ -135,22 +136,77 @@ def _kept(text: str, limit: int) -> list[tuple[int, int]]:
     return [(start, end) for start, end in _merged(kept) if end > start]
 
 
+class _Occurrences:
+    """Where one marker occurs in a text: ``str.rfind`` answers, remembered.
+
+    ``bound_text`` computes its cut again and again with a little less room
+    (up to ~20 times for a megabyte log), each time looking for every marker:
+    searching the text once per marker instead keeps a 1 MB log at a few ms.
+    Every start in [``floor``, the last possible start] is known (``starts``,
+    descending); lower parts are searched when a question reaches them.
+    """
+
+    def __init__(self, text: str, marker: str) -> None:
+        self.text, self.marker = text, marker
+        self.floor = len(text) - len(marker) + 1
+        self._negated: list[int] = []  # -start of every start known, ascending
+
+    def rfind(self, low: int, high: int) -> int:
+        """``text.rfind(marker, low, high)`` for 0 <= low, high <= len(text)."""
+        bound = high - len(self.marker)  # the last start that fits
+        if bound < low:
+            return -1
+        while True:
+            i = bisect.bisect_left(self._negated, -bound)
+            if i < len(self._negated):  # the last known start at or before bound
+                return -self._negated[i] if -self._negated[i] >= low else -1
+            if self.floor <= low:
+                return -1
+            at = self.text.rfind(self.marker, low, self.floor - 1 + len(self.marker))
+            if at < 0:
+                self.floor = low
+                return -1
+            self._negated.append(-at)
+            self.floor = at
+
+
+class _Searches:
+    """The markers' occurrences in one text (and its lower-cased form), shared by every cut."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._lowered: str | None = None
+        self._found: dict[tuple[int, str], _Occurrences] = {}
+
+    def of(self, tier: int, markers: tuple[str, ...]) -> list[_Occurrences]:
+        searched = self.text
+        if tier == LOWER_CASED:
+            if self._lowered is None:
+                self._lowered = self.text.lower()
+            # Lower-casing may change the length (rare scripts): then search the text as is.
+            searched = self._lowered if len(self._lowered) == len(self.text) else self.text
+        return [self._found.setdefault((tier, m), _Occurrences(searched, m)) for m in markers]
+
+
 class _Markers:
     """The last occurrence of any marker in text[low:high], moving towards the start."""
 
-    def __init__(self, text: str, markers: tuple[str, ...], low: int, high: int) -> None:
-        self.text, self.low = text, low
-        self.next = {m: text.rfind(m, low, high) for m in markers}
+    def __init__(self, markers: Callable[[], list[_Occurrences]], low: int, high: int) -> None:
+        self.markers, self.low, self.high = markers, low, high
+        self.next: dict[_Occurrences, int] | None = None  # searched when first asked
 
     def last(self) -> int | None:
+        if self.next is None:  # a tier is not searched once the budget is spent
+            self.next = {m: m.rfind(self.low, self.high) for m in self.markers()}
         at = max(self.next.values(), default=-1)
         return at if at >= 0 else None
 
     def skip_to(self, position: int) -> None:
         """Forget every occurrence at or after ``position`` (it is kept already)."""
-        for marker, at in self.next.items():
+        found = self.next or {}
+        for marker, at in found.items():
             if at >= position:
-                self.next[marker] = self.text.rfind(marker, self.low, position)
+                found[marker] = marker.rfind(self.low, position)
 
 
 def lines_around(text: str, at: int, before: int, after: int) -> tuple[int, int]:

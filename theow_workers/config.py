@@ -93,8 +93,10 @@ class Settings(BaseModel):
     worker_concurrency: int = 2
 
     # Replay (theow_workers/replay): small chunks, a bounded number queued, a separate
-    # worker at lower CPU priority so live resolves come first.
-    replay_chunk_size: int = 25
+    # worker at lower CPU priority so live resolves come first. A chunk closes at
+    # replay_chunk_bytes of facts or replay_chunk_size failures, whichever comes first.
+    replay_chunk_size: int = 200
+    replay_chunk_bytes: int = 1024 * 1024
     replay_in_flight: int = 8
     replay_concurrency: int = 2
     replay_nice: int = 10

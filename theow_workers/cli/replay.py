@@ -10,6 +10,9 @@ JOB is a job id, or ``last``. Exit codes: 0 done, 1 incomplete or cancelled,
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import signal
 from pathlib import Path
 from typing import Annotated, Any
@@ -46,6 +49,10 @@ ReportDir = Annotated[
 ]
 
 
+# The rules' names and version, by their files' signature (``_rules``), in the home directory.
+RULES_SUMMARY = "replay-rules.json"
+
+
 def _fail(message: str, code: int = 2) -> typer.Exit:
     """What stops a replay command is mostly its usage or its source: exit 2."""
     return fail(message, code)
@@ -79,15 +86,36 @@ def _open(job_id: str) -> tuple[Settings, Any, Any]:
 
 
 def _rules(settings: Settings) -> tuple[list[str], str]:
-    """Rule names and version as this machine sees them ([] if they do not load)."""
-    from theow_workers.runtime import Knowledge
+    """Rule names and version as this machine sees them ([] if they do not load).
 
+    Loading and checking a few hundred rules takes about a second, as long as
+    replaying hundreds of failures: the answer is kept in the home directory
+    under the rule and action files' signature (names, sizes, mtimes, as the
+    workers notice changes), so the next replay of unchanged rules starts at once.
+    """
+    from theow_workers.runtime import Knowledge, directory_signature
+
+    signature = [list(f) for f in directory_signature(settings.rules_dir, settings.actions_dir)]
+    kept = settings.home / RULES_SUMMARY
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        summary = json.loads(kept.read_text())
+        if summary["signature"] == signature:
+            return list(summary["names"]), str(summary["version"])
     try:
         knowledge = Knowledge.load(settings.rules_dir, settings.actions_dir)
     except Exception as exc:  # a broken actions dir must not stop a replay; workers decide
         err.print(f"[yellow]rules not loaded here ({exc}); 'matched nothing' is unknown[/yellow]")
         return [], ""
-    return sorted(r.name for r in knowledge.rules.rules), knowledge.book.version
+    if knowledge.rules.errors:  # the workers serve the last valid rules: ask again next time
+        return sorted(r.name for r in knowledge.rules.rules), knowledge.book.version
+    names = sorted(r.name for r in knowledge.rules.rules)
+    summary = {"signature": signature, "names": names, "version": knowledge.book.version}
+    with contextlib.suppress(OSError):
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        draft = kept.with_name(f".{kept.name}.{os.getpid()}")
+        draft.write_text(json.dumps(summary))
+        draft.replace(kept)  # whole or not at all, whoever reads it at the same time
+    return names, knowledge.book.version
 
 
 @replay_app.command("run")
@@ -250,7 +278,10 @@ def _drive(
     from theow_workers.replay.driver import BrokerLost, Driver, celery_sender
     from theow_workers.store.replay import CANCELLED, DONE
 
-    driver = Driver(store, celery_sender(), err, s.replay_chunk_size, s.replay_in_flight)
+    driver = Driver(
+        store, celery_sender(), err, s.replay_chunk_size, s.replay_in_flight,
+        chunk_bytes=s.replay_chunk_bytes,
+    )  # fmt: skip
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         job = driver.run(job, source)

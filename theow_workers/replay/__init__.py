@@ -31,13 +31,15 @@ that a replay cannot occupy, whatever the replay's size.
 What remains shared is CPU and the database. On one machine ``theow up``
 starts the replay worker at a lower CPU priority (``replay_nice``, 10), so
 when both compete the kernel gives the resolver most of the CPU; chunks are
-small (``replay_chunk_size``, 25) with prefetch 1 (a killed worker redoes at
-most one small chunk, a cancel takes effect within a chunk), and the driver
-keeps at most ``replay_in_flight`` chunks queued (Redis holds megabytes, not
-the whole history). The price: a replay runs slower while live traffic is
-heavy, which is the intended order of priorities.
+small (``replay_chunk_bytes``, 1 MB of facts: a fraction of a second of work,
+whatever the logs' size; at most ``replay_chunk_size``, 200, failures) with
+prefetch 1 (a killed worker redoes at most one small chunk, a cancel takes
+effect within a chunk), and the driver keeps at most ``replay_in_flight``
+chunks queued (Redis holds megabytes, not the whole history). The price: a
+replay runs slower while live traffic is heavy, which is the intended order of
+priorities.
 
 Warning: ``theow worker --queues resolve,replay`` works but gives up this
-guarantee; a live failure may wait for a chunk (about 25 x a few ms) in each
+guarantee; a live failure may wait for a chunk (a fraction of a second) in each
 process.
 """

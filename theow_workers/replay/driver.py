@@ -50,7 +50,6 @@ from theow_workers.store.replay import (
 )
 
 PASSES = 3
-CHUNK_BYTES = 4 * 1024 * 1024
 HEARTBEAT = timedelta(seconds=5)
 STALE = timedelta(seconds=30)  # a running job whose driver is silent this long is orphaned
 STALL_HINT_SECONDS = 30.0
@@ -118,13 +117,23 @@ class Driver:
         store: ReplayStore,
         send: Callable[[dict[str, Any]], Any],
         console: Console,
-        chunk_size: int = 25,
+        chunk_size: int = 200,
         in_flight: int = 8,
         poll: float = 0.05,
         show_progress: bool = True,
+        chunk_bytes: int = 1024 * 1024,
     ) -> None:
+        """A chunk closes at ``chunk_bytes`` of facts sent or ``chunk_size`` items.
+
+        A worker's time per item grows with its log, so chunks sized by bytes
+        take about as long whether the logs are 10 KB or 64 KB: a chunk is
+        long enough that its transaction and its round trip through the broker
+        cost little per item, short enough that a cancel or a killed worker
+        costs a fraction of a second.
+        """
         self.store, self.send, self.console = store, send, console
         self.chunk_size, self.in_flight, self.poll = max(1, chunk_size), max(1, in_flight), poll
+        self.chunk_bytes = max(1, chunk_bytes)
         self.show_progress = show_progress
         self._pending: dict[str, Any] = {}
         self.chunk_errors: list[str] = []
@@ -207,8 +216,8 @@ class Driver:
                     local.append(item)
                     continue
                 chunk.append(item)
-                size += pending.size
-                if len(chunk) >= self.chunk_size or size >= CHUNK_BYTES:
+                size += len(item.get("facts_json", "")) or pending.size
+                if len(chunk) >= self.chunk_size or size >= self.chunk_bytes:
                     sent += self._send(chunk)
                     chunk, size = [], 0
             self.store.record(self._job.id, local)

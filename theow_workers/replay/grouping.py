@@ -101,15 +101,22 @@ def normalize(line: str) -> str:
     return line.strip()
 
 
+# Each tier's markers as a line holds them (no line breaks), worked out once, not per line.
+_LINE_MARKERS = tuple(
+    tuple(m.strip("\r\n") for m in markers if m.strip("\r\n")) for markers, _, _ in ERROR_TIERS
+)
+
+
 def _tier(line: str) -> int | None:
     """The strongest bounding tier whose marker ``line`` holds (0 strongest), or None."""
     lowered = None
-    for tier, (markers, _, _) in enumerate(ERROR_TIERS):
+    for tier, markers in enumerate(_LINE_MARKERS):
         if tier == LOWER_CASED:
             lowered = line.lower()
         searched = lowered if lowered is not None else line
-        if any(marker.strip("\r\n") in searched for marker in markers if marker.strip("\r\n")):
-            return tier
+        for marker in markers:
+            if marker in searched:
+                return tier
     return None
 
 

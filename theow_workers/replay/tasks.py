@@ -12,8 +12,13 @@ failure id exactly as a live failure is.
 
 from __future__ import annotations
 
+import contextlib
+import cProfile
 import dataclasses
 import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from celery import Task
@@ -39,7 +44,29 @@ def replay(self: Task, chunk: dict[str, Any]) -> dict[str, Any]:
         log.error("replay chunk %s unreadable: %s", self.request.id, chunk[names.UNREADABLE])
         return {"recorded": 0, "unreadable": str(chunk[names.UNREADABLE])}
     run = runner()
-    return run.run(chunk, delivery=_count(f"replay-chunk:{self.request.id}"))
+    delivery = _count(f"replay-chunk:{self.request.id}")
+    if not PROFILE_DIR:
+        return run.run(chunk, delivery=delivery)
+    with _profiled(str(chunk.get("job_id"))):
+        return run.run(chunk, delivery=delivery)
+
+
+# A directory: each pool process profiles a job's chunks (cProfile) into
+# replay-<job>-<pid>.prof there, for ``benchmarks/replay.py --profile``. Off unless set.
+PROFILE_DIR = os.environ.get("THEOW_REPLAY_PROFILE", "")
+_profiles: dict[str, cProfile.Profile] = {}
+
+
+@contextlib.contextmanager
+def _profiled(job_id: str) -> Iterator[None]:
+    """This process's chunks of the job so far, in one profile written after each chunk."""
+    profile = _profiles.setdefault(job_id, cProfile.Profile())
+    profile.enable()
+    try:
+        yield
+    finally:
+        profile.disable()
+        profile.dump_stats(Path(PROFILE_DIR) / f"replay-{job_id}-{os.getpid()}.prof")
 
 
 def _count(delivery_id: str) -> int:
