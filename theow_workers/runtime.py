@@ -18,6 +18,7 @@ import inspect
 import logging
 import threading
 import time
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,7 +167,7 @@ class Runtime:
         self._knowledge: Knowledge | None = None
         self._signature: tuple[tuple[str, int, int], ...] = ()
         self._checked_at = 0.0
-        self._vectors: dict[str, list[float]] = {}  # rule name -> its indexed vector
+        self._vectors: dict[str, array[float]] = {}  # rule name -> its indexed vector
         self._vectors_version = ""
 
     @property
@@ -301,18 +302,25 @@ class Runtime:
 
         return similarity
 
-    def rule_vectors(self, rule_names: Sequence[str]) -> dict[str, list[float]]:
-        """The index's vectors of these rules (a rule not indexed is absent)."""
-        version = self.knowledge().book.version
+    def rule_vectors(self, rule_names: Sequence[str]) -> dict[str, Sequence[float]]:
+        """The index's vectors of these rules (a rule not indexed is absent).
+
+        The first call of a rules version fetches every rule's vector in one
+        query (Milvus Lite takes about as long for one name as for all), kept
+        as float32: 1.5 KB a rule, 15 MB a worker process at 10,000 rules.
+        """
+        book = self.knowledge().book
         with self._lock:
-            if version != self._vectors_version:
-                self._vectors, self._vectors_version = {}, version
-            missing = [n for n in dict.fromkeys(rule_names) if n not in self._vectors]
+            if book.version != self._vectors_version:
+                self._vectors, self._vectors_version = {}, book.version
+                missing = [r.name for r in book.rules]
+            else:
+                missing = [n for n in dict.fromkeys(rule_names) if n not in self._vectors]
         if missing:
             fetched = self.index.vectors(missing, kind="rule")
             with self._lock:
-                if version == self._vectors_version:
-                    self._vectors.update(fetched)  # one not indexed yet is asked again
+                if book.version == self._vectors_version:  # one not indexed yet is asked again
+                    self._vectors.update({n: array("f", v) for n, v in fetched.items()})
         with self._lock:
             return {n: self._vectors[n] for n in rule_names if n in self._vectors}
 

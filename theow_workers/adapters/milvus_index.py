@@ -30,6 +30,7 @@ MAX_ARRAY = 64
 MAX_PAIR = 1024
 # Upserts go in batches: a thousand rules with vectors is several MB per call.
 BATCH = 128
+QUERY_LIMIT = 16384  # rows one Milvus query or search returns at most
 
 
 def _quote(value: str) -> str:
@@ -86,7 +87,10 @@ class MilvusIndex:
 
     def hashes(self) -> dict[str, str]:
         rows = self.client.query(
-            self.collection, filter='id != ""', output_fields=["id", "content_hash"], limit=16384
+            self.collection,
+            filter='id != ""',
+            output_fields=["id", "content_hash"],
+            limit=QUERY_LIMIT,
         )
         return {row["id"]: row["content_hash"] for row in rows}
 
@@ -148,7 +152,7 @@ class MilvusIndex:
         result = self.client.search(
             self.collection,
             [list(vector)],
-            limit=min(limit, 16384),
+            limit=min(limit, QUERY_LIMIT),
             filter=" and ".join(clauses),
             output_fields=["name"],
             search_params={"metric_type": "COSINE"},
@@ -157,15 +161,17 @@ class MilvusIndex:
 
     def vectors(self, names: Sequence[str], *, kind: str = "rule") -> dict[str, list[float]]:
         wanted = list(dict.fromkeys(names))
-        if not wanted:
-            return {}
-        rows = self.client.query(
-            self.collection,
-            filter=f"kind == {_quote(kind)} and name in {json.dumps(wanted)}",
-            output_fields=["name", "vector"],
-            limit=min(len(wanted), 16384),
-        )
-        return {row["name"]: [float(x) for x in row["vector"]] for row in rows}
+        found: dict[str, list[float]] = {}
+        for start in range(0, len(wanted), QUERY_LIMIT):  # Milvus returns at most this many
+            batch = wanted[start : start + QUERY_LIMIT]
+            rows = self.client.query(
+                self.collection,
+                filter=f"kind == {_quote(kind)} and name in {json.dumps(batch)}",
+                output_fields=["name", "vector"],
+                limit=len(batch),
+            )
+            found.update({row["name"]: [float(x) for x in row["vector"]] for row in rows})
+        return found
 
     def close(self) -> None:
         if self._client is not None:
