@@ -13,18 +13,38 @@ from theow_workers.adapters.milvus_index import MilvusIndex
 pytestmark = pytest.mark.integration
 
 
+def worker_runtime(tmp_path, redis_url, milvus_uri, collection, minilm):
+    """A worker process's runtime on the rules in ``tmp_path/rules``, with the session's model."""
+    from theow_workers.config import Settings
+    from theow_workers.runtime import Runtime
+    from theow_workers.store.schema import migrate
+
+    (tmp_path / "actions").mkdir()
+    url = f"sqlite:///{tmp_path / 'theow.db'}"
+    migrate(url)
+    settings = Settings.load(
+        env={
+            "THEOW_REDIS_URL": redis_url,
+            "THEOW_MILVUS_URI": milvus_uri,
+            "THEOW_MILVUS_COLLECTION": collection,
+            "THEOW_DATABASE_URL": url,
+            "THEOW_RULES_DIR": str(tmp_path / "rules"),
+            "THEOW_ACTIONS_DIR": str(tmp_path / "actions"),
+        }
+    )
+    runtime = Runtime(settings)
+    runtime._embedder = minilm  # the session's model: MiniLM takes seconds to load again
+    return runtime
+
+
 def test_a_validating_rule_is_found_by_a_worker_even_when_it_ranks_below_top_k(
     tmp_path, milvus_uri, collection, redis_url, redis_client, minilm
 ):
     from theow_client.verdict import Status
-    from theow_workers.config import Settings
     from theow_workers.core.query import query_text
-    from theow_workers.runtime import Runtime
-    from theow_workers.store.schema import migrate
 
-    rules, actions = tmp_path / "rules", tmp_path / "actions"
+    rules = tmp_path / "rules"
     rules.mkdir()
-    actions.mkdir()
     stderr = "npm ERR! code ERESOLVE\nnpm ERR! ERESOLVE unable to resolve dependency tree"
     for i in range(30):  # read like the failure, never validate
         (rules / f"decoy_{i}.rule.yaml").write_text(
@@ -34,20 +54,7 @@ def test_a_validating_rule_is_found_by_a_worker_even_when_it_ranks_below_top_k(
     (rules / "right.rule.yaml").write_text(
         "name: right\nmode: track\ndescription: zebra quartz violin\nwhen:\n  - {fact: stderr, contains: ERESOLVE}\n"
     )
-    url = f"sqlite:///{tmp_path / 'theow.db'}"
-    migrate(url)
-    settings = Settings.load(
-        env={
-            "THEOW_REDIS_URL": redis_url,
-            "THEOW_MILVUS_URI": milvus_uri,
-            "THEOW_MILVUS_COLLECTION": collection,
-            "THEOW_DATABASE_URL": url,
-            "THEOW_RULES_DIR": str(rules),
-            "THEOW_ACTIONS_DIR": str(actions),
-        }
-    )
-    runtime = Runtime(settings)
-    runtime._embedder = minilm  # the session's model: MiniLM takes seconds to load again
+    runtime = worker_runtime(tmp_path, redis_url, milvus_uri, collection, minilm)
     verdict = runtime.service.resolve({"failure_id": "f", "facts": {"stderr": stderr}}, "f")
 
     vector = runtime.embedder.embed([query_text({"stderr": stderr})])[0]
@@ -72,14 +79,10 @@ def test_two_rules_level_on_evidence_are_ordered_by_the_indexed_similarity(
     tmp_path, milvus_uri, collection, redis_url, redis_client, minilm
 ):
     from theow_client.verdict import Status
-    from theow_workers.config import Settings
     from theow_workers.core.query import query_text
-    from theow_workers.runtime import Runtime
-    from theow_workers.store.schema import migrate
 
-    rules, actions = tmp_path / "rules", tmp_path / "actions"
+    rules = tmp_path / "rules"
     rules.mkdir()
-    actions.mkdir()
     stderr = "npm ERR! code ERESOLVE\nnpm ERR! ERESOLVE unable to resolve dependency tree"
     for name, description in [
         ("unrelated", "zebra quartz violin"),
@@ -89,20 +92,7 @@ def test_two_rules_level_on_evidence_are_ordered_by_the_indexed_similarity(
             f"name: {name}\nmode: track\ndescription: {description}\n"
             "when:\n  - {fact: stderr, contains: ERESOLVE}\n"
         )
-    url = f"sqlite:///{tmp_path / 'theow.db'}"
-    migrate(url)
-    settings = Settings.load(
-        env={
-            "THEOW_REDIS_URL": redis_url,
-            "THEOW_MILVUS_URI": milvus_uri,
-            "THEOW_MILVUS_COLLECTION": collection,
-            "THEOW_DATABASE_URL": url,
-            "THEOW_RULES_DIR": str(rules),
-            "THEOW_ACTIONS_DIR": str(actions),
-        }
-    )
-    runtime = Runtime(settings)
-    runtime._embedder = minilm
+    runtime = worker_runtime(tmp_path, redis_url, milvus_uri, collection, minilm)
     facts = {"stderr": stderr}
 
     verdict = runtime.service.resolve({"failure_id": "f", "facts": facts}, "f")
