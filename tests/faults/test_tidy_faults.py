@@ -81,7 +81,7 @@ def test_losing_the_broker_while_waiting_for_a_verdict_prints_one_line(tmp_path,
 
 
 def test_a_replay_that_loses_the_broker_says_so_in_one_line_and_can_be_resumed(tmp_path, broker):
-    env = environment(tmp_path, broker.port)
+    env = {**environment(tmp_path, broker.port), "THEOW_REPLAY_CHUNK_SIZE": "25"}
     migrate(env["THEOW_DATABASE_URL"])
     history = tmp_path / "history.jsonl"
     history.write_text("".join(json.dumps({"stderr": f"ECHO w{i}"}) + "\n" for i in range(200)))
