@@ -28,6 +28,9 @@ Each run replays the whole file with ``theow replay FILE`` as a subprocess
   ``theow_client`` every 0.5 s and waited for (p50, p95, max), against the
   same measured with no replay running;
 * peak memory: the highest RSS (VmHWM, /proc) of each replay worker process;
+* memory growth: the replay worker's processes' RSS together, sampled twice a
+  second, at the end against a tenth of the run in (``replay_worker_rss_growth``,
+  1.0 is flat);
 * CPU: seconds the replay worker processes and the command used, per failure,
   and the rate 2 cores would sustain if nothing else ran (``cpu_bound_fps_2_cores``)
   — on a shared machine the wall-clock rate depends on everyone else's load.
@@ -128,8 +131,8 @@ def wait_for_worker(redis_url: str, name: str, timeout: float = 120) -> None:
         app.close()
 
 
-def peak_rss_mb(pid: int) -> dict[str, float]:
-    """VmHWM of a worker's main process and of each child (its pool processes)."""
+def peak_rss_mb(pid: int, field: str = "VmHWM") -> dict[str, float]:
+    """VmHWM (or ``field``: VmRSS now) of a worker's main process and of each child (its pool processes)."""
     pids = [pid] + [
         int(p.name) for p in Path("/proc").iterdir()
         if p.name.isdigit() and _ppid(int(p.name)) == pid
@@ -138,7 +141,7 @@ def peak_rss_mb(pid: int) -> dict[str, float]:
     for p in pids:
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
+                if line.startswith(f"{field}:"):
                     out["main" if p == pid else f"pool-{p}"] = int(line.split()[1]) / 1024
         except OSError:
             continue
@@ -163,6 +166,25 @@ def _ppid(pid: int) -> int:
         return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
     except (OSError, IndexError, ValueError):
         return -1
+
+
+def sample_rss(pid: int, stop: threading.Event, out: list[tuple[float, float]]) -> None:
+    """(seconds since start, MB) of a worker's processes together, twice a second."""
+    start = time.perf_counter()
+    while not stop.is_set():
+        out.append((time.perf_counter() - start, sum(peak_rss_mb(pid, "VmRSS").values())))
+        stop.wait(0.5)
+
+
+def rss_growth(samples: list[tuple[float, float]]) -> dict[str, float]:
+    """Resident memory once warm (a tenth of the run in) against the end: flat is 1.0."""
+    if not samples:
+        return {}
+    warm_from = samples[-1][0] / 10
+    warm = next(mb for t, mb in samples if t >= warm_from)
+    end = samples[-1][1]
+    return {"replay_worker_rss_warm_mb": warm, "replay_worker_rss_end_mb": end,
+            "replay_worker_rss_growth": end / warm if warm else 0.0}  # fmt: skip
 
 
 def pct(values: list[float], q: float) -> float:
@@ -192,6 +214,8 @@ def one_run(args: argparse.Namespace, env: dict, history: Path, client: Any, pro
     latencies: list[float] = []
     stop = threading.Event()
     thread = threading.Thread(target=live_probe, args=(client, probe, stop, latencies))
+    memory: list[tuple[float, float]] = []
+    sampler = threading.Thread(target=sample_rss, args=(replay_pid, stop, memory))
     cmd = [sys.executable, "-m", "theow_workers.cli", "replay", str(history), "--json"]
     if args.profile_dir:
         driver_prof = (
@@ -203,6 +227,7 @@ def one_run(args: argparse.Namespace, env: dict, history: Path, client: Any, pro
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)  # fmt: skip
     thread.start()
+    sampler.start()
     output, _ = proc.communicate(timeout=args.timeout)
     elapsed = time.perf_counter() - start
     cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -212,6 +237,7 @@ def one_run(args: argparse.Namespace, env: dict, history: Path, client: Any, pro
     worker_cpu = cpu_seconds(replay_pid) - worker_cpu_before
     stop.set()
     thread.join()
+    sampler.join()
     if proc.returncode != 0:
         raise RuntimeError(f"theow replay exited with {proc.returncode}")
     report = json.loads(output)
@@ -237,6 +263,7 @@ def one_run(args: argparse.Namespace, env: dict, history: Path, client: Any, pro
         "live_n": len(latencies), "live_p50_ms": pct(latencies, 50),
         "live_p95_ms": pct(latencies, 95), "live_max_ms": max(latencies),
         "replay_worker_peak_rss_mb": max(rss.values()), "replay_worker_rss_sum_mb": sum(rss.values()),
+        **rss_growth(memory),
     }  # fmt: skip
 
 
