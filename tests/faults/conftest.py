@@ -106,16 +106,18 @@ class FaultStack:
         kombu's Redis transport can end a worker's main process when the broker
         goes away mid-ack (an AttributeError in its restore path after
         "Connection to broker lost"). Only such an exit is restarted here: a
-        worker that died any other way still fails the suite.
+        worker that died any other way still fails the suite. A casualty may
+        still be winding down when this looks (its "Unrecoverable error" is
+        logged seconds before it exits): it is waited for, then restarted.
         """
         for name, proc in list(self.workers.items()):
-            if proc.poll() is None:
-                continue
             log = self.log(name)
             lost = log.rfind("Connection to broker lost")
-            assert lost >= 0 and "Unrecoverable error" in log[lost:], (
-                f"worker {name} exited, not on losing the broker: {log[-3000:]}"
-            )
+            ended = lost >= 0 and "Unrecoverable error" in log[lost:]
+            if proc.poll() is None and not ended:
+                continue
+            assert ended, f"worker {name} exited, not on losing the broker: {log[-3000:]}"
+            proc.wait(30)
             self.faults.append(f"{name} ended by kombu on the broker restart, restarted")
             self.start_worker(name, self.concurrency[name])
 
