@@ -140,6 +140,11 @@ def key_explore_done(fingerprint: str) -> str:
     return f"{KEY_PREFIX}explore:done:{fingerprint}"
 
 
+def key_query_vector(model: str, digest: str) -> str:
+    """A failure's query vector (float32), by its normalized text's hash."""
+    return f"{KEY_PREFIX}vector:{model}:{digest}"
+
+
 def explore_task_id(failure_id: str) -> str:
     """The explore task's id: a client waits on it for the exploration's outcome."""
     return f"explore-{failure_id}"

@@ -13,7 +13,7 @@ from typing import Any
 from theow_client.facts import bound_facts
 from theow_workers.core.memory import InMemoryIndex
 from theow_workers.core.ports import Embedder
-from theow_workers.core.query import query_text
+from theow_workers.core.query import similarity_text
 from theow_workers.core.resolver import Hints, plan
 from theow_workers.runtime import Knowledge
 
@@ -43,7 +43,7 @@ def explain(
     index.sync(
         [e for e in knowledge.index_entries(embedder.model_name) if e.kind == "rule"], embedder
     )
-    vector = embedder.embed([query_text(facts)])[0]
+    vector = embedder.embed([similarity_text(facts)])[0]
 
     def similarity(names: Sequence[str]) -> dict[str, float]:
         hits = index.search(vector, names=list(names), limit=len(names))

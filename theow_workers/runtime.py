@@ -32,7 +32,7 @@ from theow_workers.config import Settings
 from theow_workers.core.actions import ActionRegistry, load_actions
 from theow_workers.core.memory import cosine
 from theow_workers.core.ports import Deliveries, Embedder, IndexEntry, RuleIndex, SyncReport
-from theow_workers.core.query import query_text
+from theow_workers.core.query import similarity_text
 from theow_workers.core.resolver import RuleBook, Similarity
 from theow_workers.core.rules import RuleError, RuleSet, load_rules
 from theow_workers.core.service import ResolveService, ResolveSettings
@@ -160,6 +160,7 @@ class Runtime:
         self._store: Any = None
         self._index: Any = None
         self._embedder: Any = None
+        self._query_vectors: Any = None
         self._redis: Any = None
         self._service: ResolveService | None = None
         self._explorer: Any = None
@@ -198,6 +199,16 @@ class Runtime:
                 # rules' vectors it needs again are in the index.
                 self._embedder = MiniLMEmbedder(disk=None)
             return self._embedder
+
+    @property
+    def query_vectors(self) -> Any:
+        """Failures' query vectors, shared by the fleet in Redis (``adapters.query_vectors``)."""
+        with self._lock:
+            if self._query_vectors is None:
+                from theow_workers.adapters.query_vectors import QueryVectors
+
+                self._query_vectors = QueryVectors(self.redis, self.embedder)
+            return self._query_vectors
 
     @property
     def redis(self) -> Any:
@@ -293,11 +304,12 @@ class Runtime:
         It is asked about rules that validated, whose equals-facts therefore
         hold: their cosine to the failure is computed here from the index's
         vectors, fetched once per rules version, instead of a filtered search
-        of the whole index per failure (half a second at 10,000 rules).
+        of the whole index per failure (half a second at 10,000 rules). The
+        failure's own vector is shared by the fleet: a repeat is not embedded.
         """
 
         def similarity(rule_names: Sequence[str]) -> dict[str, float]:
-            vector = self.embedder.embed([query_text(facts)])[0]
+            vector = self.query_vectors.vector(similarity_text(facts))
             return {name: cosine(vector, v) for name, v in self.rule_vectors(rule_names).items()}
 
         return similarity

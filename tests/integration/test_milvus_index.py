@@ -41,7 +41,7 @@ def test_a_validating_rule_is_found_by_a_worker_even_when_it_ranks_below_top_k(
     tmp_path, milvus_uri, collection, redis_url, redis_client, minilm
 ):
     from theow_client.verdict import Status
-    from theow_workers.core.query import query_text
+    from theow_workers.core.query import similarity_text
 
     rules = tmp_path / "rules"
     rules.mkdir()
@@ -57,7 +57,7 @@ def test_a_validating_rule_is_found_by_a_worker_even_when_it_ranks_below_top_k(
     runtime = worker_runtime(tmp_path, redis_url, milvus_uri, collection, minilm)
     verdict = runtime.service.resolve({"failure_id": "f", "facts": {"stderr": stderr}}, "f")
 
-    vector = runtime.embedder.embed([query_text({"stderr": stderr})])[0]
+    vector = runtime.embedder.embed([similarity_text({"stderr": stderr})])[0]
     top_10 = [h.name for h in runtime.index.search(vector, limit=10)]
     assert "right" not in top_10
     assert (verdict.status, verdict.rule) == (Status.TRACKED, "right")
@@ -79,7 +79,7 @@ def test_two_rules_level_on_evidence_are_ordered_by_the_indexed_similarity(
     tmp_path, milvus_uri, collection, redis_url, redis_client, minilm
 ):
     from theow_client.verdict import Status
-    from theow_workers.core.query import query_text
+    from theow_workers.core.query import similarity_text
 
     rules = tmp_path / "rules"
     rules.mkdir()
@@ -101,7 +101,7 @@ def test_two_rules_level_on_evidence_are_ordered_by_the_indexed_similarity(
     assert verdict.also == ("unrelated",)
     # The worker's scores are the index's own cosine, without searching it.
     scores = runtime.similarity_for(facts)(["npm_peer_conflict", "unrelated"])
-    vector = minilm.embed([query_text(facts)])[0]
+    vector = minilm.embed([similarity_text(facts)])[0]
     searched = runtime.index.search(vector, names=["npm_peer_conflict", "unrelated"])
     assert scores == pytest.approx({h.name: h.similarity for h in searched}, abs=1e-4)
     runtime.index.close()

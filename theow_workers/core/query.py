@@ -102,6 +102,15 @@ def query_text(facts: dict[str, Any]) -> str:
     return ("\n".join(short[:6]) + "\n" + body).strip()[:MAX_QUERY_CHARS]
 
 
+def similarity_text(facts: dict[str, Any]) -> str:
+    """What a failure is embedded as to rank rules: its query text, normalized.
+
+    Two failures that differ only in numbers, ids, times and temp paths embed
+    the same text, so a fleet's repeats share one vector (``adapters.query_vectors``).
+    """
+    return normalize(query_text(facts))[:MAX_QUERY_CHARS]
+
+
 def normalize(text: str) -> str:
     text = text.lower()
     for pattern, replacement in _VOLATILE:
