@@ -113,6 +113,9 @@ class Plan:
     attempts: tuple[Candidate, ...]  # validated, in the order to try them
     rejected: tuple[Candidate, ...]  # checked in full and did not validate, with the reason
     checked: int = 0  # rules considered, including those the scanner ruled out
+    # The order fell to similarity and track records (rules tied on specificity
+    # and evidence position); otherwise it follows from the facts alone.
+    scored: bool = False
 
     @property
     def candidates(self) -> tuple[Candidate, ...]:
@@ -203,7 +206,7 @@ def plan(
         checked = len(missing) + len(
             {r.name for r in book.rules if tags & set(r.tags)} | {r.name for r in named}
         )
-    return Plan(tuple(attempts), tuple(rejected), checked)
+    return Plan(tuple(attempts), tuple(rejected), checked, scored=bool(sims) and not explain)
 
 
 def _mark(match: Match, is_normal: IsNormal) -> Match:

@@ -306,9 +306,9 @@ class ResolveService:
             regex_timeout=self.settings.regex_timeout,
             is_normal=normal.is_normal if normal is not None else None,
         )
-        # With two or more candidates the order depends on track records that
-        # move; only a plan with at most one candidate is safe to reuse.
-        if len(result.attempts) <= 1:
+        # The same facts give the same plan while its order follows from them;
+        # an order that fell to track records, which move, is made again.
+        if len(result.attempts) <= 1 or not result.scored:
             self._plans[key] = result
             if len(self._plans) > PLAN_CACHE_SIZE:
                 self._plans.popitem(last=False)
