@@ -23,8 +23,10 @@ index once, starts one resolver worker (concurrency 2) and warms it. Each run:
   submit to the last verdict, and its ratio to the floor of the same run.
 
 Figures are medians over runs; ratios to the floor make runs on a shared,
-noisy machine comparable. Targets (2 cores): p50 <= 50 ms, p99 <= 250 ms,
->= 100 failures/s, zero missed validating rules.
+noisy machine comparable. Targets (2 cores, issue 15): p50 <= 15 ms, p99 <= 60 ms,
+>= 150 failures/s, zero missed validating rules; with --profile, at most 0.2
+failures in 1 embedded by the model (a repeat's vector comes from the process or
+from Redis, shared by the fleet).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy.engine import make_url
 
-from theow_client import TheowClient, Verdict
+from theow_client import TheowClient, Verdict, names
 from theow_client.client import build_payload
 from theow_workers import runtime as runtime_mod
 from theow_workers.config import Settings
@@ -66,7 +68,8 @@ from theow_workers.stack import EmbeddedStack
 ROOT = Path(__file__).resolve().parent.parent
 # A network blip in a log with a real error: its examples make two rules validate.
 FLAKE = ROOT / "rules" / "network_flake.rule.yaml"
-TARGETS = {"latency_p50_ms": 50.0, "latency_p99_ms": 250.0, "throughput_fps": 100.0, "missed": 0}
+TARGETS = {"latency_p50_ms": 15.0, "latency_p99_ms": 60.0, "throughput_fps": 150.0, "missed": 0}
+EMBEDDINGS_TARGET = 0.2  # model calls per failure, in the profile
 A = "auth billing cart checkout search ledger media notify profile quota report shipping".split()  # noqa: SIM905
 B = ["api", "worker", "gateway", "scheduler", "indexer", "exporter", "proxy", "store"]
 UNKNOWN = ["legacy", "shadow", "canary", "sandbox", "orphan"]  # keys no rule knows
@@ -138,9 +141,23 @@ NOISE = [
 WORDS = ["alpha", "bravo", "delta", "echo", "kilo", "lima", "oscar", "tango", "victor", "zulu"]
 
 
-def key_for(i: int, style: str, pool: list[str] = A) -> str:
+# A middle word makes keys past the first len(A) * len(B) unique: without it a library
+# of 10,000 rules held each generated rule about seven times, and a failure validated
+# every copy of its rule on the same line. The word sits in the middle so that no
+# key's pattern matches inside another's text ("auth-api" is not in "auth-core-api").
+C = "core edge batch stream admin sync cron mobile desk infra".split()  # noqa: SIM905
+
+
+def key_for(i: int, style: str, pool: list[str] = A, unique: bool = True) -> str:
+    """The i-th key of a template: ``auth-api`` up to len(pool) * len(B), then ``auth-core-api``.
+
+    ``unique=False`` is the generator before 2026-11-26, whose keys cycled after that.
+    """
     a, b = pool[i % len(pool)], B[(i // len(pool)) % len(B)]
-    return {"-": f"{a}-{b}", "_": f"{a}_{b}", "camel": a.title() + b.title()}[style]
+    middle = (i // (len(pool) * len(B))) % (len(C) + 1) if unique else 0
+    words = [a, C[middle - 1], b] if middle else [a, b]
+    joined = {"-": "-".join(words), "_": "_".join(words)}
+    return joined.get(style) or "".join(map(str.title, words))
 
 
 def fill(text: str, key: str, rng: random.Random) -> str:
@@ -150,7 +167,9 @@ def fill(text: str, key: str, rng: random.Random) -> str:
     )
 
 
-def synth_rules(n_rules: int, rules_dir: Path, actions_dir: Path, rng: random.Random) -> dict:
+def synth_rules(
+    n_rules: int, rules_dir: Path, actions_dir: Path, rng: random.Random, unique: bool = True
+) -> dict:
     """Write the shipped rules plus generated ones; return name -> how to make its failure."""
     shutil.copytree(ROOT / "rules", rules_dir)
     shutil.copytree(ROOT / "actions", actions_dir)
@@ -166,7 +185,7 @@ def synth_rules(n_rules: int, rules_dir: Path, actions_dir: Path, rng: random.Ra
             path.unlink()
     for i in range(n_rules - len(makers)):
         t = TEMPLATES[i % len(TEMPLATES)]
-        key = key_for(i // len(TEMPLATES), t[2])
+        key = key_for(i // len(TEMPLATES), t[2], unique=unique)
         pattern = t[3].replace("{k}", key)
         pinned, mode = i % 3 == 0, "retry" if i % 9 == 4 else "track" if i % 6 == 5 else "fix"
         group = min(re.compile(pattern).groupindex.items(), key=lambda kv: kv[1])[0]
@@ -360,12 +379,12 @@ def profile(rt: TimedRuntime, failures: list[dict]) -> dict:
     started = time.perf_counter()
     scanner = rt.knowledge().book.scanner
     build_s = time.perf_counter() - started
-    svc = rt.service
+    svc, qv = rt.service, rt.query_vectors
     patches = [mock.patch.object(service_mod, n, timed(getattr(service_mod, n), n, acc))
                for n in ("bound_facts", "redact", "fingerprint", "_plan_key", "plan", "call_action")]  # fmt: skip
     patches.append(
         mock.patch.object(
-            runtime_mod, "query_text", timed(runtime_mod.query_text, "query_text", acc)
+            runtime_mod, "similarity_text", timed(runtime_mod.similarity_text, "query_text", acc)
         )
     )
     # Inside plan: the log as rules see it, the one Hyperscan pass, the candidates checked in full.
@@ -410,6 +429,9 @@ def profile(rt: TimedRuntime, failures: list[dict]) -> dict:
         "rule_matching_ms_per_plan": {k: 1000 * v / max(1, acc["plan#calls"]) for k, v in matching.items()},
         "share": {k: v / total for k, v in parts.items()},
         "calls": {k: int(acc[k + "#calls"]) for k in ("plan", "embed", "milvus", "sql")},
+        # Failures' query vectors: from the process, from Redis (another worker's), or the model.
+        "query_vectors": {"local": qv.hits_local, "shared": qv.hits_shared, "embedded": qv.embedded},
+        "embeddings_per_failure": qv.embedded / n,
         "sql_per_failure": {k: v / n for k, v in sql.counts.items()},
     }  # fmt: skip
 
@@ -564,6 +586,12 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
     ap.add_argument("--keep", action="store_true", help="keep the temporary home (logs, DB)")
     ap.add_argument(
+        "--duplicates",
+        action="store_true",
+        help="the generator before 2026-11-26: past 1,344 generated rules each is a copy of "
+        "an earlier one but for its name and examples, so most failures tie",
+    )
+    ap.add_argument(
         "--database-url",
         default="",
         help="the store (migrated first); default: SQLite in the temporary home",
@@ -583,12 +611,13 @@ def main() -> int:
         database_url=args.database_url,
     )  # fmt: skip
     makers = synth_rules(
-        args.rules, settings.rules_dir, settings.actions_dir, random.Random(args.seed)
-    )
+        args.rules, settings.rules_dir, settings.actions_dir, random.Random(args.seed),
+        unique=not args.duplicates,
+    )  # fmt: skip
     flake = Rule.model_validate(yaml.safe_load(FLAKE.read_text())).when[0].examples
     stack, client, rt = EmbeddedStack(settings), None, None
     result: dict[str, Any] = {"config": {"rules": args.rules, "failures": args.failures, "runs": args.runs,
-                              "concurrency": args.concurrency, "latency_n": args.latency_n, "seed": args.seed,
+                              "concurrency": args.concurrency, "latency_n": args.latency_n, "seed": args.seed, "duplicates": args.duplicates,
                               "database": make_url(settings.store_url).get_backend_name()}}  # fmt: skip
     try:
         say(f"starting Valkey, Milvus Lite in {tmp}, the store at {settings.store_url} …")
@@ -612,6 +641,9 @@ def main() -> int:
                 rt, corpus(args.failures, args.seed, -1, makers, flake)[:500]
             )
             rt.index.close()  # an idle gRPC channel only draws keepalive complaints
+            # The workers start without the profile's query vectors, as a fleet would.
+            for key in rt.redis.scan_iter(names.key_query_vector("*", "*")):
+                rt.redis.delete(key)
         stack.start_worker(["resolve"], concurrency=args.concurrency)
         wait_for_worker(settings.redis_url, "resolver")
         client = TheowClient(redis_url=settings.redis_url, spool_dir=tmp / "spool")
@@ -650,11 +682,20 @@ def main() -> int:
         "throughput_fps": med["throughput_fps"] >= TARGETS["throughput_fps"],
         "missed": all(r["missed"] == 0 for r in runs),
     }
+    if "profile" in result:
+        result["targets"] = {**TARGETS, "embeddings_per_failure": EMBEDDINGS_TARGET}
+        embedded = result["profile"]["embeddings_per_failure"]
+        result["pass"]["embeddings_per_failure"] = embedded <= EMBEDDINGS_TARGET
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         show(result)
     return 0 if all(result["pass"].values()) else 1
+
+
+def figure(result: dict, key: str) -> float:
+    """A target's figure: the runs' median, or the profile's for embeddings."""
+    return float(result["median"].get(key, result.get("profile", {}).get(key, 0)))
 
 
 def show(result: dict) -> None:
@@ -668,7 +709,8 @@ def show(result: dict) -> None:
     out.print(table)
     for key, ok in result["pass"].items():
         out.print(
-            f"{'PASS' if ok else 'FAIL'}  {key} (target {TARGETS[key]}, median {result['median'][key]:.1f})"
+            f"{'PASS' if ok else 'FAIL'}  {key} (target {result['targets'][key]}, "
+            f"{figure(result, key):.2f})"
         )
     if "profile" in result:
         p = result["profile"]
