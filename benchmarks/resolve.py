@@ -151,7 +151,7 @@ C = "core edge batch stream admin sync cron mobile desk infra".split()  # noqa: 
 def key_for(i: int, style: str, pool: list[str] = A, unique: bool = True) -> str:
     """The i-th key of a template: ``auth-api`` up to len(pool) * len(B), then ``auth-core-api``.
 
-    ``unique=False`` is the generator before 2026-11-26, whose keys cycled after that.
+    ``unique=False`` is the earlier generator, whose keys cycled after that.
     """
     a, b = pool[i % len(pool)], B[(i // len(pool)) % len(B)]
     middle = (i // (len(pool) * len(B))) % (len(C) + 1) if unique else 0
@@ -588,7 +588,7 @@ def main() -> int:
     ap.add_argument(
         "--duplicates",
         action="store_true",
-        help="the generator before 2026-11-26: past 1,344 generated rules each is a copy of "
+        help="the earlier generator: past 1,344 generated rules each is a copy of "
         "an earlier one but for its name and examples, so most failures tie",
     )
     ap.add_argument(
