@@ -56,13 +56,13 @@ def test_a_repeat_ordered_by_specificity_gets_the_same_verdict_without_a_second_
     assert len(scans) == 1
 
 
-def test_a_tie_decided_by_track_records_is_decided_again_when_they_move(monkeypatch):
+# Without the rules' vectors (an index not synced yet) only track records order a tie.
+@pytest.mark.parametrize("sims", [{"npm_peer": 0.9, "npm_lock": 0.8}, {}])
+def test_a_tie_decided_by_track_records_is_decided_again_when_they_move(monkeypatch, sims):
     monkeypatch.setattr(service_mod, "STATS_TTL", 0.0)  # read the track records every time
     book = RuleBook((rule("npm_peer", "ERESOLVE"), rule("npm_lock", "ERESOLVE")), "v1")
     store = InMemoryStore()
-    service = service_for(
-        book, store, similarity=lambda facts: lambda names: {"npm_peer": 0.9, "npm_lock": 0.8}
-    )
+    service = service_for(book, store, similarity=lambda facts: lambda names: sims)
 
     first = service.resolve({"failure_id": "a", "facts": {"log": LOG}}, "a")
     store.stats.update(npm_peer=RuleStats(0, 9), npm_lock=RuleStats(9, 0))

@@ -175,10 +175,11 @@ def plan(
         matches = {name: _mark(m, is_normal) if m.ok else m for name, m in matches.items()}
     validated = [m for m in matches.values() if m.ok]
     sims: dict[str, float] = {}
+    scored = similarity is not None and not explain and _ties(validated)
     if similarity is not None:
         if explain:
             sims = similarity(list(matches))
-        elif _ties(validated):
+        elif scored:
             sims = similarity([m.rule.name for m in validated])
 
     def candidate(rule: Rule, source: str) -> Candidate:
@@ -206,7 +207,7 @@ def plan(
         checked = len(missing) + len(
             {r.name for r in book.rules if tags & set(r.tags)} | {r.name for r in named}
         )
-    return Plan(tuple(attempts), tuple(rejected), checked, scored=bool(sims) and not explain)
+    return Plan(tuple(attempts), tuple(rejected), checked, scored)
 
 
 def _mark(match: Match, is_normal: IsNormal) -> Match:
