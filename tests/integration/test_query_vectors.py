@@ -61,8 +61,11 @@ def test_a_repeat_differing_only_in_times_ids_and_numbers_costs_no_model_call(re
 
 
 def test_without_redis_the_vector_is_computed_and_the_resolve_goes_on(minilm, caplog):
+    import logging
+
     import redis
 
+    caplog.set_level(logging.WARNING, logger="theow.vectors")  # whatever an earlier test set
     down = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)
     counting = Counting(minilm)
     vectors = QueryVectors(down, counting)
