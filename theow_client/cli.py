@@ -113,6 +113,10 @@ def format_verdict(verdict: Verdict) -> str:
         lines.append(f"also:    {', '.join(verdict.also)}")
     if verdict.seen_in_passing:
         lines.append(f"seen in passing runs (ranked last): {', '.join(verdict.seen_in_passing)}")
+    if verdict.captures:
+        lines.append("captured: " + " ".join(f"{k}={v}" for k, v in verdict.captures.items()))
+    # From a newer worker: shown as they came, so an older agent still tells the whole answer.
+    lines += [f"{name}: {json.dumps(value, default=str)}" for name, value in verdict.extra.items()]
     return "\n".join(lines)
 
 

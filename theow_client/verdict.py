@@ -2,12 +2,20 @@
 
 A Verdict travels as a plain dict through the Celery result backend and is
 stored in SQL by the workers; both sides use this one definition.
+
+Agents upgrade after workers, so a client reads verdicts from newer workers:
+a status it does not know stays the plain text the worker sent, and fields it
+does not know are kept in ``extra``, shown as they came. Neither is an error.
+
+>>> v = Verdict.from_dict({"failure_id": "f1", "status": "pondering", "mood": "calm"})
+>>> v.status, v.extra
+('pondering', {'mood': 'calm'})
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
@@ -27,6 +35,15 @@ class Status(StrEnum):
         return self.value
 
 
+def parse_status(value: object) -> Status | str:
+    """``value`` as a Status when this client knows it, else as the text a newer worker sent."""
+    text = str(value)
+    try:
+        return Status(text)
+    except ValueError:
+        return text
+
+
 # Statuses after which the client may run the step again.
 RETRYABLE = frozenset({Status.RESOLVED, Status.RETRY})
 
@@ -43,7 +60,7 @@ class BoundAction:
 @dataclass(frozen=True)
 class Verdict:
     failure_id: str
-    status: Status
+    status: Status | str  # a plain str: a status from a newer worker that this client does not know
     rule: str | None = None
     mode: str | None = None
     actions: tuple[BoundAction, ...] = ()
@@ -56,6 +73,10 @@ class Verdict:
     also: tuple[str, ...] = ()  # other rules that validated: a job may fail for two reasons
     # Rules that validated on lines the job's passing runs print too: ranked last.
     seen_in_passing: tuple[str, ...] = ()
+    # The matched rule's named regex groups (a test's name, a file:line), as the rule captured them.
+    captures: dict[str, str] = field(default_factory=dict)
+    # Fields from a newer worker that this client does not know, kept as they came.
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def client_actions(self) -> tuple[BoundAction, ...]:
@@ -63,18 +84,19 @@ class Verdict:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data["status"] = self.status.value
+        extra = data.pop("extra")
+        data["status"] = str(self.status)
         data["actions"] = [asdict(a) for a in self.actions]
         data["outputs"] = list(self.outputs)
         data["also"] = list(self.also)
         data["seen_in_passing"] = list(self.seen_in_passing)
-        return data
+        return {**extra, **data}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Verdict:
         return cls(
             failure_id=str(data["failure_id"]),
-            status=Status(data["status"]),
+            status=parse_status(data["status"]),
             rule=data.get("rule"),
             mode=data.get("mode"),
             actions=tuple(
@@ -91,7 +113,12 @@ class Verdict:
             evidence=dict(data["evidence"]) if data.get("evidence") else None,
             also=tuple(str(n) for n in data.get("also") or ()),
             seen_in_passing=tuple(str(n) for n in data.get("seen_in_passing") or ()),
+            captures={str(k): str(v) for k, v in dict(data.get("captures") or {}).items()},
+            extra={k: v for k, v in data.items() if k not in _FIELDS},
         )
+
+
+_FIELDS = frozenset(f.name for f in fields(Verdict))
 
 
 def jsonable(value: Any) -> Any:

@@ -217,7 +217,7 @@ def test_submit_wait_json_prints_exactly_the_verdict(
     ]
     assert set(printed) == {
         "failure_id", "status", "rule", "mode", "actions", "outputs", "reason", "attempts",
-        "evidence", "also", "seen_in_passing",
+        "evidence", "also", "seen_in_passing", "captures",
     }  # fmt: skip
 
 
@@ -238,3 +238,33 @@ def test_submit_explore_with_no_explorer_times_out_cleanly_with_exit_3(
     assert process.stderr.startswith("theow: no exploration outcome for failure ")
     assert "Exception ignored" not in process.stderr
     assert "Traceback" not in process.stderr
+
+
+def newer_workers_verdict(payload: dict[str, object]) -> dict[str, object]:
+    """What a worker released after this client answers: a status and a field it never heard of."""
+    return {
+        "failure_id": payload["failure_id"],
+        "status": "unexplained",
+        "rule": "make_recipe_failed",
+        "where": [{"line": 41, "text": "KeyError: 'DATABASE_URL'"}],
+    }
+
+
+def test_a_verdict_from_a_newer_worker_is_shown_as_it_came_not_an_error(
+    resolver: FakeResolver, capsys: pytest.CaptureFixture[str]
+) -> None:
+    resolver.script("newer", newer_workers_verdict)
+    with TheowClient() as client:
+        result = client.submit({"scenario": "newer"}).wait(timeout=20)
+    assert (result.status, result.rule) == ("unexplained", "make_recipe_failed")
+    assert result.extra == {"where": [{"line": 41, "text": "KeyError: 'DATABASE_URL'"}]}
+
+    resolver.script("newer", newer_workers_verdict)
+    assert main(["submit", "--fact", "scenario=newer", "--wait", "--timeout", "20"]) == 0
+    shown = capsys.readouterr().out
+    assert "status:  unexplained" in shown
+    assert "KeyError: 'DATABASE_URL'" in shown
+
+    resolver.script("newer", newer_workers_verdict)
+    assert main(["submit", "--fact", "scenario=newer", "--wait", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["where"][0]["line"] == 41

@@ -135,6 +135,11 @@ def test_a_client_side_action_is_bound_but_not_run_on_the_worker(service):
     assert (bound.action, bound.params) == ("touch_file", {"name": "config.ini"})
 
 
+def test_the_verdict_shows_what_the_rule_captured(service):
+    verdict = submit(service, {"stderr": "step 3\nmissing file config.ini\n"})
+    assert verdict.captures == {"name": "config.ini"}
+
+
 def test_a_client_side_fix_is_not_counted_until_the_agent_reports_it(service, store):
     submit(service, {"stderr": "missing file config.ini"})
     (attempt,) = store.attempts

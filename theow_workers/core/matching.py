@@ -54,6 +54,22 @@ class Captures:
                 self.named.setdefault(name, value)
 
 
+# What a verdict shows of a rule's captures: enough for a test name or a path, never a whole log.
+SHOWN_CAPTURES = 10
+SHOWN_CAPTURE_CHARS = 200
+
+
+def shown_captures(captures: Captures) -> dict[str, str]:
+    """The captures a person reads in a verdict: named groups, else numbered ones, bounded.
+
+    >>> c = Captures(numbered={1: "a.go:3"}, named={})
+    >>> shown_captures(c)
+    {'1': 'a.go:3'}
+    """
+    chosen = captures.named or {str(i): v for i, v in sorted(captures.numbered.items())}
+    return {k: v[:SHOWN_CAPTURE_CHARS] for k, v in list(chosen.items())[:SHOWN_CAPTURES]}
+
+
 @dataclass(frozen=True)
 class Match:
     """The outcome of checking one rule: ok, or the first reason it does not apply."""

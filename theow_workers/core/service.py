@@ -33,7 +33,7 @@ from theow_client.facts import (
 from theow_client.job import job_fact
 from theow_client.verdict import BoundAction, Status, Verdict, jsonable
 from theow_workers.core.actions import ActionError, ActionRegistry, ActionTimeout, call_action
-from theow_workers.core.matching import DEFAULT_REGEX_TIMEOUT
+from theow_workers.core.matching import DEFAULT_REGEX_TIMEOUT, shown_captures
 from theow_workers.core.normal import JobNormal
 from theow_workers.core.ports import (
     CLIENT_PENDING,
@@ -415,6 +415,7 @@ class ResolveService:
                 outputs=tuple(outputs),
                 reason=_because(rule.name, candidate),
                 evidence=evidence,
+                captures=shown_captures(candidate.match.captures),
             ),
             "",
         )

@@ -172,4 +172,4 @@ class ReplayRunner:
                 f"{verdict.evidence['fact']}:{verdict.evidence['line']}: "
                 + str(verdict.evidence["text"])[:450]
             )
-        return ItemRecord(key, verdict.status.value, **fields)
+        return ItemRecord(key, str(verdict.status), **fields)
