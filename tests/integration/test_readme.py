@@ -432,6 +432,7 @@ def finish(own: Session, started: float, page: Path) -> list[str]:
     return problems
 
 
+@pytest.mark.timeout(900)  # the README's quick start alone may take its five minutes
 @pytest.mark.parametrize("page", PAGES, ids=page_id)
 def test_the_examples_of_each_page_run_as_written(
     page: Path, shared_stack: tuple[dict[str, str], Path]
