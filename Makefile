@@ -34,6 +34,6 @@ lint: install
 clean:
 	rm -rf $(VENV) .theow .pytest_cache .mypy_cache .ruff_cache
 
-# The README's rule catalogue, generated from rules/ (a test keeps it current).
+# The rule catalogue of docs/rules.md, generated from rules/ (a test keeps it current).
 catalogue: install
 	$(BIN)/python -m theow_workers.catalogue

@@ -1,7 +1,7 @@
 """The rule catalogue: how many rules know each family of failure, per ecosystem.
 
 ``theow rules list --markdown`` prints it; ``make catalogue`` writes it into
-the README, and a test keeps the two equal, so it is never hand-kept.
+docs/rules.md, and a test keeps the two equal, so it is never hand-kept.
 
 A rule's ecosystem is its first tag (the convention: ``[java, maven, test]``),
 its family the first tag that names one (``compile``, ``test``, ...); a
@@ -90,19 +90,21 @@ def markdown(rules: Iterable[Rule]) -> str:
 START, END = "<!-- rules-catalogue:start -->\n", "<!-- rules-catalogue:end -->"
 
 
-def rewrite(readme: Path, rules_dir: Path) -> bool:
-    """Put the catalogue of ``rules_dir`` between the markers of ``readme``; whether it changed."""
-    text = readme.read_text(encoding="utf-8")
+def rewrite(page: Path, rules_dir: Path) -> bool:
+    """Put the catalogue of ``rules_dir`` between the markers of ``page``; whether it changed."""
+    text = page.read_text(encoding="utf-8")
     head, rest = text.split(START, 1)
     _, tail = rest.split(END, 1)
     updated = head + START + markdown(load_rules(rules_dir).rules) + END + tail
-    readme.write_text(updated, encoding="utf-8")
+    page.write_text(updated, encoding="utf-8")
     return updated != text
 
+
+PAGE = Path("docs") / "rules.md"  # where the catalogue is shown, relative to the checkout
 
 if __name__ == "__main__":  # make catalogue
     root = Path(__file__).resolve().parent.parent
     print(
-        "README catalogue",
-        "updated" if rewrite(root / "README.md", root / "rules") else "unchanged",
+        f"rule catalogue in {PAGE}",
+        "updated" if rewrite(root / PAGE, root / "rules") else "unchanged",
     )
