@@ -21,7 +21,12 @@ from typing import Any
 
 
 class Status(StrEnum):
-    RESOLVED = "resolved"  # a `fix` rule matched and its worker-side actions succeeded
+    RESOLVED = (
+        "resolved"  # a `fix` rule's fix ran and worked (a client-side one: its re-run passed)
+    )
+    SUGGESTED = (
+        "suggested"  # a `fix` rule's fix was offered, not (yet) run: see its actions, outputs
+    )
     RETRY = "retry"  # a `retry` rule matched: the failure is transient, run the step again
     TRACKED = "tracked"  # a `track` rule matched: known cause, nothing to run
     UNMATCHED = "unmatched"  # no rule validated against the facts
@@ -44,8 +49,9 @@ def parse_status(value: object) -> Status | str:
         return text
 
 
-# Statuses after which the client may run the step again.
-RETRYABLE = frozenset({Status.RESOLVED, Status.RETRY})
+# Statuses after which the client may run the step again (``suggested``: once it ran the
+# verdict's client-side fix; a suggestion with nothing for the agent to run changes nothing).
+RETRYABLE = frozenset({Status.RESOLVED, Status.SUGGESTED, Status.RETRY})
 
 
 @dataclass(frozen=True)

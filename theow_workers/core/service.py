@@ -37,6 +37,8 @@ from theow_workers.core.matching import DEFAULT_REGEX_TIMEOUT, shown_captures
 from theow_workers.core.normal import JobNormal
 from theow_workers.core.ports import (
     CLIENT_PENDING,
+    SUGGESTED,
+    UNCONFIRMED,
     AttemptRecord,
     FailureRecord,
     RuleStats,
@@ -381,7 +383,9 @@ class ResolveService:
                 reason=reason,
                 evidence=evidence,
             ), ""
-        if rule.mode is Mode.FIX and not self.settings.dry_run:
+        if rule.mode is Mode.FIX and self.settings.dry_run:
+            outcome = SUGGESTED  # matched, and nothing of the fix ran
+        elif rule.mode is Mode.FIX:
             try:
                 outputs = self._run_worker_actions(sub, bound, registry)
             except ActionError as exc:
@@ -390,6 +394,10 @@ class ResolveService:
             if outcome == "success" and any(a.client_side for a in bound):
                 # Not a success yet: the build agent has still to run the rest.
                 outcome = CLIENT_PENDING
+            elif outcome == "success" and _only_suggests(bound, registry):
+                outcome = SUGGESTED  # the build fails until someone acts on the advice
+        if outcome in UNCONFIRMED:
+            status = Status.SUGGESTED
         tried_attempts.append(
             AttemptRecord(
                 failure_id=sub.failure_id,
@@ -402,7 +410,7 @@ class ResolveService:
                 evidence=evidence,
             )
         )
-        if outcome not in ("success", CLIENT_PENDING):
+        if outcome != "success" and outcome not in UNCONFIRMED:
             log.info("failure %s: rule %s failed: %s", sub.failure_id, rule.name, error)
             return None, error
         return (
@@ -442,6 +450,12 @@ def _because(rule: str, candidate: Candidate) -> str:
     if candidate.match is not None and candidate.match.evidence is not None:
         return candidate.match.evidence.describe(rule)
     return candidate.reason
+
+
+def _only_suggests(bound: tuple[BoundAction, ...], registry: ActionRegistry) -> bool:
+    """Whether every action of a fix only says what to do (``suggests=True``)."""
+    specs = [registry.get(step.action) for step in bound]
+    return all(spec is not None and spec.suggests for spec in specs)
 
 
 def _probabilistic(candidate: Candidate) -> bool:
