@@ -41,7 +41,9 @@ def attempts(store, rule: str) -> list[AttemptRow]:
         return list(s.execute(select(AttemptRow).where(AttemptRow.rule == rule)).scalars())
 
 
-def test_mark_around_a_failing_command_resolves_by_the_rule_its_stderr_names(fleet, tmp_path):
+def test_mark_around_a_failing_command_gets_the_advice_of_the_rule_its_stderr_names(
+    fleet, tmp_path
+):
     # A shipped rule that reads the log the step printed, and its worker-side action.
     rules_dir, actions_dir = fleet.settings.rules_dir, fleet.settings.actions_dir
     shutil.copy(ROOT / "rules" / "python_module_not_found.rule.yaml", rules_dir)
@@ -65,11 +67,15 @@ def test_mark_around_a_failing_command_resolves_by_the_rule_its_stderr_names(fle
             )
         return "rendered"
 
-    assert render() == "rendered"
-    assert runs.read_text().count("run") == 2  # failed, resolved, ran again
+    # The rule's action only names the package: nothing was installed, so the
+    # failure is suggested, and running the step again would only fail again.
+    with pytest.raises(subprocess.CalledProcessError):
+        render()
+    assert runs.read_text().count("run") == 1
     (verdict,) = verdicts(fleet.store())
-    assert (verdict.status, verdict.rule) == ("resolved", "python_module_not_found")
+    assert (verdict.status, verdict.rule) == ("suggested", "python_module_not_found")
     assert verdict.outputs[0]["output"]["package"] == "PyYAML"
+    assert fleet.store().rule_stats() == {}
 
 
 def failing_step(marker: Path):
@@ -97,6 +103,32 @@ def test_a_client_side_fix_counts_as_a_success_only_once_the_agent_ran_it(fleet,
     (attempt,) = attempts(store, "tf_client_fix")
     assert attempt.outcome == "success"
     assert attempt.params[0]["output"]["changed"] == [str(tmp_path / "app.cfg")]
+    (verdict,) = verdicts(store)
+    assert verdict.status == "resolved"  # the fix ran, and the step passed when run again
+
+
+def test_a_client_side_fix_after_which_the_step_still_fails_is_a_failed_fix(fleet, tmp_path):
+    fleet.start_worker()
+    store = fleet.store()
+
+    def still_broken() -> None:  # the fix creates the file; the step fails all the same
+        subprocess.run(["sh", "-c", "echo 'missing file app.cfg' >&2; exit 2"],
+                       check=True, capture_output=True)  # fmt: skip
+
+    step = mark(client=fleet.client(), wait_timeout=60, actions_dir=FIXTURES / "actions",
+                workspace=str(tmp_path), max_retries=1)(still_broken)  # fmt: skip
+    with pytest.raises(subprocess.CalledProcessError):
+        step()
+    stats = eventually(lambda: store.rule_stats().get("tf_client_fix"))
+    assert stats is not None, "the agent's report was never counted"
+    assert (stats.successes, stats.failures) == (0, 1)
+    first, last = sorted(verdicts(store), key=lambda v: v.decided_at)
+    assert eventually(lambda: store.verdict(first.failure_id).status.value == "failed")
+    assert "failed again" in store.verdict(first.failure_id).reason
+    # The last failure was sent for the record, with no re-run left: its fix is only offered.
+    assert last.status == "suggested"
+    outcomes = sorted(a.outcome for a in attempts(store, "tf_client_fix"))
+    assert outcomes == ["client_pending", "error"]
 
 
 def test_a_client_side_fix_the_agent_could_not_run_counts_as_a_failure(fleet, tmp_path):
@@ -114,3 +146,22 @@ def test_a_client_side_fix_the_agent_could_not_run_counts_as_a_failure(fleet, tm
     (attempt,) = attempts(store, "tf_client_fix")
     assert attempt.outcome == "error"
     assert "'touch_file' is not defined" in attempt.error
+
+
+def test_run_reports_a_client_side_fix_as_resolved_only_after_the_command_passed_again(
+    fleet, tmp_path, monkeypatch
+):
+    from theow_client.cli import main
+
+    fleet.start_worker()
+    store = fleet.store()
+    monkeypatch.chdir(tmp_path)
+    script = "test -f app.cfg || { echo 'missing file app.cfg' >&2; exit 2; }"
+    options = ["--retries", "1", "--wait-timeout", "60", "--actions-dir", str(FIXTURES / "actions")]
+    assert main(["run", "--no-passing", *options, "--", "sh", "-c", script]) == 0
+
+    stats = eventually(lambda: store.rule_stats().get("tf_client_fix"))
+    assert stats is not None, "the agent's report was never counted"
+    assert (stats.successes, stats.failures) == (1, 0)
+    (verdict,) = verdicts(store)
+    assert eventually(lambda: store.verdict(verdict.failure_id).status.value == "resolved")
