@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from sqlalchemy import select
 
-from theow_client import mark
+from theow_client import Status, mark
 from theow_workers.store.schema import AttemptRow, VerdictRow
 
 pytestmark = pytest.mark.integration
@@ -165,3 +167,33 @@ def test_run_reports_a_client_side_fix_as_resolved_only_after_the_command_passed
     assert (stats.successes, stats.failures) == (1, 0)
     (verdict,) = verdicts(store)
     assert eventually(lambda: store.verdict(verdict.failure_id).status.value == "resolved")
+
+
+def theow(*args: str) -> subprocess.CompletedProcess[str]:
+    """``theow ARGS`` as a user runs it, on the fleet's settings (its THEOW_* environment)."""
+    return subprocess.run([sys.executable, "-m", "theow_workers.cli", *args],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+
+
+def test_meow_after_a_demo_shows_client_side_fixes_as_pending_not_struggling(fleet):
+    fleet.start_worker()
+    client = fleet.client()
+    # As `make demo` does: failures submitted and their verdicts waited for; no agent runs a fix.
+    pending = [client.submit({"stderr": f"missing file app{n}.cfg"}, source="theow-demo")
+               for n in range(3)]  # fmt: skip
+    broken = client.submit({"stderr": "EXPLODE without a number"}, source="theow-demo")
+    assert {t.wait(60).status for t in pending} == {Status.SUGGESTED}
+    assert broken.wait(60).status is Status.FAILED
+
+    result = theow("meow", "--json")
+    assert result.returncode == 0, result.stderr
+    stats = json.loads(result.stdout)
+    assert [r["rule"] for r in stats["struggling_rules"]] == ["tf_explode"]  # ran, and failed
+    (waiting,) = stats["pending_rules"]
+    assert (waiting["rule"], waiting["pending"], waiting["failures"]) == ("tf_client_fix", 3, 0)
+    assert (stats["client_pending"], stats["suggested"], stats["resolved"]) == (3, 3, 0)
+
+    shown = theow("meow").stdout
+    struggling = shown[shown.index("struggling") : shown.index("pending (waiting")]
+    assert "tf_explode" in struggling and "tf_client_fix" not in struggling
+    assert "3 client-side fixes pending" in shown
