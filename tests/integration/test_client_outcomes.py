@@ -150,23 +150,30 @@ def test_a_client_side_fix_the_agent_could_not_run_counts_as_a_failure(fleet, tm
     assert "'touch_file' is not defined" in attempt.error
 
 
-def test_run_reports_a_client_side_fix_as_resolved_only_after_the_command_passed_again(
-    fleet, tmp_path, monkeypatch
+@pytest.mark.parametrize(
+    ("script", "status", "counts"),
+    [
+        ("test -f app.cfg || { echo 'missing file app.cfg' >&2; exit 2; }", "resolved", (1, 0)),
+        ("echo 'missing file app.cfg' >&2; exit 2", "failed", (0, 1)),  # the fix cures nothing
+    ],
+    ids=["passes-after-the-fix", "still-fails-after-the-fix"],
+)
+def test_run_reports_whether_the_command_passed_after_the_client_side_fix(
+    fleet, tmp_path, monkeypatch, script, status, counts
 ):
     from theow_client.cli import main
 
     fleet.start_worker()
     store = fleet.store()
     monkeypatch.chdir(tmp_path)
-    script = "test -f app.cfg || { echo 'missing file app.cfg' >&2; exit 2; }"
     options = ["--retries", "1", "--wait-timeout", "60", "--actions-dir", str(FIXTURES / "actions")]
-    assert main(["run", "--no-passing", *options, "--", "sh", "-c", script]) == 0
+    main(["run", "--no-passing", *options, "--", "sh", "-c", script])
 
     stats = eventually(lambda: store.rule_stats().get("tf_client_fix"))
     assert stats is not None, "the agent's report was never counted"
-    assert (stats.successes, stats.failures) == (1, 0)
-    (verdict,) = verdicts(store)
-    assert eventually(lambda: store.verdict(verdict.failure_id).status.value == "resolved")
+    assert (stats.successes, stats.failures) == counts
+    first = min(verdicts(store), key=lambda v: v.decided_at)
+    assert eventually(lambda: store.verdict(first.failure_id).status.value == status)
 
 
 def theow(*args: str) -> subprocess.CompletedProcess[str]:
