@@ -153,7 +153,9 @@ def test_failures_list_shows_live_failures_unless_asked_for_replayed_ones(tmp_pa
     assert "theow-client" in table and "replay:job-7" not in table and "2 live failure(s)" in table
     wrong = theow("failures", "list", "--source", "everything", home=home)
     assert wrong.returncode == 2
-    assert wrong.stderr.strip().splitlines() == ["error: source 'everything': use live, replay, all"]
+    assert wrong.stderr.strip().splitlines() == [
+        "error: source 'everything': use live, replay, all"
+    ]
 
 
 def test_an_ambiguous_or_unknown_id_prefix_is_a_clear_error(recorded: Path) -> None:
