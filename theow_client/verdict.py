@@ -21,16 +21,14 @@ from typing import Any
 
 
 class Status(StrEnum):
-    RESOLVED = (
-        "resolved"  # a `fix` rule's fix ran and worked (a client-side one: its re-run passed)
-    )
-    SUGGESTED = (
-        "suggested"  # a `fix` rule's fix was offered, not (yet) run: see its actions, outputs
-    )
+    # A `fix` rule's fix ran and worked; a client-side one: the agent ran it and the re-run passed.
+    RESOLVED = "resolved"
+    # A `fix` rule's fix was offered, not (yet) run: waiting for the agent, advice only, a dry run.
+    SUGGESTED = "suggested"
     RETRY = "retry"  # a `retry` rule matched: the failure is transient, run the step again
     TRACKED = "tracked"  # a `track` rule matched: known cause, nothing to run
     UNMATCHED = "unmatched"  # no rule validated against the facts
-    FAILED = "failed"  # rules validated, but every attempt's actions failed
+    FAILED = "failed"  # every attempt's actions failed, or the agent's fix did not cure the step
     REJECTED = "rejected"  # the submission itself was malformed
     ERROR = "error"  # the worker could not decide (e.g. redelivered too often)
     EXPLORING = "exploring"  # sent to an explorer worker

@@ -6,6 +6,13 @@ returns the verdict already stored, and the store's unique constraint on the
 failure id makes a duplicate submit create nothing twice. A resolve writes to
 the store twice: the failure when it arrives, then its outcome (attempts,
 rule counts, verdict) in one go.
+
+A `fix` rule's match is ``resolved`` only when its fix ran here and worked.
+When some of it is left to the build agent (client-side actions), when its
+actions only advise (``suggests=True``), or in a dry run, the verdict is
+``suggested``: the fix is offered, and the rule's track record does not move.
+The agent's report after its re-run (``tasks.client_outcome``) later makes a
+client-side fix ``resolved`` or ``failed``.
 """
 
 from __future__ import annotations
