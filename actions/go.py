@@ -82,7 +82,7 @@ def go_mod_replace(workspace: str, old_path: str, new_path: str, version: str) -
     return result
 
 
-@action("suggest_go_toolchain")
+@action("suggest_go_toolchain", suggests=True)
 def suggest_go_toolchain(required: str, running: str = "") -> dict:
     """Say which Go toolchain a build needs when go.mod asks for a newer Go than the image has."""
     match = _GO_VERSION.fullmatch(required)
@@ -110,7 +110,7 @@ def suggest_go_toolchain(required: str, running: str = "") -> dict:
 _FORGES = ("github.com", "gitlab.com", "bitbucket.org")
 
 
-@action("suggest_goprivate")
+@action("suggest_goprivate", suggests=True)
 def suggest_goprivate(module: str) -> dict:
     """Say how to fetch a private Go module that the public proxy and checksum database cannot see."""
     if not _MODULE_PATH.fullmatch(module) or "/" not in module:

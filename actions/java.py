@@ -15,7 +15,7 @@ from theow_workers import action
 _COORD_PART = re.compile(r"[\w.+-]+")
 
 
-@action("suggest_maven_artifact_fix")
+@action("suggest_maven_artifact_fix", suggests=True)
 def suggest_maven_artifact_fix(artifact: str, repository: str) -> dict:
     """Say how to make Maven or Gradle find a dependency artifact that a repository does not have."""
     parts = artifact.split(":")
@@ -100,7 +100,7 @@ def java_release(required: str) -> int | None:
     return int(head) if head.isdigit() and 5 <= int(head) <= 44 else None
 
 
-@action("suggest_jdk")
+@action("suggest_jdk", suggests=True)
 def suggest_jdk(required: str) -> dict:
     """Say which JDK a build needs when it targets (or was compiled for) a newer Java than it runs."""
     release = java_release(required)

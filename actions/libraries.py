@@ -162,7 +162,7 @@ def deb_package_for_library(library: str) -> str | None:
     return None
 
 
-@action("suggest_system_package")
+@action("suggest_system_package", suggests=True)
 def suggest_system_package(library: str) -> dict:
     """Say which Debian/Ubuntu package provides a native library the build could not find."""
     if not _LIBRARY.fullmatch(library):
@@ -212,7 +212,7 @@ DEB_RENAMED: dict[str, str] = {
 _PACKAGE = re.compile(r"[\w.+:-]{1,100}")
 
 
-@action("suggest_os_package_name")
+@action("suggest_os_package_name", suggests=True)
 def suggest_os_package_name(package: str, manager: str = "apt") -> dict:
     """Say what an OS package the package manager could not find is called, or why it is missing."""
     if not _PACKAGE.fullmatch(package):

@@ -47,7 +47,7 @@ ALIASES: dict[str, str] = {
 }
 
 
-@action("suggest_lockfile_refresh")
+@action("suggest_lockfile_refresh", suggests=True)
 def suggest_lockfile_refresh(tool: str, package: str = "") -> dict:
     """Say how to bring a lockfile back in sync with its manifest (npm, yarn, pnpm, poetry, uv, cargo, go)."""
     key = " ".join(tool.split()).lower()

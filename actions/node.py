@@ -55,7 +55,7 @@ def set_node_options(workspace: str, max_old_space_size: int | str) -> dict:
     return result
 
 
-@action("suggest_npm_peer_fix")
+@action("suggest_npm_peer_fix", suggests=True)
 def suggest_npm_peer_fix(package: str, version: str, peer: str, peer_range: str) -> dict:
     """Say how to get past an npm ERESOLVE conflict: which package's peer range is too narrow."""
     if not _PACKAGE.fullmatch(package) or not _PACKAGE.fullmatch(peer):
@@ -150,7 +150,7 @@ NODE_BUILTINS = frozenset(
 _MODULE_SPEC = re.compile(r"(?P<package>(?:@[\w.-]+/)?[\w][\w.-]*)(?:/[\w.@/-]*)?")
 
 
-@action("suggest_npm_package")
+@action("suggest_npm_package", suggests=True)
 def suggest_npm_package(module: str, types: bool = False) -> dict:
     """Say which npm package to add for a module (or its TypeScript types) the build could not find."""
     name = module.removeprefix("node:")
@@ -178,7 +178,7 @@ def suggest_npm_package(module: str, types: bool = False) -> dict:
 _NODE_LOWER_BOUND = re.compile(r"(?:>=|\^|~|=|v)?\s*(\d+)(?:\.(\d+|x))?(?:\.(\d+|x))?")
 
 
-@action("suggest_node_version")
+@action("suggest_node_version", suggests=True)
 def suggest_node_version(required: str) -> dict:
     """Say which Node.js version satisfies a package's "engines" range the build's Node does not."""
     first = required.split("||")[0].strip()
@@ -204,7 +204,7 @@ def suggest_node_version(required: str) -> dict:
     }
 
 
-@action("suggest_npm_registry")
+@action("suggest_npm_registry", suggests=True)
 def suggest_npm_registry(package: str) -> dict:
     """Say why the registry answered 404 for a package and how to point npm at the right one."""
     name = package.replace("%2f", "/").replace("%2F", "/")

@@ -60,7 +60,7 @@ FIXTURE_TO_PLUGIN: dict[str, str] = {
 _FIXTURE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-@action("suggest_pytest_plugin")
+@action("suggest_pytest_plugin", suggests=True)
 def suggest_pytest_plugin(fixture: str) -> dict:
     """Say which pytest plugin provides a fixture that a test requested but pytest could not find."""
     if not _FIXTURE.fullmatch(fixture):

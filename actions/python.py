@@ -83,7 +83,7 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-@action("suggest_pip_install")
+@action("suggest_pip_install", suggests=True)
 def suggest_pip_install(module: str) -> dict:
     """Say which PyPI package provides a module that Python could not import."""
     if not _MODULE.fullmatch(module):
@@ -125,7 +125,7 @@ def add_python_requirement(
     return {"status": "ok", "changed": [str(path)], "package": package}
 
 
-@action("explain_pip_conflict")
+@action("explain_pip_conflict", suggests=True)
 def explain_pip_conflict(packages: str, facts: dict[str, Any] | None = None) -> dict:
     """Summarise a pip ResolutionImpossible: the clashing constraints and which pins to loosen."""
     log = str((facts or {}).get("stderr", ""))
@@ -222,7 +222,7 @@ def pin_python_requirement(
     }
 
 
-@action("explain_python_solver_conflict")
+@action("explain_python_solver_conflict", suggests=True)
 def explain_python_solver_conflict(conflict: str, facts: dict[str, Any] | None = None) -> dict:
     """Summarise a Poetry or uv "version solving failed": the chain of constraints that clash."""
     log = str((facts or {}).get("stderr", ""))
@@ -247,7 +247,7 @@ def explain_python_solver_conflict(conflict: str, facts: dict[str, Any] | None =
     }
 
 
-@action("suggest_python_version")
+@action("suggest_python_version", suggests=True)
 def suggest_python_version(required: str) -> dict:
     """Say which Python a build needs when a package or the project requires a newer interpreter."""
     lower = re.search(r"(?:>=|~=|\^|==|>)\s*(\d+\.\d+)", required)
@@ -266,7 +266,7 @@ def suggest_python_version(required: str) -> dict:
     }
 
 
-@action("suggest_virtualenv")
+@action("suggest_virtualenv", suggests=True)
 def suggest_virtualenv() -> dict:
     """Say how to install packages when pip refuses an externally managed (PEP 668) Python."""
     return {

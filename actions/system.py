@@ -124,7 +124,7 @@ def deb_package_for_header(header: str) -> str | None:
     return HEADER_TO_DEB.get(header.rsplit("/", 1)[-1]) if "/" in header else None
 
 
-@action("suggest_apt_package")
+@action("suggest_apt_package", suggests=True)
 def suggest_apt_package(header: str) -> dict:
     """Say which Debian/Ubuntu -dev package provides a C/C++ header the compiler could not find."""
     if not _HEADER.fullmatch(header) or ".." in header:
@@ -147,7 +147,7 @@ def suggest_apt_package(header: str) -> dict:
     }
 
 
-@action("suggest_linker_install")
+@action("suggest_linker_install", suggests=True)
 def suggest_linker_install(linker: str) -> dict:
     """Say which package provides the linker that rustc (or cargo) could not find."""
     if not _LINKER.fullmatch(linker):
@@ -304,7 +304,7 @@ _SPECIAL_FIXES.update(
 _TOOL = re.compile(r"[\w.+ -]{1,64}")
 
 
-@action("suggest_build_tool_install")
+@action("suggest_build_tool_install", suggests=True)
 def suggest_build_tool_install(tool: str) -> dict:
     """Say how to get a compiler or command-line tool that the build could not find."""
     if not _TOOL.fullmatch(tool):

@@ -21,6 +21,10 @@ they are passed when declared and never come from rule params.
 The loader and the runner live in the client because both sides use them:
 the resolver worker runs server-side actions, the build agent client-side
 ones; ``theow_workers.core.actions`` is this module under the core's name.
+
+An action that only says what to do (a command to run, a package to add)
+is declared ``suggests=True``: a fix made of such actions is ``suggested``,
+never ``resolved``, because the build still fails until someone acts on it.
 """
 
 from __future__ import annotations
@@ -62,6 +66,9 @@ class ActionSpec:
     func: ActionFunc
     client_side: bool = False
     timeout: float | None = None
+    # Only says what to do (a command, a package name) and changes nothing: a rule
+    # whose actions all only suggest leaves the failure ``suggested``, not ``resolved``.
+    suggests: bool = False
 
     @property
     def doc(self) -> str:
@@ -122,13 +129,17 @@ _collecting: list[ActionRegistry] = []
 
 
 def action(
-    name: str, *, client_side: bool = False, timeout: float | None = None
+    name: str, *, client_side: bool = False, timeout: float | None = None, suggests: bool = False
 ) -> Callable[[ActionFunc], ActionFunc]:
-    """Register the decorated function as the action ``name``."""
+    """Register the decorated function as the action ``name``.
+
+    ``suggests=True``: the action only says what to do and changes nothing.
+    """
 
     def decorate(func: ActionFunc) -> ActionFunc:
         target = _collecting[-1] if _collecting else REGISTRY
-        target.register(ActionSpec(name, func, client_side=client_side, timeout=timeout))
+        spec = ActionSpec(name, func, client_side=client_side, timeout=timeout, suggests=suggests)
+        target.register(spec)
         return func
 
     return decorate

@@ -33,7 +33,7 @@ from theow_client.capture import Captured, HeadTail, capture, shell_join
 from theow_client.client import DEFAULT_WAIT_TIMEOUT, TheowClient, TheowUnavailable, Ticket
 from theow_client.facts import FactsError, loads_facts
 from theow_client.job import job_of
-from theow_client.mark import should_rerun
+from theow_client.mark import Rerun, should_rerun
 from theow_client.passing import report_passing
 from theow_client.verdict import Status, Verdict
 
@@ -216,8 +216,10 @@ def report_passing_run(args: argparse.Namespace, client: TheowClient, facts: dic
     return f"passing run of {job} not sent: one was sent this interval (or Theow is unreachable)"
 
 
-def ask_theow(args: argparse.Namespace, client: TheowClient, result: Captured, reruns: int) -> bool:
-    """Report a failed run; whether to run the command again. Never raises."""
+def ask_theow(
+    args: argparse.Namespace, client: TheowClient, result: Captured, reruns: int
+) -> Rerun | None:
+    """Report a failed run; a Rerun when the command should run again. Never raises."""
     try:
         facts = run_facts(args, result)
         ticket = client.submit(
@@ -225,22 +227,22 @@ def ask_theow(args: argparse.Namespace, client: TheowClient, result: Captured, r
         )
         if reruns >= args.retries and not args.wait:
             warn(f"reported failure {ticket.failure_id}" + (" (spooled)" if ticket.spooled else ""))
-            return False
+            return None
         verdict = wait_for(ticket, args.wait_timeout)
         if verdict is None or verdict.status is Status.SPOOLED:  # already warned
-            return False
+            return None
         if args.json:
             print(json.dumps(verdict.to_dict()), file=sys.stderr)
         else:
             warn(format_verdict(verdict).replace("\n", "\ntheow: "))
         if reruns >= args.retries:
-            return False
+            return None
         return should_rerun(
             verdict, facts, actions_dir=args.actions_dir, workspace=os.getcwd(), client=client
         )
     except Exception as exc:
         warn(f"could not help with this failure ({type(exc).__name__}: {exc})")
-        return False
+        return None
 
 
 def cmd_run(args: argparse.Namespace, client: TheowClient) -> int:
@@ -252,10 +254,11 @@ def cmd_run(args: argparse.Namespace, client: TheowClient) -> int:
         parse_fact(text)
     result = capture(args.command)
     reruns = 0
-    while result.exit_code != 0 and ask_theow(args, client, result, reruns):
+    while result.exit_code != 0 and (rerun := ask_theow(args, client, result, reruns)):
         reruns += 1
         warn(f"re-running {shell_join(args.command)} ({reruns}/{args.retries})")
         result = capture(args.command)
+        rerun.report(passed=result.exit_code == 0)  # only now is it known whether the fix worked
     if result.exit_code == 0 and not args.no_passing:
         try:
             logging.getLogger("theow.client").info(

@@ -305,19 +305,24 @@ class TheowClient:
         success: bool,
         error: str = "",
         outputs: list[dict[str, Any]] | None = None,
+        rerun_passed: bool | None = None,
     ) -> bool:
         """Tell the workers what the verdict's client-side actions did; never raises.
 
-        Only this report counts a client-side fix as a success (or a failure)
-        in the rule's track record. Returns whether it was sent.
+        ``success``: the actions ran; ``rerun_passed``: the step passed when
+        run again after them. Only this report counts a client-side fix as a
+        success (both) or a failure in the rule's track record. Returns
+        whether it was sent.
         """
-        report = {
+        report: dict[str, Any] = {
             "failure_id": verdict.failure_id,
             "rule": verdict.rule,
             "outcome": "success" if success else "error",
             "error": error,
             "outputs": [jsonable(o) for o in outputs or []],
         }
+        if rerun_passed is not None:
+            report["rerun_passed"] = rerun_passed
         try:
             self.app.send_task(
                 names.TASK_CLIENT_OUTCOME,

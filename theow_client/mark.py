@@ -1,8 +1,11 @@
 """``@mark``: let Theow look at a failing build step and run it again.
 
 When the decorated step raises, its facts go to Theow; if the verdict says the
-failure is fixed (``resolved``) or transient (``retry``), the verdict's
-client-side actions run here, on the build agent, and the step runs again.
+failure is fixed (``resolved``), has a fix for this agent to run
+(``suggested`` with client-side actions) or is transient (``retry``), the
+verdict's client-side actions run here, on the build agent, and the step runs
+again. Whether that re-run passed is reported back: only then does a
+client-side fix count as ``resolved`` (or ``failed``).
 
 Warning: a build never fails *because of* Theow. Broker down (spooled),
 no verdict in time, an action that fails, a status that is not retryable:
@@ -22,12 +25,13 @@ import shlex
 import subprocess
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
 from theow_client import config
 from theow_client.client import DEFAULT_WAIT_TIMEOUT, TheowClient
 from theow_client.facts import bound_text
-from theow_client.verdict import RETRYABLE, Verdict
+from theow_client.verdict import RETRYABLE, Status, Verdict
 
 log = logging.getLogger("theow.client")
 
@@ -95,14 +99,14 @@ def run_client_actions(
     actions_dir: str | os.PathLike[str] | None = None,
     workspace: str | None = None,
     client: TheowClient | None = None,
-) -> list[Any]:
-    """Run the verdict's client-side actions in order; return their outputs.
+) -> list[dict[str, Any]]:
+    """Run the verdict's client-side actions in order; return ``{"action", "output"}`` of each.
 
     Actions are loaded from ``actions_dir`` (``THEOW_ACTIONS_DIR``, else
     ``./actions``): the build agent needs the same actions the workers have.
-    Raises ActionError when one is missing or fails. With ``client``, the
-    outcome (success, or the error) is reported back: only that report counts
-    in the rule's track record.
+    Raises ActionError when one is missing or fails; with ``client``, that
+    failure is reported back. That they ran is not reported here: whether
+    the fix worked is known only once the step ran again (``Rerun.report``).
     """
     if not verdict.client_actions:
         return []
@@ -129,9 +133,29 @@ def run_client_actions(
         if client is not None:
             client.report_outcome(verdict, success=False, error=str(exc), outputs=outputs)
         raise
-    if client is not None:
-        client.report_outcome(verdict, success=True, outputs=outputs)
-    return [o["output"] for o in outputs]
+    return outputs
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """The step may run again after ``verdict``; ``outputs``: its client-side actions' outputs."""
+
+    verdict: Verdict
+    outputs: list[dict[str, Any]]
+    client: TheowClient | None = None
+
+    def report(self, passed: bool) -> None:
+        """After the re-run: tell the workers whether the client-side fix worked.
+
+        Only this report makes the failure ``resolved`` (or ``failed``) and
+        counts in the rule's track record. Nothing to report for a verdict
+        without client-side actions. Never raises.
+        """
+        if self.client is None or not self.verdict.client_actions:
+            return
+        self.client.report_outcome(
+            self.verdict, success=True, outputs=self.outputs, rerun_passed=passed
+        )
 
 
 def should_rerun(
@@ -141,21 +165,27 @@ def should_rerun(
     actions_dir: str | os.PathLike[str] | None = None,
     workspace: str | None = None,
     client: TheowClient | None = None,
-) -> bool:
-    """Whether the step should run again: the verdict allows it and its actions ran.
+) -> Rerun | None:
+    """A Rerun when the step should run again: the verdict allows it and its actions ran.
 
-    Raises what ``run_client_actions`` raises; ``client`` reports their outcome.
+    None when it should not. A ``suggested`` fix with nothing for this agent
+    to run (advice only) is not re-run: nothing changed. Raises what
+    ``run_client_actions`` raises; ``client`` reports their failure, and
+    ``Rerun.report`` whether the re-run passed.
     """
-    if verdict.status not in RETRYABLE:
+    nothing_to_run = verdict.status == Status.SUGGESTED and not verdict.client_actions
+    if verdict.status not in RETRYABLE or nothing_to_run:
         log.info(
             "theow: failure %s is %s%s; not re-running",
             verdict.failure_id,
             verdict.status,
             f" ({verdict.reason})" if verdict.reason else "",
         )
-        return False
-    run_client_actions(verdict, facts, actions_dir=actions_dir, workspace=workspace, client=client)
-    return True
+        return None
+    outputs = run_client_actions(
+        verdict, facts, actions_dir=actions_dir, workspace=workspace, client=client
+    )
+    return Rerun(verdict, outputs, client)
 
 
 def mark(
@@ -193,8 +223,10 @@ def mark(
                 log.warning("theow: facts_from for %s raised %s: %s", name, type(exc).__name__, exc)
                 return {}
 
-        def ask_theow(exc: Exception, reruns: int, *args: P.args, **kwargs: P.kwargs) -> bool:
-            """Whether to run the step again; never raises."""
+        def ask_theow(
+            exc: Exception, reruns: int, *args: P.args, **kwargs: P.kwargs
+        ) -> Rerun | None:
+            """A Rerun when the step should run again; never raises."""
             theow = client
             try:
                 theow = theow or TheowClient()
@@ -210,7 +242,7 @@ def mark(
                 )
                 if reruns >= max_retries:
                     log.info("theow: %s failed, no re-runs left (%s)", name, ticket.failure_id)
-                    return False
+                    return None
                 verdict = ticket.wait(timeout=wait_timeout)
                 return should_rerun(
                     verdict, facts, actions_dir=actions_dir, workspace=workspace, client=theow
@@ -222,7 +254,7 @@ def mark(
                     type(theow_exc).__name__,
                     theow_exc,
                 )
-                return False
+                return None
             finally:
                 if client is None and theow is not None:
                     theow.close()
@@ -230,14 +262,22 @@ def mark(
         @functools.wraps(step)
         def run_step(*args: P.args, **kwargs: P.kwargs) -> R:
             reruns = 0
+            rerun: Rerun | None = None  # the fix this run follows, reported once it ends
             while True:
                 try:
-                    return step(*args, **kwargs)
+                    result = step(*args, **kwargs)
                 except Exception as exc:
-                    if not ask_theow(exc, reruns, *args, **kwargs):
+                    if rerun is not None:
+                        rerun.report(passed=False)
+                    rerun = ask_theow(exc, reruns, *args, **kwargs)
+                    if rerun is None:
                         raise
                     reruns += 1
                     log.info("theow: re-running %s (%d/%d)", name, reruns, max_retries)
+                    continue
+                if rerun is not None:
+                    rerun.report(passed=True)
+                return result
 
         return run_step
 

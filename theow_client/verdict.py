@@ -21,11 +21,14 @@ from typing import Any
 
 
 class Status(StrEnum):
-    RESOLVED = "resolved"  # a `fix` rule matched and its worker-side actions succeeded
+    # A `fix` rule's fix ran and worked; a client-side one: the agent ran it and the re-run passed.
+    RESOLVED = "resolved"
+    # A `fix` rule's fix was offered, not (yet) run: waiting for the agent, advice only, a dry run.
+    SUGGESTED = "suggested"
     RETRY = "retry"  # a `retry` rule matched: the failure is transient, run the step again
     TRACKED = "tracked"  # a `track` rule matched: known cause, nothing to run
     UNMATCHED = "unmatched"  # no rule validated against the facts
-    FAILED = "failed"  # rules validated, but every attempt's actions failed
+    FAILED = "failed"  # every attempt's actions failed, or the agent's fix did not cure the step
     REJECTED = "rejected"  # the submission itself was malformed
     ERROR = "error"  # the worker could not decide (e.g. redelivered too often)
     EXPLORING = "exploring"  # sent to an explorer worker
@@ -44,8 +47,9 @@ def parse_status(value: object) -> Status | str:
         return text
 
 
-# Statuses after which the client may run the step again.
-RETRYABLE = frozenset({Status.RESOLVED, Status.RETRY})
+# Statuses after which the client may run the step again (``suggested``: once it ran the
+# verdict's client-side fix; a suggestion with nothing for the agent to run changes nothing).
+RETRYABLE = frozenset({Status.RESOLVED, Status.SUGGESTED, Status.RETRY})
 
 
 @dataclass(frozen=True)

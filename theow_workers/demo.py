@@ -20,6 +20,7 @@ from theow_client import Status, TheowClient, Verdict
 from theow_workers.config import Settings
 from theow_workers.runtime import Knowledge, Runtime, sync_index
 from theow_workers.stack import EmbeddedStack, StackError
+from theow_workers.store.figures import MATCHED
 
 
 def read_failures(path: Path) -> list[dict[str, Any]]:
@@ -112,7 +113,7 @@ def _print_summary(verdicts: list[Verdict], submitted: int, console: Console) ->
     if missing:
         summary.add_row("no verdict in time", str(missing))
     console.print(summary)
-    matched = sum(by_status[s] for s in (Status.RESOLVED, Status.RETRY, Status.TRACKED))
+    matched = sum(by_status[s] for s in MATCHED)
     console.print(
         f"matched {matched}/{submitted} ({matched / max(1, submitted):.0%}), "
         f"unmatched {by_status[Status.UNMATCHED]}"

@@ -146,27 +146,36 @@ def explore(self: Task, request: dict[str, Any]) -> dict[str, Any]:
     name=names.TASK_CLIENT_OUTCOME, autoretry_for=TRANSIENT, retry_backoff=True, max_retries=3
 )
 def client_outcome(report: Any) -> dict[str, Any]:
-    """What a build agent's client-side actions did; counts the rule's success or failure.
+    """What a build agent's client-side fix did; counts the rule's success or failure.
 
     ``report``: ``{"failure_id", "rule", "outcome": "success" | "error",
-    "error", "outputs": [{"action", "output"}]}``. Counts once per pending
-    attempt; a report for anything else counts nothing and says why.
+    "error", "outputs": [{"action", "output"}], "rerun_passed": bool}``.
+    ``outcome`` says whether the actions ran, ``rerun_passed`` whether the
+    step passed when run again after them: the fix worked only if both. The
+    failure becomes ``resolved`` or ``failed``, once per pending attempt; a
+    report for anything else counts nothing and says why.
     """
     if not isinstance(report, dict) or report.get("outcome") not in ("success", "error"):
         return {"counted": False, "reason": f"malformed client outcome: {report!r}"[:500]}
     failure_id, rule = str(report.get("failure_id")), str(report.get("rule"))
+    ran = report["outcome"] == "success"
+    if ran and not isinstance(report.get("rerun_passed"), bool):
+        # An older client reports when its actions ran, before the re-run: that the
+        # fix works is not known, so the failure stays suggested and nothing counts.
+        reason = f"failure {failure_id}: reported before the step ran again; left suggested"
+        return {"counted": False, "reason": reason}
+    worked = ran and bool(report["rerun_passed"])
+    error = str(report.get("error") or "")
+    if ran and not worked:
+        error = error or "the step failed again after the client-side fix ran"
     outputs = report.get("outputs")
     counted = runtime.current().store.settle_client_attempt(
-        failure_id,
-        rule,
-        report["outcome"] == "success",
-        str(report.get("error") or "")[:4000],
-        outputs if isinstance(outputs, list) else [],
+        failure_id, rule, worked, error[:4000], outputs if isinstance(outputs, list) else []
     )
     if not counted:
         reason = f"failure {failure_id} has no attempt of rule {rule} waiting for its client"
         return {"counted": False, "reason": reason}
-    log.info("failure %s: client-side actions of %s: %s", failure_id, rule, report["outcome"])
+    log.info("failure %s: client-side fix of %s worked: %s", failure_id, rule, worked)
     return {"counted": True, "reason": ""}
 
 

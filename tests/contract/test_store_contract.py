@@ -20,7 +20,7 @@ import pytest
 from tests.conftest import prepared_database
 from theow_client.verdict import BoundAction, Status, Verdict
 from theow_workers.core.memory import InMemoryStore
-from theow_workers.core.ports import CLIENT_PENDING, AttemptRecord, FailureRecord
+from theow_workers.core.ports import CLIENT_PENDING, SUGGESTED, AttemptRecord, FailureRecord
 
 Factory = Callable[[], Any]
 
@@ -118,6 +118,63 @@ def test_an_outcome_counts_its_attempts_but_not_those_the_agent_has_yet_to_run(w
         "slow": (0, 1),
         "works": (1, 0),
     }
+
+
+def suggested_to_agent(store, failure_id: str = "f1") -> None:
+    """A failure whose fix waits for its build agent, as the resolver records it."""
+    store.record_failure(failure(failure_id))
+    store.record_outcome(
+        Verdict(failure_id, Status.SUGGESTED, rule="on_agent", mode="fix", reason="matched"),
+        [attempt(failure_id, "on_agent", CLIENT_PENDING)],
+    )
+
+
+def test_a_suggested_outcome_is_never_counted(workers):
+    store = workers()
+    store.record_failure(failure("f1"))
+    store.record_outcome(
+        Verdict("f1", Status.SUGGESTED, rule="advice"), [attempt("f1", "advice", SUGGESTED)]
+    )
+    assert store.rule_stats() == {}
+    assert store.verdict("f1").status is Status.SUGGESTED
+
+
+def test_a_client_fix_whose_rerun_passed_resolves_its_failure_and_counts_once(workers):
+    store = workers()
+    suggested_to_agent(store)
+    output = [{"action": "a", "output": {"changed": ["go.mod"]}}]
+
+    assert store.settle_client_attempt("f1", "on_agent", True, "", output) is True
+    assert store.settle_client_attempt("f1", "on_agent", True, "", output) is False  # repeated
+    assert store.settle_client_attempt("f1", "on_agent", False, "late", []) is False
+
+    assert store.verdict("f1").status is Status.RESOLVED
+    assert store.verdict("f1").reason == "matched"
+    stats = store.rule_stats()["on_agent"]
+    assert (stats.successes, stats.failures) == (1, 0)
+
+
+def test_a_client_fix_that_did_not_work_fails_its_failure_and_counts_once(workers):
+    store = workers()
+    suggested_to_agent(store)
+
+    assert store.settle_client_attempt("f1", "on_agent", False, "re-run failed", []) is True
+    assert store.settle_client_attempt("f1", "on_agent", True, "", []) is False
+
+    verdict = store.verdict("f1")
+    assert verdict.status is Status.FAILED
+    assert "re-run failed" in verdict.reason
+    stats = store.rule_stats()["on_agent"]
+    assert (stats.successes, stats.failures) == (0, 1)
+
+
+def test_a_report_for_a_rule_or_failure_that_waits_for_nothing_changes_nothing(workers):
+    store = workers()
+    suggested_to_agent(store)
+    assert store.settle_client_attempt("f1", "another_rule", True, "", []) is False
+    assert store.settle_client_attempt("nope", "on_agent", True, "", []) is False
+    assert store.verdict("f1").status is Status.SUGGESTED
+    assert store.rule_stats() == {}
 
 
 def test_concurrent_workers_never_lose_a_count(workers):

@@ -129,6 +129,35 @@ def test_failures_list_shows_whole_ids_and_show_accepts_a_prefix(recorded: Path)
     assert "failure b52e07d4-1111-4000-8000-000000000003" in shown.stdout
 
 
+def test_failures_list_shows_live_failures_unless_asked_for_replayed_ones(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    url = f"sqlite:///{home / 'theow.db'}"
+    migrate(url)
+    store = SqlStore(url)
+    for failure_id, source in (("agent-1", "theow-client"), ("demo-1", "theow-demo"),
+                               ("old-1", "replay:job-7"), ("old-2", "replay:job-7")):  # fmt: skip
+        facts = {"stderr": "boom"}
+        store.add_failure(FailureRecord(failure_id, "fp", facts, None, source, datetime.now(UTC)))
+    store.dispose()
+
+    def ids(*options: str) -> list[str]:
+        listed = theow("failures", "list", "--json", *options, home=home)
+        assert listed.returncode == 0, listed.stderr
+        return sorted(row["id"] for row in json.loads(listed.stdout))
+
+    assert ids() == ["agent-1", "demo-1"]
+    assert ids("--source", "replay") == ["old-1", "old-2"]
+    assert ids("--source", "all") == ["agent-1", "demo-1", "old-1", "old-2"]
+    table = theow("failures", "list", home=home).stdout
+    assert "theow-client" in table and "replay:job-7" not in table and "2 live failure(s)" in table
+    wrong = theow("failures", "list", "--source", "everything", home=home)
+    assert wrong.returncode == 2
+    assert wrong.stderr.strip().splitlines() == [
+        "error: source 'everything': use live, replay, all"
+    ]
+
+
 def test_an_ambiguous_or_unknown_id_prefix_is_a_clear_error(recorded: Path) -> None:
     ambiguous = theow("failures", "show", "7f3a", home=recorded)
     assert ambiguous.returncode == 1

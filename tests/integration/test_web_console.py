@@ -368,3 +368,65 @@ def test_a_log_line_holding_a_script_tag_shows_as_text(console, browser):
     page.click("a[rel=next]")
     assert page.locator("#failures tbody tr").count() == HISTORY + 3 - 50
     page.context.close()
+
+
+def seed_live_and_replayed(url: str) -> None:
+    """One live failure whose client-side fix waits for its agent, two replayed ones."""
+    sql = SqlStore(url)
+    now = datetime.now(UTC)
+    facts = {"stderr": "missing file app.cfg", "repo": "acme/app", "job": "build"}
+    sql.add_failure(FailureRecord("live-1", "fp-live", facts, "build_failure", "theow-client", now))
+    sql.record_outcome(Verdict("live-1", Status.SUGGESTED, rule="tf_client_fix", mode="fix"),
+                       [AttemptRecord("live-1", "tf_client_fix", [], "client_pending")])  # fmt: skip
+    for n in range(2):
+        fid = f"replayed-{n}"
+        at = now - timedelta(minutes=1 + n)
+        sql.add_failure(FailureRecord(fid, "fp-old", facts, "build_failure", "replay:r1", at))
+        sql.record_outcome(Verdict(fid, Status.SUGGESTED, rule="tf_client_fix", mode="fix"),
+                           [AttemptRecord(fid, "tf_client_fix", [], "suggested")])  # fmt: skip
+    sql.dispose()
+
+
+@pytest.fixture(scope="module")
+def mixed_console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    root = tmp_path_factory.mktemp("web-mixed")
+    url = f"sqlite:///{root / 'theow.db'}"
+    migrate(url)
+    seed_live_and_replayed(url)
+    settings = Settings.load(env={
+        "THEOW_DATABASE_URL": url, "THEOW_RULES_DIR": str(FIXTURES / "rules"),
+        "THEOW_ACTIONS_DIR": str(FIXTURES / "actions"), "THEOW_HOME": str(root / "home"),
+        "THEOW_WEB_PASSWORD": PASSWORD, "THEOW_REDIS_URL": "redis://127.0.0.1:1/0",
+    })  # fmt: skip
+    with Server(settings) as server:
+        yield {"url": server.url}
+
+
+def test_the_failures_page_lists_live_failures_unless_replayed_ones_are_asked_for(
+    mixed_console, browser
+):
+    page = logged_in(browser, mixed_console["url"])
+    page.goto("/failures")
+    rows = page.locator("#failures tbody tr")
+    assert rows.count() == 1
+    assert rows.first.locator("td.source").inner_text() == "theow-client"
+    assert rows.first.locator("td.st-suggested").inner_text() == "suggested"
+    page.select_option("select[name=source]", "replay")
+    with page.expect_navigation():
+        page.click("form.filters button[type=submit]")
+    assert [c.inner_text() for c in rows.locator("td.source").all()] == ["replay:r1"] * 2
+    page.goto("/failures?source=all")
+    assert rows.count() == 3
+    answer = page.request.get("/failures?source=everything")
+    assert answer.status == 400 and "use live, replay, all" in answer.text()
+    page.context.close()
+
+
+def test_insight_shows_a_client_side_fix_waiting_for_its_agent_as_pending_not_struggling(
+    mixed_console, browser
+):
+    page = logged_in(browser, mixed_console["url"])
+    page.goto("/insight")
+    assert "tf_client_fix: 1 pending" in page.locator("#pending").inner_text()
+    assert page.get_by_text("Struggling rules").count() == 0
+    page.context.close()

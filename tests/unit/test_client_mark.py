@@ -99,7 +99,7 @@ def test_client_side_actions_run_in_the_workspace(actions_dir: Path, tmp_path: P
         ),
     )
     outputs = run_client_actions(verdict, {}, actions_dir=actions_dir, workspace=str(tmp_path))
-    assert outputs == [{"status": "ok"}]
+    assert outputs == [{"action": "touch_marker", "output": {"status": "ok"}}]
     assert (tmp_path / "done").read_text() == "fixed by theow"
 
 
@@ -118,12 +118,25 @@ def test_an_unknown_client_side_action_is_an_error_naming_it(tmp_path: Path) -> 
         (Status.UNMATCHED, False),
         (Status.SPOOLED, False),
         (Status.ERROR, False),
+        (Status.SUGGESTED, False),  # advice only: nothing here changed, a re-run fails the same
+        ("pondering", False),  # a status from a newer worker
     ],
 )
 def test_only_resolved_and_retry_verdicts_rerun_the_step(
     status: Status, rerun: bool, tmp_path: Path
 ) -> None:
-    assert should_rerun(Verdict("f", status), {}, actions_dir=tmp_path) is rerun
+    assert (should_rerun(Verdict("f", status), {}, actions_dir=tmp_path) is not None) is rerun
+
+
+def test_a_suggested_client_side_fix_runs_here_and_the_step_runs_again(
+    actions_dir: Path, tmp_path: Path
+) -> None:
+    fix = BoundAction("touch_marker", {"name": "done"}, client_side=True)
+    verdict = Verdict("f", Status.SUGGESTED, rule="r", actions=(fix,))
+    rerun = should_rerun(verdict, {}, actions_dir=actions_dir, workspace=str(tmp_path))
+    assert rerun is not None
+    assert rerun.outputs == [{"action": "touch_marker", "output": {"status": "ok"}}]
+    assert (tmp_path / "done").read_text() == "fixed by theow"
 
 
 def test_a_failed_command_sends_what_it_printed_as_the_log() -> None:

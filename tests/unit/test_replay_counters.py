@@ -55,7 +55,8 @@ def test_a_dry_run_matches_but_runs_no_action_and_leaves_rule_stats_alone(runner
     job = jobs.create(kind="file", source="h.jsonl", source_key="k", total=1, dry_run=True)
     runner.run(chunk(job.id, "EXPLODE 7"))
     verdict = sql.verdict(replay_failure_id(job.id, "1"))
-    assert (verdict.status.value, verdict.rule, verdict.outputs) == ("resolved", "tf_explode", ())
+    # Matched, and nothing ran: the fix is suggested, not resolved.
+    assert (verdict.status.value, verdict.rule, verdict.outputs) == ("suggested", "tf_explode", ())
     assert sql.rule_stats() == {}
 
 

@@ -1,5 +1,6 @@
 """Resolving one submission: every failure gets exactly one recorded verdict."""
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,8 @@ from theow_workers.core.memory import InMemoryStore
 from theow_workers.core.service import ResolveService, ResolveSettings
 from theow_workers.runtime import Knowledge
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures"
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +131,7 @@ def test_retry_and_track_rules_decide_without_running_anything(service):
 
 def test_a_client_side_action_is_bound_but_not_run_on_the_worker(service):
     verdict = submit(service, {"stderr": "missing file config.ini"})
-    assert verdict.status is Status.RESOLVED
+    assert verdict.status is Status.SUGGESTED  # offered to the agent; resolved once it worked
     assert verdict.outputs == ()
     (bound,) = verdict.client_actions
     assert (bound.action, bound.params) == ("touch_file", {"name": "config.ini"})
@@ -145,6 +147,31 @@ def test_a_client_side_fix_is_not_counted_until_the_agent_reports_it(service, st
     (attempt,) = store.attempts
     assert attempt.outcome == "client_pending"
     assert "tf_client_fix" not in store.rule_stats()
+
+
+def test_a_fix_whose_actions_only_suggest_is_suggested_not_resolved_and_not_counted(tmp_path):
+    # The shipped rule and its advisor: it names the package, installs nothing.
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "actions").mkdir()
+    shutil.copy(ROOT / "rules" / "python_module_not_found.rule.yaml", tmp_path / "rules")
+    shutil.copy(ROOT / "actions" / "python.py", tmp_path / "actions")
+    loaded = Knowledge.load(tmp_path / "rules", tmp_path / "actions")
+    store = InMemoryStore()
+    service = ResolveService(store, lambda: loaded.book, lambda: loaded.actions)
+    verdict = submit(service, {"stderr": "ModuleNotFoundError: No module named 'yaml'"})
+    assert (verdict.status, verdict.rule) == (Status.SUGGESTED, "python_module_not_found")
+    assert verdict.outputs[0]["output"]["package"] == "PyYAML"  # the advice is in the verdict
+    assert store.attempts[0].outcome == "suggested"
+    assert store.rule_stats() == {}
+
+
+def test_a_dry_run_suggests_the_fix_it_matched_and_runs_nothing(knowledge, store):
+    dry = ResolveService(store, lambda: knowledge.book, lambda: knowledge.actions,
+                         settings=ResolveSettings(dry_run=True))  # fmt: skip
+    verdict = submit(dry, {"stderr": "x\nECHO hello\n", "job": "build-7"})
+    assert (verdict.status, verdict.rule, verdict.outputs) == (Status.SUGGESTED, "tf_echo", ())
+    assert store.attempts[0].outcome == "suggested"
+    assert store.rule_stats() == {}
 
 
 def test_the_same_failure_twice_gives_one_failure_and_one_verdict(service, store):

@@ -237,7 +237,8 @@ def meow_command(
         print_json(stats)
         return
     rate = "-" if stats["hit_rate"] is None else f"{stats['hit_rate']:.0%}"
-    out.print(f"(cat) {stats['resolves']} resolves, {stats['explores']} explores, hit rate {rate}"
+    out.print(f"(cat) {stats['resolves']} matched ({stats['resolved']} resolved,"
+              f" {stats['suggested']} suggested), {stats['explores']} explores, hit rate {rate}"
               f" over {stats['failures']} failures")  # fmt: skip
     change = stats["hit_rate_change"]
     if change["last_approval"]:
@@ -249,11 +250,16 @@ def meow_command(
     out.print(
         f"(cat) {stats['unmatched_waiting']} unmatched waiting, {stats['proposals_pending']} proposals pending"
     )
-    for title, key in (("top rules", "top_rules"), ("struggling", "struggling_rules")):
+    if stats["client_pending"]:
+        out.print(f"(cat) {stats['client_pending']} client-side fixes pending: waiting for"
+                  " their build agents to run them and report")  # fmt: skip
+    tables = (("top rules", "top_rules"), ("struggling", "struggling_rules"),
+              ("pending (waiting for the agent)", "pending_rules"))  # fmt: skip
+    for title, key in tables:
         if stats[key]:
-            table = Table("rule", "successes", "failures", title=title)
+            table = Table("rule", "successes", "failures", "pending", title=title)
             for r in stats[key]:
-                table.add_row(r["rule"], str(r["successes"]), str(r["failures"]))
+                table.add_row(r["rule"], str(r["successes"]), str(r["failures"]), str(r["pending"]))
             out.print(table)
 
 
@@ -263,30 +269,39 @@ def failures_list(
         str | None, typer.Option(help="Only failures whose verdict has this status.")
     ] = None,
     since: Annotated[str | None, typer.Option(help="Window, e.g. 24h.")] = None,
+    source: Annotated[
+        str,
+        typer.Option(
+            help="live (build agents), replay (replayed history) or all.", show_default=True
+        ),
+    ] = "live",
     limit: int = 50,
     as_json: JsonFlag = False,
 ) -> None:
-    """Recent failures with their verdicts."""
-    from theow_workers.store.failures import recent
+    """Recent failures with their verdicts: live ones unless --source says otherwise."""
+    from theow_workers.store.failures import SOURCES, UnknownSource, recent
 
     window = _window(since)
+    if source not in SOURCES:
+        raise _fail(str(UnknownSource(source)), 2)
     _, store = _context()
-    rows = recent(store, status=status, since=window, limit=limit)
+    rows = recent(store, status=status, since=window, limit=limit, source=source)
     if as_json:
         print_json(rows)
         return
     table = Table(
         "id",
         "received",
+        "source",
         "problem_type",
         "status",
         "rule",
         "reason",
-        title=f"{len(rows)} failure(s)",
+        title=f"{len(rows)} {'' if source == 'all' else source + ' '}failure(s)",
     )
     for r in rows:
-        table.add_row(r["id"], r["received_at"][:19], r["problem_type"] or "", r["status"] or "-",
-                      r["rule"] or "", r["reason"] or "")  # fmt: skip
+        table.add_row(r["id"], r["received_at"][:19], r["source"], r["problem_type"] or "",
+                      r["status"] or "-", r["rule"] or "", r["reason"] or "")  # fmt: skip
     out.print(table)
 
 

@@ -13,10 +13,12 @@ import re
 import threading
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
-from theow_client.verdict import Verdict
+from theow_client.verdict import Status, Verdict
 from theow_workers.core.ports import (
+    CLIENT_PENDING,
     AttemptRecord,
     Embedder,
     FailureRecord,
@@ -25,7 +27,9 @@ from theow_workers.core.ports import (
     RuleStats,
     SyncReport,
     counted,
+    settled_status,
     wait_for_owner,
+    with_outputs,
 )
 
 T = TypeVar("T")
@@ -166,6 +170,34 @@ class InMemoryStore:
     def count_attempt(self, rule: str, success: bool) -> None:
         with self._lock:
             self._bump(rule, success)
+
+    def settle_client_attempt(
+        self, failure_id: str, rule: str, worked: bool, error: str, outputs: list[dict[str, Any]]
+    ) -> bool:
+        """What the build agent reported for a ``client_pending`` attempt, as the SQL store does."""
+        with self._lock:
+            pending = [
+                n
+                for n, a in enumerate(self.attempts)
+                if (a.failure_id, a.rule, a.outcome) == (failure_id, rule, CLIENT_PENDING)
+            ]
+            if not pending:
+                return False
+            n = pending[-1]
+            self.attempts[n] = replace(
+                self.attempts[n],
+                outcome="success" if worked else "error",
+                error=error,
+                params=with_outputs(self.attempts[n].params, outputs),
+            )
+            verdict = self.verdicts.get(failure_id)
+            if verdict is not None and verdict.rule == rule and verdict.status == Status.SUGGESTED:
+                status, reason = settled_status(worked, error)
+                self.verdicts[failure_id] = replace(
+                    verdict, status=status, reason=reason or verdict.reason
+                )
+            self._bump(rule, worked)
+            return True
 
     def _bump(self, rule: str, success: bool) -> None:
         old = self.stats.get(rule, RuleStats())

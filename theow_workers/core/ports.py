@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, TypeVar, cast
 
-from theow_client.verdict import Verdict
+from theow_client.verdict import Status, Verdict
 
 T = TypeVar("T")
 
@@ -89,6 +89,10 @@ class FailureRecord:
 
 # An attempt whose client-side actions the build agent has yet to run and report.
 CLIENT_PENDING = "client_pending"
+# An attempt that offered a fix and ran none: its actions only advise, or a dry run.
+SUGGESTED = "suggested"
+# Outcomes that say nothing yet of whether the rule's fix works: not in its track record.
+UNCONFIRMED = frozenset({CLIENT_PENDING, SUGGESTED})
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,8 @@ class AttemptRecord:
     rule: str
     params: list[dict[str, Any]]
     # "success" | "error" | "timeout" | "client_pending" (client-side actions
-    # still to run on the build agent: counted when the agent reports back)
+    # still to run on the build agent: counted when the agent reports back) |
+    # "suggested" (a fix offered, none run: counted never)
     outcome: str
     error: str = ""
     duration_ms: float = 0.0
@@ -119,11 +124,28 @@ class RuleStats:
 def counted(attempts: Iterable[AttemptRecord]) -> Iterator[tuple[str, bool]]:
     """``(rule, success)`` for each attempt that moves its rule's track record.
 
-    A ``client_pending`` attempt counts only once the build agent reports it.
+    A ``client_pending`` attempt counts only once the build agent reports it;
+    a ``suggested`` one never: no fix of its ran.
     """
     for attempt in attempts:
-        if attempt.outcome != CLIENT_PENDING:
+        if attempt.outcome not in UNCONFIRMED:
             yield attempt.rule, attempt.outcome == "success"
+
+
+def with_outputs(params: list[dict[str, Any]], outputs: list[Any]) -> list[dict[str, Any]]:
+    """An attempt's bound actions, each with the output the build agent reported for it."""
+    reported = {o.get("action"): o.get("output") for o in outputs if isinstance(o, dict)}
+    return [
+        {**step, "output": reported[step.get("action")]} if step.get("action") in reported else step
+        for step in params
+    ]
+
+
+def settled_status(worked: bool, error: str) -> tuple[Status, str]:
+    """A suggested verdict's status once its agent reported, and its new reason ("": unchanged)."""
+    if worked:
+        return Status.RESOLVED, ""
+    return Status.FAILED, f"the client-side fix did not work: {error}"[:4000]
 
 
 class Store(Protocol):

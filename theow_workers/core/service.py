@@ -6,6 +6,13 @@ returns the verdict already stored, and the store's unique constraint on the
 failure id makes a duplicate submit create nothing twice. A resolve writes to
 the store twice: the failure when it arrives, then its outcome (attempts,
 rule counts, verdict) in one go.
+
+A `fix` rule's match is ``resolved`` only when its fix ran here and worked.
+When some of it is left to the build agent (client-side actions), when its
+actions only advise (``suggests=True``), or in a dry run, the verdict is
+``suggested``: the fix is offered, and the rule's track record does not move.
+The agent's report after its re-run (``tasks.client_outcome``) later makes a
+client-side fix ``resolved`` or ``failed``.
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ from theow_workers.core.matching import DEFAULT_REGEX_TIMEOUT, shown_captures
 from theow_workers.core.normal import JobNormal
 from theow_workers.core.ports import (
     CLIENT_PENDING,
+    SUGGESTED,
+    UNCONFIRMED,
     AttemptRecord,
     FailureRecord,
     RuleStats,
@@ -381,7 +390,9 @@ class ResolveService:
                 reason=reason,
                 evidence=evidence,
             ), ""
-        if rule.mode is Mode.FIX and not self.settings.dry_run:
+        if rule.mode is Mode.FIX and self.settings.dry_run:
+            outcome = SUGGESTED  # matched, and nothing of the fix ran
+        elif rule.mode is Mode.FIX:
             try:
                 outputs = self._run_worker_actions(sub, bound, registry)
             except ActionError as exc:
@@ -390,6 +401,10 @@ class ResolveService:
             if outcome == "success" and any(a.client_side for a in bound):
                 # Not a success yet: the build agent has still to run the rest.
                 outcome = CLIENT_PENDING
+            elif outcome == "success" and _only_suggests(bound, registry):
+                outcome = SUGGESTED  # the build fails until someone acts on the advice
+        if outcome in UNCONFIRMED:
+            status = Status.SUGGESTED
         tried_attempts.append(
             AttemptRecord(
                 failure_id=sub.failure_id,
@@ -402,7 +417,7 @@ class ResolveService:
                 evidence=evidence,
             )
         )
-        if outcome not in ("success", CLIENT_PENDING):
+        if outcome != "success" and outcome not in UNCONFIRMED:
             log.info("failure %s: rule %s failed: %s", sub.failure_id, rule.name, error)
             return None, error
         return (
@@ -442,6 +457,12 @@ def _because(rule: str, candidate: Candidate) -> str:
     if candidate.match is not None and candidate.match.evidence is not None:
         return candidate.match.evidence.describe(rule)
     return candidate.reason
+
+
+def _only_suggests(bound: tuple[BoundAction, ...], registry: ActionRegistry) -> bool:
+    """Whether every action of a fix only says what to do (``suggests=True``)."""
+    specs = [registry.get(step.action) for step in bound]
+    return all(spec is not None and spec.suggests for spec in specs)
 
 
 def _probabilistic(candidate: Candidate) -> bool:

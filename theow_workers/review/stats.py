@@ -3,7 +3,9 @@
 Counts come from the store's figures (``theow_workers.store.figures``, the
 same queries as the Prometheus metrics) over an optional window. The hit
 rate is shown before and after the most recent approval in the window: the
-learning loop working looks like that number going up.
+learning loop working looks like that number going up. A rule struggles when
+its fixes ran and failed more often than they worked; client-side fixes the
+build agents have not reported on yet are pending, not failures.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from theow_workers.core.ports import CLIENT_PENDING, SUGGESTED
 from theow_workers.store.figures import (
     LLM_OUTCOMES,
     MATCHED,
@@ -22,6 +25,10 @@ from theow_workers.store.figures import (
 )
 from theow_workers.store.results import SqlStore
 
+# A rule's attempts as meow counts them: a fix that ran and worked or not, one waiting
+# for the build agent to run it and report (pending), one only offered (suggested).
+RULE_COUNTS = ("successes", "failures", "pending", "suggested")
+RULE_COUNT_OF = {"success": "successes", CLIENT_PENDING: "pending", SUGGESTED: "suggested"}
 DURATION = re.compile(r"^(\d+)\s*([smhdw])$")
 UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
@@ -44,8 +51,8 @@ def meow(store: SqlStore, since: timedelta | None = None) -> dict[str, Any]:
         verdicts = _by_status(figures.verdicts(since=start))
         per_rule: dict[str, dict[str, int]] = {}
         for attempt in figures.attempts(since=start):
-            entry = per_rule.setdefault(attempt.rule, {"successes": 0, "failures": 0})
-            entry["successes" if attempt.outcome == "success" else "failures"] += attempt.count
+            entry = per_rule.setdefault(attempt.rule, dict.fromkeys(RULE_COUNTS, 0))
+            entry[RULE_COUNT_OF.get(attempt.outcome, "failures")] += attempt.count
         explorations = figures.explorations(since=start)
         last_approval = figures.last_approval(since=start)
         pending = figures.proposals().get("pending", 0)
@@ -61,7 +68,9 @@ def meow(store: SqlStore, since: timedelta | None = None) -> dict[str, Any]:
     return {
         "since": start.isoformat() if since else None,
         "failures": total,
-        "resolves": matched,
+        "resolves": matched,  # a rule matched: resolved, suggested, retry or tracked
+        "resolved": verdicts["resolved"],
+        "suggested": verdicts["suggested"],
         "verdicts": dict(verdicts),
         "hit_rate": _rate(matched, total),
         "hit_rate_change": split,
@@ -76,8 +85,13 @@ def meow(store: SqlStore, since: timedelta | None = None) -> dict[str, Any]:
         "unmatched_waiting": verdicts["unmatched"] + verdicts["exploring"],
         "proposals_pending": int(pending),
         "top_rules": sorted(rules, key=lambda r: (-r["successes"], r["rule"]))[:10],
+        # Failures the fix ran and did not cure: a fix still waiting for its agent is pending.
         "struggling_rules": sorted(
             (r for r in rules if r["failures"] > r["successes"]), key=lambda r: -r["failures"]
+        ),
+        "client_pending": sum(r["pending"] for r in rules),
+        "pending_rules": sorted(
+            (r for r in rules if r["pending"]), key=lambda r: (-r["pending"], r["rule"])
         ),
     }
 

@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import func, literal_column, select
 
 from theow_workers.store.explore import ExploreStore
+from theow_workers.store.failures import LIVE, from_source
 from theow_workers.store.figures import LLM_OUTCOMES, MATCHED
 from theow_workers.store.schema import ExplorationRow, FailureRow, ProposalRow, VerdictRow
 
@@ -42,9 +43,11 @@ class FailureFilter:
     mode: str = ""
     outcome: str = ""
     q: str = ""  # a failure id or its prefix
+    source: str = LIVE  # live, replay or all (failures.SOURCES)
 
     def active(self) -> dict[str, str]:
-        return {k: v for k, v in self.__dict__.items() if v}
+        """The filters that differ from a bare /failures (live failures, any of the rest)."""
+        return {k: v for k, v in self.__dict__.items() if v and not (k == "source" and v == LIVE)}
 
 
 def _common(condition: Any) -> Any:
@@ -60,7 +63,10 @@ def _common(condition: Any) -> Any:
 def failures_page(
     store: ExploreStore, where: FailureFilter, before: datetime | None = None, limit: int = PAGE
 ) -> tuple[list[dict[str, Any]], datetime | None]:
-    """One page of failures, newest first, and the cursor of the next page (or None)."""
+    """One page of failures, newest first, and the cursor of the next page (or None).
+
+    Raises UnknownSource for a ``where.source`` other than live, replay or all.
+    """
     repo = FailureRow.facts["repo"].as_string()
     job = FailureRow.facts["job"].as_string()
     query = (
@@ -72,6 +78,9 @@ def failures_page(
     )  # fmt: skip
     if before is not None:
         query = query.where(FailureRow.received_at < before)
+    from_this_source = from_source(where.source)
+    if from_this_source is not None:
+        query = query.where(from_this_source)
     if where.repo:
         query = query.where(repo == where.repo)
     if where.job:

@@ -9,18 +9,48 @@ from sqlalchemy import select
 
 from theow_workers.core.query import error_lines, log_text
 from theow_workers.store.explore import ExploreStore
+from theow_workers.store.figures import REPLAY_SOURCE
 from theow_workers.store.schema import AttemptRow, ExplorationRow, FailureRow, VerdictRow
+
+# Where failures came from: ``live`` (build agents, the demo, anything but a replay),
+# ``replay`` (a replay's, source ``replay:<job>``) or ``all``.
+LIVE, REPLAY, ALL = "live", "replay", "all"
+SOURCES = (LIVE, REPLAY, ALL)
+
+
+class UnknownSource(ValueError):
+    def __init__(self, given: str) -> None:
+        super().__init__(f"source {given!r}: use {', '.join(SOURCES)}")
+
+
+def from_source(source: str) -> Any:
+    """The condition on failures that keeps those of ``source`` (None: all of them)."""
+    if source == LIVE:
+        return FailureRow.source.not_like(REPLAY_SOURCE)
+    if source == REPLAY:
+        return FailureRow.source.like(REPLAY_SOURCE)
+    if source == ALL:
+        return None
+    raise UnknownSource(source)
 
 
 def recent(
-    store: ExploreStore, status: str | None = None, since: timedelta | None = None, limit: int = 50
+    store: ExploreStore,
+    status: str | None = None,
+    since: timedelta | None = None,
+    limit: int = 50,
+    source: str = LIVE,
 ) -> list[dict[str, Any]]:
+    """The newest failures of ``source`` (live, replay or all); UnknownSource for another."""
     query = (
         select(FailureRow, VerdictRow)
         .outerjoin(VerdictRow, VerdictRow.failure_id == FailureRow.id)
         .order_by(FailureRow.received_at.desc())
         .limit(limit)
     )
+    condition = from_source(source)
+    if condition is not None:
+        query = query.where(condition)
     if status is not None:
         query = query.where(VerdictRow.status == status)
     if since is not None:

@@ -32,7 +32,7 @@ from theow_workers.store.schema import (
     VerdictRow,
 )
 
-MATCHED = ("resolved", "retry", "tracked")
+MATCHED = ("resolved", "suggested", "retry", "tracked")
 # Outcomes in which a model was actually called (the rest cost nothing).
 LLM_OUTCOMES = ("proposal", "gave_up", "budget", "done", "rate_limited", "error")
 SAVED_OUTCOMES = ("cache_hit", "deduplicated")

@@ -43,7 +43,7 @@ INTERRUPTED, CANCELLED, INCOMPLETE = "interrupted", "cancelled", "incomplete"
 INVALID, DUPLICATE = "invalid", "duplicate"
 # A passing run in the history (``"outcome": "success"``): learned into its job's normal.
 PASSING = "passing"
-MATCHED = ("resolved", "retry", "tracked")
+MATCHED = ("resolved", "suggested", "retry", "tracked")
 COUNTER_OF = {
     **{s: "matched" for s in MATCHED},
     "unmatched": "unmatched",

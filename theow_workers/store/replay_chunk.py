@@ -27,7 +27,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from theow_client.verdict import Verdict
-from theow_workers.core.ports import AttemptRecord, FailureRecord, RuleStats
+from theow_workers.core.ports import AttemptRecord, FailureRecord, RuleStats, counted
 from theow_workers.store.results import SqlStore, attempt_values, failure_values, verdict_values
 from theow_workers.store.schema import AttemptRow, FailureRow, RuleStatsRow, VerdictRow
 
@@ -112,9 +112,7 @@ class ChunkStore:
         if attempts:
             s.execute(insert(AttemptRow), [attempt_values(a) for a in attempts])
         if self.count_rules:
-            for (rule, success), n in Counter(
-                (a.rule, a.outcome == "success") for a in attempts
-            ).items():
+            for (rule, success), n in Counter(counted(attempts)).items():
                 self._bump(s, rule, success, n)
         self.clear()
 

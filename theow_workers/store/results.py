@@ -49,6 +49,8 @@ from theow_workers.core.ports import (
     FailureRecord,
     RuleStats,
     counted,
+    settled_status,
+    with_outputs,
 )
 from theow_workers.store.schema import (
     AttemptRow,
@@ -154,12 +156,15 @@ class SqlStore:
             self._bump(conn, rule, success, 1)
 
     def settle_client_attempt(
-        self, failure_id: str, rule: str, success: bool, error: str, outputs: list[dict[str, Any]]
+        self, failure_id: str, rule: str, worked: bool, error: str, outputs: list[dict[str, Any]]
     ) -> bool:
         """Record what the build agent reported for a ``client_pending`` attempt.
 
-        Counts the rule's success or failure only then, and only once: a
-        report repeated or for an attempt that was never pending counts nothing.
+        ``worked``: its client-side actions ran and the step's re-run passed.
+        The attempt becomes ``success`` or ``error``, the ``suggested`` verdict
+        ``resolved`` or ``failed``, and the rule's success or failure is
+        counted: only then, and only once. A report repeated, or for an
+        attempt that was never pending, changes and counts nothing.
         """
         pending = (
             select(AttemptRow.id, AttemptRow.params)
@@ -172,21 +177,25 @@ class SqlStore:
             row = conn.execute(pending).first()
             if row is None:
                 return False
-            reported = {o.get("action"): o.get("output") for o in outputs if isinstance(o, dict)}
-            params = [
-                {**step, "output": reported[step.get("action")]}
-                if step.get("action") in reported
-                else step
-                for step in row.params
-            ]
             settled = conn.execute(
                 update(AttemptRow)
                 .where(AttemptRow.id == row.id, AttemptRow.outcome == CLIENT_PENDING)
-                .values(outcome="success" if success else "error", error=error, params=params)
+                .values(
+                    outcome="success" if worked else "error",
+                    error=error,
+                    params=with_outputs(row.params, outputs),
+                )
             )
             if settled.rowcount != 1:
                 return False  # another report settled it first
-            self._bump(conn, rule, success, 1)
+            status, reason = settled_status(worked, error)
+            conn.execute(
+                update(VerdictRow)
+                .where(VerdictRow.failure_id == failure_id, VerdictRow.rule == rule)
+                .where(VerdictRow.status == Status.SUGGESTED.value)
+                .values({"status": status.value, **({"reason": reason} if reason else {})})
+            )
+            self._bump(conn, rule, worked, 1)
         return True
 
     def dispose(self) -> None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from theow_workers.core.matching import evaluate
@@ -177,7 +177,10 @@ async def failures_list(request: Request) -> Response:
     console = _console(request)
     params = request.query_params
     where = queries.FailureFilter(**{k: params.get(k, "").strip()[:200] for k in
-                                     ("repo", "job", "rule", "mode", "outcome", "q")})  # fmt: skip
+                                     ("repo", "job", "rule", "mode", "outcome", "q")},
+                                  source=params.get("source", "").strip() or failure_queries.LIVE)  # fmt: skip
+    if where.source not in failure_queries.SOURCES:
+        return PlainTextResponse(str(failure_queries.UnknownSource(where.source)), status_code=400)
     before = _cursor(params.get("before", ""))
     rows, more = await run_in_threadpool(queries.failures_page, console.store, where, before)
     return console.render(request, "failures.html", rows=rows, where=where, more=more,
