@@ -44,8 +44,13 @@ class ReplayFleet:
         )
         return path
 
-    def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(self._argv(args), capture_output=True, text=True, timeout=timeout)
+    def cli(
+        self, *args: str, timeout: float = 300, stdin: Any = None
+    ) -> subprocess.CompletedProcess[str]:
+        """``theow replay ARGS``; ``stdin``: a file opened for reading, piped in."""
+        return subprocess.run(
+            self._argv(args), capture_output=True, text=True, timeout=timeout, stdin=stdin
+        )
 
     def start_cli(self, *args: str) -> subprocess.Popen[str]:
         proc = subprocess.Popen(
