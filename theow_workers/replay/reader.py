@@ -43,7 +43,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from theow_client.facts import DEFAULT_FACT_LIMIT, FactsError, bound_facts, decode
 
@@ -146,7 +146,7 @@ def open_history(path: Path) -> Iterator[IO[bytes]]:
             return
         try:
             with gzip.GzipFile(fileobj=handle) as unzipped:
-                yield unzipped
+                yield cast(IO[bytes], unzipped)  # a binary stream, as typeshed does not say
         except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
             raise HistoryError(f"{path}: damaged gzip data ({exc or type(exc).__name__})") from None
 
