@@ -343,7 +343,7 @@ def _drive(
         job = store.get(job.id)
         err.print(
             f"[red]lost the broker at {job.processed}/{job.total} ({exc}); job {job.id} is "
-            f"interrupted: `theow replay resume {job.id}` finishes it[/red]",
+            f"interrupted: once the broker is back, `theow replay resume {job.id}` finishes it[/red]",
             highlight=False, soft_wrap=True,
         )  # fmt: skip
         raise typer.Exit(130) from None
