@@ -2,12 +2,11 @@
 
 Starts Valkey, Milvus Lite and a resolver worker, submits every failure of a
 JSON Lines file through ``theow_client`` (as a build agent would), waits for
-every verdict, prints what was resolved by which rule, and shuts down.
+every verdict, prints which rule matched what (fix, retry or track), and shuts down.
 """
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -18,24 +17,20 @@ from rich.table import Table
 
 from theow_client import Status, TheowClient, Verdict
 from theow_workers.config import Settings
+from theow_workers.replay.reader import check, json_object, raw_lines
 from theow_workers.runtime import Knowledge, Runtime, sync_index
 from theow_workers.stack import EmbeddedStack, StackError
-from theow_workers.store.figures import MATCHED
 
 
 def read_failures(path: Path) -> list[dict[str, Any]]:
+    """Every line's facts, read as ``theow replay`` reads a history (``.gz`` too); a bad line stops it."""
+    check(path)
     failures = []
-    with path.open(encoding="utf-8", errors="replace") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                facts = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{number}: not JSON: {exc.msg}") from None
-            if not isinstance(facts, dict):
-                raise ValueError(f"{path}:{number}: not a JSON object")
-            failures.append(facts)
+    for raw in raw_lines(path, duplicates=False):
+        facts, problem = json_object(raw.data) if raw.data is not None else (None, "too long")
+        if facts is None:
+            raise ValueError(f"{path}:{raw.number}: {problem}")
+        failures.append(facts)
     return failures
 
 
@@ -100,10 +95,13 @@ def _submit_and_wait(
 def _print_summary(verdicts: list[Verdict], submitted: int, console: Console) -> None:
     by_status = Counter(v.status for v in verdicts)
     by_rule = Counter(v.rule for v in verdicts if v.rule)
-    table = Table("rule", "mode", "failures", title="resolved by rule")
+    # A rule matches in its mode: fix (its actions ran: resolved, or failed), retry or track.
+    table = Table("rule", "mode", "failures", "outcome", title="matched by rule")
     modes = {v.rule: v.mode for v in verdicts if v.rule}
+    outcomes = Counter((v.rule, v.status.value) for v in verdicts if v.rule)
     for rule, count in by_rule.most_common():
-        table.add_row(rule, modes.get(rule) or "", str(count))
+        outcome = ", ".join(f"{s} {n}" for (r, s), n in sorted(outcomes.items()) if r == rule)
+        table.add_row(rule, modes.get(rule) or "-", str(count), outcome)
     console.print(table)
     summary = Table("outcome", "failures", title=f"{submitted} failures submitted")
     for status in Status:
@@ -113,7 +111,7 @@ def _print_summary(verdicts: list[Verdict], submitted: int, console: Console) ->
     if missing:
         summary.add_row("no verdict in time", str(missing))
     console.print(summary)
-    matched = sum(by_status[s] for s in MATCHED)
+    matched = sum(by_rule.values())  # as in the table: a fix rule whose actions failed matched too
     console.print(
         f"matched {matched}/{submitted} ({matched / max(1, submitted):.0%}), "
         f"unmatched {by_status[Status.UNMATCHED]}"

@@ -26,14 +26,12 @@ against itself.
 
 from __future__ import annotations
 
-import gzip
-import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from theow_client.client import build_payload
 from theow_client.facts import loads_facts
@@ -44,6 +42,7 @@ from theow_workers.core.normal import IsNormal, JobNormal, mine, run_lines
 from theow_workers.core.resolver import Candidate, Hints, RuleBook, plan
 from theow_workers.core.rules import Mode
 from theow_workers.core.service import Submission
+from theow_workers.replay.reader import DEFAULT_MAX_LINE_BYTES, json_object, raw_lines
 
 FAILURES, PASSING = "failures", "passing"
 
@@ -166,21 +165,17 @@ def _ratio(part: int, whole: int) -> float:
 
 
 def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
-    """(line number, object or None, error or None) for each non-empty line."""
-    opener: Callable[..., IO[str]] = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8", errors="replace") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-            except (ValueError, RecursionError) as exc:
-                yield number, None, f"line {number}: not JSON ({exc})"
-                continue
-            if not isinstance(data, dict):
-                yield number, None, f"line {number}: expected a JSON object"
-                continue
-            yield number, data, None
+    """(line number, object or None, error or None) for each non-empty line.
+
+    Read as ``theow replay`` reads a history (:mod:`theow_workers.replay.reader`):
+    ``.gz`` gunzipped, invalid UTF-8 replaced, a line over 16 MB reported.
+    """
+    for raw in raw_lines(path, duplicates=False):
+        if raw.data is None:
+            yield raw.number, None, f"line {raw.number}: longer than {DEFAULT_MAX_LINE_BYTES} bytes"
+            continue
+        data, problem = json_object(raw.data)
+        yield raw.number, data, None if problem is None else f"line {raw.number}: {problem}"
 
 
 def read_labels(path: Path) -> dict[str, str]:
@@ -315,6 +310,4 @@ def _keys(ident: str, facts: dict[str, Any]) -> list[str]:
 
 def count_lines(path: Path) -> int:
     """Non-empty lines, for a progress bar's total (not parsed)."""
-    opener: Callable[..., IO[str]] = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8", errors="replace") as handle:
-        return sum(1 for line in handle if line.strip())
+    return sum(1 for _ in raw_lines(path, duplicates=False))

@@ -42,9 +42,10 @@ class FaultStack:
     stack: EmbeddedStack
     workers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     concurrency: dict[str, int] = field(default_factory=dict)
+    queues: dict[str, list[str]] = field(default_factory=dict)
     faults: list[str] = field(default_factory=list)
 
-    def start_worker(self, name: str, concurrency: int) -> None:
+    def start_worker(self, name: str, concurrency: int, queues: list[str] | None = None) -> None:
         """Start a worker and wait until it is ready, as a supervisor's health check would.
 
         Celery gives up for good ("Could not start worker processes") when a pool
@@ -52,9 +53,10 @@ class FaultStack:
         """
         log = self.home / f"worker-{name}.log"
         offset = log.stat().st_size if log.exists() else 0
-        proc = self.stack.start_worker(["resolve"], concurrency, name=name)
+        queues = queues or self.queues.get(name) or ["resolve"]
+        proc = self.stack.start_worker(queues, concurrency, name=name)
         self.workers[name] = proc
-        self.concurrency[name] = concurrency
+        self.concurrency[name], self.queues[name] = concurrency, queues
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             assert proc.poll() is None, f"worker {name} exited at start: {self.log(name)[-3000:]}"

@@ -22,7 +22,7 @@ import pytest
 
 from tests.integration.conftest import Fleet
 
-__all__ = ["ReplayFleet", "history_lines", "replay_fleet"]
+__all__ = ["ReplayFleet", "counted_once", "history_lines", "replay_fleet"]
 
 
 @dataclass
@@ -44,8 +44,13 @@ class ReplayFleet:
         )
         return path
 
-    def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(self._argv(args), capture_output=True, text=True, timeout=timeout)
+    def cli(
+        self, *args: str, timeout: float = 300, stdin: Any = None
+    ) -> subprocess.CompletedProcess[str]:
+        """``theow replay ARGS``; ``stdin``: a file opened for reading, piped in."""
+        return subprocess.run(
+            self._argv(args), capture_output=True, text=True, timeout=timeout, stdin=stdin
+        )
 
     def start_cli(self, *args: str) -> subprocess.Popen[str]:
         proc = subprocess.Popen(
@@ -79,6 +84,54 @@ class ReplayFleet:
     def latest_job_id(self, timeout: float = 60) -> str:
         store = self.jobs()
         return self.wait(lambda: next((j.id for j in store.recent(1)), None), timeout)
+
+
+def rows(store: Any, model: Any, **where: Any) -> int:
+    from sqlalchemy import func, select
+
+    with store.session() as s:
+        query = select(func.count()).select_from(model)
+        for key, value in where.items():
+            query = query.where(getattr(model, key) == value)
+        return int(s.execute(query).scalar_one())
+
+
+def counted_once(jobs: Any, store: Any, job_id: str, replayed: int) -> None:
+    """The job is done, each input decided and counted once, each failure recorded once.
+
+    ``jobs``: the ``ReplayStore``; ``store``: the ``SqlStore`` the workers record in.
+    """
+    from sqlalchemy import func, select
+
+    from theow_workers.store.replay import COUNTER_OF
+    from theow_workers.store.schema import AttemptRow, FailureRow, ReplayItemRow, VerdictRow
+
+    job = jobs.get(job_id)
+    assert job.status == "done" and job.processed == job.total
+    assert rows(jobs, ReplayItemRow, job_id=job_id) == job.total
+    per_counter: dict[str, int] = {}
+    for status, n in jobs.counts(job_id).items():
+        per_counter[COUNTER_OF[status]] = per_counter.get(COUNTER_OF[status], 0) + n
+    assert (job.matched, job.unmatched) == (
+        per_counter.get("matched", 0),
+        per_counter.get("unmatched", 0),
+    )
+    assert rows(store, FailureRow, source=f"replay:{job_id}") == replayed
+    with store.session() as s:
+        verdicts = s.execute(
+            select(func.count())
+            .select_from(VerdictRow)
+            .join(FailureRow, FailureRow.id == VerdictRow.failure_id)
+            .where(FailureRow.source == f"replay:{job_id}")
+        ).scalar_one()
+        attempts = s.execute(
+            select(AttemptRow.failure_id, func.count())
+            .join(FailureRow, FailureRow.id == AttemptRow.failure_id)
+            .where(FailureRow.source == f"replay:{job_id}")
+            .group_by(AttemptRow.failure_id)
+        ).all()
+    assert verdicts == replayed
+    assert all(n == 1 for _, n in attempts), "a failure was attempted twice"
 
 
 def history_lines(n: int) -> list[dict[str, Any]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import pytest
@@ -83,6 +84,61 @@ def test_an_empty_file_is_a_finished_replay_with_nothing_in_it(replay_fleet: Rep
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["summary"]["processed"] == 0
     assert "has no failures to replay" in run.stderr
+
+
+COUNTS = ("total", "processed", "replayed", "matched", "unmatched", "invalid", "duplicates")
+
+
+def test_a_gzipped_history_or_one_on_standard_input_counts_as_the_plain_file(
+    replay_fleet: ReplayFleet,
+):
+    replay_fleet.start_replay_worker()
+    lines: list = history_lines(40)
+    lines[10:10] = ["{not json", json.dumps(lines[0])]
+    plain = replay_fleet.write("history.jsonl", lines)
+    packed = plain.with_name("history.jsonl.gz")
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+
+    def counts(run) -> dict[str, int]:
+        assert run.returncode == 0, run.stderr
+        summary = json.loads(run.stdout)["summary"]
+        return {key: summary[key] for key in COUNTS}
+
+    expected = counts(replay_fleet.cli(str(plain), "--json"))
+    assert (expected["replayed"], expected["invalid"], expected["duplicates"]) == (40, 1, 1)
+    assert expected["matched"] == 28
+    assert counts(replay_fleet.cli(str(packed), "--json")) == expected
+    with plain.open("rb") as piped:
+        assert counts(replay_fleet.cli("-", "--json", stdin=piped)) == expected
+    with packed.open("rb") as piped:
+        assert counts(replay_fleet.cli("-", "--json", stdin=piped)) == expected
+
+
+def test_a_file_that_is_not_json_lines_stops_in_one_line_before_a_job_exists(
+    replay_fleet: ReplayFleet, monkeypatch
+):
+    monkeypatch.setenv("COLUMNS", "1000")  # long paths: a narrow terminal would wrap the line
+    home = replay_fleet.fleet.home
+    good = gzip.compress(b"".join(json.dumps(ln).encode() + b"\n" for ln in history_lines(20)))
+    (home / "zipped.jsonl").write_bytes(good)
+    (home / "fake.jsonl.gz").write_bytes(b'{"stderr": "not gzip"}\n')
+    (home / "cut.jsonl.gz").write_bytes(good[: len(good) // 2])
+    (home / "binary.jsonl").write_bytes(bytes(range(256)) * 64)
+    (home / "build.log").write_text("compiling\nerror: it broke\n" * 30)
+    cases = {
+        "zipped.jsonl": "gzip-compressed data; name it zipped.jsonl.gz",
+        "fake.jsonl.gz": "named .gz but not gzip data",
+        "cut.jsonl.gz": "damaged gzip data",
+        "binary.jsonl": "binary data, not JSON Lines",
+        "build.log": "not JSON Lines: none of its first 60 lines is a JSON object",
+        "missing.jsonl": "no such file",
+    }
+    for name, problem in cases.items():
+        run = replay_fleet.cli(str(home / name))
+        assert run.returncode == 2, (name, run.stderr)
+        (line,) = run.stderr.splitlines()
+        assert line.startswith(f"error: {home / name}: {problem}"), line
+    assert replay_fleet.jobs().recent(10) == []
 
 
 def test_bad_usage_is_one_line_and_exit_code_2(replay_fleet: ReplayFleet):

@@ -8,54 +8,17 @@ import signal
 import time
 
 import pytest
-from sqlalchemy import func, select
 
 from tests.conftest import pid_written
 from tests.integration.conftest_replay import *  # noqa: F403
-from tests.integration.conftest_replay import ReplayFleet, history_lines
+from tests.integration.conftest_replay import ReplayFleet, counted_once, history_lines
 from theow_client import Status
-from theow_workers.store.replay import COUNTER_OF
-from theow_workers.store.schema import AttemptRow, FailureRow, ReplayItemRow, VerdictRow
 
 pytestmark = pytest.mark.integration
 
 
-def rows(store, model, **where) -> int:
-    with store.session() as s:
-        query = select(func.count()).select_from(model)
-        for key, value in where.items():
-            query = query.where(getattr(model, key) == value)
-        return int(s.execute(query).scalar_one())
-
-
 def assert_each_failure_counted_once(replay_fleet: ReplayFleet, job_id: str, replayed: int) -> None:
-    jobs, store = replay_fleet.jobs(), replay_fleet.fleet.store()
-    job = jobs.get(job_id)
-    assert job.status == "done" and job.processed == job.total
-    assert rows(jobs, ReplayItemRow, job_id=job_id) == job.total
-    per_counter: dict[str, int] = {}
-    for status, n in jobs.counts(job_id).items():
-        per_counter[COUNTER_OF[status]] = per_counter.get(COUNTER_OF[status], 0) + n
-    assert (job.matched, job.unmatched) == (
-        per_counter.get("matched", 0),
-        per_counter.get("unmatched", 0),
-    )
-    assert rows(store, FailureRow, source=f"replay:{job_id}") == replayed
-    with store.session() as s:
-        verdicts = s.execute(
-            select(func.count())
-            .select_from(VerdictRow)
-            .join(FailureRow, FailureRow.id == VerdictRow.failure_id)
-            .where(FailureRow.source == f"replay:{job_id}")
-        ).scalar_one()
-        attempts = s.execute(
-            select(AttemptRow.failure_id, func.count())
-            .join(FailureRow, FailureRow.id == AttemptRow.failure_id)
-            .where(FailureRow.source == f"replay:{job_id}")
-            .group_by(AttemptRow.failure_id)
-        ).all()
-    assert verdicts == replayed
-    assert all(n == 1 for _, n in attempts), "a failure was attempted twice"
+    counted_once(replay_fleet.jobs(), replay_fleet.fleet.store(), job_id, replayed)
 
 
 def test_ctrl_c_then_resume_finishes_the_rest_with_nothing_counted_twice(replay_fleet):

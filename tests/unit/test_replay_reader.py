@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-from theow_workers.replay.reader import read_lines, scan
+import pytest
+
+from theow_workers.replay.reader import HistoryError, check, read_lines, scan, spool
 
 
 def write(path: Path, *lines: str | bytes) -> Path:
@@ -117,3 +121,74 @@ def test_a_200_mb_history_is_streamed_in_bounded_memory(tmp_path):
     lines, facts, bad, grown_mb = map(int, run.stdout.split())
     assert (lines, facts, bad) == (2_001, 2_000, 1)  # the 20 MB line exceeds the 16 MB cap
     assert grown_mb < 100, f"peak RSS grew by {grown_mb} MB reading a 200 MB file"
+
+
+def test_a_gzipped_history_reads_as_the_plain_one_and_eval_reads_it_the_same_way(tmp_path):
+    from theow_workers import evaluation
+
+    plain = write(tmp_path / "h.jsonl", json.dumps({"stderr": "boom"}), "{oops", '{"x": 1}')
+    packed = tmp_path / "h.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert [(ln.number, ln.facts, ln.problem) for ln in read_lines(packed)] == [
+        (ln.number, ln.facts, ln.problem) for ln in read_lines(plain)
+    ]
+    assert (scan(packed).lines, scan(packed).sha256) == (scan(plain).lines, scan(plain).sha256)
+    assert (
+        list(evaluation.read_jsonl(packed))
+        == list(evaluation.read_jsonl(plain))
+        == [
+            (1, {"stderr": "boom"}, None),
+            (
+                2,
+                None,
+                "line 2: not JSON: Expecting property name enclosed in double quotes (column 2)",
+            ),
+            (3, {"x": 1}, None),
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "problem"),
+    [
+        ("gz.jsonl", gzip.compress(b'{"x": 1}\n'), "gzip-compressed data; name it gz.jsonl.gz"),
+        ("plain.jsonl.gz", b'{"x": 1}\n', "named .gz but not gzip data"),
+        ("cut.jsonl.gz", gzip.compress(b'{"x": 1}\n' * 1000)[:40], "damaged gzip data"),
+        ("image.jsonl", bytes(range(256)) * 64, "binary data, not JSON Lines"),
+        ("one.jsonl", b"hello\n", "not JSON Lines: its one line is not a JSON object (line 1:"),
+        (
+            "log.jsonl",
+            b"\n".join([b"step", b"", b'{"x": 1}'] + [b"error: it broke"] * 200),
+            "not JSON Lines: only 1 of its first 100 lines are JSON objects (line 1: not JSON",
+        ),
+    ],
+)
+def test_a_file_that_is_not_json_lines_is_refused_naming_the_file_and_why(
+    tmp_path, name, data, problem
+):
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(HistoryError) as scanned:
+        scan(path)
+    assert str(scanned.value).startswith(f"{path}: {problem}")
+    with pytest.raises(HistoryError) as checked:
+        check(path)
+    assert str(checked.value) == str(scanned.value)
+
+
+def test_a_few_bad_lines_in_a_history_are_tolerated(tmp_path):
+    lines = [json.dumps({"stderr": f"e{i}"}) for i in range(20)]
+    lines[3:3] = ["{oops", "[1]"]
+    path = write(tmp_path / "h.jsonl", *lines)
+    check(path)
+    assert scan(path).lines == 22
+
+
+def test_standard_input_is_kept_as_a_file_named_by_its_content(tmp_path):
+    data = b'{"stderr": "boom"}\n'
+    first = spool(io.BytesIO(data), tmp_path / "in")
+    assert first.read_bytes() == data and first.name.endswith(".jsonl")
+    assert spool(io.BytesIO(data), tmp_path / "in") == first
+    packed = spool(io.BytesIO(gzip.compress(data)), tmp_path / "in")
+    assert packed.name.endswith(".jsonl.gz") and scan(packed).sha256 == scan(first).sha256
+    assert sorted(p.name for p in (tmp_path / "in").iterdir()) == sorted([first.name, packed.name])

@@ -160,3 +160,28 @@ def test_log_text_in_the_terminal_report_is_shown_as_text(jobs):
     assert "travis_fold:end:after_failure [bold]not bold[/bold]" in shown
     assert "E: broken [red]pipe[/red] :smile:" in shown
     assert "\x1b" not in shown and "🔚" not in shown and "😄" not in shown
+
+
+def test_the_terminal_report_counts_the_rules_that_matched_nothing_instead_of_listing_them(jobs):
+    """Given a library of 240 rules of which 2 matched, and a rule that stopped matching."""
+    import io
+
+    from rich.console import Console
+
+    from theow_workers.replay.show import show_report
+
+    library = [*RULES, *(f"idle_rule_{n:03}" for n in range(236))]
+    replay(jobs, history(), created_at=datetime.now(UTC) - timedelta(days=7), rules=library)
+    job = jobs.get(replay(jobs, history(go_rename_lines=()), rules=library))
+    data = reports.build(jobs, job, PRICING)
+    screen = io.StringIO()
+    show_report(data, Console(file=screen, width=200))
+    shown = screen.getvalue()
+
+    assert "idle_rule_" not in shown and "never_used" not in shown
+    assert "238 rule(s) matched nothing (named in the report files below, and in `--json`" in shown
+    assert "stopped matching go_rename: 2 → 0" in shown
+    assert len(data["rules_without_matches"]) == 238  # `--json` still names them
+    markdown = reports.markdown(data)
+    assert "<summary>238 rule(s) matched nothing</summary>" in markdown
+    assert "idle_rule_235" in markdown.split("<summary>")[1]

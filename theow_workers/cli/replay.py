@@ -1,11 +1,12 @@
 """``theow replay``: history through the resolver in bulk, resumable, with a report.
 
     theow replay FILE.jsonl                    # = theow replay run FILE.jsonl (dry run)
+    theow replay FILE.jsonl.gz                 # gzipped; `-` reads standard input
     theow replay --from-db --since 24h --unmatched-only
     theow replay status JOB | cancel JOB | resume JOB | report JOB | list
 
-JOB is a job id, or ``last``. Exit codes: 0 done, 1 incomplete or cancelled,
-2 bad usage or source, 130 interrupted (resume it).
+JOB is a job id, or ``last``. Exit codes: 0 done, 1 incomplete or cancelled (or no
+broker), 2 bad usage or source, 130 interrupted (resume it).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ replay_app = typer.Typer(
     help="Replay failures through the resolver in bulk: resumable, with a report. "
     "`theow replay FILE.jsonl` (one failure's facts per line) and `theow replay --from-db` "
     "are short for `theow replay run ...`. JOB is a job id or `last`. Exit codes: 0 done, "
-    "1 incomplete or cancelled, 2 bad usage or source, 130 interrupted (resume it).",
+    "1 incomplete or cancelled (or no broker), 2 bad usage or source, 130 interrupted "
+    "(resume it).",
 )
 JobArg = Annotated[str, typer.Argument(help="Job id, or `last`.")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")]
@@ -76,6 +78,43 @@ def _get(store: Any, job_id: str) -> Any:
         return store.get(job_id)
     except (JobNotFound, AmbiguousId) as exc:
         raise _fail(str(exc)) from None
+
+
+def _broker(settings: Settings) -> None:
+    """Stop before any job row exists when the broker does not answer.
+
+    Celery would retry for twenty seconds, then leave a traceback and a job
+    ``running`` with nothing sent; a ping says the same in a fraction of a second.
+    """
+    import redis
+
+    from theow_workers.core.redact import redact_text
+
+    client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=3, socket_timeout=3)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        why = " ".join(str(exc).split()).rstrip(".") or type(exc).__name__
+        raise _fail(
+            f"cannot reach the broker at {redact_text(settings.redis_url)} ({why}): start the "
+            "stack with `theow up`, or set THEOW_REDIS_URL to the broker the workers use",
+            1,
+        ) from None
+    finally:
+        client.close()
+
+
+def _history(file: Path, settings: Settings) -> Path:
+    """``-`` is standard input, kept under the home directory so that a resume can read it again."""
+    import sys
+
+    from theow_workers.replay.reader import STDIN, spool
+
+    if str(file) != STDIN:
+        return file
+    if sys.stdin.isatty():
+        raise _fail("`-` reads the history from standard input: pipe or redirect it in")
+    return spool(sys.stdin.buffer, settings.home / "replay-input")
 
 
 def _open(job_id: str) -> tuple[Settings, Any, Any]:
@@ -121,7 +160,11 @@ def _rules(settings: Settings) -> tuple[list[str], str]:
 @replay_app.command("run")
 def run(
     file: Annotated[
-        Path | None, typer.Argument(help="JSON Lines: one failure's facts per line.")
+        Path | None,
+        typer.Argument(
+            help="JSON Lines (.jsonl, .jsonl.gz, or - for standard input): one failure's facts "
+            "per line."
+        ),
     ] = None,
     from_db: Annotated[
         bool, typer.Option("--from-db", help="Replay failures stored in SQL.")
@@ -178,12 +221,13 @@ def run(
     store = _store(s)
     try:
         if file is not None:
-            source: Any = FileSource(file, s.fact_limit, s.replay_max_line_bytes)
+            source: Any = FileSource(_history(file, s), s.fact_limit, s.replay_max_line_bytes)
             source.learn = _learner(s)
         else:
             source = StoredSource.select(store, since, unmatched_only, rule)
     except (SourceError, OSError) as exc:
         raise _fail(str(exc)) from None
+    _broker(s)
     names, version = _rules(s)
     compare_with = _get(store, compare).id if compare else None
     job = store.create(
@@ -221,6 +265,7 @@ def _again(
             source = StoredSource.for_job(store, before)
     except (SourceError, OSError) as exc:
         raise _fail(str(exc)) from None
+    _broker(s)
     names, version = _rules(s)
     job = store.create(
         kind=source.kind, source=source.description, source_key=source.identity(),
@@ -252,6 +297,7 @@ def resume(
     if job.status == DONE:
         err.print(f"replay {job.id} is already done ({job.processed}/{job.total})")
         if job.explore and job.explore_budget:  # its exploration may have been cut short
+            _broker(s)
             _explore(s, store, job, job.explore_budget, wait=True)
             _report(s, store, store.get(job.id), report_dir, as_json)
         raise typer.Exit(0)
@@ -265,6 +311,7 @@ def resume(
             source = StoredSource.for_job(store, job)
     except (SourceError, OSError) as exc:
         raise _fail(str(exc)) from None
+    _broker(s)
     names, version = _rules(s)
     store.update(job.id, rules=names, rules_version=version)
     err.print(f"resuming replay [bold]{job.id}[/bold]: {job.remaining} of {job.total} left")
@@ -296,7 +343,7 @@ def _drive(
         job = store.get(job.id)
         err.print(
             f"[red]lost the broker at {job.processed}/{job.total} ({exc}); job {job.id} is "
-            f"interrupted: `theow replay resume {job.id}` finishes it[/red]",
+            f"interrupted: once the broker is back, `theow replay resume {job.id}` finishes it[/red]",
             highlight=False, soft_wrap=True,
         )  # fmt: skip
         raise typer.Exit(130) from None
@@ -389,6 +436,7 @@ def explore_job(
     budget = budget if budget is not None else job.explore_budget
     if budget is None or budget < 1:
         raise _fail("give --budget N (at most N LLM sessions for this replay)")
+    _broker(s)
     store.update(job.id, explore=True, explore_budget=budget)
     _explore(s, store, store.get(job.id), budget, wait)
     _report(s, store, store.get(job.id), report_dir, as_json)

@@ -159,11 +159,14 @@ def rules_eval(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from theow_workers import evaluation
+    from theow_workers.replay.reader import HistoryError, check
 
     s = load_settings()
     for path in filter(None, (failures, passing, labels, baseline)):
-        if not path.is_file():
-            raise fail(f"{path}: no such file", 2)
+        try:
+            check(path)  # read as `theow replay` reads it: a file that is not JSON Lines stops here
+        except HistoryError as exc:
+            raise fail(str(exc), 2) from None
     knowledge = _knowledge(rules or s.rules_dir, actions or s.actions_dir)
     for e in knowledge.rules.errors:
         err.print(Text.assemble(("skipped:", "yellow"), f" {e}"))

@@ -4,7 +4,9 @@
 "what would our rules have done with last month's failures, and what is still
 unknown?". The pieces:
 
-``reader``   streams JSON Lines (never a whole file in memory), bad lines reported.
+``reader``   streams JSON Lines, plain or gzipped (never a whole file in memory), bad
+             lines reported, a file that is not JSON Lines refused; ``rules eval`` and
+             ``demo`` read through it too.
 ``sources``  a file or a selection of stored failures, as batches of items.
 ``jobs``     the job row and one item row per input in SQL; counters move only
              when an item row is first inserted, so nothing is counted twice.

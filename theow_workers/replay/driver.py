@@ -90,17 +90,30 @@ def progress_bar(console: Console) -> Progress:
 
 
 def celery_sender() -> Callable[[dict[str, Any]], Any]:
+    """Send a chunk; a broker that went away raises one of ``_broker_errors()``.
+
+    The result backend (the same Redis) is pinged first, as ``theow-client``
+    does: it fails at once, where Celery's own reconnect would log twenty
+    retries and then raise ``RuntimeError`` with the job still ``running``.
+    """
     from theow_workers.celery_app import app
 
     def send(chunk: dict[str, Any]) -> Any:
-        # Flower shows the job id and the chunk's size, never the failures' facts.
-        return app.send_task(
-            names.TASK_REPLAY,
-            args=[chunk],
-            queue=names.QUEUE_REPLAY,
-            argsrepr=summary([chunk]),
-            kwargsrepr="{}",
-        )
+        try:
+            app.backend.client.ping()
+            # Flower shows the job id and the chunk's size, never the failures' facts.
+            return app.send_task(
+                names.TASK_REPLAY,
+                args=[chunk],
+                queue=names.QUEUE_REPLAY,
+                argsrepr=summary([chunk]),
+                kwargsrepr="{}",
+                retry=False,
+            )
+        except RuntimeError as exc:  # the backend gave up reconnecting: a lost broker
+            if isinstance(exc.__cause__, _broker_errors()):
+                raise exc.__cause__ from None
+            raise
 
     return send
 

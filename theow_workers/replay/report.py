@@ -232,6 +232,21 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
+def _idle_rules(names: list[str]) -> list[str]:
+    """A count, and the names folded away: in a large library most rules match nothing."""
+    if not names:
+        return ["Every rule matched at least one failure.", ""]
+    return [
+        "<details>",
+        f"<summary>{len(names)} rule(s) matched nothing</summary>",
+        "",
+        ", ".join(names),
+        "",
+        "</details>",
+        "",
+    ]
+
+
 def markdown(report: dict[str, Any], top: int = 25) -> str:
     job, s = report["job"], report["summary"]
     mode = "dry run" if job["dry_run"] else "executed actions"
@@ -255,8 +270,7 @@ def markdown(report: dict[str, Any], top: int = 25) -> str:
             for r in report["rules"]
         ),
         "",
-        f"Rules that matched nothing: {', '.join(report['rules_without_matches']) or 'none'}.",
-        "",
+        *_idle_rules(report["rules_without_matches"]),
     ]
     cmp = report["comparison"]
     if cmp is not None:

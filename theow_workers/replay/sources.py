@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from theow_client.facts import dumps_facts
-from theow_workers.replay.reader import parse_line, raw_lines, scan
+from theow_workers.replay.reader import HistoryError, parse_line, raw_lines, scan
 from theow_workers.store.replay import DUPLICATE, INVALID, PASSING, ItemRecord, Job, ReplayStore
 
 BATCH_ITEMS = 500
@@ -60,7 +60,7 @@ def _sha(text: str) -> str:
 
 
 class FileSource:
-    """A JSON Lines file, one failure's facts per line (``reader``).
+    """A JSON Lines file, plain or gzipped, one failure's facts per line (``reader``).
 
     A line with ``"outcome": "success"`` is a passing run: ``learn`` (when set)
     mines it into its job's normal as the line is read, so the failures after
@@ -72,11 +72,13 @@ class FileSource:
     learn: Callable[[dict[str, Any]], str] | None = None
 
     def __init__(self, path: Path, fact_limit: int, max_line_bytes: int) -> None:
-        if not path.is_file():
-            raise SourceError(f"{path}: no such file")
-        self.path = path.resolve()
+        """Raises ``SourceError`` for a file that cannot be read as JSON Lines (``reader.scan``)."""
         self.fact_limit, self.max_line_bytes = fact_limit, max_line_bytes
-        self.info = scan(self.path, max_line_bytes)
+        try:
+            self.info = scan(path, max_line_bytes)
+        except HistoryError as exc:
+            raise SourceError(str(exc)) from None
+        self.path = path.resolve()
         self.description = str(self.path)
 
     @classmethod
