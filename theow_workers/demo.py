@@ -98,7 +98,7 @@ def _print_summary(verdicts: list[Verdict], submitted: int, console: Console) ->
     # A rule matches in its mode: fix (its actions ran: resolved, or failed), retry or track.
     table = Table("rule", "mode", "failures", "outcome", title="matched by rule")
     modes = {v.rule: v.mode for v in verdicts if v.rule}
-    outcomes = Counter((v.rule, v.status.value) for v in verdicts if v.rule)
+    outcomes = Counter((v.rule, str(v.status)) for v in verdicts if v.rule)
     for rule, count in by_rule.most_common():
         outcome = ", ".join(f"{s} {n}" for (r, s), n in sorted(outcomes.items()) if r == rule)
         table.add_row(rule, modes.get(rule) or "-", str(count), outcome)
