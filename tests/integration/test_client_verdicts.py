@@ -91,11 +91,11 @@ def test_with_waiting_turned_off_run_says_where_to_find_the_verdict_in_one_line(
 def test_a_verdict_that_comes_too_late_is_one_line_saying_where_to_look(
     resolver: FakeResolver, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    resolver.script("late", verdict(Status.TRACKED, rule="slow", delay=3.0))
-    options = ["--wait-timeout", "0.5", "--fact", "scenario=late"]
+    resolver.script("run-late", verdict(Status.TRACKED, rule="slow", delay=3.0))
+    options = ["--wait-timeout", "0.5", "--fact", "scenario=run-late"]
     assert main(["run", *options, "--", *FAILING]) == 1
 
-    (payload,) = resolver.payloads("late")
+    (payload,) = resolver.payloads("run-late")
     failure_id = payload["failure_id"]
     ours = [line for line in capfd.readouterr().err.splitlines() if line.startswith("theow:")]
     assert ours == [
