@@ -35,13 +35,19 @@ from typing import Any
 
 from theow_client import config
 from theow_client.capture import Captured, HeadTail, capture, shell_join
-from theow_client.client import DEFAULT_WAIT_TIMEOUT, TheowClient, TheowUnavailable, Ticket
+from theow_client.client import (
+    DEFAULT_WAIT_TIMEOUT,
+    TheowClient,
+    TheowUnavailable,
+    Ticket,
+    one_line,
+)
 from theow_client.facts import FactsError, loads_facts
 from theow_client.job import job_of
 from theow_client.mark import should_rerun
 from theow_client.passing import report_passing
 from theow_client.verdict import Status, Verdict
-from theow_client.verdict_text import format_verdict, prefixed
+from theow_client.verdict_text import format_exploration, format_verdict, prefixed
 
 __all__ = ["format_verdict", "main"]
 
@@ -166,17 +172,6 @@ def cmd_submit(args: argparse.Namespace, client: TheowClient) -> int:
     return code
 
 
-def format_exploration(exploration: dict[str, Any]) -> str:
-    lines = [f"exploration: {exploration.get('outcome')}"]
-    if exploration.get("proposal_id"):
-        lines.append(
-            f"proposal: {exploration['proposal_id']} (theow review show {exploration['proposal_id']})"
-        )
-    if exploration.get("reason"):
-        lines.append(f"why:     {exploration['reason']}")
-    return "\n".join(lines)
-
-
 def run_facts(args: argparse.Namespace, result: Captured) -> dict[str, Any]:
     facts: dict[str, Any] = {
         "command": shell_join(args.command),
@@ -236,7 +231,7 @@ def ask_theow(args: argparse.Namespace, client: TheowClient, result: Captured, r
             verdict, facts, actions_dir=args.actions_dir, workspace=os.getcwd(), client=client
         )
     except Exception as exc:
-        warn(f"could not help with this failure ({type(exc).__name__}: {exc})")
+        warn(f"could not help with this failure ({type(exc).__name__}: {one_line(exc)})")
         return False
 
 

@@ -56,6 +56,17 @@ def format_verdict(verdict: Verdict) -> str:
     return "\n".join(lines)
 
 
+def format_exploration(exploration: dict[str, Any]) -> str:
+    lines = [f"exploration: {exploration.get('outcome')}"]
+    if exploration.get("proposal_id"):
+        lines.append(
+            f"proposal: {exploration['proposal_id']} (theow review show {exploration['proposal_id']})"
+        )
+    if exploration.get("reason"):
+        lines.append(f"why:     {exploration['reason']}")
+    return "\n".join(lines)
+
+
 def evidence_line(evidence: dict[str, Any]) -> str:
     """``fact:line: text``, the line to look at; whatever parts the worker sent."""
     where = ":".join(str(evidence[k]) for k in ("fact", "line") if evidence.get(k) is not None)
