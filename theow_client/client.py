@@ -145,10 +145,12 @@ class Ticket:
         the broker while waiting raises TheowUnavailable.
         """
         if self.result is None:
+            cause = self.spooled_for
+            why = one_line(cause) if cause and not isinstance(cause, UNREACHABLE) else ""
             return Verdict(
                 failure_id=self.failure_id,
                 status=Status.SPOOLED,
-                reason=f"broker unreachable; spooled to {self.spool_path}",
+                reason=f"{why or 'broker unreachable'}; spooled to {self.spool_path}",
             )
         try:
             value = self.result.get(timeout=timeout, propagate=False, disable_sync_subtasks=False)
