@@ -70,6 +70,9 @@ def redis_url_source(explicit: str | None = None, explicit_name: str = "redis_ur
 def safe_url(url: str) -> str:
     """``url`` with its password masked, even when the URL is malformed.
 
+    Not ``redact.redact_text``: that finds credentials in free text by their
+    scheme, and a mistyped URL may have none.
+
     >>> safe_url("redis://:s3cret@cache:99999/0"), safe_url("user:pw@host:6379")
     ('redis://:***@cache:99999/0', 'user:***@host:6379')
     """
