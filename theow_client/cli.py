@@ -7,10 +7,14 @@
 
 ``run`` wraps a build command: its output passes through, its exit code is the
 exit code of the last run, always; Theow's own problems are warnings on
-stderr. ``submit`` exits 0 once the failure is sent or spooled (with
-``--wait``: and its verdict, and with ``--explore`` its exploration's outcome,
-came back), 3 when ``--wait`` got no answer in time (a warning says which), 1
-when it could be neither sent nor spooled, and 2 for a bad argument.
+stderr. On a failure it waits a few seconds for the verdict and shows it
+(``--wait-timeout S``, ``--no-wait``, ``THEOW_CLIENT_WAIT``); ``--retries``
+re-runs after a growing delay (``--retry-delay S``). ``submit`` exits 0 once
+the failure is sent or spooled (with ``--wait``: and its verdict, and with
+``--explore`` its exploration's outcome, came back), 3 when ``--wait`` got no
+answer in time (a warning says which), 1 when it could be neither sent nor
+spooled, and 2 for a bad argument or a broker URL that cannot work (the
+failure is spooled first).
 
 A passing ``run`` (and ``success``) reports the run to learn its job's normal,
 at most one passing run per job per ``--passing-interval`` across the fleet
@@ -25,21 +29,36 @@ import json
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from theow_client import config
 from theow_client.capture import Captured, HeadTail, capture, shell_join
-from theow_client.client import DEFAULT_WAIT_TIMEOUT, TheowClient, TheowUnavailable, Ticket
+from theow_client.client import (
+    DEFAULT_WAIT_TIMEOUT,
+    TheowClient,
+    TheowUnavailable,
+    Ticket,
+    one_line,
+)
 from theow_client.facts import FactsError, loads_facts
 from theow_client.job import job_of
 from theow_client.mark import Rerun, should_rerun
 from theow_client.passing import report_passing
 from theow_client.verdict import Status, Verdict
+from theow_client.verdict_text import format_exploration, format_verdict, prefixed
+
+__all__ = ["format_verdict", "main"]
 
 EXIT_USAGE = 2
 EXIT_UNAVAILABLE = 1
 EXIT_NO_ANSWER = 3  # submit --wait: sent, but no verdict or exploration outcome in time
+
+# run --retries: the first re-run waits DEFAULT_RETRY_DELAY seconds, each next one twice as
+# long, up to MAX_RETRY_DELAY; a transient cause (a registry, a lock) gets time to clear.
+DEFAULT_RETRY_DELAY = 5.0
+MAX_RETRY_DELAY = 60.0
 
 
 class ArgumentProblem(Exception):
@@ -95,42 +114,19 @@ def collect_facts(args: argparse.Namespace) -> dict[str, Any]:
     return facts
 
 
-def format_verdict(verdict: Verdict) -> str:
-    lines = [f"status:  {verdict.status}", f"failure: {verdict.failure_id}"]
-    if verdict.rule:
-        lines.append(
-            f"rule:    {verdict.rule}" + (f" (mode {verdict.mode})" if verdict.mode else "")
-        )
-    for bound in verdict.actions:
-        params = " ".join(f"{k}={json.dumps(v)}" for k, v in bound.params.items())
-        where = " [client-side]" if bound.client_side else ""
-        lines.append(f"action:  {bound.action} {params}".rstrip() + where)
-    for output in verdict.outputs:
-        lines.append(f"output:  {json.dumps(output, default=str)}")
-    if verdict.reason:
-        lines.append(f"reason:  {verdict.reason}")
-    if verdict.also:
-        lines.append(f"also:    {', '.join(verdict.also)}")
-    if verdict.seen_in_passing:
-        lines.append(f"seen in passing runs (ranked last): {', '.join(verdict.seen_in_passing)}")
-    if verdict.captures:
-        lines.append("captured: " + " ".join(f"{k}={v}" for k, v in verdict.captures.items()))
-    # From a newer worker: shown as they came, so an older agent still tells the whole answer.
-    lines += [f"{name}: {json.dumps(value, default=str)}" for name, value in verdict.extra.items()]
-    return "\n".join(lines)
-
-
 def warn(message: str) -> None:
     print(f"theow: {message}", file=sys.stderr)
 
 
 def wait_for(ticket: Ticket, timeout: float) -> Verdict | None:
-    """The verdict, or None with a warning when Theow did not answer."""
+    """The verdict, or None with a one-line warning saying where to look later."""
     try:
         return ticket.wait(timeout=timeout)
-    except (TimeoutError, TheowUnavailable) as exc:
+    except TimeoutError as exc:
+        warn(f"{exc}; its verdict later: `theow failures show {ticket.failure_id}`")
+    except TheowUnavailable as exc:
         warn(str(exc))
-        return None
+    return None
 
 
 def cmd_submit(args: argparse.Namespace, client: TheowClient) -> int:
@@ -145,6 +141,8 @@ def cmd_submit(args: argparse.Namespace, client: TheowClient) -> int:
         )
     except FactsError as exc:
         raise ArgumentProblem(f"facts: {exc}") from exc
+    if ticket.misconfigured:  # the one line naming the URL and the spool file is printed
+        return EXIT_USAGE
     if not args.wait:
         if args.json:
             print(json.dumps({"failure_id": ticket.failure_id, "spooled": ticket.spooled}))
@@ -172,17 +170,6 @@ def cmd_submit(args: argparse.Namespace, client: TheowClient) -> int:
         if exploration is not None:
             print(format_exploration(exploration))
     return code
-
-
-def format_exploration(exploration: dict[str, Any]) -> str:
-    lines = [f"exploration: {exploration.get('outcome')}"]
-    if exploration.get("proposal_id"):
-        lines.append(
-            f"proposal: {exploration['proposal_id']} (theow review show {exploration['proposal_id']})"
-        )
-    if exploration.get("reason"):
-        lines.append(f"why:     {exploration['reason']}")
-    return "\n".join(lines)
 
 
 def run_facts(args: argparse.Namespace, result: Captured) -> dict[str, Any]:
@@ -225,24 +212,53 @@ def ask_theow(
         ticket = client.submit(
             facts, explore=args.explore, rules=args.rule, tags=args.tag, max_retries=args.retries
         )
-        if reruns >= args.retries and not args.wait:
-            warn(f"reported failure {ticket.failure_id}" + (" (spooled)" if ticket.spooled else ""))
+        if ticket.spooled:  # the client said so, and why, on stderr
             return None
-        verdict = wait_for(ticket, args.wait_timeout)
-        if verdict is None or verdict.status is Status.SPOOLED:  # already warned
+        rerun_left = reruns < args.retries
+        if args.wait_seconds <= 0 and not rerun_left:
+            warn(f"reported failure {ticket.failure_id}; its verdict: "
+                 f"`theow failures show {ticket.failure_id}`")  # fmt: skip
+            return None
+        # Deciding a re-run needs the verdict even when waiting is turned off.
+        verdict = wait_for(ticket, args.wait_seconds or config.DEFAULT_RUN_WAIT)
+        if verdict is None:  # already warned
             return None
         if args.json:
             print(json.dumps(verdict.to_dict()), file=sys.stderr)
         else:
-            warn(format_verdict(verdict).replace("\n", "\ntheow: "))
-        if reruns >= args.retries:
+            print(prefixed(format_verdict(verdict)), file=sys.stderr)
+        if not rerun_left:
             return None
         return should_rerun(
             verdict, facts, actions_dir=args.actions_dir, workspace=os.getcwd(), client=client
         )
     except Exception as exc:
-        warn(f"could not help with this failure ({type(exc).__name__}: {exc})")
+        warn(f"could not help with this failure ({type(exc).__name__}: {one_line(exc)})")
         return None
+
+
+def wait_seconds(args: argparse.Namespace) -> float:
+    """How long ``run`` waits for a verdict: --no-wait, --wait-timeout, $THEOW_CLIENT_WAIT, 10 s."""
+    if args.no_wait:
+        return 0.0
+    try:
+        seconds = config.run_wait(args.wait_timeout)
+    except ValueError as exc:  # the fleet's variable: a warning, never the build's failure
+        warn(f"{exc}; waiting {config.DEFAULT_RUN_WAIT:g} s")
+        seconds = config.DEFAULT_RUN_WAIT
+    if args.wait and seconds <= 0:  # --wait in the pipeline wins over the fleet's 0
+        return config.DEFAULT_RUN_WAIT
+    return seconds
+
+
+def retry_delay(first: float, rerun: int) -> float:
+    """Seconds before re-run number ``rerun`` (1, 2, ...): ``first``, doubling, capped.
+
+    >>> [retry_delay(5, n) for n in (1, 2, 3, 4, 5)]
+    [5.0, 10.0, 20.0, 40.0, 60.0]
+    """
+    delay: float = first * 2.0 ** (rerun - 1)
+    return min(delay, max(MAX_RETRY_DELAY, first))
 
 
 def cmd_run(args: argparse.Namespace, client: TheowClient) -> int:
@@ -252,11 +268,16 @@ def cmd_run(args: argparse.Namespace, client: TheowClient) -> int:
         raise ArgumentProblem("run: no command given (theow-client run [options] -- CMD ARGS...)")
     for text in args.fact:  # a bad --fact is a usage error before anything runs
         parse_fact(text)
+    if args.retry_delay < 0:
+        raise ArgumentProblem(f"--retry-delay {args.retry_delay:g}: expected 0 or more seconds")
+    args.wait_seconds = wait_seconds(args)
     result = capture(args.command)
     reruns = 0
     while result.exit_code != 0 and (rerun := ask_theow(args, client, result, reruns)):
         reruns += 1
-        warn(f"re-running {shell_join(args.command)} ({reruns}/{args.retries})")
+        delay = retry_delay(args.retry_delay, reruns)
+        warn(f"re-running {shell_join(args.command)} in {delay:g} s ({reruns}/{args.retries})")
+        time.sleep(delay)
         result = capture(args.command)
         rerun.report(passed=result.exit_code == 0)  # only now is it known whether the fix worked
     if result.exit_code == 0 and not args.no_passing:
@@ -279,7 +300,11 @@ def cmd_success(args: argparse.Namespace, client: TheowClient) -> int:
 
 
 def cmd_flush(args: argparse.Namespace, client: TheowClient) -> int:
-    sent, remaining = client.flush()
+    try:
+        sent, remaining = client.flush()
+    except config.RedisURLError as exc:
+        kept = len(client.spool.pending())
+        raise ArgumentProblem(f"{exc}; nothing sent, {kept} spooled failure(s) kept") from exc
     print(f"sent {sent}, {remaining} remaining")
     return 0
 
@@ -314,7 +339,19 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run a command; on failure ask Theow, maybe re-run")
     common(run)
     run.add_argument("--retries", type=int, default=0, metavar="N", help="re-runs (default 0)")
-    run.add_argument("--wait-timeout", type=float, default=DEFAULT_WAIT_TIMEOUT, metavar="S")
+    run.add_argument(
+        "--retry-delay", type=float, default=DEFAULT_RETRY_DELAY, metavar="S",
+        help=f"seconds before the first re-run, doubling after (default {DEFAULT_RETRY_DELAY:g}, "
+        f"at most {MAX_RETRY_DELAY:g})",
+    )  # fmt: skip
+    run.add_argument(
+        "--wait-timeout", type=float, default=None, metavar="S",
+        help=f"seconds to wait for the verdict (default: ${config.ENV_CLIENT_WAIT} or "
+        f"{config.DEFAULT_RUN_WAIT:g}; 0 = do not wait)",
+    )  # fmt: skip
+    run.add_argument(
+        "--no-wait", action="store_true", help="do not wait for the verdict (its id is printed)"
+    )
     run.add_argument(
         "--actions-dir", help=f"client-side actions (default: ${config.ENV_ACTIONS_DIR})"
     )
@@ -350,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verbose:
         # Celery's own account of a lost broker spans lines; the client says it in one.
         logging.getLogger("celery").setLevel(logging.CRITICAL + 1)
-    client = TheowClient(redis_url=args.redis_url, spool_dir=args.spool_dir)
+    client = TheowClient(redis_url=args.redis_url, spool_dir=args.spool_dir, url_name="--redis-url")
     try:
         code: int = args.handler(args, client)
         return code
@@ -360,6 +397,9 @@ def main(argv: list[str] | None = None) -> int:
     except TheowUnavailable as exc:
         print(f"theow-client: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
+    except config.RedisURLError as exc:
+        print(f"theow-client: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     finally:
         client.close()
 

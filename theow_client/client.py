@@ -27,7 +27,6 @@ from typing import Any
 
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 from kombu.exceptions import OperationalError
-from kombu.utils.url import maybe_sanitize_url
 from redis.exceptions import RedisError
 
 from theow_client import config, names
@@ -126,10 +125,17 @@ class Ticket:
     failure_id: str
     result: Any = field(default=None, repr=False)  # celery AsyncResult; None when spooled
     spool_path: Path | None = None
+    # Why it was spooled instead of sent.
+    spooled_for: BaseException | None = field(default=None, repr=False)
 
     @property
     def spooled(self) -> bool:
         return self.spool_path is not None
+
+    @property
+    def misconfigured(self) -> bool:
+        """Spooled because the broker URL cannot work: a fix for the agent's owner, not a wait."""
+        return isinstance(self.spooled_for, config.RedisURLError)
 
     def wait(self, timeout: float = DEFAULT_WAIT_TIMEOUT) -> Verdict:
         """Block until a worker returns the verdict, at most ``timeout`` seconds.
@@ -139,10 +145,12 @@ class Ticket:
         the broker while waiting raises TheowUnavailable.
         """
         if self.result is None:
+            cause = self.spooled_for
+            why = one_line(cause) if cause and not isinstance(cause, UNREACHABLE) else ""
             return Verdict(
                 failure_id=self.failure_id,
                 status=Status.SPOOLED,
-                reason=f"broker unreachable; spooled to {self.spool_path}",
+                reason=f"{why or 'broker unreachable'}; spooled to {self.spool_path}",
             )
         try:
             value = self.result.get(timeout=timeout, propagate=False, disable_sync_subtasks=False)
@@ -213,16 +221,24 @@ class TheowClient:
         redis_url: str | None = None,
         spool_dir: str | os.PathLike[str] | None = None,
         timeout: float = config.DEFAULT_CONNECT_TIMEOUT,
+        *,
+        url_name: str = "redis_url",
     ) -> None:
         self.redis_url = config.redis_url(redis_url)
+        # How messages name the URL's origin: ``url_name`` (e.g. --redis-url) when given.
+        self.url_source = config.redis_url_source(redis_url, url_name)
         self.spool = Spool(config.spool_dir(spool_dir))
         self.timeout = timeout
         self._app: Any = None
 
     @property
     def app(self) -> Any:
-        """The minimal Celery app used to send tasks and read results."""
+        """The minimal Celery app used to send tasks and read results.
+
+        Raises RedisURLError when the URL cannot work, before Celery reads it.
+        """
         if self._app is None:
+            config.check_redis_url(self.redis_url, self.url_source)
             self._app = config.celery_app(self.redis_url, self.timeout)
         return self._app
 
@@ -252,7 +268,7 @@ class TheowClient:
         max_retries: int = 3,
         source: str = DEFAULT_SOURCE,
     ) -> Ticket:
-        """Send one failure; spool it if the broker is unreachable.
+        """Send one failure; spool it when it cannot be sent, whatever the reason.
 
         ``rules`` are tried first, in order, then rules sharing a ``tag``; with
         ``fallback`` the resolver goes on to semantic search. Facts that are
@@ -270,8 +286,9 @@ class TheowClient:
         )
         try:
             result = self.send(payload)
-        except UNREACHABLE as exc:
-            return Ticket(payload["failure_id"], spool_path=self._spool(payload, exc))
+        except Exception as exc:  # a bad URL, a broken install, a bug: kept all the same
+            path = self._spool(payload, exc)
+            return Ticket(payload["failure_id"], spool_path=path, spooled_for=exc)
         log.debug("theow: submitted failure %s", payload["failure_id"])
         return Ticket(payload["failure_id"], result)
 
@@ -294,7 +311,7 @@ class TheowClient:
                 argsrepr=summary([payload]),
                 kwargsrepr="{}",
             )
-        except UNREACHABLE:
+        except Exception:
             self.close()  # a half-connected app must not be reused
             raise
 
@@ -331,7 +348,7 @@ class TheowClient:
                 retry=False,
                 ignore_result=True,
             )
-        except UNREACHABLE as exc:
+        except Exception as exc:  # never raises: the build goes on whatever happened here
             self.close()
             log.warning("theow: could not report the outcome of failure %s's actions: %s",
                         verdict.failure_id, one_line(exc))  # fmt: skip
@@ -346,7 +363,8 @@ class TheowClient:
         """Send spooled failures, oldest first; return ``(sent, remaining)``.
 
         A file is deleted only after its payload was published. Stops at the
-        first send that fails, leaving the rest for the next flush.
+        first send that fails, leaving the rest for the next flush. A broker
+        URL that cannot work raises RedisURLError before anything is sent.
         """
         sent = 0
         for path in self.spool.pending():
@@ -360,8 +378,14 @@ class TheowClient:
                 payload["facts"] = redact(payload["facts"])
             try:
                 self.send(payload)
+            except config.RedisURLError:
+                raise
             except UNREACHABLE as exc:
                 log.warning("theow: broker unreachable at %s (%s)", self.safe_url, one_line(exc))
+                break
+            except Exception as exc:
+                log.warning("theow: could not send %s (%s: %s)", path, type(exc).__name__,
+                            one_line(exc))  # fmt: skip
                 break
             self.spool.remove(path)
             sent += 1
@@ -370,20 +394,24 @@ class TheowClient:
     @property
     def safe_url(self) -> str:
         """The broker URL with any password masked, for messages."""
-        return str(maybe_sanitize_url(self.redis_url))
+        return config.safe_url(self.redis_url)
 
     def _spool(self, payload: dict[str, Any], exc: BaseException) -> Path:
+        """Keep the payload on disk and say so in one line on stderr, naming why."""
         failure_id = payload["failure_id"]
+        if isinstance(exc, config.RedisURLError):
+            why, later = str(exc), "fix the URL, then run `theow-client flush`"
+        elif isinstance(exc, UNREACHABLE):
+            why = f"broker unreachable at {self.safe_url} ({one_line(exc)})"
+            later = "run `theow-client flush` later"
+        else:
+            why = f"could not send ({type(exc).__name__}: {one_line(exc)})"
+            later = "run `theow-client flush` later"
         try:
             path = self.spool.put(payload)
         except SpoolError as spool_exc:
             raise TheowUnavailable(
-                f"broker unreachable at {self.safe_url} ({one_line(exc)}) "
-                f"and the failure could not be spooled: {spool_exc}"
+                f"{why} and the failure could not be spooled: {spool_exc}"
             ) from exc
-        print(
-            f"theow: broker unreachable at {self.safe_url} ({one_line(exc)}); "
-            f"spooled failure {failure_id} to {path}; run `theow-client flush` later",
-            file=sys.stderr,
-        )
+        print(f"theow: {why}; spooled failure {failure_id} to {path}; {later}", file=sys.stderr)
         return path

@@ -7,7 +7,6 @@ config file to ship to every agent. An explicit argument always wins over the
 environment, and the environment over the defaults.
 
 >>> import os
-import tempfile
 >>> os.environ["THEOW_REDIS_URL"] = "redis://theow.internal:6379/0"
 >>> redis_url()
 'redis://theow.internal:6379/0'
@@ -18,10 +17,12 @@ import tempfile
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from celery import Celery
 
@@ -30,18 +31,148 @@ from theow_client import names
 ENV_REDIS_URL = "THEOW_REDIS_URL"
 ENV_SPOOL_DIR = "THEOW_SPOOL_DIR"
 ENV_ACTIONS_DIR = "THEOW_ACTIONS_DIR"
+# Seconds `theow-client run` waits for a failure's verdict; 0 turns waiting off fleet-wide.
+ENV_CLIENT_WAIT = "THEOW_CLIENT_WAIT"
 
 DEFAULT_SPOOL_DIR = "~/.cache/theow/spool"
 DEFAULT_ACTIONS_DIR = "actions"
+
+# Short: the verdict is worth a few seconds of a failed build, not a minute.
+DEFAULT_RUN_WAIT = 10.0
 
 # Seconds to connect to, or hear back from, the broker before spooling instead:
 # a build agent must not stall on a dead Theow.
 DEFAULT_CONNECT_TIMEOUT = 2.0
 
 
+# What Celery's result backend and kombu's Redis transport both read: a Unix
+# socket is ``redis+socket:///path`` to them (``unix://`` is redis-py's spelling only).
+REDIS_SCHEMES = ("redis", "rediss", "redis+socket")
+_SSL_CERT_REQS = ("required", "optional", "none", "CERT_REQUIRED", "CERT_OPTIONAL", "CERT_NONE")
+
+
+class RedisURLError(ValueError):
+    """A broker URL that cannot work; the message names where it came from and what is wrong."""
+
+
 def redis_url(explicit: str | None = None) -> str:
     """The Redis URL used as both Celery broker and result backend."""
     return explicit or os.environ.get(ENV_REDIS_URL) or names.DEFAULT_REDIS_URL
+
+
+def redis_url_source(explicit: str | None = None, explicit_name: str = "redis_url") -> str:
+    """Where ``redis_url(explicit)`` came from, for messages: an argument, the variable, the default."""
+    if explicit:
+        return explicit_name
+    return ENV_REDIS_URL if os.environ.get(ENV_REDIS_URL) else "the default broker URL"
+
+
+def safe_url(url: str) -> str:
+    """``url`` with its password masked, even when the URL is malformed.
+
+    Not ``redact.redact_text``: that finds credentials in free text by their
+    scheme, and a mistyped URL may have none.
+
+    >>> safe_url("redis://:s3cret@cache:99999/0"), safe_url("user:pw@host:6379")
+    ('redis://:***@cache:99999/0', 'user:***@host:6379')
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    userinfo, at, hostpart = rest.rpartition("@")
+    if not at:
+        return url
+    user, colon, _ = userinfo.partition(":")
+    return f"{scheme}{sep}{user}{':***' if colon else ''}@{hostpart}"
+
+
+def check_redis_url(
+    url: str, source: str = ENV_REDIS_URL, schemes: tuple[str, ...] = REDIS_SCHEMES
+) -> str:
+    """``url`` if Celery can use it as broker and backend, else RedisURLError in one line.
+
+    Checked when read, so a typo is named as such instead of surfacing as
+    Celery's "Unknown result backend" or "No module named '127'".
+
+    >>> check_redis_url("redis://cache:6379/0")
+    'redis://cache:6379/0'
+    >>> check_redis_url("127.0.0.1:6379", "--redis-url")
+    Traceback (most recent call last):
+    ...
+    theow_client.config.RedisURLError: bad --redis-url '127.0.0.1:6379': no scheme; write redis://127.0.0.1:6379
+    """
+    problem = redis_url_problem(url, schemes)
+    if problem:
+        raise RedisURLError(f"bad {source} {safe_url(url)!r}: {problem}")
+    return url
+
+
+def redis_url_problem(url: str, schemes: tuple[str, ...] = REDIS_SCHEMES) -> str | None:
+    """What is wrong with ``url`` as a broker URL, or None."""
+    if "://" not in url:
+        return f"no scheme; write {schemes[0]}://{safe_url(url)}"
+    scheme = url.partition("://")[0].lower()
+    if scheme not in schemes:
+        spelled = ", ".join(f"{s}://" for s in schemes)
+        hint = {
+            "unix": " (a Unix socket is redis+socket:///path/to/redis.sock)",
+            "valkey": " (Valkey speaks the Redis protocol: write redis://)",
+            "valkeys": " (Valkey speaks the Redis protocol: write rediss://)",
+        }.get(scheme, "")
+        return f"scheme {scheme!r} is not one of {spelled}{hint}"
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # e.g. an unclosed [ of an IPv6 address
+        return str(exc)
+    if scheme == "redis+socket":
+        return None if parts.path.strip("/") else "no socket path (redis+socket:///path/to/sock)"
+    if not parts.hostname:
+        return "no host"
+    problem = port_problem(parts.netloc)
+    if problem:
+        return problem
+    database = parts.path.strip("/")
+    if database and not database.isdigit():
+        return f"database {database!r} is not a number"
+    if scheme == "rediss":
+        reqs = parse_qs(parts.query).get("ssl_cert_reqs", [""])[0]
+        if reqs not in _SSL_CERT_REQS:
+            return "a rediss:// URL needs ?ssl_cert_reqs=required (or optional, none)"
+    return None
+
+
+def port_problem(netloc: str) -> str | None:
+    """What is wrong with the port of ``netloc`` (``user:pw@host:port``), or None when absent or valid."""
+    hostport = netloc.rpartition("@")[2]
+    port = hostport.partition("]")[2] if hostport.startswith("[") else hostport
+    text = port.partition(":")[2]
+    if not port.count(":") or (text.isdigit() and 0 < int(text) < 65536):
+        return None
+    return f"port {text!r} is not a number from 1 to 65535"
+
+
+def run_wait(explicit: float | None = None) -> float:
+    """Seconds ``theow-client run`` waits for a verdict: ``explicit``, else $THEOW_CLIENT_WAIT, else 10.
+
+    0 means do not wait. Raises ValueError naming the variable when it is not a number.
+
+    >>> os.environ["THEOW_CLIENT_WAIT"] = "0"
+    >>> run_wait(), run_wait(30)
+    (0.0, 30.0)
+    >>> del os.environ["THEOW_CLIENT_WAIT"]
+    """
+    if explicit is not None:
+        return max(float(explicit), 0.0)
+    raw = os.environ.get(ENV_CLIENT_WAIT, "").strip()
+    if not raw:
+        return DEFAULT_RUN_WAIT
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not 0 <= seconds < math.inf:
+        raise ValueError(f"{ENV_CLIENT_WAIT}={raw!r} is not a number of seconds (0 = do not wait)")
+    return seconds
 
 
 def spool_dir(explicit: str | os.PathLike[str] | None = None) -> Path:

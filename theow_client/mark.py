@@ -32,6 +32,7 @@ from theow_client import config
 from theow_client.client import DEFAULT_WAIT_TIMEOUT, TheowClient
 from theow_client.facts import bound_text
 from theow_client.verdict import RETRYABLE, Status, Verdict
+from theow_client.verdict_text import format_verdict, prefixed
 
 log = logging.getLogger("theow.client")
 
@@ -241,9 +242,13 @@ def mark(
                     max_retries=max_retries,
                 )
                 if reruns >= max_retries:
-                    log.info("theow: %s failed, no re-runs left (%s)", name, ticket.failure_id)
+                    log.info("theow: %s failed, no re-runs left; its verdict: "
+                             "`theow failures show %s`", name, ticket.failure_id)  # fmt: skip
                     return None
                 verdict = ticket.wait(timeout=wait_timeout)
+                if not ticket.spooled:  # a spooled failure was already said on stderr
+                    # Warning: the step failed, and this is what a user needs to see about it.
+                    log.warning("theow: %s failed\n%s", name, prefixed(format_verdict(verdict)))
                 return should_rerun(
                     verdict, facts, actions_dir=actions_dir, workspace=workspace, client=theow
                 )

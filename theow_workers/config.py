@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
 
+from theow_client.config import port_problem, redis_url_problem, safe_url
 from theow_client.names import DEFAULT_MILVUS_URI, DEFAULT_REDIS_URL
 
 CONFIG_FILE = "theow.yaml"
@@ -128,6 +129,7 @@ class Settings(BaseModel):
     def load(cls, env: Mapping[str, str] | None = None, path: Path | None = None) -> Settings:
         env = os.environ if env is None else env
         data: dict[str, Any] = {}
+        origin: dict[str, str] = {}  # setting -> where it was written, for messages
         file = path or Path(env.get("THEOW_CONFIG", CONFIG_FILE))
         if file.is_file():
             try:
@@ -138,22 +140,91 @@ class Settings(BaseModel):
                 raise ConfigError(f"{file}: must be a mapping of settings")
             _check_keys(file, loaded)
             data.update(loaded)
+            origin.update({key: f"{file} key {key}" for key in loaded})
         for name, info in cls.model_fields.items():
             var = ENV_ALIASES.get(name, f"THEOW_{name.upper()}")
             if var in env:
                 data[name] = _from_env(env[var], info.annotation)
+                origin[name] = var
         try:
-            return cls.model_validate(data)
+            settings = cls.model_validate(data)
         except ValidationError as exc:
             first = exc.errors()[0]
             field = ".".join(str(p) for p in first["loc"])
             raise ConfigError(
                 f"setting {field!r}: {first['msg']} (from {file} or environment)"
             ) from None
+        _check_urls(settings, origin)
+        return settings
 
     @classmethod
     def env_names(cls) -> list[str]:
         return [ENV_ALIASES.get(n, f"THEOW_{n.upper()}") for n in cls.model_fields]
+
+
+# The workers reach Redis through Celery and through redis-py: only what both read.
+# (A Unix socket is redis+socket:// to Celery and unix:// to redis-py: neither serves both.)
+WORKER_REDIS_SCHEMES = ("redis", "rediss")
+MILVUS_SCHEMES = ("http", "https", "tcp", "unix")
+
+
+def _check_urls(settings: Settings, origin: Mapping[str, str]) -> None:
+    """The service URLs, checked when read: a typo is one line naming where it was written.
+
+    >>> Settings.load(env={"THEOW_REDIS_URL": "redis://:pw@cache:99999/0"}, path=Path("-"))
+    Traceback (most recent call last):
+    ...
+    theow_workers.config.ConfigError: bad THEOW_REDIS_URL 'redis://:***@cache:99999/0': port '99999' is not a number from 1 to 65535
+    """
+    problems = {
+        "redis_url": redis_url_problem(settings.redis_url, WORKER_REDIS_SCHEMES),
+        "database_url": _database_url_problem(settings.database_url),
+        "milvus_uri": _milvus_uri_problem(settings.milvus_uri),
+    }
+    for name, problem in problems.items():
+        if problem:
+            where = origin.get(name, f"default {name}")
+            value = safe_url(str(getattr(settings, name)))
+            raise ConfigError(f"bad {where} {value!r}: {problem}")
+
+
+def _database_url_problem(url: str) -> str | None:
+    if not url:  # SQLite in home
+        return None
+    # Only the store imports SQLAlchemy; imported here, when there is a URL to parse.
+    # sqlite_file parses any URL with SQLAlchemy's make_url (its answer is not needed).
+    from theow_workers.store import sqlite_file
+
+    problem = port_problem(url.partition("://")[2].partition("/")[0])
+    if problem:
+        return problem
+    try:
+        sqlite_file(url)
+    except Exception:  # SQLAlchemy's own message repeats the URL, password and all
+        return (
+            "not a database URL (dialect+driver://user:password@host:port/database, "
+            "e.g. postgresql+psycopg://theow@db:5432/theow or sqlite:///theow.db)"
+        )
+    return None
+
+
+def _milvus_uri_problem(uri: str) -> str | None:
+    """pymilvus reads an http(s)/tcp/unix URI, or a Milvus Lite file ending in .db."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep:
+        return (
+            None
+            if uri.endswith(".db")
+            else ("neither a URI (http://HOST:PORT) nor a Milvus Lite file ending in .db")
+        )
+    if scheme.lower() not in MILVUS_SCHEMES:
+        return f"scheme {scheme!r} is not one of {', '.join(s + '://' for s in MILVUS_SCHEMES)}"
+    if scheme.lower() == "unix":
+        return None
+    authority = rest.partition("/")[0]
+    if not authority.rpartition("@")[2].partition(":")[0] and "[" not in authority:
+        return "no host"
+    return port_problem(authority)
 
 
 def _check_keys(file: Path, loaded: dict[Any, Any]) -> None:

@@ -168,7 +168,8 @@ def test_run_reruns_a_command_that_theow_fixed(
         "    sys.exit(print('error: marker missing', file=sys.stderr) or 3)\n"
         "print('built')\n"
     )
-    options = ["--retries", "2", "--fact", "scenario=run-fix", "--wait-timeout", "20"]
+    options = ["--retries", "2", "--retry-delay", "0", "--fact", "scenario=run-fix"]
+    options += ["--wait-timeout", "20"]
     options += ["--actions-dir", str(actions_dir)]
     code = main(["run", *options, "--", sys.executable, "-c", script])
 
@@ -194,13 +195,14 @@ def test_run_exit_code_is_the_last_runs_when_theow_cannot_fix_it(
         "p.write_text(p.read_text() + 'x' if p.exists() else 'x')\n"
         "sys.exit(4 + len(p.read_text()))\n"
     )
-    options = ["--retries", "2", "--fact", "scenario=run-flaky", "--wait-timeout", "20", "--json"]
+    options = ["--retries", "2", "--retry-delay", "0", "--fact", "scenario=run-flaky"]
+    options += ["--wait-timeout", "20", "--json"]
     code = main(["run", *options, "--", sys.executable, "-c", script])
 
     assert code == 7  # third and last run: 4 + 3
     assert counter.read_text() == "xxx"
     verdicts = [json.loads(line) for line in capfd.readouterr().err.splitlines() if line[:1] == "{"]
-    assert [v["status"] for v in verdicts] == ["retry", "retry"]
+    assert [v["status"] for v in verdicts] == ["retry", "retry", "retry"]  # the last one's too
     assert len(resolver.wait_for("run-flaky", 3)) == 3
 
 

@@ -208,3 +208,20 @@ def test_invalid_utf8_in_an_argument_is_replaced_not_a_crash(
     printed = json.loads(capsys.readouterr().out)
     payload = json.loads((offline_env / f"{printed['failure_id']}.json").read_text())
     assert json.loads(payload["facts_json"]) == {"stderr": "error: \ufffd"}
+
+
+def test_human_verdict_shows_the_line_to_look_at_and_what_the_rule_captured() -> None:
+    verdict = Verdict.from_dict(
+        {
+            "failure_id": "f-2",
+            "status": "tracked",
+            "rule": "go_test_failed",
+            "mode": "track",
+            "evidence": {"fact": "log", "line": 42, "text": "--- FAIL: TestParse  (0.00s)"},
+            "captures": {"test": "TestParse", "where": "parse_test.go:41"},
+        }
+    )
+    lines = format_verdict(verdict).splitlines()
+    assert "line:    log:42: --- FAIL: TestParse (0.00s)" in lines
+    assert "captured: test=TestParse where=parse_test.go:41" in lines
+    assert "done:    nothing run (mode track)" in lines

@@ -1,0 +1,79 @@
+"""A verdict as a person reads it: the one formatting that ``theow-client`` and ``@mark`` share.
+
+What a user needs from a verdict, in order: which rule, the line of the log
+it matched (fact, line number, text), what the rule captured there (a test's
+name, a file:line), and what was done about it. A status or a field from a
+newer worker is shown as it came.
+
+>>> from theow_client.verdict import Verdict
+>>> print(format_verdict(Verdict.from_dict({
+...     "failure_id": "f-1", "status": "tracked", "rule": "go_test_failed", "mode": "track",
+...     "evidence": {"fact": "log", "line": 42, "text": "--- FAIL: TestParse (0.00s)"},
+...     "captures": {"test": "TestParse"}})))
+status:  tracked
+failure: f-1
+rule:    go_test_failed (mode track)
+line:    log:42: --- FAIL: TestParse (0.00s)
+captured: test=TestParse
+done:    nothing run (mode track)
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from theow_client.verdict import Verdict
+
+
+def format_verdict(verdict: Verdict) -> str:
+    lines = [f"status:  {verdict.status}", f"failure: {verdict.failure_id}"]
+    if verdict.rule:
+        lines.append(
+            f"rule:    {verdict.rule}" + (f" (mode {verdict.mode})" if verdict.mode else "")
+        )
+    if verdict.evidence:
+        lines.append(f"line:    {evidence_line(verdict.evidence)}")
+    if verdict.captures:
+        lines.append("captured: " + " ".join(f"{k}={v}" for k, v in verdict.captures.items()))
+    for bound in verdict.actions:
+        params = " ".join(f"{k}={json.dumps(v)}" for k, v in bound.params.items())
+        where = " [client-side]" if bound.client_side else ""
+        lines.append(f"action:  {bound.action} {params}".rstrip() + where)
+    for output in verdict.outputs:
+        lines.append(f"output:  {json.dumps(output, default=str)}")
+    if verdict.rule and not verdict.actions and not verdict.outputs:
+        # A track or retry rule runs nothing; say so rather than leave the user to wonder.
+        lines.append("done:    nothing run" + (f" (mode {verdict.mode})" if verdict.mode else ""))
+    if verdict.reason:
+        lines.append(f"reason:  {verdict.reason}")
+    if verdict.also:
+        lines.append(f"also:    {', '.join(verdict.also)}")
+    if verdict.seen_in_passing:
+        lines.append(f"seen in passing runs (ranked last): {', '.join(verdict.seen_in_passing)}")
+    # From a newer worker: shown as they came, so an older agent still tells the whole answer.
+    lines += [f"{name}: {json.dumps(value, default=str)}" for name, value in verdict.extra.items()]
+    return "\n".join(lines)
+
+
+def format_exploration(exploration: dict[str, Any]) -> str:
+    lines = [f"exploration: {exploration.get('outcome')}"]
+    if exploration.get("proposal_id"):
+        lines.append(
+            f"proposal: {exploration['proposal_id']} (theow review show {exploration['proposal_id']})"
+        )
+    if exploration.get("reason"):
+        lines.append(f"why:     {exploration['reason']}")
+    return "\n".join(lines)
+
+
+def evidence_line(evidence: dict[str, Any]) -> str:
+    """``fact:line: text``, the line to look at; whatever parts the worker sent."""
+    where = ":".join(str(evidence[k]) for k in ("fact", "line") if evidence.get(k) is not None)
+    text = " ".join(str(evidence.get("text") or "").split())
+    return f"{where}: {text}" if where and text else where or text
+
+
+def prefixed(text: str, prefix: str = "theow: ") -> str:
+    """Every line of ``text`` after ``prefix``: on a build's stderr, Theow's lines stand out."""
+    return "\n".join(prefix + line for line in text.splitlines())
