@@ -229,9 +229,8 @@ def _check_layers(data: dict[str, Any]) -> None:
             del data[one]
         if data.get(one) is not None and data.get(many):
             raise ConfigError(
-                f"both {one} (THEOW_{one.upper()}) and {many} (THEOW_{many.upper()}) are set: "
-                f"{one} means only that directory, {many} adds directories to the shipped "
-                f"{kind}; set one of them (in theow.yaml or the environment)"
+                f"both {one} and {many} are set (THEOW_{one.upper()}, THEOW_{many.upper()}): "
+                f"{one} is the only directory, {many} adds to the shipped {kind}; keep one"
             )
 
 

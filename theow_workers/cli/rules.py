@@ -131,6 +131,7 @@ def rules_list(
         print_json(rows)
         return
     table = Table("rule", "layer", "mode", "tags", "actions", "description")
+    table.columns[1].overflow = "fold"  # a directory is shown whole, never cut short
     for row in rows:
         layer = layer_name(Path(row["layer"]))
         if row["overrides"]:
