@@ -209,11 +209,17 @@ def _check_keys(file: Path, loaded: dict[Any, Any]) -> None:
 
 
 def _layers(only: Path | None, extra: list[Path], shipped: Path) -> tuple[Path, ...]:
-    """``only`` alone, else the shipped directory first (unless listed) and then ``extra``."""
+    """``only`` alone, else the shipped directory first (unless listed) and then ``extra``.
+
+    Without a checkout (a wheel) the shipped directory is ``./rules``: it is a
+    layer when it exists, or when nothing else is set, so that the error then
+    names it and how to point at rule directories.
+    """
     if only is not None:
         return (only,)
     listed = {p.resolve() for p in extra}
-    return tuple(dict.fromkeys([*([] if shipped.resolve() in listed else [shipped]), *extra]))
+    skip = shipped.resolve() in listed or (extra and not shipped.is_dir())
+    return tuple(dict.fromkeys([*([] if skip else [shipped]), *extra]))
 
 
 def layer_name(directory: Path) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -165,7 +166,7 @@ def test_rules_check_checks_every_layer_and_names_the_file_of_a_problem(tmp_path
     result = theow("rules", "check", cwd=tmp_path, env={"THEOW_RULES_DIRS": str(mine)})
     assert result.returncode == 1
     assert f"{mine}/typo.rule.yaml:5: unknown key 'regx'" in result.stderr
-    assert f"1 problem(s) in shipped, {mine}" in result.stdout
+    assert f"1 problem(s) in {ROOT / 'rules'}, {mine}" in result.stdout
 
 
 def test_a_missing_rules_layer_or_both_kinds_of_setting_are_one_line_errors(tmp_path):
@@ -177,3 +178,24 @@ def test_a_missing_rules_layer_or_both_kinds_of_setting_are_one_line_errors(tmp_
     assert "gone: rules directory does not exist" in missing.stderr
     assert both.returncode == 2 and "Traceback" not in both.stderr
     assert len(both.stderr.strip().splitlines()) == 1 and "THEOW_RULES_DIRS" in both.stderr
+
+
+def test_installed_without_its_checkout_the_error_says_how_to_name_rule_directories(tmp_path):
+    site = tmp_path / "site"  # the packages alone, as a wheel installs them
+    for package in ("theow_workers", "theow_client"):
+        shutil.copytree(
+            ROOT / package, site / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    user_rules(tmp_path / "my-rules")
+
+    bare = theow("rules", "check", cwd=tmp_path, env={"PYTHONPATH": str(site)})
+    named = theow(
+        "rules", "check", cwd=tmp_path,
+        env={"PYTHONPATH": str(site), "THEOW_RULES_DIRS": "my-rules",
+             "THEOW_ACTIONS_DIRS": str(ROOT / "actions")},
+    )  # fmt: skip
+
+    assert bare.returncode == 1 and "Traceback" not in bare.stderr
+    assert "actions: actions directory does not exist (THEOW_ACTIONS_DIRS" in bare.stderr
+    assert named.returncode == 0, named.stderr
+    assert "ok: 2 rules" in named.stdout and "in my-rules" in named.stdout

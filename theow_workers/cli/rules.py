@@ -60,7 +60,7 @@ def rules_check(
         verdict = "[red]invalid[/red]" if errors else "[green]ok[/green]"
         out.print(
             f"{verdict}: {len(knowledge.rules.rules)} rules, {len(knowledge.actions)} actions, "
-            f"{len(errors)} problem(s) in {', '.join(map(layer_name, rule_dirs))}",
+            f"{len(errors)} problem(s) in {', '.join(map(str, rule_dirs))}",
             highlight=False,
         )
     if errors:

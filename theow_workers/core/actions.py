@@ -33,9 +33,9 @@ def load_action_layers(directories: Sequence[Path]) -> ActionRegistry:
     for directory in directories:
         if not directory.is_dir():
             raise ActionLoadError(
-                f"{directory}: actions directory does not exist (THEOW_ACTIONS_DIRS or "
-                "actions_dirs in theow.yaml add directories to the shipped actions; "
-                "THEOW_ACTIONS_DIR names the only one)"
+                f"{directory}: actions directory does not exist (THEOW_ACTIONS_DIRS layers "
+                "directories over the shipped actions, THEOW_ACTIONS_DIR names the only one; "
+                "installed without a checkout, the shipped actions are ./actions)"
             )
         chosen.update({spec.name: spec for spec in load_actions(directory)})
     registry = ActionRegistry()

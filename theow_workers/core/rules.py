@@ -355,8 +355,9 @@ def _load_layer(
         errors.append(
             RuleError(
                 root,
-                "rules directory does not exist (THEOW_RULES_DIRS or rules_dirs in theow.yaml "
-                "add directories to the shipped rules; THEOW_RULES_DIR names the only one)",
+                "rules directory does not exist (THEOW_RULES_DIRS layers directories over the "
+                "shipped rules, THEOW_RULES_DIR names the only one; installed without a "
+                "checkout, the shipped rules are ./rules)",
             )
         )
         return {}
