@@ -51,6 +51,7 @@ def rules_check(
             {
                 "rules": len(knowledge.rules.rules),
                 "actions": len(knowledge.actions),
+                "layers": [str(d) for d in rule_dirs],
                 "errors": [{"file": e.path, "line": e.line, "reason": e.reason} for e in errors],
             }
         )
