@@ -24,6 +24,14 @@ from theow_client.names import DEFAULT_MILVUS_URI, DEFAULT_REDIS_URL
 CONFIG_FILE = "theow.yaml"
 # Variables whose names do not follow THEOW_<FIELD>.
 ENV_ALIASES = {"gemini_api_key": "GEMINI_API_KEY"}
+# Lists of directories, written as PATH is: separated by os.pathsep.
+PATH_LISTS = frozenset({"rules_dirs", "actions_dirs"})
+# The rules and actions shipped with Theow sit beside the packages in a checkout (and
+# an editable install), found so from any working directory. A wheel carries neither:
+# there they are looked for in the working directory, as ``rules/`` and ``actions/``.
+_TOP = Path(__file__).resolve().parents[1]
+SHIPPED_RULES = _TOP / "rules" if (_TOP / "rules").is_dir() else Path("rules")
+SHIPPED_ACTIONS = _TOP / "actions" if (_TOP / "actions").is_dir() else Path("actions")
 
 
 class ConfigError(ValueError):
@@ -42,8 +50,13 @@ class Settings(BaseModel):
     database_url: str = ""
     milvus_uri: str = DEFAULT_MILVUS_URI
     milvus_collection: str = "theow_index"
-    rules_dir: Path = Path("rules")
-    actions_dir: Path = Path("actions")
+    # Rule directories are layers: the shipped rules, then each of ``rules_dirs``; a
+    # later layer's rule replaces an earlier one of the same name. ``rules_dir`` is
+    # "only this directory", no layers. Actions likewise. See ``rule_layers``.
+    rules_dir: Path | None = None
+    rules_dirs: list[Path] = []
+    actions_dir: Path | None = None
+    actions_dirs: list[Path] = []
     rules_poll_seconds: float = 2.0
 
     explore: bool = False
@@ -125,6 +138,26 @@ class Settings(BaseModel):
         """The store's database: ``database_url``, else SQLite in ``home``."""
         return self.database_url or f"sqlite:///{(self.home / 'theow.db').resolve()}"
 
+    @property
+    def rule_layers(self) -> tuple[Path, ...]:
+        """The rule directories, earliest first: the last one wins on a rule name."""
+        return _layers(self.rules_dir, self.rules_dirs, SHIPPED_RULES)
+
+    @property
+    def action_layers(self) -> tuple[Path, ...]:
+        """The action directories, earliest first: the last one wins on an action name."""
+        return _layers(self.actions_dir, self.actions_dirs, SHIPPED_ACTIONS)
+
+    @property
+    def user_rules_dir(self) -> Path:
+        """Where approved rules are written: the last layer (the shipped one only if alone)."""
+        return self.rule_layers[-1]
+
+    @property
+    def user_actions_dir(self) -> Path:
+        """Where approved actions are written: the last action layer."""
+        return self.action_layers[-1]
+
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None, path: Path | None = None) -> Settings:
         env = os.environ if env is None else env
@@ -144,8 +177,9 @@ class Settings(BaseModel):
         for name, info in cls.model_fields.items():
             var = ENV_ALIASES.get(name, f"THEOW_{name.upper()}")
             if var in env:
-                data[name] = _from_env(env[var], info.annotation)
+                data[name] = _from_env(env[var], info.annotation, name)
                 origin[name] = var
+        _check_layers(data)
         try:
             settings = cls.model_validate(data)
         except ValidationError as exc:
@@ -245,8 +279,42 @@ def _check_keys(file: Path, loaded: dict[Any, Any]) -> None:
         )
 
 
-def _from_env(value: str, annotation: Any) -> Any:
-    """Lists from comma-separated text, mappings from JSON; the rest as pydantic parses it."""
+def _layers(only: Path | None, extra: list[Path], shipped: Path) -> tuple[Path, ...]:
+    """``only`` alone, else the shipped directory first (unless listed) and then ``extra``.
+
+    Without a checkout (a wheel) the shipped directory is ``./rules``: it is a
+    layer when it exists, or when nothing else is set, so that the error then
+    names it and how to point at rule directories.
+    """
+    if only is not None:
+        return (only,)
+    listed = {p.resolve() for p in extra}
+    skip = shipped.resolve() in listed or (extra and not shipped.is_dir())
+    return tuple(dict.fromkeys([*([] if skip else [shipped]), *extra]))
+
+
+def layer_name(directory: Path) -> str:
+    """How a rule's layer is shown: ``shipped``, or the directory as configured."""
+    return "shipped" if directory.resolve() == SHIPPED_RULES.resolve() else str(directory)
+
+
+def _check_layers(data: dict[str, Any]) -> None:
+    """``X_dir`` and ``X_dirs`` mean different things: one of them, not both (empty is unset)."""
+    for kind in ("rules", "actions"):
+        one, many = f"{kind}_dir", f"{kind}_dirs"
+        if data.get(one) == "":
+            del data[one]
+        if data.get(one) is not None and data.get(many):
+            raise ConfigError(
+                f"both {one} and {many} are set (THEOW_{one.upper()}, THEOW_{many.upper()}): "
+                f"{one} is the only directory, {many} adds to the shipped {kind}; keep one"
+            )
+
+
+def _from_env(value: str, annotation: Any, name: str = "") -> Any:
+    """Lists from comma-separated text (directories: os.pathsep), mappings from JSON."""
+    if name in PATH_LISTS:
+        return [v for v in value.split(os.pathsep) if v.strip()]
     origin = getattr(annotation, "__origin__", None)
     if origin is list:
         return [v.strip() for v in value.split(",") if v.strip()]

@@ -53,7 +53,7 @@ def run_demo(settings: Settings, path: Path, timeout: float, console: Console) -
             stack.start()
         with console.status("indexing rules and actions (loads MiniLM)…"):
             rt = Runtime(settings)
-            knowledge = Knowledge.load(settings.rules_dir, settings.actions_dir)
+            knowledge = Knowledge.configured(settings)
             report = sync_index(knowledge, rt.index, rt.embedder, rt.redis)
             rt.index.close()
         console.print(

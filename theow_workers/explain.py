@@ -20,8 +20,8 @@ from theow_workers.runtime import Knowledge
 
 def explain(
     facts: dict[str, Any],
-    rules_dir: Path,
-    actions_dir: Path,
+    rules_dir: Path | Sequence[Path],
+    actions_dir: Path | Sequence[Path],
     rules: Sequence[str] = (),
     tags: Sequence[str] = (),
     embedder: Embedder | None = None,

@@ -3,8 +3,8 @@
 A bad rule file must not turn workers into error machines. A worker process
 that already serves rules keeps them when the directory turns invalid; a new
 process (a restarted pool child, a new worker) has none of its own, so each
-valid load stores the rule files here and an invalid directory is served
-from this snapshot instead. While the directory is invalid the error is kept
+valid load stores the rule files of every layer here and invalid rules are
+served from this snapshot instead, layer by layer. While the directory is invalid the error is kept
 under ``names.KEY_RULES_ERROR`` for ``theow doctor`` and the metrics.
 
 Redis being down only costs the snapshot: every function here logs and
@@ -17,6 +17,7 @@ import json
 import logging
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,48 +28,59 @@ from theow_workers.core.rules import RULE_SUFFIX
 
 log = logging.getLogger("theow.runtime")
 
-_restored: dict[str, Path] = {}  # version -> directory this process wrote it to
+_restored: dict[str, tuple[Path, ...]] = {}  # version -> layers this process wrote it to
 
 
-def remember(redis: Any, rules_dir: Path, version: str) -> None:
+def remember(redis: Any, layers: Sequence[Path], version: str) -> None:
     """Store the rule files of a valid version (once per version) and clear any error."""
     try:
         if _text(redis.hget(names.KEY_RULES_LAST_GOOD, "version")) != version:
-            root = Path(rules_dir)
-            files = {
-                str(path.relative_to(root)): path.read_text(encoding="utf-8")
-                for path in sorted(root.rglob(f"*{RULE_SUFFIX}"))
-            }
+            snapshot = [
+                {
+                    str(path.relative_to(root)): path.read_text(encoding="utf-8")
+                    for path in sorted(root.rglob(f"*{RULE_SUFFIX}"))
+                }
+                for root in map(Path, layers)
+            ]
             redis.hset(
                 names.KEY_RULES_LAST_GOOD,
-                mapping={"version": version, "files": json.dumps(files)},
+                mapping={"version": version, "layers": json.dumps(snapshot)},
             )
         redis.delete(names.KEY_RULES_ERROR)
     except (RedisError, OSError) as exc:
         log.warning("could not keep rules version %s as the last good one: %s", version[:12], exc)
 
 
-def restore(redis: Any) -> Path | None:
-    """A directory holding the last valid rule files, or None if none was ever stored."""
+def restore(redis: Any) -> tuple[Path, ...] | None:
+    """Directories holding the last valid rule files, one per layer; None if none was stored."""
     try:
         version = _text(redis.hget(names.KEY_RULES_LAST_GOOD, "version"))
         if not version:
             return None
         if version in _restored:
             return _restored[version]
-        files = json.loads(_text(redis.hget(names.KEY_RULES_LAST_GOOD, "files")) or "{}")
+        raw = _text(redis.hget(names.KEY_RULES_LAST_GOOD, "layers"))
+        # A snapshot stored before layers held one directory's files under "files".
+        snapshot = (
+            json.loads(raw)
+            if raw
+            else [json.loads(_text(redis.hget(names.KEY_RULES_LAST_GOOD, "files")) or "{}")]
+        )
     except (RedisError, ValueError) as exc:
         log.warning("could not read the last good rules version: %s", exc)
         return None
-    directory = Path(tempfile.mkdtemp(prefix=f"theow-rules-{version[:12]}-"))
-    for name, text in files.items():
-        target = directory / name
-        if directory not in target.resolve().parents:
-            continue  # written by us from relative paths; anything else is not ours
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
-    _restored[version] = directory
-    return directory
+    top = Path(tempfile.mkdtemp(prefix=f"theow-rules-{version[:12]}-"))
+    layers = tuple(top / str(i) for i in range(len(snapshot)))
+    for directory, files in zip(layers, snapshot, strict=True):
+        directory.mkdir()
+        for name, text in files.items():
+            target = directory / name
+            if directory.resolve() not in target.resolve().parents:
+                continue  # written by us from relative paths; anything else is not ours
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+    _restored[version] = layers
+    return layers
 
 
 def report(redis: Any, error: str, serving: str | None) -> None:

@@ -5,10 +5,10 @@ must not be shared across a fork. ``Runtime`` builds each of them lazily in
 the process that uses it, and ``reset()`` (called after fork) drops whatever
 the parent built.
 
-``Runtime.rulebook()`` is how a worker notices a new rules version without a
-restart: at most every ``rules_poll_seconds`` it stats the rules and actions
-directories; when anything changed it reloads them and syncs the index under
-a Redis lock (one sync at a time, fleet-wide).
+``Runtime.knowledge()`` is how a worker notices a new rules version without a
+restart: at most every ``rules_poll_seconds`` it stats every rules and actions
+directory (``Settings.rule_layers``); when anything changed it reloads them and
+syncs the index under a Redis lock (one sync at a time, fleet-wide).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from redis.exceptions import LockError
 from theow_client import names
 from theow_workers import last_good
 from theow_workers.config import Settings
-from theow_workers.core.actions import ActionRegistry, load_actions
+from theow_workers.core.actions import ActionRegistry, load_action_layers
 from theow_workers.core.memory import cosine
 from theow_workers.core.ports import Deliveries, Embedder, IndexEntry, RuleIndex, SyncReport
 from theow_workers.core.query import similarity_text
@@ -60,18 +60,25 @@ class Knowledge:
     book: RuleBook
 
     @classmethod
-    def load(cls, rules_dir: Path, actions_dir: Path) -> Knowledge:
-        return cls.with_actions(rules_dir, load_actions(actions_dir))
+    def configured(cls, settings: Settings) -> Knowledge:
+        """The rules and actions of every configured layer: how everything reads them."""
+        return cls.load(settings.rule_layers, settings.action_layers)
 
     @classmethod
-    def with_actions(cls, rules_dir: Path, actions: ActionRegistry) -> Knowledge:
-        rules = load_rules(
-            rules_dir,
+    def load(cls, rules: Path | Sequence[Path], actions: Path | Sequence[Path]) -> Knowledge:
+        """These rule and action directories (each one, or layers earliest first)."""
+        layers = [actions] if isinstance(actions, Path) else list(actions)
+        return cls.with_actions(rules, load_action_layers(layers))
+
+    @classmethod
+    def with_actions(cls, rules: Path | Sequence[Path], actions: ActionRegistry) -> Knowledge:
+        loaded = load_rules(
+            rules,
             known_actions=frozenset(actions.names()),
             signatures={s.name: inspect.signature(s.func) for s in actions},
         )
         client_side = frozenset(s.name for s in actions if s.client_side)
-        return cls(rules, actions, RuleBook(rules.rules, rules.version, client_side))
+        return cls(loaded, actions, RuleBook(loaded.rules, loaded.version, client_side))
 
     def index_entries(self, model_name: str) -> list[IndexEntry]:
         entries = [
@@ -247,10 +254,11 @@ class Runtime:
             ):
                 return self._knowledge
             self._checked_at = now
-            signature = directory_signature(self.settings.rules_dir, self.settings.actions_dir)
+            s = self.settings
+            signature = directory_signature(*s.rule_layers, *s.action_layers)
             if self._knowledge is not None and signature == self._signature:
                 return self._knowledge
-            loaded = Knowledge.load(self.settings.rules_dir, self.settings.actions_dir)
+            loaded = Knowledge.configured(s)
             if loaded.rules.errors:
                 return self._keep_last_good(loaded, signature)
             try:
@@ -264,7 +272,7 @@ class Runtime:
                 log.warning("rules version %s served unsynced: %s", loaded.book.version[:12], exc)
                 self._knowledge = loaded
                 return loaded
-            last_good.remember(self.redis, self.settings.rules_dir, loaded.book.version)
+            last_good.remember(self.redis, s.rule_layers, loaded.book.version)
             log.info(
                 "rules version %s: %d rules, %d actions",
                 loaded.book.version,
@@ -284,18 +292,18 @@ class Runtime:
             last_good.report(self.redis, str(error), serving=None)
             raise error
         log.error(
-            "rules directory %s is invalid, serving the last valid version %s: %s",
-            self.settings.rules_dir, kept.book.version[:12], error,
+            "rules directories %s are invalid, serving the last valid version %s: %s",
+            ", ".join(map(str, self.settings.rule_layers)), kept.book.version[:12], error,
         )  # fmt: skip
         last_good.report(self.redis, str(error), serving=kept.book.version)
         self._knowledge, self._signature = kept, signature
         return kept
 
     def _restore_last_good(self, actions: ActionRegistry) -> Knowledge | None:
-        directory = last_good.restore(self.redis)
-        if directory is None:
+        layers = last_good.restore(self.redis)
+        if layers is None:
             return None
-        kept = Knowledge.with_actions(directory, actions)
+        kept = Knowledge.with_actions(layers, actions)
         return None if kept.rules.errors else kept
 
     def similarity_for(self, facts: dict[str, Any]) -> Similarity:

@@ -177,10 +177,19 @@ class EmbeddedStack:
             THEOW_REDIS_URL=s.redis_url,
             THEOW_MILVUS_URI=s.milvus_uri,
             THEOW_DATABASE_URL=s.store_url,
-            THEOW_RULES_DIR=str(s.rules_dir.resolve()),
-            THEOW_ACTIONS_DIR=str(s.actions_dir.resolve()),
             HF_HUB_OFFLINE="1",
         )
+        # The same layers as ours, absolute: "only this one" stays so, layers stay layers.
+        for kind, only, extra in (
+            ("RULES", s.rules_dir, s.rules_dirs),
+            ("ACTIONS", s.actions_dir, s.actions_dirs),
+        ):
+            env.pop(f"THEOW_{kind}_DIR", None)
+            env.pop(f"THEOW_{kind}_DIRS", None)
+            if only is not None:
+                env[f"THEOW_{kind}_DIR"] = str(only.resolve())
+            elif extra:
+                env[f"THEOW_{kind}_DIRS"] = os.pathsep.join(str(p.resolve()) for p in extra)
         return env
 
     def _spawn(

@@ -15,7 +15,8 @@ from theow_workers.core.ports import FailureRecord
 from theow_workers.store.results import SqlStore
 from theow_workers.store.schema import ExplorationRow, ProposalRow, migrate
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures"
 
 pytestmark = pytest.mark.integration
 
@@ -62,16 +63,27 @@ def propose(url: str, proposal_id: str, rule_name: str, diffs: list[dict[str, st
                           diffs=diffs))  # fmt: skip
 
 
-def approve(workspace: dict[str, Path | str], proposal_id: str) -> subprocess.CompletedProcess[str]:
+def approve(
+    workspace: dict[str, Path | str], proposal_id: str, **directories: str
+) -> subprocess.CompletedProcess[str]:
+    """``directories``: THEOW_RULES_DIRS and the like, instead of the workspace's only ones."""
     env = dict(os.environ)
     env.update(
-        THEOW_DATABASE_URL=str(workspace["url"]), THEOW_RULES_DIR=str(workspace["rules"]),
-        THEOW_ACTIONS_DIR=str(workspace["actions"]), THEOW_HOME=str(workspace["home"]),
+        THEOW_DATABASE_URL=str(workspace["url"]), THEOW_HOME=str(workspace["home"]),
         THEOW_REDIS_URL="redis://127.0.0.1:1/0", COLUMNS="1000",  # no broker, no wrapping
+        PYTHONPATH=str(ROOT),  # this checkout's code, run from the workspace
     )  # fmt: skip
+    env.update(
+        directories
+        or {
+            "THEOW_RULES_DIR": str(workspace["rules"]),
+            "THEOW_ACTIONS_DIR": str(workspace["actions"]),
+        }
+    )
     return subprocess.run(
         [sys.executable, "-m", "theow_workers.cli", "review", "approve", proposal_id],
         capture_output=True, text=True, timeout=120, env=env,
+        cwd=Path(workspace["home"]).parent,  # never the checkout: its rules/ are the shipped ones
     )  # fmt: skip
 
 
@@ -116,3 +128,20 @@ def test_approve_writes_a_proposal_with_a_free_name(workspace):
 
     assert result.returncode == 0, result.stderr
     assert (rules / "echo_fresh.rule.yaml").exists()
+
+
+def test_an_approved_rule_is_written_to_the_last_layer_not_the_shipped_rules(workspace):
+    rules, mine = Path(workspace["rules"]), Path(workspace["home"]).parent / "mine"
+    mine.mkdir()
+    propose(str(workspace["url"]), "p-layer", "echo_fresh", [])
+
+    result = approve(
+        workspace, "p-layer",
+        THEOW_RULES_DIRS=os.pathsep.join([str(rules), str(mine)]),
+        THEOW_ACTIONS_DIRS=str(workspace["actions"]),
+    )  # fmt: skip
+
+    assert result.returncode == 0, result.stderr
+    assert rule_files(mine) == {"echo_fresh.rule.yaml"}
+    assert not (rules / "echo_fresh.rule.yaml").exists()
+    assert not (ROOT / "rules" / "echo_fresh.rule.yaml").exists()

@@ -134,14 +134,16 @@ def _rules(settings: Settings) -> tuple[list[str], str]:
     """
     from theow_workers.runtime import Knowledge, directory_signature
 
-    signature = [list(f) for f in directory_signature(settings.rules_dir, settings.actions_dir)]
+    signature = [
+        list(f) for f in directory_signature(*settings.rule_layers, *settings.action_layers)
+    ]
     kept = settings.home / RULES_SUMMARY
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         summary = json.loads(kept.read_text())
         if summary["signature"] == signature:
             return list(summary["names"]), str(summary["version"])
     try:
-        knowledge = Knowledge.load(settings.rules_dir, settings.actions_dir)
+        knowledge = Knowledge.configured(settings)
     except Exception as exc:  # a broken actions dir must not stop a replay; workers decide
         err.print(f"[yellow]rules not loaded here ({exc}); 'matched nothing' is unknown[/yellow]")
         return [], ""

@@ -165,7 +165,7 @@ def review_approve(
             rule_yaml = _edit(proposal.rule_yaml)
         try:
             result = approve(
-                store, proposal_id, Path(settings.rules_dir), Path(settings.actions_dir), rule_yaml
+                store, proposal_id, settings.rule_layers, settings.action_layers, rule_yaml
             )
         except ReviewError as exc:
             if wrote:

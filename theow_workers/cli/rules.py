@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -11,37 +12,46 @@ from rich.table import Table
 from rich.text import Text
 
 from theow_workers.cli.output import JsonFlag, err, fail, load_settings, out, print_json
+from theow_workers.config import layer_name
 from theow_workers.core.actions import ActionLoadError
 
 if TYPE_CHECKING:
+    from theow_workers.config import Settings
     from theow_workers.runtime import Knowledge
 
 rules_app = typer.Typer(no_args_is_help=True, help="Check, test and index rules.")
 
-RulesDir = Annotated[Path | None, typer.Option("--rules", help="Rules directory.")]
-ActionsDir = Annotated[Path | None, typer.Option("--actions", help="Actions directory.")]
+RulesDir = Annotated[
+    Path | None, typer.Option("--rules", help="Only this rules directory [default: every layer].")
+]
+ActionsDir = Annotated[
+    Path | None,
+    typer.Option("--actions", help="Only this actions directory [default: every layer]."),
+]
 
 
 @rules_app.command("check")
 def rules_check(
     directory: Annotated[
-        Path | None, typer.Argument(help="Rules directory [default: THEOW_RULES_DIR or rules/]")
+        Path | None,
+        typer.Argument(
+            help="Only this rules directory [default: every layer: the shipped rules "
+            "and THEOW_RULES_DIRS, or THEOW_RULES_DIR alone]"
+        ),
     ] = None,
-    actions: Annotated[
-        Path | None, typer.Option(help="Actions directory [default: THEOW_ACTIONS_DIR or actions/]")
-    ] = None,
+    actions: ActionsDir = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Validate every rule file; report each problem with file, line and reason."""
-    s = load_settings()
-    rules_dir = directory or s.rules_dir
-    knowledge = _knowledge(rules_dir, actions or s.actions_dir)
-    errors = [*knowledge.rules.errors, *_example_errors(rules_dir, knowledge)]
+    rule_dirs, action_dirs = _layers(load_settings(), directory, actions)
+    knowledge = _knowledge(rule_dirs, action_dirs)
+    errors = [*knowledge.rules.errors, *_example_errors(knowledge)]
     if as_json:
         print_json(
             {
                 "rules": len(knowledge.rules.rules),
                 "actions": len(knowledge.actions),
+                "layers": [str(d) for d in rule_dirs],
                 "errors": [{"file": e.path, "line": e.line, "reason": e.reason} for e in errors],
             }
         )
@@ -51,34 +61,36 @@ def rules_check(
         verdict = "[red]invalid[/red]" if errors else "[green]ok[/green]"
         out.print(
             f"{verdict}: {len(knowledge.rules.rules)} rules, {len(knowledge.actions)} actions, "
-            f"{len(errors)} problem(s) in {rules_dir}",
+            f"{len(errors)} problem(s) in {', '.join(map(str, rule_dirs))}",
             highlight=False,
         )
     if errors:
         raise typer.Exit(1)
 
 
-def _knowledge(rules_dir: Path, actions_dir: Path) -> Knowledge:
+def _layers(
+    s: Settings, rules: Path | None, actions: Path | None
+) -> tuple[Sequence[Path], Sequence[Path]]:
+    """A directory named on the command line alone, else every configured layer."""
+    return ([rules] if rules else s.rule_layers), ([actions] if actions else s.action_layers)
+
+
+def _knowledge(rule_dirs: Sequence[Path], action_dirs: Sequence[Path]) -> Knowledge:
     """The rules and actions of these directories; actions that do not load exit 1."""
     from theow_workers.runtime import Knowledge
 
     try:
-        return Knowledge.load(rules_dir, actions_dir)
+        return Knowledge.load(rule_dirs, action_dirs)
     except ActionLoadError as exc:
         raise fail(str(exc)) from None
 
 
-def _example_errors(rules_dir: Path, knowledge: Any) -> list[Any]:
+def _example_errors(knowledge: Knowledge) -> list[Any]:
     """Examples that do not match their condition, counter-examples that do."""
     from theow_workers.core.examples import check_examples
-    from theow_workers.core.rules import RULE_SUFFIX
 
-    loaded = {r.name for r in knowledge.rules.rules}
-    problems = []
-    for path in sorted(Path(rules_dir).rglob(f"*{RULE_SUFFIX}")):
-        if path.name.removesuffix(RULE_SUFFIX) in loaded:
-            problems.extend(check_examples(path))
-    return problems
+    files = sorted(origin.file for origin in knowledge.rules.origins.values())
+    return [problem for path in files for problem in check_examples(path)]
 
 
 @rules_app.command("list")
@@ -91,12 +103,18 @@ def rules_list(
         typer.Option("--markdown", help="Print the catalogue: rules per family and ecosystem."),
     ] = False,
 ) -> None:
-    """List the rules with their mode, tags and actions."""
-    s = load_settings()
-    knowledge = _knowledge(directory or s.rules_dir, actions or s.actions_dir)
+    """List the rules with their layer, mode, tags and actions.
+
+    A rule of a later layer replaces the one of the same name in an earlier
+    layer: it is listed once, with the layers it overrides.
+    """
+    knowledge = _knowledge(*_layers(load_settings(), directory, actions))
+    origins = knowledge.rules.origins
     rows: list[dict[str, Any]] = [
         {
             "name": r.name,
+            "layer": str(origins[r.name].layer),
+            "overrides": [str(d) for d in origins[r.name].overrides],
             "mode": r.mode.value,
             "type": r.type,
             "tags": r.tags,
@@ -113,10 +131,14 @@ def rules_list(
     if as_json:
         print_json(rows)
         return
-    table = Table("rule", "mode", "tags", "actions", "description")
+    table = Table("rule", "layer", "mode", "tags", "actions", "description")
+    table.columns[1].overflow = "fold"  # a directory is shown whole, never cut short
     for row in rows:
+        layer = layer_name(Path(row["layer"]))
+        if row["overrides"]:
+            layer += f" (overrides {', '.join(layer_name(Path(d)) for d in row['overrides'])})"
         table.add_row(
-            row["name"], row["mode"], ", ".join(row["tags"]), ", ".join(row["actions"]),
+            row["name"], layer, row["mode"], ", ".join(row["tags"]), ", ".join(row["actions"]),
             row["description"],
         )  # fmt: skip
     out.print(table)
@@ -167,7 +189,7 @@ def rules_eval(
             check(path)  # read as `theow replay` reads it: a file that is not JSON Lines stops here
         except HistoryError as exc:
             raise fail(str(exc), 2) from None
-    knowledge = _knowledge(rules or s.rules_dir, actions or s.actions_dir)
+    knowledge = _knowledge(*_layers(s, rules, actions))
     for e in knowledge.rules.errors:
         err.print(Text.assemble(("skipped:", "yellow"), f" {e}"))
     label_map = evaluation.read_labels(labels) if labels is not None else None
@@ -270,9 +292,7 @@ def rules_test(
     if not isinstance(data, dict):
         raise fail(f"{facts}: facts must be a JSON object, got {type(data).__name__}", 2)
     try:
-        report = explain(
-            data, rules or s.rules_dir, actions or s.actions_dir, rule or [], tag or []
-        )
+        report = explain(data, *_layers(s, rules, actions), rule or [], tag or [])
     except (ActionLoadError, ValueError) as exc:
         raise fail(str(exc)) from None
     if as_json:
@@ -316,7 +336,10 @@ def rules_sync() -> None:
     from theow_workers.runtime import Knowledge, Runtime, sync_index
 
     rt = Runtime(load_settings())
-    knowledge = Knowledge.load(rt.settings.rules_dir, rt.settings.actions_dir)
+    try:
+        knowledge = Knowledge.configured(rt.settings)
+    except ActionLoadError as exc:
+        raise fail(str(exc)) from None
     if knowledge.rules.errors:
         raise fail(f"{len(knowledge.rules.errors)} invalid rule(s); run `theow rules check`")
     report = sync_index(knowledge, rt.index, rt.embedder, rt.redis)

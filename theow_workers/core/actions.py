@@ -2,7 +2,11 @@
 
 They live in ``theow_client.actions`` because the agent runs client-side
 actions with the same code; see that module for how an action is written.
+The workers read several action directories as layers (``load_action_layers``).
 """
+
+from collections.abc import Sequence
+from pathlib import Path
 
 from theow_client.actions import (
     CONTEXT_PARAMS,
@@ -17,6 +21,29 @@ from theow_client.actions import (
     load_actions,
 )
 
+
+def load_action_layers(directories: Sequence[Path]) -> ActionRegistry:
+    """The actions of every directory, earliest first: a later one wins on a name.
+
+    Unlike the build agent's ``load_actions``, a directory that does not exist
+    is an error here: rules naming its actions would otherwise fail as
+    "unknown action" with nothing saying why.
+    """
+    chosen: dict[str, ActionSpec] = {}
+    for directory in directories:
+        if not directory.is_dir():
+            raise ActionLoadError(
+                f"{directory}: actions directory does not exist (THEOW_ACTIONS_DIRS layers "
+                "directories over the shipped actions, THEOW_ACTIONS_DIR names the only one; "
+                "installed without a checkout, the shipped actions are ./actions)"
+            )
+        chosen.update({spec.name: spec for spec in load_actions(directory)})
+    registry = ActionRegistry()
+    for spec in chosen.values():
+        registry.register(spec)
+    return registry
+
+
 __all__ = [
     "CONTEXT_PARAMS",
     "DEFAULT_ACTION_TIMEOUT",
@@ -27,5 +54,6 @@ __all__ = [
     "ActionTimeout",
     "action",
     "call_action",
+    "load_action_layers",
     "load_actions",
 ]

@@ -14,8 +14,8 @@ import hashlib
 import inspect
 import json
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -160,11 +160,21 @@ def as_text(value: Any) -> str:
 
 
 @dataclass(frozen=True)
+class Origin:
+    """Where a loaded rule comes from: its file, its layer, and the layers it replaces there."""
+
+    file: Path
+    layer: Path
+    overrides: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True)
 class RuleSet:
-    """Every rule of a directory, and its problems, loaded in one pass."""
+    """Every rule of the rule directories, and their problems, loaded in one pass."""
 
     rules: tuple[Rule, ...]
     errors: tuple[RuleError, ...]
+    origins: Mapping[str, Origin] = field(default_factory=dict)  # rule name -> where from
 
     @property
     def version(self) -> str:
@@ -307,18 +317,51 @@ def load_rule(
 
 
 def load_rules(
-    directory: str | Path,
+    directories: str | Path | Sequence[Path],
     *,
     known_actions: frozenset[str] | None = None,
     signatures: Mapping[str, inspect.Signature] | None = None,
 ) -> RuleSet:
-    """Load every ``*.rule.yaml`` under ``directory``; every problem goes to ``errors``."""
-    root = Path(directory)
-    if not root.is_dir():
-        return RuleSet((), (RuleError(root, "rules directory does not exist"),))
-    rules: list[Rule] = []
+    """Load every ``*.rule.yaml`` under each directory; every problem goes to ``errors``.
+
+    Several directories are layers, earliest first: a rule of a later layer
+    replaces the rule of the same name of an earlier one. Within one layer a
+    name defined twice is an error.
+    """
+    layers = [Path(directories)] if isinstance(directories, str | Path) else list(directories)
+    by_name: dict[str, tuple[Rule, Origin]] = {}
     errors: list[RuleError] = []
-    seen: dict[str, Path] = {}
+    for layer in layers:
+        found = _load_layer(layer, known_actions, signatures, errors)
+        for name, (rule, path) in found.items():
+            replaced = by_name.pop(name, None)
+            overrides = (*replaced[1].overrides, replaced[1].layer) if replaced else ()
+            by_name[name] = (rule, Origin(path, layer, overrides))
+    return RuleSet(
+        tuple(rule for rule, _ in by_name.values()),
+        tuple(errors),
+        {name: origin for name, (_, origin) in by_name.items()},
+    )
+
+
+def _load_layer(
+    root: Path,
+    known_actions: frozenset[str] | None,
+    signatures: Mapping[str, inspect.Signature] | None,
+    errors: list[RuleError],
+) -> dict[str, tuple[Rule, Path]]:
+    """The valid rules of one directory by name; its problems are appended to ``errors``."""
+    if not root.is_dir():
+        errors.append(
+            RuleError(
+                root,
+                "rules directory does not exist (THEOW_RULES_DIRS layers directories over the "
+                "shipped rules, THEOW_RULES_DIR names the only one; installed without a "
+                "checkout, the shipped rules are ./rules)",
+            )
+        )
+        return {}
+    found: dict[str, tuple[Rule, Path]] = {}
     for path in sorted(root.rglob(f"*{RULE_SUFFIX}")):
         try:
             text = path.read_text(encoding="utf-8")
@@ -331,14 +374,13 @@ def load_rules(
         if problems or rule is None:
             errors.extend(problems)
             continue
-        if rule.name in seen:
+        if rule.name in found:
             errors.append(
-                RuleError(path, f"rule {rule.name!r} is also defined in {seen[rule.name]}")
+                RuleError(path, f"rule {rule.name!r} is also defined in {found[rule.name][1]}")
             )
             continue
-        seen[rule.name] = path
-        rules.append(rule)
-    return RuleSet(tuple(rules), tuple(errors))
+        found[rule.name] = (rule, path)
+    return found
 
 
 def _unbindable_extract(rule: Rule, params: Any) -> str | None:

@@ -7,6 +7,7 @@ facts come from SQL (the resolver recorded them, secrets masked).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -64,7 +65,7 @@ def service(runtime: Runtime) -> ExploreService:
             prices=s.llm_prices,
         ),
         regex_timeout=s.regex_timeout,
-        load_prompt=lambda template: load_prompt(template, Path(s.rules_dir)),
+        load_prompt=lambda template: load_prompt(template, s.rule_layers),
     )
 
 
@@ -88,16 +89,19 @@ def explorer_problem(settings: Any) -> str | None:
     return "; ".join(problems) or None
 
 
-def load_prompt(template: str, rules_dir: Path) -> str:
-    """An inline prompt, or ``file://PATH`` relative to the rules' parent directory (or absolute)."""
+def load_prompt(template: str, rule_layers: Sequence[Path]) -> str:
+    """An inline prompt, or ``file://PATH`` relative to a rule layer's parent directory
+    or the layer itself (the last layer first), or absolute."""
     if not template.startswith("file://"):
         return template
     relative = template.removeprefix("file://")
-    for base in (rules_dir.resolve().parent, rules_dir.resolve()):
-        path = base / relative
-        if path.is_file():
-            return path.read_text(encoding="utf-8")
-    raise FileNotFoundError(f"prompt template {template!r} not found next to {rules_dir}")
+    for layer in reversed(rule_layers):
+        for base in (layer.resolve().parent, layer.resolve()):
+            path = base / relative
+            if path.is_file():
+                return path.read_text(encoding="utf-8")
+    where = ", ".join(map(str, rule_layers))
+    raise FileNotFoundError(f"prompt template {template!r} not found next to {where}")
 
 
 def explore_failure(
@@ -119,7 +123,7 @@ def explore_failure(
 
     knowledge = runtime.knowledge()
     rule = knowledge.book.get(request["rule"]) if request.get("rule") else None
-    actions_dir = Path(s.actions_dir).resolve()
+    actions_dir = s.user_actions_dir.resolve()
     repo = Repository(
         rule_names=frozenset(r.name for r in knowledge.rules.rules),
         action_files={spec.name: Path(spec.source_file) for spec in knowledge.actions},

@@ -287,10 +287,11 @@ def check_rules(ctx: Context) -> list[Finding]:
     from theow_workers.runtime import Knowledge
 
     s = ctx.settings
+    where = ", ".join(map(str, s.rule_layers))
     try:
-        knowledge = Knowledge.load(s.rules_dir, s.actions_dir)
+        knowledge = Knowledge.configured(s)
     except Exception as exc:  # an action module that does not import
-        return [Finding("rules", FAIL, f"actions in {s.actions_dir} do not load: {exc}")]
+        return [Finding("rules", FAIL, f"actions do not load: {exc}")]
     errors = knowledge.rules.errors
     if errors:
         shown_errors = "; ".join(str(e) for e in errors[:3])
@@ -299,7 +300,7 @@ def check_rules(ctx: Context) -> list[Finding]:
             Finding(
                 "rules",
                 FAIL,
-                f"{len(errors)} problem(s) in {s.rules_dir}: {shown_errors}{more}",
+                f"{len(errors)} problem(s) in {where}: {shown_errors}{more}",
                 "`theow rules check` lists every problem with file and line",
             )
         ]
@@ -309,7 +310,7 @@ def check_rules(ctx: Context) -> list[Finding]:
             "rules",
             OK,
             f"{len(knowledge.rules.rules)} rules, {len(knowledge.actions)} actions in "
-            f"{s.rules_dir} (version {knowledge.book.version[:12]})",
+            f"{where} (version {knowledge.book.version[:12]})",
         )
     ]
 

@@ -1,8 +1,10 @@
-"""Approving and rejecting proposals: the only way LLM output reaches ``rules/`` and ``actions/``.
+"""Approving and rejecting proposals: the only way LLM output reaches the rules and actions.
 
-Approve writes ``rules/<name>.rule.yaml`` (refused if it exists: rules are
-immutable), applies each action diff (refused outside ``rules/`` and
-``actions/``, and refused when the target changed since the diff was made),
+Approve writes ``<name>.rule.yaml`` into the last rule layer, the user's
+(refused if any layer defines the name: rules are immutable), applies each
+action diff (refused outside the last rule and action layers, so never into
+the shipped ones when a user layer exists, and refused when the target
+changed since the diff was made),
 re-validates the rule against the failure it came from, and records who
 approved and when. Nothing is committed to git: the files change in the
 working tree for the reviewer to commit. Either every file is written or none.
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import getpass
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,9 +68,14 @@ def defined_names(rules_dir: Path) -> dict[str, Path]:
 
 
 def planned_files(
-    proposal: Proposal, rule_yaml: str, rules_dir: Path, actions_dir: Path
+    proposal: Proposal, rule_yaml: str, rule_layers: Sequence[Path], action_layers: Sequence[Path]
 ) -> dict[Path, str]:
-    """Every file the approval writes with its new content; raises ReviewError."""
+    """Every file the approval writes with its new content; raises ReviewError.
+
+    Files go to the last layers; a name any layer defines is refused, as a
+    rule overriding a shipped one is a choice for a person, not an approval.
+    """
+    rules_dir, actions_dir = rule_layers[-1], action_layers[-1]
     try:
         rule = parse_rule(rule_yaml)
     except RuleError as exc:
@@ -75,11 +83,12 @@ def planned_files(
     rule_path = rules_dir / f"{rule.name}{RULE_SUFFIX}"
     if rule_path.exists():
         raise ReviewError(f"{rule_path} already exists: rules are immutable, choose another name")
-    taken = defined_names(rules_dir).get(rule.name)
-    if taken is not None:
-        raise ReviewError(
-            f"rule name {rule.name!r} is already defined in {taken}: choose another name"
-        )
+    for layer in rule_layers:
+        taken = defined_names(layer).get(rule.name)
+        if taken is not None:
+            raise ReviewError(
+                f"rule name {rule.name!r} is already defined in {taken}: choose another name"
+            )
     files = {rule_path: rule_yaml if rule_yaml.endswith("\n") else rule_yaml + "\n"}
     root = actions_dir.resolve().parent
     for change in proposal.diffs:
@@ -103,12 +112,12 @@ def planned_files(
 def approve(
     store: ExploreStore,
     proposal_id: str,
-    rules_dir: Path,
-    actions_dir: Path,
+    rule_layers: Sequence[Path],
+    action_layers: Sequence[Path],
     rule_yaml: str | None = None,
     by: str | None = None,
 ) -> Approval:
-    """Apply a pending proposal to the working tree; a second approval does nothing."""
+    """Apply a pending proposal to the last layers; a second approval does nothing."""
     proposal = store.proposal(proposal_id)
     if proposal is None:
         raise ReviewError(f"no proposal {proposal_id!r} (see `theow review list`)")
@@ -117,7 +126,7 @@ def approve(
     if proposal.status != "pending":
         raise ReviewError(f"proposal {proposal_id} is {proposal.status}, not pending")
     text = rule_yaml if rule_yaml is not None else proposal.rule_yaml
-    files = planned_files(proposal, text, rules_dir, actions_dir)
+    files = planned_files(proposal, text, rule_layers, action_layers)
     failure = store.failure(proposal.failure_id)
     rule = parse_rule(text)
     if failure is not None:
@@ -134,7 +143,7 @@ def approve(
         for path, content in files.items():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(content, encoding="utf-8")
-        loaded = Knowledge.load(rules_dir, actions_dir)
+        loaded = Knowledge.load(rule_layers, action_layers)
         problems = [
             e for e in loaded.rules.errors if Path(e.path).resolve() in {p.resolve() for p in files}
         ]
@@ -180,7 +189,7 @@ def sync_after_approval(settings: Any, runtime: Any = None) -> tuple[bool, str]:
     try:
         runtime = runtime or Runtime(settings)
         report = sync_index(
-            Knowledge.load(settings.rules_dir, settings.actions_dir),
+            Knowledge.configured(settings),
             runtime.index,
             runtime.embedder,
             runtime.redis,

@@ -72,7 +72,7 @@ class Console:
         )
         self.templates = templates()
         self.affected = AffectedCounter(store)
-        self._library = Library(settings.rules_dir, settings.actions_dir)
+        self._library = Library(settings.rule_layers, settings.action_layers)
         self.insight = Snapshot(lambda: pages.insight_data(store))
         self.activity = Snapshot(lambda: queries.rule_activity(store))
         self._runtime: Any = None

@@ -1,6 +1,6 @@
 """The rules as the console shows them: the catalogue with hits, and a page per rule.
 
-Rules are loaded from the rules directory the workers read, reloaded when
+Rules are loaded from the rule layers the workers read, reloaded when
 its files change (``directory_signature``); counts come from SQL: hits are
 verdicts naming the rule, the success ratio is the resolver's own
 ``rule_stats`` (successful attempts over all attempts).
@@ -9,12 +9,11 @@ verdicts naming the rule, the success ratio is the resolver's own
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from theow_workers.core.rules import RULE_SUFFIX
-from theow_workers.review.proposals import defined_names
 from theow_workers.runtime import Knowledge, directory_signature
 from theow_workers.store import console as queries
 from theow_workers.store.explore import ExploreStore
@@ -23,17 +22,17 @@ from theow_workers.web.snapshot import Taken
 
 
 class Library:
-    def __init__(self, rules_dir: Path, actions_dir: Path) -> None:
-        self.rules_dir, self.actions_dir = Path(rules_dir), Path(actions_dir)
+    def __init__(self, rule_layers: Sequence[Path], action_layers: Sequence[Path]) -> None:
+        self.rule_layers, self.action_layers = tuple(rule_layers), tuple(action_layers)
         self._lock = threading.Lock()
         self._loaded: Knowledge | None = None
         self._signature: Any = None
 
     def knowledge(self) -> Knowledge:
         with self._lock:
-            signature = directory_signature(self.rules_dir, self.actions_dir)
+            signature = directory_signature(*self.rule_layers, *self.action_layers)
             if self._loaded is None or signature != self._signature:
-                self._loaded = Knowledge.load(self.rules_dir, self.actions_dir)
+                self._loaded = Knowledge.load(self.rule_layers, self.action_layers)
                 self._signature = signature
             return self._loaded
 
@@ -74,12 +73,11 @@ class Library:
         }
 
     def detail(self, store: ExploreStore, name: str) -> dict[str, Any] | None:
-        rule = next((r for r in self.knowledge().rules.rules if r.name == name), None)
+        rules = self.knowledge().rules
+        rule = rules.by_name().get(name)
         if rule is None:
             return None
-        path: Path | None = self.rules_dir / f"{name}{RULE_SUFFIX}"
-        if path is None or not path.is_file():  # in a subdirectory: look for it (slower)
-            path = defined_names(self.rules_dir).get(name)
+        path = rules.origins[name].file if name in rules.origins else None
         text = path.read_text(encoding="utf-8") if path is not None else rule.canonical()
         examples = [
             {"fact": c.fact, "examples": c.examples, "counter_examples": c.counter_examples}

@@ -131,7 +131,7 @@ async def _review(request: Request, verb: str) -> Response:
     try:
         if verb == "approve":
             result = await run_in_threadpool(
-                approve, console.store, pid, settings.rules_dir, settings.actions_dir, None, by
+                approve, console.store, pid, settings.rule_layers, settings.action_layers, None, by
             )
             if result.already:
                 message = f"proposal {pid} was already approved; nothing to do"
