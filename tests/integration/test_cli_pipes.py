@@ -153,3 +153,11 @@ def test_an_unreachable_service_is_one_line_and_exit_1_not_a_traceback(tmp_path:
     assert result.returncode == 1
     assert result.stderr.startswith("error: a service is unreachable: ConnectionError: ")
     assert len(result.stderr.splitlines()) == 1, result.stderr
+
+
+def test_a_mistyped_option_piped_is_plain_lines_without_box_drawing() -> None:
+    result = theow("replay", "--learn", "x")
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1].startswith("Error: No such option: --learn")
+    assert not any("\u2500" <= char <= "\u257f" for char in result.stderr), result.stderr
+    assert result.stdout == ""

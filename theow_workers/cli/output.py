@@ -107,9 +107,16 @@ def unreachable(exc: BaseException) -> bool:
 
 
 def run(app: typer.Typer) -> None:
-    """Run ``app`` as the process: an unreachable service is one error line and exit 1."""
+    """Run ``app`` as the process: an unreachable service is one error line and exit 1.
+
+    Bad arguments are reported by Typer, framed by rich on a terminal. In a pipe
+    or a CI log they are plain lines (``Error: No such option: --learn``): with
+    no markup mode Typer prints them as click does, without box-drawing.
+    """
     from theow_workers.core.redact import redact_text
 
+    if not err.is_terminal:
+        app.rich_markup_mode = None
     try:
         app()
     except Exception as exc:
