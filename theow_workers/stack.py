@@ -11,6 +11,7 @@ process, so it runs as a server that every worker reaches over its port.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -31,6 +32,39 @@ log = logging.getLogger("theow.stack")
 
 class StackError(RuntimeError):
     pass
+
+
+class PortInUse(StackError):
+    """Another process has the port; the command names the flag that picks another."""
+
+    def __init__(self, host: str, port: int) -> None:
+        super().__init__(f"port {port} on {host} is in use")
+        self.host, self.port = host, port
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port``, for a server to listen on; PortInUse if taken.
+
+    Binding, not connecting, is the test a server meets: a port another process
+    holds on every address (``0.0.0.0``) is taken too. SO_REUSEADDR as servers
+    set it: a port the last run left in TIME_WAIT is free.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise PortInUse(host, port) from None
+        raise StackError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+def check_port(host: str, port: int) -> None:
+    """Raise PortInUse (or StackError) unless a server could listen on ``host:port`` now."""
+    bind(host, port).close()
 
 
 SERVER_VALKEY, SERVER_MILVUS = "valkey", "milvus-lite"  # the servers, stopped after their clients

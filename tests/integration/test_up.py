@@ -117,3 +117,20 @@ def test_a_killed_theow_up_leaves_no_server_holding_its_ports(tmp_path):
         time.sleep(0.2)
     assert not listening(redis_port), "Valkey outlived a killed `theow up`"
     assert not listening(milvus_port), "Milvus Lite outlived a killed `theow up`"
+
+
+def test_theow_web_on_a_taken_port_is_one_error_line_and_no_url(tmp_path):
+    port = free_port()
+    env = dict(os.environ, THEOW_WEB_PASSWORD="console-pw", THEOW_HOME=str(tmp_path / "home"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        result = subprocess.run(
+            [sys.executable, "-m", "theow_workers.cli", "web", "--port", str(port)],
+            env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert result.returncode != 0
+    assert result.stdout == ""  # no URL that leads nowhere
+    assert result.stderr == (
+        f"error: port {port} on 127.0.0.1 is in use: choose another with --port\n"
+    )

@@ -67,6 +67,7 @@ def web(
     Refused unless THEOW_WEB_PASSWORD is set (THEOW_WEB_READONLY_PASSWORD adds
     read-only logins).
     """
+    from theow_workers.stack import PortInUse, StackError, bind
     from theow_workers.web.auth import WebAuthError
     from theow_workers.web.server import serve, web_command
 
@@ -75,8 +76,14 @@ def web(
         command = web_command(s, host, port)
     except WebAuthError as exc:
         raise fail(str(exc), 2) from None
+    try:
+        sock = bind(host, port if port is not None else s.web_port)
+    except PortInUse as exc:
+        raise fail(f"{exc}: choose another with --port") from None
+    except StackError as exc:
+        raise fail(str(exc)) from None
     out.print(f"theow web console: {command.url} (password: THEOW_WEB_PASSWORD)")
-    serve(s, host, port if port is not None else s.web_port)
+    serve(s, sock)
 
 
 def up(
