@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from urllib.parse import urlparse
+from urllib.parse import urlsplit, urlunsplit
 
 from theow_workers.config import Settings
 
@@ -60,6 +60,15 @@ def bind(host: str, port: int) -> socket.socket:
             raise PortInUse(host, port) from None
         raise StackError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     return sock
+
+
+def with_port(url: str, port: int) -> str:
+    """``url`` with its port replaced: ``redis://:pw@127.0.0.1:6479/0`` -> ``...:6480/0``."""
+    parts = urlsplit(url)
+    credentials, at, _ = parts.netloc.rpartition("@")
+    host = parts.hostname or "127.0.0.1"
+    host = f"[{host}]" if ":" in host else host
+    return urlunsplit(parts._replace(netloc=f"{credentials}{at}{host}:{port}"))
 
 
 def check_port(host: str, port: int) -> None:
@@ -140,9 +149,18 @@ class EmbeddedStack:
     def home(self) -> Path:
         return self.settings.home.resolve()
 
+    @property
+    def valkey_address(self) -> tuple[str, int]:
+        url = urlsplit(self.settings.redis_url)
+        return url.hostname or "127.0.0.1", url.port or 6379
+
+    @property
+    def milvus_address(self) -> tuple[str, int]:
+        url = urlsplit(self.settings.milvus_uri)
+        return url.hostname or "127.0.0.1", url.port or 19530
+
     def start_valkey(self) -> None:
-        url = urlparse(self.settings.redis_url)
-        host, port = url.hostname or "127.0.0.1", url.port or 6379
+        host, port = self.valkey_address
         if _port_open(host, port):
             raise StackError(
                 f"something already listens on {host}:{port}; stop it or set THEOW_REDIS_URL "
@@ -162,8 +180,7 @@ class EmbeddedStack:
         _wait_until_loaded(self.settings.redis_url, timeout=30)
 
     def start_milvus(self) -> None:
-        url = urlparse(self.settings.milvus_uri)
-        host, port = url.hostname or "127.0.0.1", url.port or 19530
+        host, port = self.milvus_address
         if _port_open(host, port):
             raise StackError(f"something already listens on {host}:{port}; set THEOW_MILVUS_URI")
         exe = shutil.which("milvus-lite") or str(Path(sys.executable).parent / "milvus-lite")
