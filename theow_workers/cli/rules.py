@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from theow_workers.cli.output import JsonFlag, err, fail, load_settings, out, print_json
+from theow_workers.cli.output import JsonFlag, err, fail, load_settings, out, print_json, waiting
 from theow_workers.core.actions import ActionLoadError
 
 if TYPE_CHECKING:
@@ -36,7 +36,9 @@ def rules_check(
     s = load_settings()
     rules_dir = directory or s.rules_dir
     knowledge = _knowledge(rules_dir, actions or s.actions_dir)
-    errors = [*knowledge.rules.errors, *_example_errors(rules_dir, knowledge)]
+    count = len(knowledge.rules.rules)
+    with waiting(f"checking the examples of {count} rules (first run only, cached afterwards)"):
+        errors = [*knowledge.rules.errors, *_example_errors(rules_dir, knowledge)]
     if as_json:
         print_json(
             {
@@ -174,6 +176,9 @@ def rules_eval(
         if sink is not None:
             sink.write(json.dumps(outcome.row()) + "\n")
 
+    count = len(knowledge.rules.rules)
+    with waiting(f"compiling the patterns of {count} rules (first run only, cached afterwards)"):
+        knowledge.book.scanner  # noqa: B018 - built here, where the wait is told
     total = evaluation.count_lines(failures) + (
         evaluation.count_lines(passing) if passing is not None else 0
     )
@@ -268,8 +273,9 @@ def rules_test(
         raise fail(f"{facts}: facts must be a JSON object, got {type(data).__name__}", 2)
     try:
         report = explain(
-            data, rules or s.rules_dir, actions or s.actions_dir, rule or [], tag or []
-        )
+            data, rules or s.rules_dir, actions or s.actions_dir, rule or [], tag or [],
+            waiting=waiting,
+        )  # fmt: skip
     except (ActionLoadError, ValueError) as exc:
         raise fail(str(exc)) from None
     if as_json:
@@ -316,7 +322,9 @@ def rules_sync() -> None:
     knowledge = Knowledge.load(rt.settings.rules_dir, rt.settings.actions_dir)
     if knowledge.rules.errors:
         raise fail(f"{len(knowledge.rules.errors)} invalid rule(s); run `theow rules check`")
-    report = sync_index(knowledge, rt.index, rt.embedder, rt.redis)
+    index, redis = rt.index, rt.redis  # connected first: an unreachable one is not a wait
+    with waiting("syncing the index (MiniLM embeds new and changed rules)"):
+        report = sync_index(knowledge, index, rt.embedder, redis)
     out.print(
         f"index synced: {report.added} added, {report.updated} updated, "
         f"{report.removed} removed, {report.unchanged} unchanged"

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from theow_workers.cli.output import err, fail, load_settings, out
+from theow_workers.cli.output import err, fail, load_settings, out, waiting
 from theow_workers.config import Settings
 
 
@@ -142,7 +142,8 @@ def up(
         ports.append(("127.0.0.1", flower_port or s.flower_port, "--flower-port"))
     refuse_taken_ports(ports)
     try:
-        stack.start()
+        with waiting("starting Valkey, Milvus Lite and SQLite", after=0):
+            stack.start()
         stack.start_worker(["resolve"], concurrency=workers)
         # A separate, lower-priority worker: a replay (or learning a passing run)
         # never occupies the resolvers.
