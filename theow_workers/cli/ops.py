@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from theow_workers.cli.output import fail, load_settings, out, print_json
+from theow_workers.cli.output import fail, load_settings, out, print_json, waiting
 from theow_workers.config import ConfigError, Settings
 from theow_workers.ops.checks import FAIL, OK, WARN, Finding
 
@@ -29,7 +29,8 @@ def doctor(
     except ConfigError as exc:  # a finding like any other, not a reason to stop
         findings = [Finding("config", FAIL, str(exc), "fix theow.yaml or the THEOW_* variables")]
     else:
-        findings = diagnose(settings, deep)
+        with waiting("checking the services, the model, the rules and the index"):
+            findings = diagnose(settings, deep)
     result = report(findings)
     if as_json:
         print_json(result)
