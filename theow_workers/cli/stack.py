@@ -185,7 +185,11 @@ def refuse_taken_ports(ports: list[tuple[str, int, str]]) -> None:
     """Exit 1 naming the first port another process has, and the flag that picks another."""
     from theow_workers.stack import PortInUse, StackError, check_port
 
+    flags: dict[int, str] = {}
     for host, port, flag in ports:
+        if port in flags:
+            raise fail(f"port {port} is both {flags[port]} and {flag}: choose another for one")
+        flags[port] = flag
         try:
             check_port(host, port)
         except PortInUse as exc:
