@@ -10,12 +10,8 @@ restart: at most every ``rules_poll_seconds`` it stats the rules and actions
 directories; when anything changed it reloads them and syncs the index under
 a Redis lock (one sync at a time, fleet-wide).
 
-A new version is served once its scanner is built (Hyperscan: seconds for a
-few hundred rules when not in the disk cache). The build runs in a thread;
-the failure that noticed the change waits for it at most ``SWAP_WAIT``
-seconds (a small change is built by then and resolves with the new rules),
-and until it is done the previous version answers. Only a worker's first
-version is built on the spot: there is nothing before it to serve.
+A new version is served once its scanner is built, off the failures' path
+(``served``).
 """
 
 from __future__ import annotations
@@ -43,12 +39,12 @@ from theow_workers.core.query import similarity_text
 from theow_workers.core.resolver import RuleBook, Similarity
 from theow_workers.core.rules import RuleError, RuleSet, load_rules
 from theow_workers.core.service import ResolveService, ResolveSettings
+from theow_workers.served import ServedRules
 
 log = logging.getLogger("theow.runtime")
 
 SYNC_LOCK_TIMEOUT = 300
 SYNC_LOCK_WAIT = 5.0  # how long a worker with no rules yet waits for another's sync
-SWAP_WAIT = 1.0  # how long a failure waits for a new version's scanner before the old serves
 
 
 class RulesInvalid(Exception):
@@ -174,9 +170,7 @@ class Runtime:
         self._explorer: Any = None
         self._normals: Any = None
         self._knowledge: Knowledge | None = None  # the latest loaded
-        self._serving: Knowledge | None = None  # the latest whose scanner is built
-        self._building: threading.Thread | None = None
-        self._unbuildable: Knowledge | None = None  # its scanner build failed: not retried
+        self._served: ServedRules[Knowledge] = ServedRules()
         self._signature: tuple[tuple[str, int, int], ...] = ()
         self._checked_at = 0.0
         self._vectors: dict[str, array[float]] = {}  # rule name -> its indexed vector
@@ -250,42 +244,7 @@ class Runtime:
 
     def knowledge(self) -> Knowledge:
         """The rules and actions to resolve with: the latest version once its scanner is built."""
-        latest = self._latest()
-        started = None
-        with self._lock:
-            serving = self._serving
-            new = latest is not serving and latest is not self._unbuildable
-            if serving is not None and new and self._building is None:
-                started = self._building = threading.Thread(
-                    target=self._serve_when_built, args=(latest,), name="theow-scanner", daemon=True
-                )
-                started.start()
-        if serving is not None:
-            if started is not None:
-                started.join(SWAP_WAIT)  # a small change is built by then: served at once
-                with self._lock:
-                    serving = self._serving or serving
-            return serving
-        latest.book.scanner  # noqa: B018 - a worker's first version: nothing to serve meanwhile
-        with self._lock:
-            if self._serving is None:
-                self._serving = latest
-            return self._serving
-
-    def _serve_when_built(self, knowledge: Knowledge) -> None:
-        """Build the scanner of ``knowledge`` off the failures' path, then serve it."""
-        try:
-            knowledge.book.scanner  # noqa: B018 - built here, not on a failure's path
-        except Exception:  # the previous version serves on; the next change is tried
-            log.exception(
-                "rules version %s: building its scanner failed", knowledge.book.version[:12]
-            )
-            with self._lock:
-                self._unbuildable, self._building = knowledge, None
-            return
-        with self._lock:
-            self._serving, self._building = knowledge, None
-        log.info("rules version %s served: its scanner is built", knowledge.book.version[:12])
+        return self._served.serve(self._latest())
 
     def _latest(self) -> Knowledge:
         """The current rules and actions, reloaded (and the index synced) when changed."""

@@ -2,7 +2,7 @@
 
 Compiling the scanner of a few hundred rules takes seconds when it is not in
 the disk cache; a failure that arrives meanwhile is answered by the rules
-already served (after ``runtime.SWAP_WAIT`` at most), not held until the build
+already served (after ``served.SWAP_WAIT`` at most), not held until the build
 is done.
 """
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import signal
 import threading
 from typing import Annotated
@@ -66,6 +67,8 @@ def metrics(
     try:
         server, thread = start_http_server(port, address, registry_for(settings))
     except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise fail(f"port {port} on {address} is in use: choose another with --port") from None
         raise fail(f"cannot listen on {address}:{port}: {exc.strerror}") from None
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
