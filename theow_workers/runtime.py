@@ -9,9 +9,6 @@ the parent built.
 restart: at most every ``rules_poll_seconds`` it stats the rules and actions
 directories; when anything changed it reloads them and syncs the index under
 a Redis lock (one sync at a time, fleet-wide).
-
-A new version is served once its scanner is built, off the failures' path
-(``served``).
 """
 
 from __future__ import annotations
@@ -243,7 +240,8 @@ class Runtime:
             return self._normals
 
     def knowledge(self) -> Knowledge:
-        """The rules and actions to resolve with: the latest version once its scanner is built."""
+        """The rules and actions to resolve with: the latest version once its scanner is built
+        (off the failures' path: ``served``)."""
         return self._served.serve(self._latest())
 
     def _latest(self) -> Knowledge:
