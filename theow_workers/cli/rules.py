@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -182,7 +183,9 @@ def rules_eval(
     total = evaluation.count_lines(failures) + (
         evaluation.count_lines(passing) if passing is not None else 0
     )
-    with Progress(
+    # The bar on a terminal; in a pipe, one line if the matching takes over a second.
+    told = nullcontext() if err.is_terminal else waiting(f"matching {total:,} logs")
+    with told, Progress(
         TextColumn("matching"), BarColumn(), MofNCompleteColumn(), console=err, transient=True,
         disable=not err.is_terminal,
     ) as bar:  # fmt: skip
