@@ -6,7 +6,8 @@ embedder, and plans exactly as a worker would, without running an action.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,13 @@ from theow_workers.core.query import similarity_text
 from theow_workers.core.resolver import Hints, plan
 from theow_workers.runtime import Knowledge
 
+# What the caller shows while a step waits: ``waiting("embedding 239 rules")``.
+Waiting = Callable[[str], AbstractContextManager[object]]
+
+
+def quietly(message: str) -> AbstractContextManager[object]:
+    return nullcontext()
+
 
 def explain(
     facts: dict[str, Any],
@@ -25,8 +33,13 @@ def explain(
     rules: Sequence[str] = (),
     tags: Sequence[str] = (),
     embedder: Embedder | None = None,
+    waiting: Waiting = quietly,
 ) -> dict[str, Any]:
-    """The decision for ``facts`` as the JSON object ``theow rules test --json`` prints."""
+    """The decision for ``facts`` as the JSON object ``theow rules test --json`` prints.
+
+    ``waiting`` is told of each step that may take seconds: embedding the
+    rules and the failure (MiniLM; cached on disk), compiling the scanner.
+    """
     knowledge = Knowledge.load(rules_dir, actions_dir)
     if knowledge.rules.errors:
         first = knowledge.rules.errors[0]
@@ -40,10 +53,15 @@ def explain(
         embedder = MiniLMEmbedder()
     facts, _ = bound_facts(facts)
     index = InMemoryIndex()
-    index.sync(
-        [e for e in knowledge.index_entries(embedder.model_name) if e.kind == "rule"], embedder
-    )
-    vector = embedder.embed([similarity_text(facts)])[0]
+    entries = [e for e in knowledge.index_entries(embedder.model_name) if e.kind == "rule"]
+    with waiting(f"embedding {len(entries)} rules with MiniLM (first run only, cached afterwards)"):
+        index.sync(entries, embedder)
+    with waiting("embedding the failure with MiniLM"):
+        vector = embedder.embed([similarity_text(facts)])[0]
+    with waiting(
+        f"compiling the patterns of {len(entries)} rules (first run only, cached afterwards)"
+    ):
+        knowledge.book.scanner  # noqa: B018 - built here, where the wait is told
 
     def similarity(names: Sequence[str]) -> dict[str, float]:
         hits = index.search(vector, names=list(names), limit=len(names))

@@ -36,6 +36,7 @@ from theow_workers.core.query import similarity_text
 from theow_workers.core.resolver import RuleBook, Similarity
 from theow_workers.core.rules import RuleError, RuleSet, load_rules
 from theow_workers.core.service import ResolveService, ResolveSettings
+from theow_workers.served import ServedRules
 
 log = logging.getLogger("theow.runtime")
 
@@ -172,7 +173,8 @@ class Runtime:
         self._service: ResolveService | None = None
         self._explorer: Any = None
         self._normals: Any = None
-        self._knowledge: Knowledge | None = None
+        self._knowledge: Knowledge | None = None  # the latest loaded
+        self._served: ServedRules[Knowledge] = ServedRules()
         self._signature: tuple[tuple[str, int, int], ...] = ()
         self._checked_at = 0.0
         self._vectors: dict[str, array[float]] = {}  # rule name -> its indexed vector
@@ -245,6 +247,11 @@ class Runtime:
             return self._normals
 
     def knowledge(self) -> Knowledge:
+        """The rules and actions to resolve with: the latest version once its scanner is built
+        (off the failures' path: ``served``)."""
+        return self._served.serve(self._latest())
+
+    def _latest(self) -> Knowledge:
         """The current rules and actions, reloaded (and the index synced) when changed."""
         now = time.monotonic()
         with self._lock:

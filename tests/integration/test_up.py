@@ -41,20 +41,23 @@ def test_theow_up_serves_a_client_and_stops_cleanly_on_ctrl_c(tmp_path, monkeypa
     env = dict(os.environ)
     env.update(
         THEOW_WEB_PASSWORD="console-pw",
-        THEOW_WEB_PORT=str(web_port),
         THEOW_HOME=str(tmp_path / "home"),
-        THEOW_REDIS_URL=f"redis://127.0.0.1:{redis_port}/0",
-        THEOW_MILVUS_URI=f"http://127.0.0.1:{milvus_port}",
         THEOW_RULES_DIR=str(FIXTURES / "rules"),
         THEOW_ACTIONS_DIR=str(FIXTURES / "actions"),
         THEOW_DATABASE_URL="",
     )
+    for name in ("THEOW_REDIS_URL", "THEOW_MILVUS_URI", "THEOW_WEB_PORT"):
+        env.pop(name, None)  # the ports are the flags'
     up = subprocess.Popen(
-        [sys.executable, "-m", "theow_workers.cli", "up", "--workers", "1"],
+        [
+            sys.executable, "-m", "theow_workers.cli", "up", "--workers", "1",
+            "--redis-port", str(redis_port), "--milvus-port", str(milvus_port),
+            "--web-port", str(web_port),
+        ],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
-        monkeypatch.setenv("THEOW_REDIS_URL", env["THEOW_REDIS_URL"])
+        monkeypatch.setenv("THEOW_REDIS_URL", f"redis://127.0.0.1:{redis_port}/0")
         with TheowClient(
             spool_dir=tmp_path / "spool"
         ) as client:  # configured only by the environment
@@ -88,6 +91,27 @@ def test_theow_up_serves_a_client_and_stops_cleanly_on_ctrl_c(tmp_path, monkeypa
     assert not listening(redis_port) and not listening(milvus_port) and not listening(web_port)
 
 
+def test_theow_up_on_a_taken_port_names_it_and_its_flag_before_starting_anything(tmp_path):
+    redis_port, milvus_port = free_port(), free_port()
+    env = dict(os.environ, THEOW_HOME=str(tmp_path / "home"), THEOW_DATABASE_URL="")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", milvus_port))
+        taken.listen()
+        result = subprocess.run(
+            [
+                sys.executable, "-m", "theow_workers.cli", "up",
+                "--redis-port", str(redis_port), "--milvus-port", str(milvus_port),
+            ],
+            env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert result.returncode != 0
+    assert result.stderr == (
+        f"error: port {milvus_port} on 127.0.0.1 is in use: choose another with --milvus-port\n"
+    )
+    assert result.stdout == ""
+    assert not (tmp_path / "home").exists()  # not even Valkey, whose port was free, started
+
+
 def test_a_killed_theow_up_leaves_no_server_holding_its_ports(tmp_path):
     """SIGKILL gives `theow up` no chance to clean up: its children end on their own."""
     redis_port, milvus_port = free_port(), free_port()
@@ -117,3 +141,20 @@ def test_a_killed_theow_up_leaves_no_server_holding_its_ports(tmp_path):
         time.sleep(0.2)
     assert not listening(redis_port), "Valkey outlived a killed `theow up`"
     assert not listening(milvus_port), "Milvus Lite outlived a killed `theow up`"
+
+
+def test_theow_web_on_a_taken_port_is_one_error_line_and_no_url(tmp_path):
+    port = free_port()
+    env = dict(os.environ, THEOW_WEB_PASSWORD="console-pw", THEOW_HOME=str(tmp_path / "home"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        result = subprocess.run(
+            [sys.executable, "-m", "theow_workers.cli", "web", "--port", str(port)],
+            env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert result.returncode != 0
+    assert result.stdout == ""  # no URL that leads nowhere
+    assert result.stderr == (
+        f"error: port {port} on 127.0.0.1 is in use: choose another with --port\n"
+    )

@@ -60,3 +60,20 @@ def test_every_command_is_on_the_theow_command():
         "rules", "db", "replay", "review", "failures",
         "meow", "doctor", "metrics", "worker", "web", "up", "demo",
     }  # fmt: skip
+
+
+def test_a_long_wait_is_one_plain_line_on_stderr_when_not_a_terminal(captured):
+    from tests.conftest import wait_until
+
+    stdout, stderr = captured
+    with output.waiting("embedding 239 rules with MiniLM", after=0.01):
+        wait_until(stderr.getvalue, timeout=30, what="the progress line")  # the wait goes on
+    assert stderr.getvalue() == "theow: embedding 239 rules with MiniLM…\n"
+    assert stdout.getvalue() == ""
+
+
+def test_a_wait_shorter_than_a_second_says_nothing(captured):
+    stdout, stderr = captured
+    with output.waiting("embedding 239 rules with MiniLM"):
+        pass  # a cache hit
+    assert (stdout.getvalue(), stderr.getvalue()) == ("", "")

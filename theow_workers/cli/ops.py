@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import signal
 import threading
 from typing import Annotated
 
 import typer
 
-from theow_workers.cli.output import fail, load_settings, out, print_json
+from theow_workers.cli.output import fail, load_settings, out, print_json, waiting
 from theow_workers.config import ConfigError, Settings
 from theow_workers.ops.checks import FAIL, OK, WARN, Finding
 
@@ -29,7 +30,8 @@ def doctor(
     except ConfigError as exc:  # a finding like any other, not a reason to stop
         findings = [Finding("config", FAIL, str(exc), "fix theow.yaml or the THEOW_* variables")]
     else:
-        findings = diagnose(settings, deep)
+        with waiting("checking the services, the model, the rules and the index"):
+            findings = diagnose(settings, deep)
     result = report(findings)
     if as_json:
         print_json(result)
@@ -65,6 +67,8 @@ def metrics(
     try:
         server, thread = start_http_server(port, address, registry_for(settings))
     except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise fail(f"port {port} on {address} is in use: choose another with --port") from None
         raise fail(f"cannot listen on {address}:{port}: {exc.strerror}") from None
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

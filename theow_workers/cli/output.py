@@ -16,6 +16,12 @@ whose stream is not a terminal is as wide as its longest line instead.
 >>> len(console.file.getvalue().splitlines()[0])
 200
 
+A command that waits (MiniLM embedding the rules, Hyperscan compiling them,
+the stack starting) says so once the wait passes a second: a spinner on a
+terminal; in a pipe or CI log one plain line when the wait starts and no
+animation (``theow: embedding 239 rules with MiniLM (first run only, cached
+afterwards)…``).
+
 The consoles replace no emoji codes (a log's ``:x:`` stays as it is); log
 text and messages from elsewhere go out as ``rich.text.Text`` (or with
 ``markup=False``) so that a ``[red]`` in them is text, not markup.
@@ -25,6 +31,9 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -32,6 +41,8 @@ from rich.console import Console, ConsoleDimensions
 from rich.text import Text
 
 if TYPE_CHECKING:
+    from rich.status import Status
+
     from theow_workers.config import Settings
 
 # Wide enough for any line a command prints; rich never pads plain text to it.
@@ -75,6 +86,40 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
+@contextmanager
+def waiting(message: str, after: float = 1.0) -> Iterator[None]:
+    """Say on stderr what the block waits for, once it has lasted ``after`` seconds.
+
+    A wait that ends sooner (a cache hit) says nothing. Only one at a time:
+    rich draws one spinner.
+    """
+    lock = threading.Lock()
+    shown: list[Status] = []
+    ended = threading.Event()
+
+    def show() -> None:
+        with lock:
+            if ended.is_set():
+                return
+            if err.is_terminal:
+                shown.append(err.status(message))
+                shown[0].start()
+            else:
+                err.print(f"theow: {message}…", markup=False, highlight=False)
+
+    timer = threading.Timer(after, show)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        with lock:
+            ended.set()
+            timer.cancel()
+            for status in shown:
+                status.stop()
+
+
 def load_settings() -> Settings:
     """The settings, or exit 2 naming what in theow.yaml or THEOW_* is wrong."""
     from theow_workers.config import ConfigError, Settings
@@ -107,9 +152,16 @@ def unreachable(exc: BaseException) -> bool:
 
 
 def run(app: typer.Typer) -> None:
-    """Run ``app`` as the process: an unreachable service is one error line and exit 1."""
+    """Run ``app`` as the process: an unreachable service is one error line and exit 1.
+
+    Bad arguments are reported by Typer, framed by rich on a terminal. In a pipe
+    or a CI log they are plain lines (``Error: No such option: --learn``): with
+    no markup mode Typer prints them as click does, without box-drawing.
+    """
     from theow_workers.core.redact import redact_text
 
+    if not err.is_terminal:
+        app.rich_markup_mode = None
     try:
         app()
     except Exception as exc:

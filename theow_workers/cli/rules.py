@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -11,7 +12,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from theow_workers.cli.output import JsonFlag, err, fail, load_settings, out, print_json
+from theow_workers.cli.output import JsonFlag, err, fail, load_settings, out, print_json, waiting
 from theow_workers.config import layer_name
 from theow_workers.core.actions import ActionLoadError
 
@@ -45,7 +46,9 @@ def rules_check(
     """Validate every rule file; report each problem with file, line and reason."""
     rule_dirs, action_dirs = _layers(load_settings(), directory, actions)
     knowledge = _knowledge(rule_dirs, action_dirs)
-    errors = [*knowledge.rules.errors, *_example_errors(knowledge)]
+    count = len(knowledge.rules.rules)
+    with waiting(f"checking the examples of {count} rules (first run only, cached afterwards)"):
+        errors = [*knowledge.rules.errors, *_example_errors(knowledge)]
     if as_json:
         print_json(
             {
@@ -199,10 +202,15 @@ def rules_eval(
         if sink is not None:
             sink.write(json.dumps(outcome.row()) + "\n")
 
+    count = len(knowledge.rules.rules)
+    with waiting(f"compiling the patterns of {count} rules (first run only, cached afterwards)"):
+        knowledge.book.scanner  # noqa: B018 - built here, where the wait is told
     total = evaluation.count_lines(failures) + (
         evaluation.count_lines(passing) if passing is not None else 0
     )
-    with Progress(
+    # The bar on a terminal; in a pipe, one line if the matching takes over a second.
+    told = nullcontext() if err.is_terminal else waiting(f"matching {total:,} logs")
+    with told, Progress(
         TextColumn("matching"), BarColumn(), MofNCompleteColumn(), console=err, transient=True,
         disable=not err.is_terminal,
     ) as bar:  # fmt: skip
@@ -292,7 +300,7 @@ def rules_test(
     if not isinstance(data, dict):
         raise fail(f"{facts}: facts must be a JSON object, got {type(data).__name__}", 2)
     try:
-        report = explain(data, *_layers(s, rules, actions), rule or [], tag or [])
+        report = explain(data, *_layers(s, rules, actions), rule or [], tag or [], waiting=waiting)
     except (ActionLoadError, ValueError) as exc:
         raise fail(str(exc)) from None
     if as_json:
@@ -342,7 +350,9 @@ def rules_sync() -> None:
         raise fail(str(exc)) from None
     if knowledge.rules.errors:
         raise fail(f"{len(knowledge.rules.errors)} invalid rule(s); run `theow rules check`")
-    report = sync_index(knowledge, rt.index, rt.embedder, rt.redis)
+    index, redis = rt.index, rt.redis  # connected first: an unreachable one is not a wait
+    with waiting("syncing the index (MiniLM embeds new and changed rules)"):
+        report = sync_index(knowledge, index, rt.embedder, redis)
     out.print(
         f"index synced: {report.added} added, {report.updated} updated, "
         f"{report.removed} removed, {report.unchanged} unchanged"

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from theow_workers.cli.output import err, fail, load_settings, out
+from theow_workers.cli.output import err, fail, load_settings, out, waiting
 from theow_workers.config import Settings
 
 
@@ -67,6 +67,7 @@ def web(
     Refused unless THEOW_WEB_PASSWORD is set (THEOW_WEB_READONLY_PASSWORD adds
     read-only logins).
     """
+    from theow_workers.stack import PortInUse, StackError, bind
     from theow_workers.web.auth import WebAuthError
     from theow_workers.web.server import serve, web_command
 
@@ -75,8 +76,14 @@ def web(
         command = web_command(s, host, port)
     except WebAuthError as exc:
         raise fail(str(exc), 2) from None
+    try:
+        sock = bind(host, port if port is not None else s.web_port)
+    except PortInUse as exc:
+        raise fail(f"{exc}: choose another with --port") from None
+    except StackError as exc:
+        raise fail(str(exc)) from None
     out.print(f"theow web console: {command.url} (password: THEOW_WEB_PASSWORD)")
-    serve(s, host, port if port is not None else s.web_port)
+    serve(s, sock)
 
 
 def up(
@@ -84,28 +91,59 @@ def up(
     flower: Annotated[
         bool, typer.Option("--flower", help="Also start Flower (needs THEOW_FLOWER_PASSWORD).")
     ] = False,
+    redis_port: Annotated[
+        int | None,
+        typer.Option(help="Valkey's port [default: THEOW_REDIS_URL's]", min=1, max=65535),
+    ] = None,
+    milvus_port: Annotated[
+        int | None,
+        typer.Option(help="Milvus Lite's port [default: THEOW_MILVUS_URI's]", min=1, max=65535),
+    ] = None,
+    web_port: Annotated[
+        int | None,
+        typer.Option(help="The console's port [default: THEOW_WEB_PORT]", min=1, max=65535),
+    ] = None,
+    flower_port: Annotated[
+        int | None,
+        typer.Option(help="Flower's port [default: THEOW_FLOWER_PORT]", min=1, max=65535),
+    ] = None,
 ) -> None:
     """Start the embedded stack (Valkey, Milvus Lite, SQLite, resolver and replay workers,
-    an explorer with THEOW_EXPLORE=1) until Ctrl-C."""
+    an explorer with THEOW_EXPLORE=1) until Ctrl-C.
+
+    Every port is checked before anything starts; clients reach Valkey at the
+    broker URL printed (THEOW_REDIS_URL).
+    """
     from theow_workers.ops.flower import FlowerError, flower_command
-    from theow_workers.stack import EmbeddedStack, StackError
+    from theow_workers.stack import EmbeddedStack, StackError, with_port
     from theow_workers.web.auth import WebAuthError
     from theow_workers.web.server import web_command
 
     s = load_settings()
+    if redis_port is not None:
+        s = s.model_copy(update={"redis_url": with_port(s.redis_url, redis_port)})
+    if milvus_port is not None:
+        s = s.model_copy(update={"milvus_uri": with_port(s.milvus_uri, milvus_port)})
     if s.explore:
         refuse_to_explore_without(s)
     try:
-        flower_cmd = flower_command(s) if flower else None
+        flower_cmd = flower_command(s, port=flower_port) if flower else None
     except FlowerError as exc:
         raise fail(str(exc), 2) from None
     try:  # the console only with a password, as Flower
-        web_cmd = web_command(s)
+        web_cmd = web_command(s, port=web_port)
     except WebAuthError:
         web_cmd = None
     stack = EmbeddedStack(s)
+    ports = [(*stack.valkey_address, "--redis-port"), (*stack.milvus_address, "--milvus-port")]
+    if web_cmd is not None:
+        ports.append(("127.0.0.1", web_port or s.web_port, "--web-port"))
+    if flower_cmd is not None:
+        ports.append(("127.0.0.1", flower_port or s.flower_port, "--flower-port"))
+    refuse_taken_ports(ports)
     try:
-        stack.start()
+        with waiting("starting Valkey, Milvus Lite and SQLite", after=0):
+            stack.start()
         stack.start_worker(["resolve"], concurrency=workers)
         # A separate, lower-priority worker: a replay (or learning a passing run)
         # never occupies the resolvers.
@@ -141,6 +179,23 @@ def up(
         out.print("stopping…")
     finally:
         stack.stop()
+
+
+def refuse_taken_ports(ports: list[tuple[str, int, str]]) -> None:
+    """Exit 1 naming the first port another process has, and the flag that picks another."""
+    from theow_workers.stack import PortInUse, StackError, check_port
+
+    flags: dict[int, str] = {}
+    for host, port, flag in ports:
+        if port in flags:
+            raise fail(f"port {port} is both {flags[port]} and {flag}: choose another for one")
+        flags[port] = flag
+        try:
+            check_port(host, port)
+        except PortInUse as exc:
+            raise fail(f"{exc}: choose another with {flag}") from None
+        except StackError as exc:
+            raise fail(str(exc)) from None
 
 
 def demo(

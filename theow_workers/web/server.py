@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -43,8 +44,12 @@ def web_command(settings: Settings, host: str = "127.0.0.1", port: int | None = 
     return WebCommand(argv, f"http://{shown}:{port}")
 
 
-def serve(settings: Settings, host: str, port: int) -> None:
-    """Run the console in this process until interrupted."""
+def serve(settings: Settings, sock: socket.socket) -> None:
+    """Run the console on ``sock`` (from ``stack.bind``) in this process until interrupted.
+
+    The socket is bound before the URL is printed: a port in use is an error
+    line, never a URL followed by uvicorn's failure to bind.
+    """
     import uvicorn
 
     from theow_workers.store import migrate
@@ -52,5 +57,7 @@ def serve(settings: Settings, host: str, port: int) -> None:
 
     app = create_app(settings)  # refuses before migrating anything without a password
     migrate(settings.store_url)
-    uvicorn.run(app, host=host, port=port, log_level="warning", proxy_headers=True,
-                server_header=False)  # fmt: skip
+    host, port = sock.getsockname()[:2]
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", proxy_headers=True,
+                            server_header=False)  # fmt: skip
+    uvicorn.Server(config).run(sockets=[sock])
