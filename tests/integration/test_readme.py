@@ -66,6 +66,7 @@ import pytest
 import redis
 
 from tests.conftest import free_port
+from theow_client import TheowClient
 from theow_client.names import QUEUE_EXPLORE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -260,6 +261,7 @@ def shared_stack(
             stack.start_worker(["resolve"], concurrency=1, name="resolver")
             stack.start_worker(["replay"], concurrency=1, name="replay")
             wait_for_workers(redis_url, ["resolver@", "replay@"])
+            warm_up(redis_url)
             yield env, base
         finally:
             stack.stop(timeout=10)
@@ -293,6 +295,16 @@ def wait_for_workers(redis_url: str, names: list[str], timeout: float = 90) -> N
         raise AssertionError(f"workers {names} did not come up")
     finally:
         app.close()
+
+
+def warm_up(redis_url: str, timeout: float = 300) -> None:
+    """One verdict first: the pages describe a stack that has been serving.
+
+    A resolver's first failure loads MiniLM and compiles the rules, which on a
+    busy machine takes longer than the client's default wait for a verdict.
+    """
+    with TheowClient(redis_url) as client:
+        client.submit({"log": "warming up", "job": "docs/warm-up"}).wait(timeout=timeout)
 
 
 @dataclass
