@@ -130,9 +130,11 @@ def up(
         flower_cmd = flower_command(s, port=flower_port) if flower else None
     except FlowerError as exc:
         raise fail(str(exc), 2) from None
-    try:  # the console only with a password, as Flower
+    try:  # the console only with a password, as Flower; a weak one is an error, not a skip
         web_cmd = web_command(s, port=web_port)
-    except WebAuthError:
+    except WebAuthError as exc:
+        if s.web_password.get_secret_value():
+            raise fail(str(exc), 2) from None
         web_cmd = None
     stack = EmbeddedStack(s)
     ports = [(*stack.valkey_address, "--redis-port"), (*stack.milvus_address, "--milvus-port")]
