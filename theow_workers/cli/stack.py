@@ -64,7 +64,8 @@ def web(
 ) -> None:
     """Serve the web console: review queue, failures, rules, insight, replays.
 
-    Refused unless THEOW_WEB_PASSWORD is set (THEOW_WEB_READONLY_PASSWORD adds
+    Refused unless THEOW_WEB_PASSWORD is set, 12 characters or more and not a common
+    password (THEOW_WEB_READONLY_PASSWORD, held to the same rule, adds
     read-only logins).
     """
     from theow_workers.stack import PortInUse, StackError, bind
