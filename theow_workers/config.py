@@ -127,11 +127,13 @@ class Settings(BaseModel):
     flower_password: SecretStr = SecretStr("")  # never printed: repr shows **********
     flower_port: int = 5555
     metrics_port: int = 9808
-    # The web console (theow_workers/web): refused without a password; an optional
-    # second password logs in read-only (it sees everything, approves nothing).
+    # The web console (theow_workers/web): refused without a password or with a weak one
+    # (web/auth.py); an optional second password logs in read-only (it sees everything,
+    # approves nothing). Host names it answers to besides loopback and its bound address.
     web_password: SecretStr = SecretStr("")  # never printed: repr shows **********
     web_readonly_password: SecretStr = SecretStr("")
     web_port: int = 8808
+    web_allowed_hosts: list[str] = []
 
     @property
     def store_url(self) -> str:

@@ -40,7 +40,7 @@ def test_theow_up_serves_a_client_and_stops_cleanly_on_ctrl_c(tmp_path, monkeypa
     redis_port, milvus_port, web_port = free_port(), free_port(), free_port()
     env = dict(os.environ)
     env.update(
-        THEOW_WEB_PASSWORD="console-pw",
+        THEOW_WEB_PASSWORD="console-password",
         THEOW_HOME=str(tmp_path / "home"),
         THEOW_RULES_DIR=str(FIXTURES / "rules"),
         THEOW_ACTIONS_DIR=str(FIXTURES / "actions"),
@@ -145,7 +145,7 @@ def test_a_killed_theow_up_leaves_no_server_holding_its_ports(tmp_path):
 
 def test_theow_web_on_a_taken_port_is_one_error_line_and_no_url(tmp_path):
     port = free_port()
-    env = dict(os.environ, THEOW_WEB_PASSWORD="console-pw", THEOW_HOME=str(tmp_path / "home"))
+    env = dict(os.environ, THEOW_WEB_PASSWORD="console-password", THEOW_HOME=str(tmp_path / "home"))
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", port))
         taken.listen()

@@ -33,7 +33,7 @@ from theow_workers.store.schema import ExplorationRow, VerdictRow, migrate
 pytestmark = pytest.mark.integration
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-PASSWORD, READONLY = "reviewer-pw", "reader-pw"
+PASSWORD, READONLY = "reviewer-console-pw", "reader-console-pw"
 CHROMIUM = ("chromium", "/usr/bin/chromium", "chromium-browser", "google-chrome")
 HISTORY = 84  # failures over 21 days
 RESOLVED = 7 * (3 + 2 + 1)

@@ -14,6 +14,8 @@ from theow_workers.web.auth import (
     REVIEWER,
     SESSION_SECONDS,
     Keys,
+    Session,
+    Sessions,
     WebAuthError,
     server_secret,
 )
@@ -21,6 +23,7 @@ from theow_workers.web.render import code, log_lines
 from theow_workers.web.server import web_command
 
 SECRET = b"a deployment's server secret"
+REVIEW_PW, READ_PW = "review-pw-long-enough", "read-pw-long-enough"
 
 
 def test_the_console_refuses_to_start_without_a_password():
@@ -40,37 +43,37 @@ def test_theow_web_without_a_password_exits_2_with_the_reason(tmp_path):
 
 def test_the_read_only_password_must_differ_from_the_reviewers():
     with pytest.raises(WebAuthError, match="must differ"):
-        Keys.from_passwords("same", "same", SECRET)
+        Keys.from_passwords(REVIEW_PW, REVIEW_PW, SECRET)
 
 
 def test_each_password_logs_in_its_own_role_and_others_nothing():
-    keys = Keys.from_passwords("review-pw", "read-pw", SECRET)
-    assert keys.role_for("review-pw") == REVIEWER
-    assert keys.role_for("read-pw") == READER
-    assert keys.role_for("") is None and keys.role_for("review-pw ") is None
+    keys = Keys.from_passwords(REVIEW_PW, READ_PW, SECRET)
+    assert keys.role_for(REVIEW_PW) == REVIEWER
+    assert keys.role_for(READ_PW) == READER
+    assert keys.role_for("") is None and keys.role_for(REVIEW_PW + " ") is None
     assert (
-        Keys.from_passwords("review-pw", "", SECRET).role_for("") is None
+        Keys.from_passwords(REVIEW_PW, "", SECRET).role_for("") is None
     )  # no reader password: no reader
 
 
-def test_a_session_cookie_cannot_be_forged_altered_or_used_after_it_expires():
-    keys = Keys.from_passwords("review-pw", "read-pw", SECRET)
-    cookie = keys.session_cookie(READER, "eve")
-    assert keys.session(cookie).role == READER
-    promoted = cookie.replace(READER, REVIEWER, 1)
-    assert keys.session(promoted) is None
-    assert (
-        Keys.from_passwords("other-pw", "read-pw", SECRET).session(cookie) is None
-    )  # password changed
-    later = keys.session_cookie(REVIEWER, "ada", now=1000.0)
-    assert keys.session(later, now=1000.0 + SESSION_SECONDS - 1) is not None
-    assert keys.session(later, now=1000.0 + SESSION_SECONDS + 1) is None
+def test_a_session_cookie_cannot_be_forged_altered_or_used_after_it_expires_or_closes():
+    sessions = Sessions()
+    cookie = sessions.open(READER, "eve")
+    assert sessions.get(cookie).role == READER
+    assert sessions.get(cookie[:-1]) is None and sessions.get(cookie + "x") is None
+    assert Sessions().get(cookie) is None  # another console process (or a restart)
+    later = sessions.open(REVIEWER, "ada", now=1000.0)
+    assert sessions.get(later, now=1000.0 + SESSION_SECONDS - 1) is not None
+    assert sessions.get(later, now=1000.0 + SESSION_SECONDS + 1) is None
+    sessions.close(cookie)
+    assert sessions.get(cookie) is None
 
 
 def test_a_csrf_token_belongs_to_one_session():
-    keys = Keys.from_passwords("review-pw", "", SECRET)
-    mine = keys.session(keys.session_cookie(REVIEWER, "ada"))
-    theirs = keys.session(keys.session_cookie(REVIEWER, "ada"))
+    keys = Keys.from_passwords(REVIEW_PW, "", SECRET)
+    sessions = Sessions()
+    mine = sessions.get(sessions.open(REVIEWER, "ada"))
+    theirs = sessions.get(sessions.open(REVIEWER, "ada"))
     assert mine is not None and theirs is not None
     assert keys.csrf_ok(mine, keys.csrf_token(mine))
     assert not keys.csrf_ok(mine, keys.csrf_token(theirs))
@@ -94,12 +97,12 @@ def test_each_deployment_signs_with_its_own_secret_kept_private_in_its_home(tmp_
     other = server_secret(tmp_path / "other")
     assert other != secret
 
-    ours = Keys.for_deployment("review-pw", "", home)
-    cookie = ours.session_cookie(REVIEWER, "ada")
-    assert ours.session(cookie) is not None
-    # Same passwords, another deployment: a cookie does not carry over, nor can a
-    # leaked cookie be checked against guessed passwords without the secret.
-    assert Keys.for_deployment("review-pw", "", tmp_path / "other").session(cookie) is None
+    ours = Keys.for_deployment(REVIEW_PW, "", home)
+    session = Session(REVIEWER, "ada", nonce="0123456789abcdef")
+    # Same passwords, another deployment: a CSRF token does not carry over, nor can a
+    # page's token be checked against guessed passwords without the secret.
+    theirs = Keys.for_deployment(REVIEW_PW, "", tmp_path / "other")
+    assert theirs.csrf_token(session) != ours.csrf_token(session)
 
     (home / "web-secret").write_text("not hex")
     with pytest.raises(WebAuthError, match="web-secret"):

@@ -64,7 +64,8 @@ def web(
 ) -> None:
     """Serve the web console: review queue, failures, rules, insight, replays.
 
-    Refused unless THEOW_WEB_PASSWORD is set (THEOW_WEB_READONLY_PASSWORD adds
+    Refused unless THEOW_WEB_PASSWORD is set, 12 characters or more and not a common
+    password (THEOW_WEB_READONLY_PASSWORD, held to the same rule, adds
     read-only logins).
     """
     from theow_workers.stack import PortInUse, StackError, bind
@@ -130,9 +131,11 @@ def up(
         flower_cmd = flower_command(s, port=flower_port) if flower else None
     except FlowerError as exc:
         raise fail(str(exc), 2) from None
-    try:  # the console only with a password, as Flower
+    try:  # the console only with a password, as Flower; a weak one is an error, not a skip
         web_cmd = web_command(s, port=web_port)
-    except WebAuthError:
+    except WebAuthError as exc:
+        if s.web_password.get_secret_value():
+            raise fail(str(exc), 2) from None
         web_cmd = None
     stack = EmbeddedStack(s)
     ports = [(*stack.valkey_address, "--redis-port"), (*stack.milvus_address, "--milvus-port")]

@@ -1,22 +1,29 @@
 """The console's Starlette application: authentication, CSRF, and the review POSTs.
 
+Its door: every request's Host is checked and every POST's Origin
+(``hosts.py``), logins are throttled (``throttle.py``), and every refused or
+failed login is logged on ``theow.web`` with the client's address and the name
+typed, never the password.
+
 Pages (``pages.py``) only read. The two writes, approve and reject, call the
 review service the CLI calls (``theow_workers.review.proposals``), so a
 proposal approved here is written, re-checked and indexed exactly as
 ``theow review approve`` does it.
 
->>> app = create_app(Settings.load(env={"THEOW_WEB_PASSWORD": "pw"}))  # doctest: +SKIP
+>>> app = create_app(Settings.load(env={"THEOW_WEB_PASSWORD": "..."}))  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlparse
+from urllib.parse import quote
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -33,10 +40,12 @@ from theow_workers.store.explore import ExploreStore
 from theow_workers.store.results import SqlStore
 from theow_workers.web import pages
 from theow_workers.web.affected import AffectedCounter
-from theow_workers.web.auth import COOKIE, SESSION_SECONDS, Keys, Session
+from theow_workers.web.auth import COOKIE, NAME_CHARS, SESSION_SECONDS, Keys, Session, Sessions
+from theow_workers.web.hosts import AllowedHosts, same_origin
 from theow_workers.web.library import Library
 from theow_workers.web.render import stylesheet
 from theow_workers.web.snapshot import Snapshot
+from theow_workers.web.throttle import LoginThrottle
 
 HERE = Path(__file__).resolve().parent
 OPEN_PATHS = ("/login", "/healthz", "/static/")
@@ -50,7 +59,7 @@ HEADERS = {
     "Cache-Control": "no-store",
 }
 FLASH = "theow_flash"
-WRONG_PASSWORD_DELAY = 0.5
+log = logging.getLogger("theow.web")
 
 
 def templates() -> Jinja2Templates:
@@ -62,7 +71,7 @@ def templates() -> Jinja2Templates:
 class Console:
     """What every page needs: settings, the store, the keys, templates, the counter."""
 
-    def __init__(self, settings: Settings, store: ExploreStore) -> None:
+    def __init__(self, settings: Settings, store: ExploreStore, bound: str = "") -> None:
         self.settings = settings
         self.store = store
         self.keys = Keys.for_deployment(
@@ -70,6 +79,9 @@ class Console:
             settings.web_readonly_password.get_secret_value(),
             settings.home,
         )
+        self.sessions = Sessions()
+        self.throttle = LoginThrottle()
+        self.hosts = AllowedHosts.of(settings.web_allowed_hosts, bound)
         self.templates = templates()
         self.affected = AffectedCounter(store)
         self._library = Library(settings.rule_layers, settings.action_layers)
@@ -103,7 +115,8 @@ class Console:
 
 
 class AuthMiddleware(BaseHTTPMiddleware):
-    """No page without a session; a POST needs the session's CSRF token and a same-site origin."""
+    """No page without a session or under a foreign Host; a POST needs the console's own
+    Origin and the session's CSRF token."""
 
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
         response = await self._dispatch(request, call_next)
@@ -114,9 +127,19 @@ class AuthMiddleware(BaseHTTPMiddleware):
     async def _dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
         console: Console = request.app.state.console
         path = request.url.path
+        host, origin = request.headers.get("host"), request.headers.get("origin")
+        if not console.hosts.allows(host):
+            log.warning("refused %s %s from %s: Host %r is not one of the console's "
+                        "(THEOW_WEB_ALLOWED_HOSTS)", request.method, path, client(request),
+                        _shown(host))  # fmt: skip
+            return PlainTextResponse("host not allowed (THEOW_WEB_ALLOWED_HOSTS)", status_code=403)
+        if request.method == "POST" and origin is not None and not same_origin(origin, host):
+            log.warning("refused POST %s from %s: Origin %r is not the console's", path,
+                        client(request), _shown(origin))  # fmt: skip
+            return PlainTextResponse("cross-origin POST refused", status_code=403)
         if path.startswith(OPEN_PATHS):
             return await call_next(request)
-        session = console.keys.session(request.cookies.get(COOKIE))
+        session = console.sessions.get(request.cookies.get(COOKIE))
         if session is None:
             if request.method == "GET" and "text/html" in request.headers.get("accept", ""):
                 target = quote(path + (f"?{request.url.query}" if request.url.query else ""))
@@ -125,14 +148,21 @@ class AuthMiddleware(BaseHTTPMiddleware):
                                      headers={"WWW-Authenticate": 'FormBased realm="theow"'})  # fmt: skip
         request.state.session = session
         if request.method == "POST":
-            origin = request.headers.get("origin")
-            if origin and urlparse(origin).netloc != request.headers.get("host"):
-                return PlainTextResponse("cross-origin POST refused", status_code=403)
             form = await request.form()
             request.state.form = form  # the endpoint's request cannot read the body again
             if not console.keys.csrf_ok(session, str(form.get("csrf") or "")):
                 return PlainTextResponse("missing or invalid CSRF token", status_code=403)
         return await call_next(request)
+
+
+def client(request: Request) -> str:
+    """The client's address (uvicorn's proxy_headers: a trusted proxy's X-Forwarded-For)."""
+    return request.client.host if request.client else "unknown"
+
+
+def _shown(text: str | None) -> str:
+    """Attacker-written text as one short log field: no line breaks, bounded."""
+    return " ".join(str(text or "").split())[:NAME_CHARS]
 
 
 def _safe_next(target: str) -> str:
@@ -143,25 +173,42 @@ def _safe_next(target: str) -> str:
 async def login(request: Request) -> Response:
     console: Console = request.app.state.console
     context: dict[str, Any] = {"next": _safe_next(request.query_params.get("next", "/"))}
+    status, headers = 200, {}
     if request.method == "POST":
         form = await request.form()
         context["next"] = _safe_next(str(form.get("next") or "/"))
-        role = console.keys.role_for(str(form.get("password") or ""))
-        if role is not None:
+        address, name = client(request), str(form.get("name") or "")
+        # No await from here to failed(): concurrent attempts from one client cannot
+        # all pass the check before the first failure is counted.
+        wait = console.throttle.retry_after(address)
+        if wait > 0:
+            if console.throttle.first_refusal(address):
+                log.warning("login refused for %.0f s: %s failed %d times (last name %r)", wait,
+                            address, console.throttle.failures(address), _shown(name))  # fmt: skip
+            seconds = math.ceil(wait)
+            status, headers = 429, {"Retry-After": str(seconds)}
+            context["error"] = f"too many failed logins; try again in {seconds} s"
+        elif (role := console.keys.role_for(str(form.get("password") or ""))) is not None:
+            console.throttle.succeeded(address)
             response = RedirectResponse(context["next"], status_code=303)
             response.set_cookie(
-                COOKIE, console.keys.session_cookie(role, str(form.get("name") or "")),
-                max_age=SESSION_SECONDS, httponly=True, samesite="strict",
-                secure=request.url.scheme == "https",
+                COOKIE, console.sessions.open(role, name), max_age=SESSION_SECONDS,
+                httponly=True, samesite="strict", secure=request.url.scheme == "https",
             )  # fmt: skip
             return response
-        await asyncio.sleep(WRONG_PASSWORD_DELAY)  # guessing costs time
-        context["error"] = "wrong password"
-    status = 401 if "error" in context else 200
-    return console.templates.TemplateResponse(request, "login.html", context, status_code=status)
+        else:
+            delay = console.throttle.failed(address)
+            log.warning("failed login from %s as %r (%d in a row)", address, _shown(name),
+                        console.throttle.failures(address))  # fmt: skip
+            await asyncio.sleep(delay)  # guessing costs time, more when many guess at once
+            status, context["error"] = 401, "wrong password"
+    return console.templates.TemplateResponse(request, "login.html", context, status_code=status,
+                                              headers=headers)  # fmt: skip
 
 
 async def logout(request: Request) -> Response:
+    """Ends the session itself: the cookie, if kept, opens nothing any more."""
+    request.app.state.console.sessions.close(request.cookies.get(COOKIE))
     response = RedirectResponse("/login", status_code=303)
     response.delete_cookie(COOKIE)
     return response
@@ -175,9 +222,10 @@ async def pygments_css(request: Request) -> Response:
     return Response(stylesheet(), media_type="text/css")
 
 
-def create_app(settings: Settings, store: ExploreStore | None = None) -> Starlette:
-    """The console over ``settings``' database; raises WebAuthError without a password."""
-    console = Console(settings, store or ExploreStore(SqlStore(settings.store_url)))
+def create_app(settings: Settings, store: ExploreStore | None = None, bound: str = "") -> Starlette:
+    """The console over ``settings``' database, served at address ``bound``; raises
+    WebAuthError without a password or with a weak one."""
+    console = Console(settings, store or ExploreStore(SqlStore(settings.store_url)), bound)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -1,6 +1,6 @@
 """Serving the console with uvicorn: ``theow web``, ``theow up`` and the compose ``web`` service.
 
->>> web_command(Settings.load(env={"THEOW_WEB_PASSWORD": "pw"})).url
+>>> web_command(Settings.load(env={"THEOW_WEB_PASSWORD": "a-long-console-secret"})).url
 'http://127.0.0.1:8808'
 """
 
@@ -32,7 +32,8 @@ class WebCommand:
 
 
 def web_command(settings: Settings, host: str = "127.0.0.1", port: int | None = None) -> WebCommand:
-    """The command that serves the console; raises WebAuthError without a password."""
+    """The command that serves the console; raises WebAuthError without a password or
+    with a weak one (one line naming the variable)."""
     Keys.for_deployment(
         settings.web_password.get_secret_value(),
         settings.web_readonly_password.get_secret_value(),
@@ -55,9 +56,9 @@ def serve(settings: Settings, sock: socket.socket) -> None:
     from theow_workers.store import migrate
     from theow_workers.web.app import create_app
 
-    app = create_app(settings)  # refuses before migrating anything without a password
-    migrate(settings.store_url)
     host, port = sock.getsockname()[:2]
+    app = create_app(settings, bound=host)  # refuses before migrating without a good password
+    migrate(settings.store_url)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", proxy_headers=True,
                             server_header=False)  # fmt: skip
     uvicorn.Server(config).run(sockets=[sock])
