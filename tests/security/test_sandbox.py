@@ -61,15 +61,16 @@ def loopback() -> Iterator[LoopbackServer]:
 
 
 def lingering() -> list[str]:
-    """Command lines of live processes that run the model's long sleep (a /proc scan)."""
+    """Live processes running the model's long sleep (a /proc scan)."""
     found = []
     for entry in Path("/proc").iterdir():
         try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:  # not a process, or it just ended
             continue
-        if "sleep" in cmdline and LINGER in cmdline:
-            found.append(cmdline)
+        if entry.name.isdigit() and argv[0].endswith(b"sleep") and LINGER.encode() in argv:
+            parent = (entry / "stat").read_text().rsplit(")", 1)[1].split()[1]
+            found.append(f"{entry.name} (parent {parent}): {b' '.join(argv).decode()}")
     return found
 
 

@@ -29,8 +29,10 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 from functools import cache
 from pathlib import Path
+from typing import IO
 
 WORKSPACE = "/workspace"
 # The only environment a command gets.
@@ -45,6 +47,8 @@ ETC = (
     "resolv.conf", "hosts", "nsswitch.conf", "gai.conf",
 )  # fmt: skip
 PROBE_TIMEOUT = 15.0
+# /tmp inside is memory: bounded, so that a command cannot fill the worker's RAM through it.
+TMP_BYTES = 256 * 1024 * 1024
 
 
 class Sandbox:
@@ -72,36 +76,63 @@ class Sandbox:
                 mounts += ["--ro-bind", str(top), str(top)]
         for name in ETC:
             mounts += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-        mounts += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-                   "--bind", str(self.root), WORKSPACE, "--chdir", WORKSPACE]  # fmt: skip
+        mounts += ["--proc", "/proc", "--dev", "/dev", "--size", str(TMP_BYTES), "--tmpfs",
+                   "/tmp", "--bind", str(self.root), WORKSPACE, "--chdir", WORKSPACE]  # fmt: skip
         lifetime = ["--die-with-parent", "--new-session"]
         return [self.bwrap, *isolation, *lifetime, *environment, *mounts, "--", *command]
 
-    def run(self, command: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, command: list[str], timeout: float, keep: int = 64 * 1024
+    ) -> subprocess.CompletedProcess[str]:
         """Run ``command``; on its time limit (or any interruption) the sandbox is killed.
 
-        Raises ``subprocess.TimeoutExpired`` once nothing of the sandbox is left.
+        Only the last ``keep`` bytes of stdout and of stderr are kept: a command
+        printing for a minute costs no memory. Raises ``subprocess.TimeoutExpired``
+        once nothing of the sandbox is left.
         """
         info, info_out = os.pipe()  # bwrap writes the sandbox's pid 1 here
         argv = self.argv(command)
         argv[1:1] = ["--info-fd", str(info_out)]
+        child: int | None = None
         # An empty environment for bwrap itself: see the module's docstring.
         with subprocess.Popen(
             argv, env={}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, errors="replace", start_new_session=True, pass_fds=(info_out,),
+            start_new_session=True, pass_fds=(info_out,),
         ) as proc:  # fmt: skip
             os.close(info_out)
+            assert proc.stdout is not None and proc.stderr is not None
+            stdout, stderr = _Tail(proc.stdout, keep), _Tail(proc.stderr, keep)
             try:
                 with os.fdopen(info) as status:
                     child = json.loads(status.read() or "{}").get("child-pid")
-                stdout, stderr = proc.communicate(timeout=timeout)
+                proc.wait(timeout=timeout)
             except BaseException:  # the time limit, or the task's own limit raised mid-call
-                _kill(proc, child if "child" in locals() else None)
+                _kill(proc, child)
                 raise
-        return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
+            finally:
+                stdout.join(5)
+                stderr.join(5)
+        return subprocess.CompletedProcess(command, proc.returncode, stdout.text, stderr.text)
 
 
-def _kill(proc: subprocess.Popen[str], child: int | None) -> None:
+class _Tail(threading.Thread):
+    """Reads a pipe to its end, keeping its last ``keep`` bytes."""
+
+    def __init__(self, pipe: IO[bytes], keep: int) -> None:
+        super().__init__(daemon=True)
+        self.pipe, self.keep, self.tail = pipe, keep, b""
+        self.start()
+
+    def run(self) -> None:
+        while chunk := self.pipe.read(64 * 1024):
+            self.tail = (self.tail + chunk)[-self.keep :]
+
+    @property
+    def text(self) -> str:
+        return self.tail.decode(errors="replace")
+
+
+def _kill(proc: subprocess.Popen[bytes], child: int | None) -> None:
     """Kill the sandbox and wait until every process in it is gone.
 
     Killing pid 1 of a pid namespace kills the rest, and its parent (bwrap
