@@ -124,7 +124,7 @@ class Workspace:
         return f"wrote {len(content)} characters to {path}"
 
     def run_command(self, command: list[str], timeout: int = 60) -> dict[str, Any]:
-        """Run a command in the workspace (a sandbox: /workspace, system programs, nothing else).
+        """Run a command in a sandbox: the workspace (/workspace) and system programs only.
 
         Args:
             command: program and arguments, e.g. ["go", "build", "./..."].
