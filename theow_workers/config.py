@@ -76,6 +76,9 @@ class Settings(BaseModel):
     explore_time_limit: int = 900
     # Permissions granted to deployment tools: fs-read, fs-write, shell, network (default: none).
     explore_permissions: list[str] = []
+    # bubblewrap, which runs the shell and network tools' commands (a path or a name on
+    # PATH); without a working one those two permissions are refused at start.
+    explore_bwrap: str = "bwrap"
     # Python modules whose @tool functions are offered to the explorer.
     explore_tools: list[str] = []
     # Dollars per million tokens (input, output); estimates for cost reports.

@@ -19,6 +19,7 @@ from theow_workers.core.explorer import Exploration, ExploreService, ExploreSett
 from theow_workers.core.llm import Budget, Outcome, offered
 from theow_workers.core.proposal import Repository
 from theow_workers.core.query import query_text
+from theow_workers.explorer.sandbox import sandbox_problem
 from theow_workers.explorer.tools import Workspace, deployment_tools, read_log_tool
 
 if TYPE_CHECKING:
@@ -80,6 +81,10 @@ def explorer_problem(settings: Any) -> str | None:
 
     if not settings.explore:
         return "THEOW_EXPLORE is not set: a worker on the explore queue needs THEOW_EXPLORE=1"
+    sandboxed = sorted({"shell", "network"} & set(settings.explore_permissions))
+    if sandboxed and (problem := sandbox_problem(settings.explore_bwrap)):
+        granted = ", ".join(sandboxed)
+        return f"THEOW_EXPLORE_PERMISSIONS grants {granted}, which run only in a sandbox: {problem}"
     try:
         gateway = gateway_from_settings(settings)
     except ConfigError as exc:
@@ -140,7 +145,7 @@ def explore_failure(
     job = job_fact(facts)
     normal = runtime.normals.normal(job) if job is not None else None
     context.is_normal = normal.is_normal if normal is not None else None
-    workspace = Workspace(facts)
+    workspace = Workspace(facts, s.explore_permissions, s.explore_bwrap)
     try:
         candidates = [read_log_tool(facts), *workspace.tools(), *deployment_tools(s.explore_tools)]
         context.extra_tools = offered(candidates, s.explore_permissions)

@@ -17,17 +17,18 @@ Default deny: a tool is offered only when every permission it declares is in
         ...
 
 Shipped: ``read_log`` (no permission: the failure's stored log) and a
-sandboxed workspace, a temporary directory that is removed after the
-session, with ``list_files``/``read_file`` (fs-read), ``write_file``
-(fs-write), ``run_command`` (shell: timeout, scrubbed environment) and
-``checkout`` (network: clones the failure's ``repo`` at ``commit`` when git is
-installed).
+workspace, a temporary directory that is removed after the session, with
+``list_files``/``read_file`` (fs-read), ``write_file`` (fs-write),
+``run_command`` (shell) and ``checkout`` (network: clones the failure's
+``repo`` at ``commit`` when git is installed). Commands run inside bubblewrap
+(:mod:`theow_workers.explorer.sandbox`), with the host's network only when
+``network`` is granted; where no sandbox can start they are refused, never run
+without one.
 """
 
 from __future__ import annotations
 
 import importlib
-import os
 import shutil
 import subprocess
 import tempfile
@@ -37,10 +38,10 @@ from typing import Any
 
 from theow_workers.core.llm import Permission, Tool, ToolError, tool_from_callable
 from theow_workers.core.query import log_text
+from theow_workers.explorer.sandbox import SandboxUnavailable, sandbox
 
 _REGISTERED: list[Tool] = []
 OUTPUT_LIMIT = 16_000
-SAFE_ENV = ("PATH", "LANG", "LC_ALL", "TZ")
 
 
 def tool(
@@ -62,10 +63,22 @@ def deployment_tools(modules: Iterable[str]) -> list[Tool]:
 
 
 class Workspace:
-    """A temporary directory for one session; every path stays inside it."""
+    """A temporary directory for one session; every path stays inside it.
 
-    def __init__(self, facts: dict[str, Any], command_timeout: float = 60.0) -> None:
+    ``permissions`` are the granted ones: commands reach the network only with
+    ``network``. ``bwrap`` is the bubblewrap program (the ``explore_bwrap`` setting).
+    """
+
+    def __init__(
+        self,
+        facts: dict[str, Any],
+        permissions: Iterable[Permission | str] = (),
+        bwrap: str = "bwrap",
+        command_timeout: float = 60.0,
+    ) -> None:
         self.facts = facts
+        self.network = Permission.NETWORK in set(permissions)  # a StrEnum: names match
+        self.bwrap = bwrap
         self.command_timeout = command_timeout
         self.root = Path(tempfile.mkdtemp(prefix="theow-explore-"))
 
@@ -111,23 +124,19 @@ class Workspace:
         return f"wrote {len(content)} characters to {path}"
 
     def run_command(self, command: list[str], timeout: int = 60) -> dict[str, Any]:
-        """Run a command in the workspace with a time limit and a scrubbed environment.
+        """Run a command in a sandbox: the workspace (/workspace) and system programs only.
 
         Args:
             command: program and arguments, e.g. ["go", "build", "./..."].
             timeout: seconds before the command is killed (at most the workspace limit).
         """
-        env = {k: v for k, v in os.environ.items() if k in SAFE_ENV}
-        env["HOME"] = str(self.root)
+        limit = min(float(timeout), self.command_timeout)
         try:
-            done = subprocess.run(
-                command, cwd=self.root, env=env, capture_output=True, text=True, errors="replace",
-                timeout=min(float(timeout), self.command_timeout),
-            )  # fmt: skip
-        except FileNotFoundError:
-            raise ToolError(f"command not found: {command[0]!r}") from None
+            done = sandbox(self.bwrap, self.root, self.network).run(command, limit)
+        except SandboxUnavailable as exc:
+            raise ToolError(f"commands are not run without a sandbox: {exc}") from None
         except subprocess.TimeoutExpired:
-            raise ToolError(f"command timed out after {timeout}s") from None
+            raise ToolError(f"command timed out after {limit:g}s; it was killed") from None
         return {
             "exit_code": done.returncode,
             "stdout": done.stdout[-OUTPUT_LIMIT:],
