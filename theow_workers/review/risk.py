@@ -11,7 +11,7 @@ No flag does not mean safe (``NOT_A_VERDICT``): these checks catch the
 obvious, and a determined author can write code that none of them sees.
 
 >>> [f.kind for f in code_flags("actions/x.py", "", "import os\\nv = 1 or os.system('id')\\n")]
-['os.system', 'import-time code']
+['import-time code', 'os.system']
 """
 
 from __future__ import annotations
