@@ -132,7 +132,7 @@ def _hidden(char: str) -> bool:
 
 def hidden_characters(where: str, text: str, lines: set[int] | None = None) -> list[Flag]:
     """A flag per line with bidi, invisible or other non-ASCII characters (``lines``: only those)."""
-    flags = []
+    flags: list[Flag] = []
     for number, line in enumerate(text.splitlines(), 1):
         if line.isascii() or (lines is not None and number not in lines):
             continue
@@ -179,9 +179,8 @@ def code_flags(path: str, before: str, after: str) -> list[Flag]:
                 flags.append(
                     Flag(dotted or "", _at(path, node.lineno), f"{risk}: {_line(after, node)}")
                 )
-        elif isinstance(node, ast.keyword) and node.arg == "shell" and new(node):
-            if not (isinstance(node.value, ast.Constant) and not node.value.value):
-                flags.append(Flag("shell=True", _at(path, node.lineno), _line(after, node)))
+        elif isinstance(node, ast.keyword) and node.arg == "shell" and new(node) and _truthy(node):
+            flags.append(Flag("shell=True", _at(path, node.lineno), _line(after, node)))
     flags = _outermost(flags)
     flags += [
         f for f in _import_time(path, tree, after) if f.where in {_at(path, n) for n in changed}
@@ -193,6 +192,11 @@ def code_flags(path: str, before: str, after: str) -> list[Flag]:
             detail = f"{what} action {name!r} runs on the build agents, beside the build's checkout and its credentials"
             flags.append(Flag("client-side action", _at(path, line), detail))
     return sorted(flags, key=lambda f: (f.where, f.kind))
+
+
+def _truthy(keyword: ast.keyword) -> bool:
+    """``shell=True`` or anything not plainly false (``shell=flag`` counts)."""
+    return not (isinstance(keyword.value, ast.Constant) and not keyword.value.value)
 
 
 def _at(where: str, line: int) -> str:
@@ -259,7 +263,7 @@ def _outermost(flags: list[Flag]) -> list[Flag]:
 
 def _import_time(path: str, tree: ast.Module, text: str) -> list[Flag]:
     """Module-level statements that do something when the file is imported."""
-    flags = []
+    flags: list[Flag] = []
     for statement in tree.body:
         if _inert(statement):
             continue
@@ -303,7 +307,7 @@ def _actions(text: str) -> dict[str, tuple[bool, int, str]]:
         tree = ast.parse(text)
     except SyntaxError:
         return {}
-    found = {}
+    found: dict[str, tuple[bool, int, str]] = {}
     for node in ast.walk(tree):
         if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             continue
@@ -311,11 +315,7 @@ def _actions(text: str) -> dict[str, tuple[bool, int, str]]:
             if not (isinstance(decorator, ast.Call) and _callee(decorator) == "action"):
                 continue
             name = decorator.args[0] if decorator.args else None
-            client = any(
-                k.arg == "client_side"
-                and not (isinstance(k.value, ast.Constant) and not k.value.value)
-                for k in decorator.keywords
-            )
+            client = any(k.arg == "client_side" and _truthy(k) for k in decorator.keywords)
             if isinstance(name, ast.Constant) and isinstance(name.value, str):
                 found[name.value] = (client, node.lineno, ast.get_source_segment(text, node) or "")
     return found
@@ -342,7 +342,7 @@ def rule_flags(
     """Existing client-side actions the rule calls, and URLs its params point them at."""
     proposed = {name for f in files for name in _actions(f.after)}
     log = "\n".join(v for v in facts.values() if isinstance(v, str))
-    flags = []
+    flags: list[Flag] = []
     for action, params in steps:
         if action in client_side and action not in proposed:
             flags.append(
@@ -380,7 +380,7 @@ def _strings(value: Any) -> str:
 
 def injection_flags(facts: Mapping[str, Any], limit: int = 5) -> list[Flag]:
     """Lines of the failure's facts that talk to the model, first ``limit`` of them."""
-    flags = []
+    flags: list[Flag] = []
     for fact, value in facts.items():
         if not isinstance(value, str):
             continue
