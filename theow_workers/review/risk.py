@@ -185,8 +185,8 @@ def code_flags(path: str, before: str, after: str) -> list[Flag]:
     flags += [
         f for f in _import_time(path, tree, after) if f.where in {_at(path, n) for n in changed}
     ]
-    old_actions = _actions(before)
-    for name, (client, line, source) in _actions(after).items():
+    old_actions = actions_in(before)
+    for name, (client, line, source) in actions_in(after).items():
         if client and old_actions.get(name, (False, 0, ""))[2] != source:
             what = "new" if name not in old_actions else "changed"
             detail = f"{what} action {name!r} runs on the build agents, beside the build's checkout and its credentials"
@@ -301,7 +301,7 @@ def _inert(statement: ast.stmt) -> bool:
     return False
 
 
-def _actions(text: str) -> dict[str, tuple[bool, int, str]]:
+def actions_in(text: str) -> dict[str, tuple[bool, int, str]]:
     """Action name → (client side, line, source) for each ``@action(...)`` function in ``text``."""
     try:
         tree = ast.parse(text)
@@ -340,7 +340,7 @@ def rule_flags(
     known_text: str,
 ) -> list[Flag]:
     """Existing client-side actions the rule calls, and URLs its params point them at."""
-    proposed = {name for f in files for name in _actions(f.after)}
+    proposed = {name for f in files for name in actions_in(f.after)}
     log = "\n".join(v for v in facts.values() if isinstance(v, str))
     flags: list[Flag] = []
     for action, params in steps:
