@@ -36,17 +36,34 @@ def proposal_flags(
         except ReviewError as exc:
             refused.append(Flag("refused file", change.get("path", ""), str(exc)))
     files = [_action_file(change, action_layers) for change in proposal.diffs]
-    client_side = {
-        name
-        for layer in action_layers
-        for path in sorted(layer.glob("*.py"))
-        for name, (client, _, _) in actions_in(_text(path)).items()
-        if client
-    }
+    client_side = {name for name, client in _existing(action_layers).items() if client}
     known = "\n".join(
         _text(path) for layer in rule_layers for path in sorted(layer.rglob(f"*{RULE_SUFFIX}"))
     )
     return refused + assess(proposal.rule_yaml, steps, files, facts, client_side, known)
+
+
+def called_actions(proposal: Proposal, action_layers: Sequence[Path]) -> list[tuple[str, str]]:
+    """Each action the rule calls with where it runs: "build agent", "worker" or "unknown"."""
+    try:
+        names = list(dict.fromkeys(s.action for s in parse_rule(proposal.rule_yaml).then))
+    except RuleError:
+        return []
+    known = _existing(action_layers)
+    for change in proposal.diffs:
+        known.update({n: c for n, (c, _, _) in actions_in(_action_file(change, action_layers).after).items()})  # fmt: skip
+    runs = {True: "build agent", False: "worker"}
+    return [(name, runs[known[name]] if name in known else "unknown") for name in names]
+
+
+def _existing(action_layers: Sequence[Path]) -> dict[str, bool]:
+    """Action name → runs on the build agent, read from the syntax of every layer's files."""
+    return {
+        name: client
+        for layer in action_layers
+        for path in sorted(layer.glob("*.py"))
+        for name, (client, _, _) in actions_in(_text(path)).items()
+    }
 
 
 def _action_file(change: Mapping[str, str], action_layers: Sequence[Path]) -> ActionFile:

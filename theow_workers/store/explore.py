@@ -246,7 +246,7 @@ class ExploreStore:
                 .where(ProposalRow.id == proposal_id,
                        or_(ProposalRow.status == "pending",
                            and_(ProposalRow.status == "approving", ProposalRow.reviewed_by == by)))
-                .values(status="approved", reviewed_at=_now(), rule_yaml=rule_yaml)
+                .values(status="approved", reviewed_by=by, reviewed_at=_now(), rule_yaml=rule_yaml)
             )  # fmt: skip
             return bool(done.rowcount)  # type: ignore[attr-defined]
 
