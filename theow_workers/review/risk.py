@@ -191,7 +191,7 @@ def code_flags(path: str, before: str, after: str) -> list[Flag]:
             what = "new" if name not in old_actions else "changed"
             detail = f"{what} action {name!r} runs on the build agents, beside the build's checkout and its credentials"
             flags.append(Flag("client-side action", _at(path, line), detail))
-    return sorted(flags, key=lambda f: (f.where, f.kind))
+    return sorted(flags, key=lambda f: (int(f.where.rsplit(":", 1)[-1]), f.kind))
 
 
 def _truthy(keyword: ast.keyword) -> bool:
