@@ -38,7 +38,7 @@ PLACEHOLDER = re.compile(r"&lt;U\+[0-9A-F]{4,6}&gt;")  # risk.visible's, once es
 def marked(html: Markup) -> Markup:
     """Each ``<U+202E>`` placeholder of escaped, highlighted text wrapped in a ``mark``."""
     mark = r'<mark class="hidden-char" title="a hidden or bidirectional character">\g<0></mark>'
-    return Markup(PLACEHOLDER.sub(mark, html))
+    return Markup(PLACEHOLDER.sub(mark, str(html)))  # the text in it is escaped already
 
 
 def _console(request: Request) -> Console:
