@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.integration.test_review_approve import FIXTURES, ROOT
+from theow_workers.core.actions import load_action_layers
 from theow_workers.core.patching import sha256
 from theow_workers.core.ports import FailureRecord
 from theow_workers.review.proposals import Approval, ReviewError, approve
@@ -297,3 +298,31 @@ def leaky_echo(word: str) -> dict:
         environment = json.loads(record.read_text())
         assert "GEMINI_API_KEY" not in environment and "THEOW_WEB_PASSWORD" not in environment
         assert not [k for k in environment if k.startswith("THEOW_")]
+
+
+def test_actions_loaded_from_several_threads_at_once_each_get_every_action(tmp_path):
+    slow = tmp_path / "actions"
+    slow.mkdir()
+    (slow / "slow.py").write_text(
+        "import time\nfrom theow_workers import action\n\n\n"
+        '@action("first")\ndef first() -> dict:\n    return {}\n\n\n'
+        "time.sleep(0.05)  # a slow import: other loads run meanwhile\n\n\n"
+        '@action("second")\ndef second() -> dict:\n    return {}\n'
+    )  # fmt: skip
+    start = threading.Barrier(4)
+    found: list[list[str] | str] = []
+
+    def load() -> None:
+        start.wait()
+        try:
+            found.append(load_action_layers([slow]).names())
+        except Exception as exc:  # what the console's approvals used to hit
+            found.append(f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert found == [["first", "second"]] * 4
