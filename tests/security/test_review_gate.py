@@ -288,7 +288,10 @@ def leaky_echo(word: str) -> dict:
     then = '  - action: leaky_echo\n    params: {word: "{word}"}\n'
     propose(workspace, "p-leak", rule("echo_leak", then), [new_file("actions/leaky_echo.py", leak)])
 
+    shown = theow(workspace, "review", "show", "p-leak").stdout
     result = service_approve(workspace, "p-leak")
+
+    assert "import-time code at actions/leaky_echo.py:4: runs when the file is loaded" in shown
 
     assert not result.already and "leaky_echo.py" in " ".join(result.written)
     records = sorted(seen.iterdir())
