@@ -201,6 +201,8 @@ def approve(
         raise ReviewError(
             f"proposal {proposal_id} is already being approved by {current.reviewed_by}"
         )
+    if current.status == "pending":  # another approval claimed it and failed meanwhile
+        raise ReviewError(f"proposal {proposal_id}: another approval just failed; try again")
     raise ReviewError(f"proposal {proposal_id} is {current.status}, not pending")
 
 
