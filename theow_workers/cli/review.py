@@ -91,11 +91,13 @@ def review_list(
 
 @review_app.command("show")
 def review_show(proposal_id: str, as_json: JsonFlag = False) -> None:
-    """The failure, the rule, the action diffs, tokens and cost."""
+    """The failure, the risk flags, the rule, the action diffs, tokens and cost."""
     from theow_workers.core.query import error_lines, log_text
+    from theow_workers.review.flags import proposal_flags
     from theow_workers.review.proposals import summary
+    from theow_workers.review.risk import NOT_A_VERDICT, visible
 
-    _, store = _context()
+    settings, store = _context()
     proposal = store.proposal(_full_id(store, proposal_id, "proposal"))
     if proposal is None:
         raise _fail(f"no proposal {proposal_id!r} (see `theow review list`)")
@@ -103,9 +105,12 @@ def review_show(proposal_id: str, as_json: JsonFlag = False) -> None:
     failure = store.failure(proposal.failure_id)
     info = summary(proposal, exploration)
     origin = store.replay_origin(proposal.failure_id)
+    flags = proposal_flags(proposal, failure.facts if failure else {}, settings.rule_layers,
+                           settings.action_layers)  # fmt: skip
     if as_json:
         print(json.dumps({**info, "rule_yaml": proposal.rule_yaml, "diffs": proposal.diffs,
-                          "facts": failure.facts if failure else None, "replay": origin}))  # fmt: skip
+                          "facts": failure.facts if failure else None, "replay": origin,
+                          "risk": [f.to_dict() for f in flags], "risk_note": NOT_A_VERDICT}))  # fmt: skip
         return
     out.print(
         f"[bold]proposal {proposal.id}[/bold]  rule [bold]{proposal.rule_name}[/bold]  ({proposal.status})"
@@ -122,11 +127,18 @@ def review_show(proposal_id: str, as_json: JsonFlag = False) -> None:
             )
         for line in error_lines(log_text(failure.facts))[-8:]:
             # Log text as text: no Rich markup or emoji codes, no ANSI.
-            out.print(Text("  " + strip_ansi(line), style="dim"), highlight=False)
-    out.print(Syntax(proposal.rule_yaml, "yaml", theme="ansi_dark"))
+            out.print(Text("  " + visible(strip_ansi(line)), style="dim"), highlight=False)
+    out.print(Text(f"risk: {len(flags)} flag(s)", style="bold"))
+    for flag in flags:
+        out.print(Text(f"  ! {flag}", style="yellow"), highlight=False)
+    out.print(Text(f"  {NOT_A_VERDICT}", style="dim"), highlight=False)
+    # Hidden characters as <U+202E>, as the forges show them: the reviewer reads what runs.
+    out.print(Syntax(visible(proposal.rule_yaml), "yaml", theme="ansi_dark"))
+    if not proposal.diffs:
+        out.print("no action file changes: the rule calls existing actions (see the flags above)")
     for change in proposal.diffs:
-        out.print(f"[bold]{change['path']}[/bold]")
-        out.print(Syntax(change["diff"], "diff", theme="ansi_dark"))
+        out.print(Text(visible(change["path"]), style="bold"))
+        out.print(Syntax(visible(change["diff"]), "diff", theme="ansi_dark"))
     out.print(f"tokens {info['tokens_in']} in / {info['tokens_out']} out, cost ${info['cost']:.4f}")
     out.print(f"transcript: theow review transcript {proposal.id}")
 
@@ -146,6 +158,10 @@ def review_transcript(proposal_id: str) -> None:
 def review_approve(
     proposal_ids: Annotated[list[str], typer.Argument(help="One or more proposal ids.")],
     edit: Annotated[bool, typer.Option("--edit", help="Edit the rule in $EDITOR first.")] = False,
+    replace_shipped: Annotated[
+        bool,
+        typer.Option("--replace-shipped", help="Allow changing a shipped action file."),
+    ] = False,
 ) -> None:
     """Write the rules and apply the action diffs to the working tree (not committed).
 
@@ -164,15 +180,14 @@ def review_approve(
                 raise _fail(f"no proposal {proposal_id!r}")
             rule_yaml = _edit(proposal.rule_yaml)
         try:
-            result = approve(
-                store, proposal_id, settings.rule_layers, settings.action_layers, rule_yaml
-            )
+            result = approve(store, proposal_id, settings.rule_layers, settings.action_layers,
+                             rule_yaml, replace_shipped=replace_shipped)  # fmt: skip
         except ReviewError as exc:
             if wrote:
                 _sync(settings)
             raise _fail(str(exc)) from None
         if result.already:
-            out.print(f"proposal {proposal_id} was already approved; nothing to do")
+            out.print(f"proposal {proposal_id} was already approved by {result.by}; nothing to do")
             continue
         for path in result.written:
             out.print(f"wrote {path}")

@@ -5,9 +5,11 @@ actions with the same code; see that module for how an action is written.
 The workers read several action directories as layers (``load_action_layers``).
 """
 
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from theow_client import actions as _client
 from theow_client.actions import (
     CONTEXT_PARAMS,
     DEFAULT_ACTION_TIMEOUT,
@@ -18,8 +20,18 @@ from theow_client.actions import (
     ActionTimeout,
     action,
     call_action,
-    load_actions,
 )
+
+# The client's loader collects what a file registers in module-global state: two loads at
+# once (the console approving while a page reloads the library) would register into each
+# other's registries. A worker process loads one directory at a time.
+_loading = threading.RLock()
+
+
+def load_actions(directory: str | Path) -> ActionRegistry:
+    """The client's ``load_actions``, one call at a time in this process."""
+    with _loading:
+        return _client.load_actions(directory)
 
 
 def load_action_layers(directories: Sequence[Path]) -> ActionRegistry:

@@ -14,18 +14,28 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from datetime import timedelta
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
 
 from theow_workers.core.matching import evaluate
 from theow_workers.core.patching import PatchError, apply_diff, sha256
-from theow_workers.core.rules import RULE_SUFFIX, RuleError, parse_rule
+from theow_workers.core.rules import RULE_SUFFIX, RuleError, load_rules, parse_rule
+from theow_workers.review.risk import actions_in
+from theow_workers.review.validation import ActionCheckFailed, LoadedAction, load_in_child
 from theow_workers.runtime import Knowledge
 from theow_workers.store.explore import ExplorationRecord, ExploreStore, Proposal
+
+ACTION_FILE = re.compile(r"^[a-z][a-z0-9_]{0,63}\.py$")
+NOT_ACTIONS = frozenset({"conftest.py", "setup.py", "sitecustomize.py", "usercustomize.py"})
+# An approval that died midway (its process killed) leaves the proposal claimed this long.
+STALE_CLAIM = timedelta(minutes=10)
 
 
 class ReviewError(Exception):
@@ -38,15 +48,11 @@ class Approval:
     rule_name: str
     written: tuple[str, ...]
     already: bool = False  # approved before: nothing was done
+    by: str | None = None  # who approved it
 
 
 def reviewer() -> str:
     return os.environ.get("THEOW_REVIEWER") or getpass.getuser()
-
-
-def _inside(path: Path, roots: tuple[Path, ...]) -> bool:
-    resolved = path.resolve()
-    return any(resolved.is_relative_to(root.resolve()) for root in roots)
 
 
 def defined_names(rules_dir: Path) -> dict[str, Path]:
@@ -68,19 +74,28 @@ def defined_names(rules_dir: Path) -> dict[str, Path]:
 
 
 def planned_files(
-    proposal: Proposal, rule_yaml: str, rule_layers: Sequence[Path], action_layers: Sequence[Path]
+    proposal: Proposal,
+    rule_yaml: str,
+    rule_layers: Sequence[Path],
+    action_layers: Sequence[Path],
+    replace_shipped: bool = False,
 ) -> dict[Path, str]:
     """Every file the approval writes with its new content; raises ReviewError.
 
     Files go to the last layers; a name any layer defines is refused, as a
     rule overriding a shipped one is a choice for a person, not an approval.
+    Only ``<rules>/<name>.rule.yaml`` and ``<actions>/<name>.py`` are written,
+    never through a symlink; changing a file of the first action layer (the
+    shipped actions) needs ``replace_shipped``.
     """
-    rules_dir, actions_dir = rule_layers[-1], action_layers[-1]
+    rules_dir = rule_layers[-1].resolve()
     try:
         rule = parse_rule(rule_yaml)
     except RuleError as exc:
         raise ReviewError(f"the rule is invalid: line {exc.line}: {exc.reason}") from None
     rule_path = rules_dir / f"{rule.name}{RULE_SUFFIX}"
+    if rule_path.is_symlink():
+        raise ReviewError(f"{rule_path} is a symlink: refused, nothing is written through one")
     if rule_path.exists():
         raise ReviewError(f"{rule_path} already exists: rules are immutable, choose another name")
     for layer in rule_layers:
@@ -90,23 +105,67 @@ def planned_files(
                 f"rule name {rule.name!r} is already defined in {taken}: choose another name"
             )
     files = {rule_path: rule_yaml if rule_yaml.endswith("\n") else rule_yaml + "\n"}
-    root = actions_dir.resolve().parent
     for change in proposal.diffs:
-        target = root / change["path"]
-        if not _inside(target, (rules_dir, actions_dir)):
-            raise ReviewError(f"{change['path']}: outside {rules_dir}/ and {actions_dir}/, refused")
-        current = target.read_text(encoding="utf-8") if target.exists() else None
+        target = action_target(change["path"], action_layers)
+        if target.is_symlink():
+            raise ReviewError(f"{change['path']}: {target} is a symlink: refused")
+        current = _read(target)
         base = change.get("base_sha256", "")
         if (current is None) != (base == "") or (current is not None and sha256(current) != base):
             raise ReviewError(
                 f"{change['path']} changed since the proposal was made; "
                 "reject it, or re-explore the failure against the current file"
             )
+        shipped = action_layers[0].resolve() / target.name
+        if current is not None and target == shipped and not replace_shipped:
+            raise ReviewError(
+                f"{change['path']} is a shipped action: approving replaces it; read the diff and "
+                "approve with `theow review approve --replace-shipped` if you mean it"
+            )
         try:
             files[target] = apply_diff(current or "", change["diff"])
         except PatchError as exc:
             raise ReviewError(f"{change['path']}: the diff does not apply: {exc}") from None
     return files
+
+
+def action_target(path: str, action_layers: Sequence[Path]) -> Path:
+    """Where ``actions/<name>.py`` of a diff is written: the last action layer; or ReviewError."""
+    actions_dir = action_layers[-1].resolve()
+    parts = PurePosixPath(path).parts
+    if ".." in parts or len(parts) != 2 or parts[0] != "actions":
+        raise ReviewError(f"{path}: outside {actions_dir}/, refused: a proposal writes only actions/<name>.py")  # fmt: skip
+    if not ACTION_FILE.match(parts[1]) or parts[1] in NOT_ACTIONS:
+        raise ReviewError(
+            f"{path}: refused: an action file is named <name>.py in lowercase snake_case, "
+            "not private (_x.py), a package (__init__.py) or a test hook (conftest.py)"
+        )
+    return actions_dir / parts[1]
+
+
+def _read(path: Path) -> str | None:
+    """The file's text, never through a symlink; None when there is none."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ReviewError(f"{path}: cannot be read ({exc.strerror}): refused") from None
+    with os.fdopen(descriptor, encoding="utf-8") as handle:
+        return handle.read()
+
+
+def _write(path: Path, content: str) -> None:
+    """Write through a temporary file renamed over ``path``: a symlink there is replaced, not followed."""
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # fmt: skip
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(content)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def approve(
@@ -116,17 +175,48 @@ def approve(
     action_layers: Sequence[Path],
     rule_yaml: str | None = None,
     by: str | None = None,
+    replace_shipped: bool = False,
 ) -> Approval:
-    """Apply a pending proposal to the last layers; a second approval does nothing."""
+    """Apply a pending proposal to the last layers; a second approval does nothing.
+
+    The proposal is claimed first (``approving``), so of approvals at once one
+    writes and the others are told who is approving it. Proposed action code
+    is loaded only in a child process without secrets (``validation``).
+    """
+    by = by or reviewer()
     proposal = store.proposal(proposal_id)
     if proposal is None:
         raise ReviewError(f"no proposal {proposal_id!r} (see `theow review list`)")
-    if proposal.status == "approved":
-        return Approval(proposal.id, proposal.rule_name, (), already=True)
-    if proposal.status != "pending":
-        raise ReviewError(f"proposal {proposal_id} is {proposal.status}, not pending")
+    if proposal.status == "pending" and store.claim_proposal(proposal.id, by, STALE_CLAIM):
+        try:
+            written, rule_name = _apply(store, proposal, rule_layers, action_layers, rule_yaml, by, replace_shipped)  # fmt: skip
+        except BaseException:
+            store.release_proposal(proposal.id, by)
+            raise
+        return Approval(proposal.id, rule_name, written, by=by)
+    current = store.proposal(proposal_id) or proposal
+    if current.status == "approved":
+        return Approval(current.id, current.rule_name, (), already=True, by=current.reviewed_by)
+    if current.status == "approving":
+        raise ReviewError(
+            f"proposal {proposal_id} is already being approved by {current.reviewed_by}"
+        )
+    if current.status == "pending":  # another approval claimed it and failed meanwhile
+        raise ReviewError(f"proposal {proposal_id}: another approval just failed; try again")
+    raise ReviewError(f"proposal {proposal_id} is {current.status}, not pending")
+
+
+def _apply(
+    store: ExploreStore,
+    proposal: Proposal,
+    rule_layers: Sequence[Path],
+    action_layers: Sequence[Path],
+    rule_yaml: str | None,
+    by: str,
+    replace_shipped: bool,
+) -> tuple[tuple[str, ...], str]:
     text = rule_yaml if rule_yaml is not None else proposal.rule_yaml
-    files = planned_files(proposal, text, rule_layers, action_layers)
+    files = planned_files(proposal, text, rule_layers, action_layers, replace_shipped)
     failure = store.failure(proposal.failure_id)
     rule = parse_rule(text)
     if failure is not None:
@@ -135,19 +225,24 @@ def approve(
             raise ReviewError(
                 f"the rule no longer matches the failure it came from: {match.reason}"
             )
+    proposed = {p.name: content for p, content in files.items() if p.suffix == ".py"}
+    try:
+        loaded = load_in_child(action_layers, proposed)
+    except ActionCheckFailed as exc:
+        raise ReviewError(str(exc)) from None
+    _check_defined(proposed, action_layers, loaded)
 
-    originals = {
-        path: path.read_text(encoding="utf-8") if path.exists() else None for path in files
-    }
+    originals = {path: _read(path) for path in files}
     try:
         for path, content in files.items():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(content, encoding="utf-8")
-        loaded = Knowledge.load(rule_layers, action_layers)
-        problems = [
-            e for e in loaded.rules.errors if Path(e.path).resolve() in {p.resolve() for p in files}
-        ]
-        if problems or rule.name not in {r.name for r in loaded.rules.rules}:
+            _write(path, content)
+        rules = load_rules(
+            rule_layers,
+            known_actions=frozenset(a.name for a in loaded),
+            signatures={a.name: a.signature() for a in loaded},
+        )
+        problems = [e for e in rules.errors if Path(e.path).resolve() in files]
+        if problems or rule.name not in {r.name for r in rules.rules}:
             raise ReviewError(
                 f"after applying, the rule does not load: {problems[0] if problems else 'missing'}"
             )
@@ -157,10 +252,25 @@ def approve(
             raise
         raise ReviewError(f"applying the proposal failed, nothing was changed: {exc}") from exc
 
-    if not store.approve_proposal(proposal.id, by or reviewer(), text):
+    if not store.approve_proposal(proposal.id, by, text):
         _restore(originals)  # the other review stands: leave the rules as they were
-        raise ReviewError(f"proposal {proposal_id} was reviewed by someone else meanwhile")
-    return Approval(proposal.id, rule.name, tuple(str(p) for p in files))
+        raise ReviewError(f"proposal {proposal.id} was reviewed by someone else meanwhile")
+    return tuple(str(p) for p in files), rule.name
+
+
+def _check_defined(
+    proposed: dict[str, str], action_layers: Sequence[Path], loaded: Sequence[LoadedAction]
+) -> None:
+    """Each proposed file registers an action, and keeps every action it registered before."""
+    actions_dir = action_layers[-1].resolve()
+    for name in proposed:
+        path = actions_dir / name
+        registered = {a.name for a in loaded if Path(a.file).resolve() == path}
+        if not registered:
+            raise ReviewError(f"actions/{name}: defines no @action: refused")
+        dropped = set(actions_in(_read(path) or "")) - registered
+        if dropped:
+            raise ReviewError(f"actions/{name}: no longer defines {', '.join(sorted(dropped))}: refused")  # fmt: skip
 
 
 def reject(store: ExploreStore, proposal_id: str, reason: str, by: str | None = None) -> Proposal:
@@ -206,7 +316,7 @@ def _restore(originals: dict[Path, str | None]) -> None:
         if content is None:
             path.unlink(missing_ok=True)
         else:
-            path.write_text(content, encoding="utf-8")
+            _write(path, content)
 
 
 def summary(proposal: Proposal, exploration: ExplorationRecord | None) -> dict[str, Any]:

@@ -11,10 +11,10 @@ Reads hand out dataclasses (``Proposal``, ``ExplorationRecord``,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import and_, or_, select, update
 
 from theow_client.verdict import Status
 from theow_workers.core.explorer import Exploration
@@ -44,7 +44,7 @@ class Proposal:
     rule_name: str
     rule_yaml: str
     diffs: list[dict[str, str]]  # {"path", "diff", "base_sha256"} per action file
-    status: str  # "pending" | "approved" | "rejected"
+    status: str  # "pending" | "approving" (being written) | "approved" | "rejected"
     created_at: datetime
     reviewed_by: str | None = None
     reviewed_at: datetime | None = None
@@ -207,9 +207,48 @@ class ExploreStore:
         with self.session() as s:
             return [(fid, facts or {}) for fid, facts in s.execute(query).all()]
 
+    def claim_proposal(self, proposal_id: str, by: str, stale: timedelta) -> bool:
+        """Mark a pending proposal ``approving`` by ``by``; False if another review has it.
+
+        Of approvals at once, one claims it; a claim older than ``stale`` (its
+        approver died midway) may be taken over.
+        """
+        with self.session.begin() as s:
+            done = s.execute(
+                update(ProposalRow)
+                .where(
+                    ProposalRow.id == proposal_id,
+                    or_(
+                        ProposalRow.status == "pending",
+                        and_(ProposalRow.status == "approving",
+                             ProposalRow.reviewed_at < _now() - stale),
+                    ),
+                )
+                .values(status="approving", reviewed_by=by, reviewed_at=_now())
+            )  # fmt: skip
+            return bool(done.rowcount)  # type: ignore[attr-defined]
+
+    def release_proposal(self, proposal_id: str, by: str) -> None:
+        """Give a claimed proposal back (the approval failed): pending again."""
+        with self.session.begin() as s:
+            s.execute(
+                update(ProposalRow)
+                .where(ProposalRow.id == proposal_id, ProposalRow.status == "approving",
+                       ProposalRow.reviewed_by == by)
+                .values(status="pending", reviewed_by=None, reviewed_at=None)
+            )  # fmt: skip
+
     def approve_proposal(self, proposal_id: str, by: str, rule_yaml: str) -> bool:
-        """Mark a pending proposal approved; False if it was reviewed meanwhile."""
-        return self._review(proposal_id, "approved", by, rule_yaml=rule_yaml)
+        """Mark a pending proposal, or one ``by`` claimed, approved; False if reviewed meanwhile."""
+        with self.session.begin() as s:
+            done = s.execute(
+                update(ProposalRow)
+                .where(ProposalRow.id == proposal_id,
+                       or_(ProposalRow.status == "pending",
+                           and_(ProposalRow.status == "approving", ProposalRow.reviewed_by == by)))
+                .values(status="approved", reviewed_by=by, reviewed_at=_now(), rule_yaml=rule_yaml)
+            )  # fmt: skip
+            return bool(done.rowcount)  # type: ignore[attr-defined]
 
     def reject_proposal(self, proposal_id: str, by: str, reason: str) -> bool:
         """Mark a pending proposal rejected; False if it was reviewed meanwhile."""

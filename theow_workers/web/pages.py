@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
@@ -15,7 +17,9 @@ from theow_workers.core.matching import evaluate
 from theow_workers.core.query import log_text
 from theow_workers.core.redact import redact_text
 from theow_workers.core.rules import RuleError, parse_rule
+from theow_workers.review.flags import called_actions, proposal_flags
 from theow_workers.review.proposals import ReviewError, approve, reject, sync_after_approval
+from theow_workers.review.risk import NOT_A_VERDICT, visible
 from theow_workers.review.stats import meow
 from theow_workers.store import console as queries
 from theow_workers.store import failures as failure_queries
@@ -26,6 +30,15 @@ from theow_workers.web.transcript import test_rule_results, turns
 
 if TYPE_CHECKING:
     from theow_workers.web.app import Console
+
+
+PLACEHOLDER = re.compile(r"&lt;U\+[0-9A-F]{4,6}&gt;")  # risk.visible's, once escaped
+
+
+def marked(html: Markup) -> Markup:
+    """Each ``<U+202E>`` placeholder of escaped, highlighted text wrapped in a ``mark``."""
+    mark = r'<mark class="hidden-char" title="a hidden or bidirectional character">\g<0></mark>'
+    return Markup(PLACEHOLDER.sub(mark, str(html)))  # the text in it is escaped already
 
 
 def _console(request: Request) -> Console:
@@ -91,12 +104,23 @@ def _proposal_context(console: Console, proposal_id: str) -> dict[str, Any] | No
     text = facts.get(shown) if shown else ""
     marks = {evidence.line: [proposal.rule_name]} if evidence is not None else {}
     transcript = exploration.transcript if exploration is not None else []
+    layers = console.settings.rule_layers, console.settings.action_layers
+    flags = proposal_flags(proposal, facts, *layers)
     return {
         "proposal": proposal,
         "exploration": exploration,
         "failure": failure,
-        "rule_html": code(proposal.rule_yaml, "yaml"),
-        "diffs": [{"path": d["path"], "html": code(d["diff"], "diff")} for d in proposal.diffs],
+        # Hidden and bidirectional characters shown as marked <U+202E>, as the forges do.
+        "rule_html": marked(code(visible(proposal.rule_yaml), "yaml")),
+        "diffs": [
+            {"path": visible(d["path"]), "html": marked(code(visible(d["diff"]), "diff"))}
+            for d in proposal.diffs
+        ],
+        "flags": [
+            {"kind": f.kind, "where": f.where, "detail": redact_text(f.detail)} for f in flags
+        ],
+        "not_a_verdict": NOT_A_VERDICT,
+        "calls": called_actions(proposal, layers[1]),
         "check": check,
         "evidence": evidence,
         "log_fact": shown or "log",
