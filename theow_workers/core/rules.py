@@ -52,16 +52,16 @@ class NoAliasLoader(yaml.SafeLoader):
     composing, before anything is expanded."""
 
     def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
-        event = self.peek_event()
-        if isinstance(event, yaml.AliasEvent):
-            raise yaml.composer.ComposerError(
-                None, None, f"YAML aliases (*{event.anchor}) are not allowed", event.start_mark
-            )
+        event = self.peek_event()  # type: ignore[no-untyped-call]
         anchor = getattr(event, "anchor", None)
         if anchor is not None:
-            raise yaml.composer.ComposerError(
-                None, None, f"YAML anchors (&{anchor}) are not allowed", event.start_mark
+            what = (
+                f"aliases (*{anchor})"
+                if isinstance(event, yaml.AliasEvent)
+                else f"anchors (&{anchor})"
             )
+            mark = event.start_mark if isinstance(event.start_mark, yaml.Mark) else None
+            raise yaml.composer.ComposerError(None, None, f"YAML {what} are not allowed", mark)
         return super().compose_node(parent, index)
 
 
