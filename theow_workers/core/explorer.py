@@ -39,7 +39,7 @@ from theow_workers.core.rules import Rule, RuleError, parse_rule
 log = logging.getLogger("theow.explorer")
 
 CACHE_SIMILARITY = 0.6  # below this a cached proposal is not even validated
-REASON_LIMIT = 4000  # characters of a reason kept: SQL, Redis and the client's output
+REASON_LIMIT = 3900  # a reason and its cut marker fit the 4000 characters SQL keeps
 TRANSCRIPT_TURNS = 200  # turns of a transcript kept (a session has 30 tool calls by default)
 
 

@@ -133,9 +133,8 @@ class ToolLoop:
             stop = _exhausted(result, budget) or _unaffordable(result, budget, estimate)
             if stop:
                 return _end(result, Outcome.BUDGET, reason=stop)
-            reply = _bounded(
-                self._turn(session, ModelRequest(list(session.history), tools), estimate)
-            )
+            answer = self._turn(session, ModelRequest(list(session.history), tools), estimate)
+            reply = _bounded(answer)
             session.history.append(reply)
             parts: list[str | ToolAnswer] = []
             if not reply.calls:
@@ -161,7 +160,9 @@ class ToolLoop:
             session.history.append(turn)
             self._record(result, _user_turn(turn))
             added = sum(estimate_tokens(json.dumps(_part(p), default=str)) for p in parts)
-            estimate = reply.tokens_in + reply.tokens_out + added + TOKEN_MARGIN
+            # The answer goes back as sent: cut, it costs what its kept text costs.
+            answered = reply.tokens_out if reply is answer else estimate_tokens(reply.text)
+            estimate = reply.tokens_in + answered + added + TOKEN_MARGIN
 
     def generate(self, prompt: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
         """One request; with ``schema``, the reply is JSON of that shape."""
