@@ -273,7 +273,7 @@ class ToolLoop:
         except ToolError as exc:
             record.error = str(exc)
             log.info("%s: tool %s refused: %s", self.gateway.model, call.name, record.error[:300])
-            response = {"error": record.error}
+            response = {"error": cut(record.error, TOOL_RESULT_LIMIT)}
         except Exception as exc:  # a tool's bug is the model's information, not our crash
             if isinstance(exc, self._interrupts):
                 raise
