@@ -390,5 +390,6 @@ class ExploreService:
         )
         exploration.transcript = self.mask(_bounded(exploration.transcript))
         self.sink.add_exploration(exploration, proposal)
-        log.info("failure %s: exploration %s (%s)", exploration.failure_id, outcome.value, reason)
+        log.info("failure %s: exploration %s (%s)", exploration.failure_id, outcome.value,
+                 exploration.reason[:300])  # fmt: skip
         return exploration
