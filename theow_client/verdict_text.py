@@ -5,6 +5,10 @@ it matched (fact, line number, text), what the rule captured there (a test's
 name, a file:line), and what was done about it. A status or a field from a
 newer worker is shown as it came.
 
+Every part of a verdict came from a log or a model (the matched line, the
+captures, an exploration's reason), so the text is made printable
+(``theow_client.terminal``): no escape sequence reaches the terminal.
+
 >>> from theow_client.verdict import Verdict
 >>> print(format_verdict(Verdict.from_dict({
 ...     "failure_id": "f-1", "status": "tracked", "rule": "go_test_failed", "mode": "track",
@@ -23,6 +27,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from theow_client.terminal import printable
 from theow_client.verdict import Verdict
 
 
@@ -53,7 +58,7 @@ def format_verdict(verdict: Verdict) -> str:
         lines.append(f"seen in passing runs (ranked last): {', '.join(verdict.seen_in_passing)}")
     # From a newer worker: shown as they came, so an older agent still tells the whole answer.
     lines += [f"{name}: {json.dumps(value, default=str)}" for name, value in verdict.extra.items()]
-    return "\n".join(lines)
+    return printable("\n".join(lines))
 
 
 def format_exploration(exploration: dict[str, Any]) -> str:
@@ -64,7 +69,7 @@ def format_exploration(exploration: dict[str, Any]) -> str:
         )
     if exploration.get("reason"):
         lines.append(f"why:     {exploration['reason']}")
-    return "\n".join(lines)
+    return printable("\n".join(lines))
 
 
 def evidence_line(evidence: dict[str, Any]) -> str:

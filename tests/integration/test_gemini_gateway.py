@@ -335,26 +335,29 @@ def test_the_tool_call_budget_stops_the_session_after_one_warning(
     assert not any(t.startswith("You have") for t in user_texts(fake.bodies()[1]))
 
 
-def test_the_token_budget_stops_the_session_with_a_warning_first(
+def test_the_token_budget_warns_first_then_stops_before_a_turn_it_cannot_afford(
     fake: FakeGemini, gateway: ToolLoop
 ) -> None:
     fake.brain = lambda model, request: with_usage(
         function_call("read_log", lines=1), prompt=400, output=60, thoughts=40
     )
 
-    result = gateway.tool_session("go", tools(), Budget(max_tokens=1200, warn_fraction=0.5))
+    result = gateway.tool_session("go", tools(), Budget(max_tokens=2000, warn_fraction=0.25))
 
     assert result.outcome is Outcome.BUDGET
-    assert result.reason == "token budget used: 1500 of 1200 tokens"
-    assert (result.tokens_in, result.tokens_out) == (1200, 300)  # thoughts count as output
+    # The third turn would send about 400 + 100 tokens of history, its answers and the
+    # margin: more than the 1000 left, so it was never sent and the budget holds.
+    assert result.reason.startswith("token budget: the next turn would send about ")
+    assert result.reason.endswith("1000 of 2000 are left; it was not sent")
+    assert (result.tokens_in, result.tokens_out) == (800, 200)  # thoughts count as output
     bodies = fake.bodies()
-    assert len(bodies) == 3
+    assert len(bodies) == 2
     warnings = [t for body in bodies for t in user_texts(body) if t.startswith("You have")]
-    # The warning went out once, in the third request, after 1000 of 1200 tokens.
+    # The warning went out once, in the second request, after 500 of 2000 tokens.
     assert set(warnings) == {
-        "You have 28 tool calls / 200 tokens left: call submit_rule or give_up now."
+        "You have 29 tool calls / 1500 tokens left: call submit_rule or give_up now."
     }
-    assert not any(t.startswith("You have") for t in user_texts(bodies[1]))
+    assert not any(t.startswith("You have") for t in user_texts(bodies[0]))
 
 
 # --- rate limits ------------------------------------------------------------

@@ -34,6 +34,7 @@ from theow_workers.core.gateway import (
 )
 from theow_workers.core.limits import InMemoryLimiter
 from theow_workers.core.llm import FallbackGateway, ModelError, RateLimiter, Tool, split_model
+from theow_workers.core.redact import Masker, settings_secrets
 from theow_workers.core.session import ToolLoop
 
 API_VERSION = "v1beta"
@@ -121,6 +122,7 @@ def gateway_from_settings(
 ) -> FallbackGateway:
     """The primary model (``llm``) with the optional secondary (``llm_secondary``)."""
     shared = limiter or InMemoryLimiter()
+    mask = Masker(settings_secrets(settings))  # what tools return and turns record
 
     def build(setting: str, name: str) -> ToolLoop:
         try:
@@ -133,7 +135,12 @@ def gateway_from_settings(
             )
         key, url = settings.gemini_api_key.get_secret_value(), settings.gemini_base_url or None
         # A task's soft time limit ends the session; a tool must not turn it into an answer.
-        return ToolLoop(GeminiGateway(model, key, url), shared, interrupts=(SoftTimeLimitExceeded,))
+        return ToolLoop(
+            GeminiGateway(model, key, url),
+            shared,
+            interrupts=(SoftTimeLimitExceeded,),
+            mask=mask,
+        )
 
     primary = build("llm", settings.llm)
     secondary = build("llm_secondary", settings.llm_secondary) if settings.llm_secondary else None

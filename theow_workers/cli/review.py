@@ -15,6 +15,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from theow_client.terminal import printable
 from theow_workers.cli.output import err, load_settings, out, print_json
 from theow_workers.cli.output import fail as _fail
 from theow_workers.core.logtext import strip_ansi
@@ -130,15 +131,16 @@ def review_show(proposal_id: str, as_json: JsonFlag = False) -> None:
             out.print(Text("  " + visible(strip_ansi(line)), style="dim"), highlight=False)
     out.print(Text(f"risk: {len(flags)} flag(s)", style="bold"))
     for flag in flags:
-        out.print(Text(f"  ! {flag}", style="yellow"), highlight=False)
+        out.print(Text(f"  ! {printable(str(flag))}", style="yellow"), highlight=False)
     out.print(Text(f"  {NOT_A_VERDICT}", style="dim"), highlight=False)
-    # Hidden characters as <U+202E>, as the forges show them: the reviewer reads what runs.
-    out.print(Syntax(visible(proposal.rule_yaml), "yaml", theme="ansi_dark"))
+    # A model wrote the rule and the diffs: no escape sequence of theirs reaches the terminal,
+    # and hidden characters show as <U+202E>, as the forges show them: the reviewer reads what runs.
+    out.print(Syntax(visible(printable(proposal.rule_yaml)), "yaml", theme="ansi_dark"))
     if not proposal.diffs:
         out.print("no action file changes: the rule calls existing actions (see the flags above)")
     for change in proposal.diffs:
-        out.print(Text(visible(change["path"]), style="bold"))
-        out.print(Syntax(visible(change["diff"]), "diff", theme="ansi_dark"))
+        out.print(Text(visible(printable(change["path"])), style="bold"))
+        out.print(Syntax(visible(printable(change["diff"])), "diff", theme="ansi_dark"))
     out.print(f"tokens {info['tokens_in']} in / {info['tokens_out']} out, cost ${info['cost']:.4f}")
     out.print(f"transcript: theow review transcript {proposal.id}")
 
@@ -337,30 +339,30 @@ def failures_show(failure_id: str, as_json: JsonFlag = False) -> None:
     out.print(
         f"[bold]failure {failure_id}[/bold] from {info['source']} at {info['received_at'][:19]}"
     )
-    out.print(
-        f"verdict: {verdict.get('status', '-')} {verdict.get('rule') or ''} {verdict.get('reason', '')}"
-    )
+    # What a log or a model wrote (reasons, lines, errors) is printed as plain text
+    # without escape sequences: it may come from a pull request's build.
+    shown = f"verdict: {verdict.get('status', '-')} {verdict.get('rule') or ''} {verdict.get('reason', '')}"
+    out.print(printable(shown), highlight=False, markup=False)
     evidence = verdict.get("evidence")
     if evidence:
         for offset, line in enumerate(evidence.get("context") or [evidence["text"]]):
             number = evidence.get("context_start", evidence["line"]) + offset
             marker = ">" if number == evidence["line"] else " "
-            out.print(
-                f"  {marker} {evidence['fact']}:{number} | {line}", highlight=False, markup=False
-            )
+            shown = f"  {marker} {evidence['fact']}:{number} | {line}"
+            out.print(printable(shown), highlight=False, markup=False)
     if verdict.get("also"):
         out.print(f"also matched: {', '.join(verdict['also'])}", highlight=False)
     if verdict.get("seen_in_passing"):
         seen = ", ".join(verdict["seen_in_passing"])
         out.print(f"also seen in passing runs (ranked last): {seen}", highlight=False)
     for a in info["attempts"]:
-        out.print(f"  attempt {a['rule']}: {a['outcome']} {a['error']} ({a['duration_ms']:.0f} ms)")
+        shown = f"  attempt {a['rule']}: {a['outcome']} {a['error']} ({a['duration_ms']:.0f} ms)"
+        out.print(printable(shown), highlight=False, markup=False)
     for e in info["explorations"]:
-        out.print(
-            f"  exploration {e['outcome']}: {e['reason']} (proposal {e['proposal_id'] or '-'}, ${e['cost']:.4f})"
-        )
+        shown = f"  exploration {e['outcome']}: {e['reason']} (proposal {e['proposal_id'] or '-'}, ${e['cost']:.4f})"
+        out.print(printable(shown), highlight=False, markup=False)
     for line in info["error_lines"]:
-        out.print(Text(f"  {line}", style="dim"))  # log text: no markup, no emoji
+        out.print(Text(f"  {strip_ansi(line)}", style="dim"))  # log text: no markup, no emoji
 
 
 def _percent(rate: float | None) -> str:

@@ -26,7 +26,7 @@ from pathlib import Path
 import yaml
 
 from theow_workers.core.matching import Captures, check_condition
-from theow_workers.core.rules import Rule, RuleError, parse_rule
+from theow_workers.core.rules import Rule, RuleError, load_yaml, parse_rule
 from theow_workers.core.scanner import Scanner
 
 Location = tuple[str | int, ...]
@@ -86,7 +86,7 @@ def _lines(text: str) -> dict[Location, int]:
                 lines[(*path, i)] = item.start_mark.line + 1
                 walk(item, (*path, i))
 
-    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    root, _ = load_yaml(text)  # parse_rule took it: no alias to expand
     if root is not None:
         walk(root, ())
     return lines

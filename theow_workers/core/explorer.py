@@ -21,14 +21,26 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from theow_workers.core.explore import ExplorationContext, render_prompt, result_of
-from theow_workers.core.llm import Budget, ModelError, Outcome, QuotaExhausted, SessionResult, Tool
+from theow_workers.core.llm import (
+    MODEL_TEXT_LIMIT,
+    Budget,
+    ModelError,
+    Outcome,
+    QuotaExhausted,
+    SessionResult,
+    Tool,
+    cut,
+)
 from theow_workers.core.matching import evaluate
 from theow_workers.core.query import error_lines, log_text
+from theow_workers.core.redact import Masker
 from theow_workers.core.rules import Rule, RuleError, parse_rule
 
 log = logging.getLogger("theow.explorer")
 
 CACHE_SIMILARITY = 0.6  # below this a cached proposal is not even validated
+REASON_LIMIT = 3900  # a reason and its cut marker fit the 4000 characters SQL keeps
+TRANSCRIPT_TURNS = 200  # turns of a transcript kept (a session has 30 tool calls by default)
 
 
 @dataclass
@@ -118,6 +130,21 @@ def cost_of(result: SessionResult, prices: dict[str, tuple[float, float]]) -> fl
     return (result.tokens_in * price_in + result.tokens_out * price_out) / 1_000_000
 
 
+def _bounded(transcript: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The transcript with at most TRANSCRIPT_TURNS turns and each text cut.
+
+    The session cuts what it records already; this holds for any gateway.
+    """
+    kept = transcript[:TRANSCRIPT_TURNS]
+    bounded = [
+        {k: cut(v, MODEL_TEXT_LIMIT) if isinstance(v, str) else v for k, v in turn.items()}
+        for turn in kept
+    ]
+    if len(transcript) > len(kept):
+        bounded.append({"role": "event", "text": f"{len(transcript) - len(kept)} more turns cut"})
+    return bounded
+
+
 def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
     dot = sum(x * y for x, y in zip(a, b, strict=False))
     norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
@@ -134,9 +161,14 @@ class ExploreService:
         settings: ExploreSettings = ExploreSettings(),
         regex_timeout: float = 0.05,
         load_prompt: Callable[[str], str] = lambda template: template,
+        mask: Callable[[Any], Any] | None = None,
     ) -> None:
-        """``load_prompt`` turns a rule's ``prompt_template`` (inline or ``file://``) into text."""
+        """``load_prompt`` turns a rule's ``prompt_template`` (inline or ``file://``) into
+        text, raising ValueError for a template it refuses. ``mask`` masks secrets in
+        everything a model or a tool wrote (the reason, the transcript) before it is
+        recorded: by default the secret rules, the worker adds its deployment's secrets."""
         self.load_prompt = load_prompt
+        self.mask: Callable[[Any], Any] = mask or Masker()
         self.state = state
         self.sink = sink
         self.gateway = gateway
@@ -257,9 +289,12 @@ class ExploreService:
         if rule is not None and rule.llm_config is not None:
             config = rule.llm_config
             budget = Budget.from_constraints(config.constraints, budget)
-            prompt = render_prompt(
-                facts, extra=self.load_prompt(config.prompt_template), is_normal=context.is_normal
-            )
+            try:
+                extra = self.load_prompt(config.prompt_template)
+            except (OSError, ValueError) as exc:
+                log.warning("failure %s: rule %s: %s", base.failure_id, rule.name, exc)
+                return self._record(base, Outcome.ERROR, f"rule {rule.name}: {exc}")
+            prompt = render_prompt(facts, extra=extra, is_normal=context.is_normal)
             wanted = {"test_rule", "submit_rule", "give_up", *config.tools}
             tools = [t for t in [*tools, *context.extra_tools] if t.name in wanted]
             use_secondary = config.use_secondary
@@ -346,11 +381,15 @@ class ExploreService:
         proposal_id: str | None = None,
         proposal: dict[str, Any] | None = None,
     ) -> Exploration:
+        # Whatever a model or a tool wrote is masked and bounded here, the one way
+        # out to SQL, the explore state in Redis, the task's result and the client.
         exploration.outcome, exploration.reason, exploration.proposal_id = (
             outcome.value,
-            reason,
+            self.mask(cut(reason, REASON_LIMIT)),
             proposal_id,
         )
+        exploration.transcript = self.mask(_bounded(exploration.transcript))
         self.sink.add_exploration(exploration, proposal)
-        log.info("failure %s: exploration %s (%s)", exploration.failure_id, outcome.value, reason)
+        log.info("failure %s: exploration %s (%s)", exploration.failure_id, outcome.value,
+                 exploration.reason[:300])  # fmt: skip
         return exploration

@@ -28,6 +28,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+from theow_client.facts import CUT_MARKER
+
+# What one model turn or one tool result may weigh: a model answer of 8 MB is
+# kept (and stored, and carried to the client) as its first 64 KB and a marker.
+MODEL_TEXT_LIMIT = 64_000
+TOOL_RESULT_LIMIT = 32_000
+
 
 class Permission(StrEnum):
     FS_READ = "fs-read"
@@ -176,6 +183,26 @@ class LLMGateway(Protocol):
     def check(self) -> str | None:
         """Why the model cannot be used (unreachable, key refused, unknown), or None."""
         ...
+
+
+def cut(text: str, limit: int) -> str:
+    """``text``, or its first ``limit`` characters and a marker saying how many were cut."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + CUT_MARKER.format(omitted=len(text) - limit).rstrip("\n")
+
+
+def estimate_tokens(text: str) -> int:
+    """How many tokens ``text`` costs at most, estimated offline before it is sent.
+
+    Gemini's tokenizer averages about four characters of English or code per
+    token, so ASCII counts a quarter token per character; any other character
+    counts a whole token, which bounds scripts whose characters are one token or
+    more each. No request is spent on counting (``count_tokens`` is a request of
+    its own, and rate limited like the turn it would measure).
+    """
+    ascii_chars = len(text.encode("ascii", "ignore"))
+    return ascii_chars // 4 + (len(text) - ascii_chars) + 1
 
 
 def split_model(name: str) -> tuple[str, str]:

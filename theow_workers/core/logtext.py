@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import re
 
-# CSI sequences (colours, cursor moves, erase line), other two-byte escapes, and
-# the bare "[31m" a log keeps when the escape byte itself was dropped.
-ANSI = re.compile(
-    r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>78DEHM]|\[\d{1,3}(?:;\d{1,3})*m"
-)
+from theow_client.terminal import printable
+
+# The bare "[31m" a log keeps when the escape byte itself was dropped.
+BARE_COLOUR = re.compile(r"\[\d{1,3}(?:;\d{1,3})*m")
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
 # A time stamp a CI system puts before every line (GitHub Actions, Jenkins timestamper).
 LINE_STAMP = re.compile(r"^\[?\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z?\]? ?")
@@ -45,8 +44,9 @@ BOILERPLATE = re.compile(
 
 
 def strip_ansi(text: str) -> str:
-    """``text`` without terminal escape sequences (colours, erase-line), as a person reads it."""
-    return ANSI.sub("", text)
+    """``text`` without terminal escape sequences (colours, erase-line, clipboard writes)
+    or control characters, as a person reads it and as a terminal may print it."""
+    return BARE_COLOUR.sub("", printable(text))
 
 
 def clean_lines(text: str) -> list[str]:

@@ -21,13 +21,26 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Iterable
 from functools import cache
 from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from pydantic import BaseModel, SecretStr
 
 from theow_client.redact import MASK, SECRET_NAME, KeywordFinder, Redactor
 from theow_client.secret_rules import DETECTORS, GITLAB_PREFIXES, Detector
 
-__all__ = ["MASK", "SECRET_NAME", "plugin_detectors", "redact", "redact_text", "redactor"]
+__all__ = [
+    "MASK",
+    "SECRET_NAME",
+    "Masker",
+    "plugin_detectors",
+    "redact",
+    "redact_text",
+    "redactor",
+    "settings_secrets",
+]
 
 # Lowercase literals one of which every match of the plugin holds; they only
 # decide which lines a plugin reads, never what it finds.
@@ -162,3 +175,57 @@ def redact_text(text: str) -> str:
 def redact(facts: dict[str, Any]) -> dict[str, Any]:
     """A copy of ``facts`` with secret-named facts and secrets in text masked."""
     return redactor().redact(facts)
+
+
+# A deployment's own secret shorter than this is not looked for: masking every
+# "ab" would garble the text and says nothing about the secret anyway.
+MIN_SECRET = 6
+DEPLOYMENT_SECRET = "[masked:deployment-secret]"
+
+
+def settings_secrets(settings: BaseModel) -> frozenset[str]:
+    """Every secret value a deployment's settings hold: each ``SecretStr`` (the Gemini
+    key, the console and Flower passwords, ...) and the password of each URL
+    (database, Redis), as written and percent-decoded. Read from the settings'
+    fields, so a secret setting added later is masked without a change here."""
+    found: set[str] = set()
+    for name in type(settings).model_fields:
+        value = getattr(settings, name)
+        if isinstance(value, SecretStr):
+            found.add(value.get_secret_value().strip())
+        elif isinstance(value, str) and "://" in value:
+            try:
+                password = urlsplit(value).password
+            except ValueError:  # a malformed URL holds no password we could name
+                continue
+            if password:
+                found |= {password, unquote(password)}
+    return frozenset(s for s in found if len(s) >= MIN_SECRET)
+
+
+class Masker:
+    """Masks text that a model or a tool wrote before anything stores or shows it.
+
+    The deployment's own secret values first (a model that read the worker's
+    environment repeats them verbatim), then every secret rule of ``redact_text``.
+    """
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        # Longest first: a secret that contains another is masked whole.
+        self.secrets = sorted({s for s in secrets if len(s) >= MIN_SECRET}, key=len, reverse=True)
+
+    def text(self, text: str) -> str:
+        for secret in self.secrets:
+            if secret in text:
+                text = text.replace(secret, DEPLOYMENT_SECRET)
+        return redact_text(text)
+
+    def __call__(self, value: Any) -> Any:
+        """``value`` (text, or JSON-like lists and dicts of it) with every string masked."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {self(k) if isinstance(k, str) else k: self(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self(item) for item in value]
+        return value

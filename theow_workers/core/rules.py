@@ -46,6 +46,38 @@ class Mode(StrEnum):
     TRACK = "track"  # known cause, nothing to run, the failure stands
 
 
+class NoAliasLoader(yaml.SafeLoader):
+    """YAML without anchors and aliases: a rule never needs them, and a few hundred
+    bytes of nested aliases (a "billion laughs") expand to gigabytes. Refused while
+    composing, before anything is expanded."""
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        anchor = getattr(event, "anchor", None)
+        if anchor is not None:
+            what = (
+                f"aliases (*{anchor})"
+                if isinstance(event, yaml.AliasEvent)
+                else f"anchors (&{anchor})"
+            )
+            mark = event.start_mark if isinstance(event.start_mark, yaml.Mark) else None
+            raise yaml.composer.ComposerError(None, None, f"YAML {what} are not allowed", mark)
+        return super().compose_node(parent, index)
+
+
+def load_yaml(text: str) -> tuple[yaml.Node | None, Any]:
+    """The document's node tree (for line numbers) and its value, parsed once.
+
+    Raises yaml.YAMLError, aliases and anchors included (see NoAliasLoader).
+    """
+    loader = NoAliasLoader(text)
+    try:
+        node = loader.get_single_node()
+        return node, loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
+
+
 class RuleError(ValueError):
     """A rule file is invalid. ``str()`` is one line: ``file:line: reason``."""
 
@@ -100,11 +132,39 @@ class ActionStep(_Strict):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
+PROMPT_SCHEME = "file://"
+
+
+def prompt_path(template: str) -> Path | None:
+    """The relative path a ``file://`` prompt template names, None for an inline prompt.
+
+    A prompt file lies in a rule directory or the ``prompts/`` folder beside it;
+    an absolute path (``file:///proc/self/environ``) or ``..`` would send any file
+    the worker can read to the model, so both raise ValueError.
+    """
+    if not template.startswith(PROMPT_SCHEME):
+        return None
+    relative = template.removeprefix(PROMPT_SCHEME)
+    path = Path(relative)
+    if not relative or path.is_absolute() or relative.startswith(("/", "\\")) or ".." in path.parts:
+        raise ValueError(
+            f"prompt template {template!r} must name a file in the rules directory or the"
+            " prompts/ folder beside it (file://prompts/NAME.md): no absolute path, no '..'"
+        )
+    return path
+
+
 class LLMConfig(_Strict):
     prompt_template: str
     tools: list[str] = Field(default_factory=list)
     constraints: dict[str, Any] = Field(default_factory=dict)
     use_secondary: bool = False
+
+    @field_validator("prompt_template")
+    @classmethod
+    def _confined(cls, template: str) -> str:
+        prompt_path(template)
+        return template
 
 
 class Rule(_Strict):
@@ -216,8 +276,7 @@ def rule_problems(
     or an unknown one is a problem now rather than a failed attempt later.
     """
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        node, data = load_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None

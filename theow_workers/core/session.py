@@ -36,6 +36,8 @@ from theow_workers.core.gateway import (
     UserTurn,
 )
 from theow_workers.core.llm import (
+    MODEL_TEXT_LIMIT,
+    TOOL_RESULT_LIMIT,
     Budget,
     ModelError,
     Outcome,
@@ -47,7 +49,10 @@ from theow_workers.core.llm import (
     ToolCallRecord,
     ToolError,
     call_tool,
+    cut,
+    estimate_tokens,
 )
+from theow_workers.core.redact import Masker
 
 DAY = 24 * 3600.0
 DEFAULT_RETRY_DELAY = 10.0  # a per-minute 429 without a retry delay
@@ -93,9 +98,13 @@ class ToolLoop:
         limiter: RateLimiter,
         sleep: Callable[[float], None] = time.sleep,
         interrupts: tuple[type[BaseException], ...] = (),
+        mask: Callable[[Any], Any] | None = None,
     ) -> None:
         """``interrupts``: exceptions that end the session whatever raises them (a task's
-        soft time limit), never reported to the model as a tool's error."""
+        soft time limit), never reported to the model as a tool's error. ``mask`` masks
+        secrets in every tool result sent to the model and every transcript turn (by
+        default the secret rules; the worker adds its deployment's own secrets)."""
+        self.mask: Callable[[Any], Any] = mask or Masker()
         self.gateway = gateway
         self.limiter = limiter
         self._sleep = sleep
@@ -118,13 +127,14 @@ class ToolLoop:
         session.history.append(UserTurn((prompt,)))
         self._record(result, {"role": "user", "text": prompt})
         declared = json.dumps([t.declaration() for t in tools])
-        estimate = (len(prompt) + len(declared)) // 4 + TOKEN_MARGIN
+        estimate = estimate_tokens(prompt) + estimate_tokens(declared) + TOKEN_MARGIN
         warned = nudged = False
         while True:
-            stop = _exhausted(result, budget)
+            stop = _exhausted(result, budget) or _unaffordable(result, budget, estimate)
             if stop:
                 return _end(result, Outcome.BUDGET, reason=stop)
-            reply = self._turn(session, ModelRequest(list(session.history), tools), estimate)
+            answer = self._turn(session, ModelRequest(list(session.history), tools), estimate)
+            reply = _bounded(answer)
             session.history.append(reply)
             parts: list[str | ToolAnswer] = []
             if not reply.calls:
@@ -149,14 +159,16 @@ class ToolLoop:
             turn = UserTurn(tuple(parts))
             session.history.append(turn)
             self._record(result, _user_turn(turn))
-            added = sum(len(json.dumps(_part(p), default=str)) for p in parts)
-            estimate = reply.tokens_in + reply.tokens_out + added // 4 + TOKEN_MARGIN
+            added = sum(estimate_tokens(json.dumps(_part(p), default=str)) for p in parts)
+            # The answer goes back as sent: cut, it costs what its kept text costs.
+            answered = reply.tokens_out if reply is answer else estimate_tokens(reply.text)
+            estimate = reply.tokens_in + answered + added + TOKEN_MARGIN
 
     def generate(self, prompt: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
         """One request; with ``schema``, the reply is JSON of that shape."""
         session = _Session(SessionResult(Outcome.ERROR), _WaitBudget(Budget().max_wait_seconds))
         request = ModelRequest([UserTurn((prompt,))], schema=schema)
-        reply = self._turn(session, request, len(prompt) // 4 + TOKEN_MARGIN, record=False)
+        reply = self._turn(session, request, estimate_tokens(prompt) + TOKEN_MARGIN, record=False)
         parsed: Any = None
         if schema is not None:
             try:
@@ -253,7 +265,7 @@ class ToolLoop:
             if tool is None:
                 raise ToolError(f"unknown tool {call.name!r}; the tools are {sorted(by_name)}")
             record.result = _plain(call_tool(tool, dict(call.args)))
-            response = {"result": record.result}
+            response = {"result": _capped(record.result)}
         except SessionEnd as end:
             record.result = {"outcome": end.outcome.value, **end.payload}
             self._record(result, {"role": "tool", "name": call.name, "ended": end.outcome.value})
@@ -261,17 +273,18 @@ class ToolLoop:
         except ToolError as exc:
             record.error = str(exc)
             log.info("%s: tool %s refused: %s", self.gateway.model, call.name, record.error[:300])
-            response = {"error": record.error}
+            response = {"error": cut(record.error, TOOL_RESULT_LIMIT)}
         except Exception as exc:  # a tool's bug is the model's information, not our crash
             if isinstance(exc, self._interrupts):
                 raise
             record.error = f"{type(exc).__name__}: {exc}"
-            response = {"error": record.error}
-        return ToolAnswer(call, response)
+            response = {"error": cut(record.error, TOOL_RESULT_LIMIT)}
+        # Masked before the model reads it: a tool that read a secret must not send it out.
+        return ToolAnswer(call, self.mask(response))
 
     def _record(self, result: SessionResult | None, turn: dict[str, Any]) -> None:
         if result is not None:
-            result.transcript.append(self.gateway.scrub(turn))
+            result.transcript.append(self.mask(self.gateway.scrub(turn)))
 
 
 def _exhausted(result: SessionResult, budget: Budget) -> str:
@@ -281,6 +294,39 @@ def _exhausted(result: SessionResult, budget: Budget) -> str:
     if tokens >= budget.max_tokens:
         return f"token budget used: {tokens} of {budget.max_tokens} tokens"
     return ""
+
+
+def _unaffordable(result: SessionResult, budget: Budget, estimate: int) -> str:
+    """Why the next turn is not sent: its estimated tokens exceed what the budget has left.
+
+    Checked before the request, so one huge turn (a test_rule answer of megabytes,
+    a runaway history) never costs more than the session was allowed.
+    """
+    left = budget.max_tokens - result.tokens_in - result.tokens_out
+    if estimate <= left:
+        return ""
+    return (
+        f"token budget: the next turn would send about {estimate} tokens (estimated) and"
+        f" {max(left, 0)} of {budget.max_tokens} are left; it was not sent"
+    )
+
+
+def _bounded(reply: ModelTurn) -> ModelTurn:
+    """The reply with its text cut to MODEL_TEXT_LIMIT, in the history sent back too.
+
+    A turn with function calls keeps its native form (Gemini wants the thought
+    signatures back); its text is what the session reads and records.
+    """
+    if len(reply.text) <= MODEL_TEXT_LIMIT:
+        return reply
+    native = reply.native if reply.calls else None
+    return dataclasses.replace(reply, text=cut(reply.text, MODEL_TEXT_LIMIT), native=native)
+
+
+def _capped(value: Any) -> Any:
+    """A tool's result as the model gets it: TOOL_RESULT_LIMIT characters of JSON at most."""
+    text = json.dumps(value, default=str)
+    return value if len(text) <= TOOL_RESULT_LIMIT else cut(text, TOOL_RESULT_LIMIT)
 
 
 def _near_end(result: SessionResult, budget: Budget) -> bool:
@@ -310,9 +356,15 @@ def _part(part: str | ToolAnswer) -> dict[str, Any]:
 
 
 def _model_turn(model: str, reply: ModelTurn) -> dict[str, Any]:
-    turn: dict[str, Any] = {"role": "model", "model": model, "text": reply.text}
+    turn: dict[str, Any] = {
+        "role": "model",
+        "model": model,
+        "text": cut(reply.text, MODEL_TEXT_LIMIT),
+    }
     if reply.calls:
-        turn["function_calls"] = [{"name": c.name, "args": _plain(c.args)} for c in reply.calls]
+        turn["function_calls"] = [
+            {"name": c.name, "args": _cut(_plain(c.args), MODEL_TEXT_LIMIT)} for c in reply.calls
+        ]
     turn["tokens_in"], turn["tokens_out"] = reply.tokens_in, reply.tokens_out
     return turn
 
@@ -330,12 +382,12 @@ def _user_turn(turn: UserTurn) -> dict[str, Any]:
     return record
 
 
-def _cut(value: Any) -> Any:
-    """A function response as the transcript keeps it: about 2 KB at most."""
+def _cut(value: Any, limit: int = TRANSCRIPT_LIMIT) -> Any:
+    """A function response (or call) as the transcript keeps it: ``limit`` characters at most."""
     text = json.dumps(value, default=str)
-    if len(text) <= TRANSCRIPT_LIMIT:
+    if len(text) <= limit:
         return value
-    return f"{text[:TRANSCRIPT_LIMIT]}… [{len(text) - TRANSCRIPT_LIMIT} more characters]"
+    return f"{text[:limit]}… [{len(text) - limit} more characters]"
 
 
 def _plain(value: Any) -> Any:

@@ -19,6 +19,8 @@ from theow_workers.core.explorer import Exploration, ExploreService, ExploreSett
 from theow_workers.core.llm import Budget, Outcome, offered
 from theow_workers.core.proposal import Repository
 from theow_workers.core.query import query_text
+from theow_workers.core.redact import Masker, settings_secrets
+from theow_workers.core.rules import prompt_path
 from theow_workers.explorer.sandbox import sandbox_problem
 from theow_workers.explorer.tools import Workspace, deployment_tools, read_log_tool
 
@@ -67,6 +69,7 @@ def service(runtime: Runtime) -> ExploreService:
         ),
         regex_timeout=s.regex_timeout,
         load_prompt=lambda template: load_prompt(template, s.rule_layers),
+        mask=Masker(settings_secrets(s)),
     )
 
 
@@ -95,18 +98,33 @@ def explorer_problem(settings: Any) -> str | None:
 
 
 def load_prompt(template: str, rule_layers: Sequence[Path]) -> str:
-    """An inline prompt, or ``file://PATH`` relative to a rule layer's parent directory
-    or the layer itself (the last layer first), or absolute."""
-    if not template.startswith("file://"):
+    """An inline prompt, or ``file://PATH`` in a rule layer or the ``prompts/`` folder
+    beside it (the last layer first).
+
+    Only those folders: the prompt goes to the model, so an absolute path, ``..``
+    or a symlink (which could name ``/proc/self/environ`` or a secret file) is
+    refused with a ValueError, as is a missing file.
+    """
+    relative = prompt_path(template)
+    if relative is None:
         return template
-    relative = template.removeprefix("file://")
     for layer in reversed(rule_layers):
-        for base in (layer.resolve().parent, layer.resolve()):
+        for base in (layer.parent, layer):
+            if base == layer.parent and relative.parts[0] != "prompts":
+                continue  # beside a rule layer, only its prompts/ folder
             path = base / relative
+            if path.is_symlink() or any(p.is_symlink() for p in _between(base, path)):
+                raise ValueError(f"prompt template {template!r} is a symlink ({path}): refused")
             if path.is_file():
                 return path.read_text(encoding="utf-8")
-    where = ", ".join(map(str, rule_layers))
-    raise FileNotFoundError(f"prompt template {template!r} not found next to {where}")
+    where = ", ".join(f"{layer}, {layer.parent / 'prompts'}" for layer in rule_layers)
+    raise ValueError(f"prompt template {template!r} not found in {where}")
+
+
+def _between(base: Path, path: Path) -> list[Path]:
+    """The folders from ``base`` (excluded) down to ``path``'s parent."""
+    parts = path.relative_to(base).parts
+    return [base.joinpath(*parts[:i]) for i in range(1, len(parts))]
 
 
 def explore_failure(
