@@ -122,11 +122,11 @@ def failure_page(failure_id: str) -> str:
     from theow_workers.web.app import create_app
 
     settings = Settings.load(env=dict(os.environ))
-    with TestClient(create_app(settings), base_url="http://testserver") as http:
+    with TestClient(create_app(settings), base_url="http://127.0.0.1") as http:
         login = http.post(
             "/login",
             data={"name": "reader", "password": READONLY_PASSWORD, "next": "/"},
-            headers={"origin": "http://testserver"},
+            headers={"origin": "http://127.0.0.1"},
             follow_redirects=False,
         )
         assert login.status_code == 303, login.text
