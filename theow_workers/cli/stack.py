@@ -144,6 +144,7 @@ def up(
     try:
         with waiting("starting Valkey, Milvus Lite and SQLite", after=0):
             stack.start()
+        env_file = _local_client(s)
         stack.start_worker(["resolve"], concurrency=workers)
         # A separate, lower-priority worker: a replay (or learning a passing run)
         # never occupies the resolvers.
@@ -159,9 +160,11 @@ def up(
         if web_cmd is not None:
             web_log = stack.home / "web.log"
             stack.processes.append(("web", web_cmd.start(stack.environment(), web_log)))
-    except StackError as exc:
+    except (StackError, OSError) as exc:
+        stack.stop()
         raise fail(str(exc)) from None
     out.print(f"theow is up: broker {s.redis_url}, milvus {s.milvus_uri}, db {s.store_url}")
+    out.print(f"theow-client on this machine: broker and agent token in {env_file}")
     if flower_cmd is not None:
         out.print(f"flower: {flower_cmd.url} (user {s.flower_user}, THEOW_FLOWER_PASSWORD)")
     if web_cmd is not None:
@@ -179,6 +182,16 @@ def up(
         out.print("stopping…")
     finally:
         stack.stop()
+
+
+def _local_client(s: Settings) -> Path:
+    """A local agent token, written with the broker URL where ``theow-client`` finds them."""
+    from theow_workers.client_env import local_agent_token, write_client_env
+    from theow_workers.store.schema import make_engine
+    from theow_workers.store.tokens import TokenStore
+
+    token = local_agent_token(s, TokenStore(make_engine(s.store_url)))
+    return write_client_env(s, s.redis_url, token)
 
 
 def refuse_taken_ports(ports: list[tuple[str, int, str]]) -> None:
