@@ -163,6 +163,8 @@ class Ticket:
     # With a token: the client reads the verdict from its agent's verdict key.
     client: TheowClient | None = field(default=None, repr=False)
     agent: str = ""
+    # The submission's signature: a refusal of this very message is kept under it.
+    signature: str = field(default="", repr=False)
 
     @property
     def spooled(self) -> bool:
@@ -207,10 +209,14 @@ class Ticket:
     def _poll(self, client: TheowClient, timeout: float) -> Verdict:
         """Read the agent's verdict key until it is there: a GET, so any waiter sees it again."""
         key = names.verdict_key(self.agent, self.failure_id)
+        refusal = names.refusal_key(self.agent, self.failure_id, self.signature)
         deadline, pause = time.monotonic() + timeout, POLL_FIRST
         while True:
             try:
-                raw = client.app.backend.client.get(key)
+                redis = client.app.backend.client
+                raw = redis.get(key)
+                if raw is None and self.signature:
+                    raw = redis.get(refusal)
             except UNREACHABLE as exc:
                 client.close()
                 raise TheowUnavailable(
@@ -366,16 +372,26 @@ class TheowClient:
             fallback=fallback,
             max_retries=max_retries,
         )
+        signed = self.signed(names.TASK_RESOLVE, payload)
         try:
-            result = self.send(payload)
+            result = self._publish(signed)
         except Exception as exc:  # a bad URL, a broken install, a bug: kept all the same
-            path = self._spool(payload, exc)
+            path = self._spool(payload, exc)  # unsigned: signed again when flushed
             return Ticket(payload["failure_id"], spool_path=path, spooled_for=exc)
         log.debug("theow: submitted failure %s", payload["failure_id"])
-        return Ticket(payload["failure_id"], result, client=self, agent=self.agent)
+        signature = signing.signed_by(signed)
+        return Ticket(
+            payload["failure_id"], result, client=self, agent=self.agent,
+            signature=signature.sig if signature else "",
+        )  # fmt: skip
 
     def send(self, payload: dict[str, Any]) -> Any:
-        """Publish a ready payload; raise one of UNREACHABLE if that fails.
+        """Sign and publish a ready payload; raise one of UNREACHABLE if that fails."""
+        # Signed as it leaves (a spooled failure is signed when flushed): the time is now.
+        return self._publish(self.signed(names.TASK_RESOLVE, payload))
+
+    def _publish(self, payload: dict[str, Any]) -> Any:
+        """Publish a signed payload.
 
         The result backend is pinged first: it is the same Redis, and a ping
         fails fast and cleanly where Celery's own reconnect logic would not.
@@ -385,8 +401,7 @@ class TheowClient:
             app.backend.client.ping()
             return app.send_task(
                 names.TASK_RESOLVE,
-                # Signed as it leaves (a spooled failure is signed when flushed): the time is now.
-                args=[self.signed(names.TASK_RESOLVE, payload)],
+                args=[payload],
                 task_id=payload["failure_id"],
                 queue=names.QUEUE_RESOLVE,
                 retry=False,

@@ -32,8 +32,12 @@ Redis keys (all under ``theow:``):
     A string, not a list popped by BLPOP, so a second waiter (another process,
     ``theow-client wait``) and a re-read see the same verdict. Agent-scoped, so
     a broker ACL can let an agent read ``theow:verdict:<its name>:*`` and
-    nothing else; a rejection for a bad signature is written only where no
-    verdict is (``SET NX``), so it can never replace a real one.
+    nothing else.
+``theow:verdict:<agent>:<failure_id>:refused:<signature>``
+    String with the same TTL: why a message claiming to be that agent's was
+    refused (a wrong or revoked token), under the refused message's own
+    signature, which only its sender knows: a forger's refusal can never
+    stand in for another message's verdict.
 ``theow:refused``
     Hash, task name -> how many messages of that task were refused because
     their sender could not be verified (``theow_workers.identity``);
@@ -140,6 +144,10 @@ VERDICT_TTL = 24 * 3600
 
 def verdict_key(agent: str, failure_id: str) -> str:
     return f"{KEY_PREFIX}verdict:{agent}:{failure_id}"
+
+
+def refusal_key(agent: str, failure_id: str, signature: str) -> str:
+    return f"{verdict_key(agent, failure_id)}:refused:{signature[:64]}"
 
 
 def key_deliveries(failure_id: str) -> str:

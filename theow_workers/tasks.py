@@ -113,8 +113,8 @@ def _refused_submission(
     """Record a submission whose sender is unverified as rejected, under an id of its own.
 
     The sender reads why: an old client without a token in the task's result,
-    a client whose token is wrong under its verdict key, written only where no
-    verdict is yet (a forger cannot replace a real verdict with a rejection).
+    a client whose token is wrong under ``names.refusal_key`` (its message's
+    own signature: a forger's refusal never stands in for a real verdict).
     """
     unreadable = isinstance(payload, dict) and names.UNREADABLE in payload
     if not unreadable:  # a message no one could read is not a refused sender
@@ -125,11 +125,12 @@ def _refused_submission(
     body.pop(signing.AUTH, None)
     reason = str(payload[names.UNREADABLE])[:500] if unreadable else f"refused: {refused}"
     verdict = rt.service.reject(body, own_id, reason).to_dict()
-    if refused.claimed and signing.NAME.match(refused.claimed):
+    found = signing.signed_by(payload)
+    if found is not None and signing.NAME.match(found.name):
         answer = {**verdict, "failure_id": requested}
-        with_key = names.verdict_key(refused.claimed, requested)
+        with_key = names.refusal_key(found.name, requested, found.sig)
         try:
-            rt.redis.set(with_key, json.dumps(answer), nx=True, ex=names.VERDICT_TTL)
+            rt.redis.set(with_key, json.dumps(answer), ex=names.VERDICT_TTL)
         except Exception as exc:  # the rejection is recorded; telling the agent is best effort
             log.warning("could not tell %s why its message was refused: %s", refused.claimed, exc)
     return verdict
