@@ -146,7 +146,7 @@ class RulesCollector(Collector):
             labels=["task"],
         )
         for task, count in sorted(refused.items()):
-            counter.add_metric([bytes(task).decode()], float(count))
+            counter.add_metric([task if isinstance(task, str) else task.decode()], float(count))
         yield counter
 
 
