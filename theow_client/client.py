@@ -299,7 +299,8 @@ class TheowClient:
         url_name: str = "redis_url",
         token: str | None = None,
     ) -> None:
-        self.token = _agent_token(config.agent_token(token))
+        self._token_arg = token
+        self._token: signing.AgentToken | None = None
         self.redis_url = config.redis_url(redis_url)
         # How messages name the URL's origin: ``url_name`` (e.g. --redis-url) when given.
         self.url_source = config.redis_url_source(redis_url, url_name)
@@ -308,15 +309,24 @@ class TheowClient:
         self._app: Any = None
 
     @property
+    def token(self) -> signing.AgentToken | None:
+        """The agent's token, looked for until found: ``theow up`` may write it after we start."""
+        if self._token is None:
+            self._token = _agent_token(config.agent_token(self._token_arg))
+        return self._token
+
+    @property
     def agent(self) -> str:
         """This client's agent name, from its token ("" without one)."""
-        return self.token.name if self.token is not None else ""
+        token = self.token
+        return token.name if token is not None else ""
 
     def signed(self, task: str, payload: dict[str, Any]) -> dict[str, Any]:
         """``payload`` signed for ``task`` with the agent's token (as it is, without one)."""
-        if self.token is None:
+        token = self.token
+        if token is None:
             return payload
-        return signing.sign(task, payload, self.token.name, self.token.signing_key)
+        return signing.sign(task, payload, token.name, token.signing_key)
 
     @property
     def app(self) -> Any:

@@ -39,15 +39,16 @@ def write_client_env(settings: Settings, redis_url: str, token: str) -> Path:
     return path
 
 
-def local_agent_token(settings: Settings, tokens: TokenStore) -> str:
-    """The local agent's token: the one in the env file while it works, else a new one."""
+def local_agent_token(tokens: TokenStore) -> str:
+    """The local agent's token: the one in the env file while it works, else a new one.
+
+    Its broker user is the caller's to make (``grant_broker_access``), once the broker runs.
+    """
     current = config.client_env().get(config.ENV_AGENT_TOKEN, "")
     found = tokens.find(current) if current else None
     if found is not None and found.scope == "agent":
         return current
-    token = str(tokens.replace(LOCAL_AGENT, "agent"))
-    grant_broker_access(settings, LOCAL_AGENT, token)
-    return token
+    return str(tokens.replace(LOCAL_AGENT, "agent"))
 
 
 def grant_broker_access(settings: Settings, name: str, token: str) -> bool:

@@ -114,6 +114,7 @@ def up(
     Every port is checked before anything starts; clients reach Valkey at the
     broker URL printed (THEOW_REDIS_URL).
     """
+    from theow_workers.client_env import LOCAL_AGENT, grant_broker_access
     from theow_workers.ops.flower import FlowerError, flower_command
     from theow_workers.stack import EmbeddedStack, StackError, with_port
     from theow_workers.web.auth import WebAuthError
@@ -142,9 +143,11 @@ def up(
         ports.append(("127.0.0.1", flower_port or s.flower_port, "--flower-port"))
     refuse_taken_ports(ports)
     try:
+        # First: a client started with the stack finds its token as soon as Valkey listens.
+        env_file, token = _local_client(s)
         with waiting("starting Valkey, Milvus Lite and SQLite", after=0):
             stack.start()
-        env_file = _local_client(s)
+        grant_broker_access(s, LOCAL_AGENT, token)
         stack.start_worker(["resolve"], concurrency=workers)
         # A separate, lower-priority worker: a replay (or learning a passing run)
         # never occupies the resolvers.
@@ -184,14 +187,15 @@ def up(
         stack.stop()
 
 
-def _local_client(s: Settings) -> Path:
+def _local_client(s: Settings) -> tuple[Path, str]:
     """A local agent token, written with the broker URL where ``theow-client`` finds them."""
     from theow_workers.client_env import local_agent_token, write_client_env
-    from theow_workers.store.schema import make_engine
     from theow_workers.store.tokens import TokenStore
 
-    token = local_agent_token(s, TokenStore(make_engine(s.store_url)))
-    return write_client_env(s, s.redis_url, token)
+    tokens = TokenStore.at(s.store_url)
+    token = local_agent_token(tokens)
+    tokens.close()
+    return write_client_env(s, s.redis_url, token), token
 
 
 def refuse_taken_ports(ports: list[tuple[str, int, str]]) -> None:

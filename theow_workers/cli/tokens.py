@@ -19,13 +19,9 @@ tokens_app = typer.Typer(
 
 def _store() -> TokenStore:
     """The token store, its database brought up to date first (a fresh install has none)."""
-    from theow_workers.store.schema import make_engine, migrate
     from theow_workers.store.tokens import TokenStore
 
-    url = load_settings().store_url
-    engine = make_engine(url)  # makes a SQLite file's directory
-    migrate(url)
-    return TokenStore(engine)
+    return TokenStore.at(load_settings().store_url)
 
 
 @tokens_app.command("add")

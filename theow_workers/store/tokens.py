@@ -25,7 +25,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
 from theow_client.signing import AgentToken, TokenError
-from theow_workers.store.schema import TokenRow
+from theow_workers.store.schema import TokenRow, make_engine, migrate
 
 SCOPES = ("agent", "api-read", "operator")
 # Seconds a worker trusts what it read of a token: a revocation takes effect within this.
@@ -65,6 +65,16 @@ class TokenStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._cache: dict[str, tuple[float, Known | None]] = {}
+
+    @classmethod
+    def at(cls, url: str) -> TokenStore:
+        """The token store of the database at ``url``, its schema brought up to date first."""
+        engine = make_engine(url)  # makes a SQLite file's directory, which migrating needs
+        migrate(url)
+        return cls(engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
 
     def add(self, name: str, scope: str) -> AgentToken:
         """A new token; the only time its secret is seen."""
