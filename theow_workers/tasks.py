@@ -59,7 +59,7 @@ def resolve(self: Task, payload: Any = None, *_: Any, **__: Any) -> dict[str, An
     try:
         who = rt.verifier.verify(names.TASK_RESOLVE, payload, AGENT)
     except Refused as refused:
-        return _refused_submission(rt, payload, requested, refused)
+        return _refused_submission(rt, payload, requested, refused, str(self.request.id))
     payload = _as_sent_by(rt, who, payload, requested)
     failure_id = payload["failure_id"]
     try:
@@ -107,8 +107,13 @@ def _as_sent_by(
     return {**body, "failure_id": failure_id, "idempotency_key": key, "notes": notes}
 
 
+def refused_id(task_id: str) -> str:
+    """The failure id a refused submission is recorded under (see ``_refused_submission``)."""
+    return str(uuid.uuid5(signing.FAILURE_ID_NAMESPACE, json.dumps(["refused", task_id])))
+
+
 def _refused_submission(
-    rt: runtime.Runtime, payload: Any, requested: str, refused: Refused
+    rt: runtime.Runtime, payload: Any, requested: str, refused: Refused, task_id: str
 ) -> dict[str, Any]:
     """Record a submission whose sender is unverified as rejected, under an id of its own.
 
@@ -119,7 +124,9 @@ def _refused_submission(
     unreadable = isinstance(payload, dict) and names.UNREADABLE in payload
     if not unreadable:  # a message no one could read is not a refused sender
         count_refused(rt.redis, names.TASK_RESOLVE)
-    own_id = str(uuid.uuid4())
+    # Its own id, from the message's task id: never another failure's, and one row however
+    # often the message is delivered.
+    own_id = refused_id(task_id)
     kept = {"failure_id": own_id, "claimed": {"failure_id": requested, "agent": refused.claimed}}
     body = {**(payload if isinstance(payload, dict) else {"payload": payload}), **kept}
     body.pop(signing.AUTH, None)
