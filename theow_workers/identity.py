@@ -15,8 +15,10 @@ count) and exported as ``theow_refused_messages_total``.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,6 +88,28 @@ class Verifier:
             wanted = " or ".join(sorted(scopes))
             raise Refused(f"{task} takes a {wanted} credential, not {scope} {name!r}", name)
         return Identity(name, scope)
+
+
+def submission_id(agent: str, body: dict[str, Any], requested: str) -> tuple[str, str | None]:
+    """A verified submission's failure id (``signing.failure_id``) and idempotency key."""
+    key = body.get("idempotency_key")
+    key = str(key)[:200] if key is not None else None
+    job = body.get("job") if isinstance(body.get("job"), str) else None
+    raw = body.get("facts_json")
+    try:
+        facts_json = raw if isinstance(raw, str) else json.dumps(body.get("facts"), default=str)
+    except (ValueError, RecursionError):  # the resolve path refuses such facts, with the reason
+        facts_json = ""
+    nonce = str(body.get("nonce") or requested)[:200]
+    return signing.failure_id(agent, job, key, facts_json, nonce), key
+
+
+def refused_id(task_id: str) -> str:
+    """The failure id of a refused submission: its own, from its task id, whatever it claims.
+
+    Never another failure's, and one row however often the message is delivered.
+    """
+    return str(uuid.uuid5(signing.FAILURE_ID_NAMESPACE, json.dumps(["refused", task_id])))
 
 
 def count_refused(redis: Any, task: str) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 from typing import Any
 
 from celery import Task
@@ -28,7 +27,15 @@ from theow_workers.core.normal import passing_run
 from theow_workers.core.ports import OwnerTimeout
 from theow_workers.core.service import failure_id_of
 from theow_workers.explorer.run import explore_failure, record_explore_error
-from theow_workers.identity import AGENT, WORKER, Identity, Refused, count_refused
+from theow_workers.identity import (
+    AGENT,
+    WORKER,
+    Identity,
+    Refused,
+    count_refused,
+    refused_id,
+    submission_id,
+)
 from theow_workers.runtime import RulesInvalid
 from theow_workers.store import StoreUnavailable
 
@@ -86,13 +93,7 @@ def _as_sent_by(
     of its own, with the others noted under ``notes.conflict``.
     """
     body = signing.unsigned(payload)
-    key = body.get("idempotency_key")
-    key = str(key)[:200] if key is not None else None
-    job = body.get("job") if isinstance(body.get("job"), str) else None
-    raw = body.get("facts_json")
-    facts_json = raw if isinstance(raw, str) else json.dumps(body.get("facts"), default=str)
-    nonce = str(body.get("nonce") or requested)[:200]
-    failure_id = signing.failure_id(who.name, job, key, facts_json, nonce)
+    failure_id, key = submission_id(who.name, body, requested)
     notes = dict(body["notes"]) if isinstance(body.get("notes"), dict) else {}
     notes.pop("conflict", None)  # the worker's to say, not the agent's
     if key is not None:
@@ -105,11 +106,6 @@ def _as_sent_by(
                 "or with other facts: recorded as a failure of its own",
             }
     return {**body, "failure_id": failure_id, "idempotency_key": key, "notes": notes}
-
-
-def refused_id(task_id: str) -> str:
-    """The failure id a refused submission is recorded under (see ``_refused_submission``)."""
-    return str(uuid.uuid5(signing.FAILURE_ID_NAMESPACE, json.dumps(["refused", task_id])))
 
 
 def _refused_submission(
