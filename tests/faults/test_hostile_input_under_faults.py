@@ -25,6 +25,7 @@ from theow_workers.core.service import failure_id_of
 from theow_workers.identity import refused_id, submission_id
 from theow_workers.store.results import SqlStore
 from theow_workers.store.schema import FailureRow, VerdictRow
+from theow_workers.wire import MAX_MESSAGE_DEPTH, deeper_than
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
@@ -106,8 +107,12 @@ def signed(client: TheowClient, payload: Any) -> Any:
 
 
 def recorded_id(client: TheowClient, payload: Any, task_id: str) -> str:
-    """The id the worker records a payload under: derived from the agent, or a refused one's."""
-    if isinstance(payload, dict) and (signing.AUTH in payload or "nonce" in payload):
+    """The id the worker records a payload under: derived from the agent, or a refused one's.
+
+    A message too deep to decode (``wire``) is refused whatever it carries.
+    """
+    readable = not deeper_than([[payload], {}, {}], MAX_MESSAGE_DEPTH)  # as the message's body
+    if readable and isinstance(payload, dict) and (signing.AUTH in payload or "nonce" in payload):
         body = signing.unsigned(payload)
         return submission_id(client.agent, body, failure_id_of(body, task_id))[0]
     return refused_id(task_id)
