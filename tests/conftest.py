@@ -76,6 +76,16 @@ def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 60) -> 
     raise RuntimeError(f"nothing listened on {port} within {timeout}s")
 
 
+@pytest.fixture(autouse=True)
+def _client_env_file(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tests never read or write the machine's own client env file (``theow up`` writes one)."""
+    monkeypatch.setenv(
+        "THEOW_CLIENT_ENV", str(tmp_path_factory.mktemp("client-env") / "client.env")
+    )
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
     url = os.environ.get("THEOW_TEST_REDIS_URL")

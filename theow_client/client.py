@@ -16,9 +16,11 @@ after ``timeout``; a spooled ticket answers at once with status ``spooled``.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import sys
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -29,19 +31,19 @@ from celery.exceptions import TimeoutError as CeleryTimeoutError
 from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
 
-from theow_client import config, names
+from theow_client import config, names, signing
 from theow_client.facts import bound_facts, dumps_facts
+from theow_client.job import job_fact
 from theow_client.redact import redact, summary
 from theow_client.spool import Spool, SpoolError
 from theow_client.verdict import Status, Verdict, jsonable
 
 log = logging.getLogger("theow.client")
 
-# Fixed forever: the same idempotency key must give the same failure id on
-# every agent and every release, or a duplicate submit would count twice.
-FAILURE_ID_NAMESPACE = uuid.UUID("f4547d6e-1de0-417c-914f-d8a155c80a85")
 DEFAULT_SOURCE = "theow-client"
 DEFAULT_WAIT_TIMEOUT = 60.0
+# How often a waiting client reads its verdict key: quickly at first, then calmly.
+POLL_FIRST, POLL_MOST = 0.02, 0.25
 
 # What "the broker is unreachable" looks like from here. RuntimeError is how
 # Celery's Redis result backend reports a failed reconnect.
@@ -52,21 +54,31 @@ class TheowUnavailable(ConnectionError):
     """Theow could not be reached and the failure could not be kept either."""
 
 
-def failure_id_for(idempotency_key: str | None = None) -> str:
-    """A new failure id, or the one that ``idempotency_key`` always maps to.
+def failure_id_for(
+    idempotency_key: str | None = None,
+    *,
+    agent: str = "",
+    job: str | None = None,
+    facts_json: str = "",
+) -> str:
+    """A new failure id, or the one that ``idempotency_key`` maps to for this agent, job and facts.
+
+    The worker derives the same id from the verified agent (``signing.failure_id``).
 
     >>> failure_id_for("build-42/step-3") == failure_id_for("build-42/step-3")
     True
     """
     if idempotency_key is None:
-        return str(uuid.uuid4())
-    return str(uuid.uuid5(FAILURE_ID_NAMESPACE, idempotency_key))
+        return signing.failure_id(agent, job, None, facts_json, nonce=str(uuid.uuid4()))
+    return signing.failure_id(agent, job, idempotency_key, facts_json)
 
 
 def build_payload(
     facts: Any,
     *,
-    failure_id: str,
+    failure_id: str | None = None,
+    agent: str = "",
+    idempotency_key: str | None = None,
     explore: bool = False,
     source: str = DEFAULT_SOURCE,
     rules: list[str] | tuple[str, ...] | None = None,
@@ -83,9 +95,18 @@ def build_payload(
     bounded, truncated = bound_facts(facts)
     # Before the payload is spooled or sent: no secret leaves the agent in clear.
     bounded = redact(bounded)
+    facts_json = dumps_facts(bounded)
+    job = job_fact(bounded) if isinstance(bounded, dict) else None
+    nonce = failure_id or str(uuid.uuid4())
+    if failure_id is None or idempotency_key is not None:
+        # The id the worker will derive from the verified agent: where the verdict comes back.
+        failure_id = signing.failure_id(agent, job, idempotency_key, facts_json, nonce=nonce)
     payload: dict[str, Any] = {
         "failure_id": failure_id,
-        "facts_json": dumps_facts(bounded),
+        "job": job,
+        "idempotency_key": idempotency_key,
+        "nonce": nonce,
+        "facts_json": facts_json,
         "explore": bool(explore),
         "source": source,
         "submitted_at": datetime.now(UTC).isoformat(),
@@ -98,6 +119,17 @@ def build_payload(
         "notes": {"truncated": truncated},
     }
     return payload
+
+
+def _agent_token(text: str | None) -> signing.AgentToken | None:
+    """The parsed token; a malformed one is logged and not used (the worker then says why)."""
+    if not text:
+        return None
+    try:
+        return signing.AgentToken.parse(text, where=f"the agent token (${config.ENV_AGENT_TOKEN})")
+    except signing.TokenError as exc:
+        log.warning("theow: %s; sending unsigned", exc)
+        return None
 
 
 def _stop_listening(result: Any) -> None:
@@ -123,10 +155,16 @@ class Ticket:
     """A submitted (or spooled) failure whose verdict can be waited for."""
 
     failure_id: str
-    result: Any = field(default=None, repr=False)  # celery AsyncResult; None when spooled
+    # celery AsyncResult: how a client without a token reads its (rejected) verdict.
+    result: Any = field(default=None, repr=False)
     spool_path: Path | None = None
     # Why it was spooled instead of sent.
     spooled_for: BaseException | None = field(default=None, repr=False)
+    # With a token: the client reads the verdict from its agent's verdict key.
+    client: TheowClient | None = field(default=None, repr=False)
+    agent: str = ""
+    # The submission's signature: a refusal of this very message is kept under it.
+    signature: str = field(default="", repr=False)
 
     @property
     def spooled(self) -> bool:
@@ -144,7 +182,7 @@ class Ticket:
         status ``error``; no answer in time raises ``TimeoutError``; losing
         the broker while waiting raises TheowUnavailable.
         """
-        if self.result is None:
+        if self.spooled or (self.result is None and self.client is None):
             cause = self.spooled_for
             why = one_line(cause) if cause and not isinstance(cause, UNREACHABLE) else ""
             return Verdict(
@@ -152,13 +190,12 @@ class Ticket:
                 status=Status.SPOOLED,
                 reason=f"{why or 'broker unreachable'}; spooled to {self.spool_path}",
             )
+        if self.agent and self.client is not None:
+            return self._poll(self.client, timeout)
         try:
             value = self.result.get(timeout=timeout, propagate=False, disable_sync_subtasks=False)
         except CeleryTimeoutError as exc:
-            raise TimeoutError(
-                f"no verdict for failure {self.failure_id} within {timeout:g}s "
-                "(is a resolver worker running?)"
-            ) from exc
+            raise TimeoutError(self._no_verdict(timeout)) from exc
         except UNREACHABLE as exc:
             raise TheowUnavailable(
                 f"lost the broker while waiting for failure {self.failure_id}: {one_line(exc)}"
@@ -167,6 +204,42 @@ class Ticket:
             _stop_listening(self.result)
         if self.result.failed():
             return self._error(f"the resolve task failed on the worker: {one_line(value)}")
+        return self._read(value)
+
+    def _poll(self, client: TheowClient, timeout: float) -> Verdict:
+        """Read the agent's verdict key until it is there: a GET, so any waiter sees it again."""
+        key = names.verdict_key(self.agent, self.failure_id)
+        refusal = names.refusal_key(self.agent, self.failure_id, self.signature)
+        deadline, pause = time.monotonic() + timeout, POLL_FIRST
+        while True:
+            try:
+                redis = client.app.backend.client
+                raw = redis.get(key)
+                if raw is None and self.signature:
+                    raw = redis.get(refusal)
+            except UNREACHABLE as exc:
+                client.close()
+                raise TheowUnavailable(
+                    f"lost the broker while waiting for failure {self.failure_id}: {one_line(exc)}"
+                ) from exc
+            if raw is not None:
+                try:
+                    return self._read(json.loads(raw))
+                except ValueError as exc:
+                    return self._error(f"malformed verdict from the worker ({one_line(exc)})")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(self._no_verdict(timeout))
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, POLL_MOST)
+
+    def _no_verdict(self, timeout: float) -> str:
+        return (
+            f"no verdict for failure {self.failure_id} within {timeout:g}s "
+            "(is a resolver worker running?)"
+        )
+
+    def _read(self, value: Any) -> Verdict:
         try:
             return Verdict.from_dict(value)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -179,9 +252,10 @@ class Ticket:
         budget, rate_limited, session_limit, error), ``proposal_id`` when
         there is one, and ``reason``. Raises TimeoutError like ``wait``.
         """
-        if self.result is None:
+        if self.spooled or (self.result is None and self.client is None):
             return {"outcome": "spooled", "proposal_id": None, "reason": "not sent yet"}
-        pending = self.result.app.AsyncResult(names.explore_task_id(self.failure_id))
+        app = self.client.app if self.client is not None else self.result.app
+        pending = app.AsyncResult(names.explore_task_id(self.failure_id))
         try:
             value = pending.get(timeout=timeout, propagate=False, disable_sync_subtasks=False)
         except CeleryTimeoutError as exc:
@@ -223,13 +297,36 @@ class TheowClient:
         timeout: float = config.DEFAULT_CONNECT_TIMEOUT,
         *,
         url_name: str = "redis_url",
+        token: str | None = None,
     ) -> None:
+        self._token_arg = token
+        self._token: signing.AgentToken | None = None
         self.redis_url = config.redis_url(redis_url)
         # How messages name the URL's origin: ``url_name`` (e.g. --redis-url) when given.
         self.url_source = config.redis_url_source(redis_url, url_name)
         self.spool = Spool(config.spool_dir(spool_dir))
         self.timeout = timeout
         self._app: Any = None
+
+    @property
+    def token(self) -> signing.AgentToken | None:
+        """The agent's token, looked for until found: ``theow up`` may write it after we start."""
+        if self._token is None:
+            self._token = _agent_token(config.agent_token(self._token_arg))
+        return self._token
+
+    @property
+    def agent(self) -> str:
+        """This client's agent name, from its token ("" without one)."""
+        token = self.token
+        return token.name if token is not None else ""
+
+    def signed(self, task: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """``payload`` signed for ``task`` with the agent's token (as it is, without one)."""
+        token = self.token
+        if token is None:
+            return payload
+        return signing.sign(task, payload, token.name, token.signing_key)
 
     @property
     def app(self) -> Any:
@@ -276,7 +373,8 @@ class TheowClient:
         """
         payload = build_payload(
             facts,
-            failure_id=failure_id_for(idempotency_key),
+            agent=self.agent,
+            idempotency_key=idempotency_key,
             explore=explore,
             source=source,
             rules=rules,
@@ -284,16 +382,26 @@ class TheowClient:
             fallback=fallback,
             max_retries=max_retries,
         )
+        signed = self.signed(names.TASK_RESOLVE, payload)
         try:
-            result = self.send(payload)
+            result = self._publish(signed)
         except Exception as exc:  # a bad URL, a broken install, a bug: kept all the same
-            path = self._spool(payload, exc)
+            path = self._spool(payload, exc)  # unsigned: signed again when flushed
             return Ticket(payload["failure_id"], spool_path=path, spooled_for=exc)
         log.debug("theow: submitted failure %s", payload["failure_id"])
-        return Ticket(payload["failure_id"], result)
+        signature = signing.signed_by(signed)
+        return Ticket(
+            payload["failure_id"], result, client=self, agent=self.agent,
+            signature=signature.sig if signature else "",
+        )  # fmt: skip
 
     def send(self, payload: dict[str, Any]) -> Any:
-        """Publish a ready payload; raise one of UNREACHABLE if that fails.
+        """Sign and publish a ready payload; raise one of UNREACHABLE if that fails."""
+        # Signed as it leaves (a spooled failure is signed when flushed): the time is now.
+        return self._publish(self.signed(names.TASK_RESOLVE, payload))
+
+    def _publish(self, payload: dict[str, Any]) -> Any:
+        """Publish a signed payload.
 
         The result backend is pinged first: it is the same Redis, and a ping
         fails fast and cleanly where Celery's own reconnect logic would not.
@@ -343,7 +451,7 @@ class TheowClient:
         try:
             self.app.send_task(
                 names.TASK_CLIENT_OUTCOME,
-                args=[report],
+                args=[self.signed(names.TASK_CLIENT_OUTCOME, report)],
                 queue=names.QUEUE_RESOLVE,
                 retry=False,
                 ignore_result=True,
@@ -357,7 +465,7 @@ class TheowClient:
 
     def ticket(self, failure_id: str) -> Ticket:
         """A Ticket for a failure submitted earlier, e.g. by another process."""
-        return Ticket(failure_id, self.app.AsyncResult(failure_id))
+        return Ticket(failure_id, self.app.AsyncResult(failure_id), client=self, agent=self.agent)
 
     def flush(self) -> tuple[int, int]:
         """Send spooled failures, oldest first; return ``(sent, remaining)``.

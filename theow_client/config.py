@@ -2,9 +2,10 @@
 
 This is also the one place that builds the client's Celery app.
 
-Build agents configure the client through the environment only: there is no
-config file to ship to every agent. An explicit argument always wins over the
-environment, and the environment over the defaults.
+Build agents configure the client through the environment. An explicit
+argument always wins over the environment, and the environment over the
+client's env file (``client.env``, written by ``theow up`` on the machine it
+runs on: the broker URL and a local agent token), and that over the defaults.
 
 >>> import os
 >>> os.environ["THEOW_REDIS_URL"] = "redis://theow.internal:6379/0"
@@ -33,6 +34,10 @@ ENV_SPOOL_DIR = "THEOW_SPOOL_DIR"
 ENV_ACTIONS_DIR = "THEOW_ACTIONS_DIR"
 # Seconds `theow-client run` waits for a failure's verdict; 0 turns waiting off fleet-wide.
 ENV_CLIENT_WAIT = "THEOW_CLIENT_WAIT"
+# The agent's token (``tw1.<name>.<secret>``, from ``theow tokens add NAME --scope agent``).
+ENV_AGENT_TOKEN = "THEOW_AGENT_TOKEN"
+# Where the client's env file is, when not $XDG_CONFIG_HOME/theow/client.env.
+ENV_CLIENT_ENV = "THEOW_CLIENT_ENV"
 
 DEFAULT_SPOOL_DIR = "~/.cache/theow/spool"
 DEFAULT_ACTIONS_DIR = "actions"
@@ -57,14 +62,54 @@ class RedisURLError(ValueError):
 
 def redis_url(explicit: str | None = None) -> str:
     """The Redis URL used as both Celery broker and result backend."""
-    return explicit or os.environ.get(ENV_REDIS_URL) or names.DEFAULT_REDIS_URL
+    return (
+        explicit
+        or os.environ.get(ENV_REDIS_URL)
+        or client_env().get(ENV_REDIS_URL)
+        or names.DEFAULT_REDIS_URL
+    )
 
 
 def redis_url_source(explicit: str | None = None, explicit_name: str = "redis_url") -> str:
     """Where ``redis_url(explicit)`` came from, for messages: an argument, the variable, the default."""
     if explicit:
         return explicit_name
-    return ENV_REDIS_URL if os.environ.get(ENV_REDIS_URL) else "the default broker URL"
+    if os.environ.get(ENV_REDIS_URL):
+        return ENV_REDIS_URL
+    if client_env().get(ENV_REDIS_URL):
+        return f"{ENV_REDIS_URL} in {client_env_path()}"
+    return "the default broker URL"
+
+
+def client_env_path() -> Path:
+    """The client's env file: $THEOW_CLIENT_ENV, else $XDG_CONFIG_HOME (or ~/.config)/theow/client.env."""
+    explicit = os.environ.get(ENV_CLIENT_ENV)
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CONFIG_HOME") or "~/.config"
+    try:
+        return Path(base).expanduser() / "theow" / "client.env"
+    except RuntimeError:  # no home directory: no env file
+        return Path(tempfile.gettempdir()) / "theow-client.env"
+
+
+def client_env() -> dict[str, str]:
+    """The ``NAME=value`` lines of the client's env file; empty when there is none."""
+    try:
+        text = client_env_path().read_text()
+    except (OSError, UnicodeError):
+        return {}
+    pairs = (line.partition("=") for line in text.splitlines() if not line.startswith("#"))
+    return {name.strip(): value.strip() for name, sep, value in pairs if sep}
+
+
+def agent_token(explicit: str | None = None) -> str | None:
+    """The agent's token: ``explicit``, else $THEOW_AGENT_TOKEN, else the env file's; None if none.
+
+    Without one the client still sends, unsigned: the worker answers ``rejected``
+    and says why, rather than the build losing its failure.
+    """
+    return explicit or os.environ.get(ENV_AGENT_TOKEN) or client_env().get(ENV_AGENT_TOKEN) or None
 
 
 def safe_url(url: str) -> str:

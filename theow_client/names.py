@@ -25,6 +25,23 @@ Redis keys (all under ``theow:``):
     String with a short TTL kept fresh while a worker resolves that failure:
     a duplicate submit of the same failure waits for the first one's verdict
     instead of running the actions twice; a killed worker's claim expires.
+``theow:verdict:<agent>:<failure_id>``
+    String (the verdict's JSON), expires after ``VERDICT_TTL`` (a day). Set by
+    the resolve worker once a failure sent by that agent is decided (and again
+    when a client-side fix is settled); the agent's client polls it with GET.
+    A string, not a list popped by BLPOP, so a second waiter (another process,
+    ``theow-client wait``) and a re-read see the same verdict. Agent-scoped, so
+    a broker ACL can let an agent read ``theow:verdict:<its name>:*`` and
+    nothing else.
+``theow:verdict:<agent>:<failure_id>:refused:<signature>``
+    String with the same TTL: why a message claiming to be that agent's was
+    refused (a wrong or revoked token), under the refused message's own
+    signature, which only its sender knows: a forger's refusal can never
+    stand in for another message's verdict.
+``theow:refused``
+    Hash, task name -> how many messages of that task were refused because
+    their sender could not be verified (``theow_workers.identity``);
+    exported as ``theow_refused_messages_total``.
 ``theow:llm:<model>:requests`` / ``theow:llm:<model>:tokens``
     Sorted sets, the sliding window of the global rate limit
     (``theow_workers/adapters/ratelimit.lua``).
@@ -47,7 +64,8 @@ Redis keys (all under ``theow:``):
     client that reports a passing run of that job: at most one passing run per
     job per interval reaches the ``passing`` queue, however large the fleet.
 ``theow:normal:<job>``
-    Sorted set, template → time last seen (epoch seconds), expires
+    (``<job>`` is ``<agent>/<job>`` for what an agent's passing runs taught,
+    the job alone for what an operator's replay taught.) Sorted set, template → time last seen (epoch seconds), expires
     ``normal_ttl`` after the job's last learned passing run and holds at most
     ``MAX_TEMPLATES`` members (the least recently seen are dropped): the
     job's normal, mined from its recent passing runs.
@@ -101,10 +119,16 @@ KEY_RULES_ERROR = KEY_PREFIX + "rules:error"
 
 
 KEY_EXPLORE_CACHE = KEY_PREFIX + "explore:cache"
+KEY_REFUSED = KEY_PREFIX + "refused"
 
 
 def key_passing_sample(job: str) -> str:
     return f"{KEY_PREFIX}passing:sample:{job}"
+
+
+def agent_job(agent: str, job: str) -> str:
+    """A job as an agent's passing runs teach it: no agent teaches another's jobs' normals."""
+    return f"{agent}/{job}"
 
 
 def key_normal(job: str) -> str:
@@ -113,6 +137,17 @@ def key_normal(job: str) -> str:
 
 def key_normal_runs(job: str) -> str:
     return f"{KEY_PREFIX}normal-runs:{job}"
+
+
+VERDICT_TTL = 24 * 3600
+
+
+def verdict_key(agent: str, failure_id: str) -> str:
+    return f"{KEY_PREFIX}verdict:{agent}:{failure_id}"
+
+
+def refusal_key(agent: str, failure_id: str, signature: str) -> str:
+    return f"{verdict_key(agent, failure_id)}:refused:{signature[:64]}"
 
 
 def key_deliveries(failure_id: str) -> str:

@@ -74,7 +74,7 @@ def report_passing(
         payload = build_passing_payload(facts, job=job)
         app.send_task(
             names.TASK_PASSING,
-            args=[payload],
+            args=[client.signed(names.TASK_PASSING, payload)],
             queue=names.QUEUE_PASSING,
             retry=False,
             ignore_result=True,

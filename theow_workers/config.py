@@ -108,6 +108,11 @@ class Settings(BaseModel):
     normal_ttl: int = 14 * 24 * 3600
     normal_cache_seconds: float = 30.0
     worker_concurrency: int = 2
+    # Signs internal tasks (explore, replay) and lets workers accept them; empty: a secret
+    # generated into ``home`` (theow_workers.tokens.worker_key). Set alike on every worker.
+    worker_secret: SecretStr = SecretStr("")  # never printed: repr shows **********
+    # Seconds a signed task message stays acceptable after it was signed (a queue backlog).
+    signature_max_age: int = 7 * 24 * 3600
 
     # Replay (theow_workers/replay): small chunks, a bounded number queued, a separate
     # worker at lower CPU priority so live resolves come first. A chunk closes at

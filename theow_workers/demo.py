@@ -16,10 +16,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from theow_client import Status, TheowClient, Verdict
+from theow_workers.client_env import grant_broker_access
 from theow_workers.config import Settings
 from theow_workers.replay.reader import check, json_object, raw_lines
 from theow_workers.runtime import Knowledge, Runtime, sync_index
 from theow_workers.stack import EmbeddedStack, StackError
+from theow_workers.store.tokens import TokenStore
+
+DEMO_AGENT = "demo"
 
 
 def read_failures(path: Path) -> list[dict[str, Any]]:
@@ -61,7 +65,10 @@ def run_demo(settings: Settings, path: Path, timeout: float, console: Console) -
             f"({report.added + report.updated} embedded, {report.unchanged} unchanged)"
         )
         stack.start_worker(["resolve"])
-        verdicts = _submit_and_wait(settings, failures, timeout, console)
+        # The demo is an agent like any other: it signs with a token of its own.
+        token = str(TokenStore(rt.store.engine).replace(DEMO_AGENT, "agent"))
+        grant_broker_access(settings, DEMO_AGENT, token)
+        verdicts = _submit_and_wait(settings, failures, timeout, console, token)
     except StackError as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 1
@@ -73,10 +80,15 @@ def run_demo(settings: Settings, path: Path, timeout: float, console: Console) -
 
 
 def _submit_and_wait(
-    settings: Settings, failures: list[dict[str, Any]], timeout: float, console: Console
+    settings: Settings,
+    failures: list[dict[str, Any]],
+    timeout: float,
+    console: Console,
+    token: str,
 ) -> list[Verdict]:
     verdicts: list[Verdict] = []
-    with TheowClient(redis_url=settings.redis_url) as client, _progress(console) as progress:
+    client = TheowClient(redis_url=settings.redis_url, token=token)
+    with client, _progress(console) as progress:
         sending = progress.add_task("submitting", total=len(failures))
         tickets = []
         for facts in failures:

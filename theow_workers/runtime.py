@@ -172,6 +172,7 @@ class Runtime:
         self._redis: Any = None
         self._service: ResolveService | None = None
         self._explorer: Any = None
+        self._verifier: Any = None
         self._normals: Any = None
         self._knowledge: Knowledge | None = None  # the latest loaded
         self._served: ServedRules[Knowledge] = ServedRules()
@@ -375,6 +376,20 @@ class Runtime:
         from theow_workers.explorer.run import enqueue
 
         return enqueue(self, sub.failure_id, rule, sub.session_id)
+
+    @property
+    def verifier(self) -> Any:
+        """Checks who sent each task message (``theow_workers.identity``)."""
+        with self._lock:
+            if self._verifier is None:
+                from theow_workers.identity import Verifier
+                from theow_workers.store.tokens import TokenStore
+                from theow_workers.tokens import worker_key
+
+                s = self.settings
+                tokens = TokenStore(self.store.engine)
+                self._verifier = Verifier(tokens, worker_key(s), s.signature_max_age)
+            return self._verifier
 
     @property
     def explorer(self) -> Any:

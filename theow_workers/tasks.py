@@ -1,7 +1,15 @@
-"""Celery tasks: deserialize, call a service, return what it recorded."""
+"""Celery tasks: verify the sender, deserialize, call a service, return what it recorded.
+
+Every task first checks who sent its message (``theow_workers.identity``):
+agent tasks take an agent token's signature, internal ones the workers'. A
+refused message is never acted on; a refused submission is recorded as a
+``rejected`` failure under an id of its own, so a forged message can never
+take the id, and with it the verdict, of another agent's failure.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -9,7 +17,7 @@ from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded
 from celery.signals import worker_process_init
 
-from theow_client import names
+from theow_client import names, signing
 from theow_client.facts import FactsError
 from theow_workers import runtime
 from theow_workers.celery_app import app
@@ -17,7 +25,17 @@ from theow_workers.config import ConfigError
 from theow_workers.core.explorer import InFlight
 from theow_workers.core.normal import passing_run
 from theow_workers.core.ports import OwnerTimeout
+from theow_workers.core.service import failure_id_of
 from theow_workers.explorer.run import explore_failure, record_explore_error
+from theow_workers.identity import (
+    AGENT,
+    WORKER,
+    Identity,
+    Refused,
+    count_refused,
+    refused_id,
+    submission_id,
+)
 from theow_workers.runtime import RulesInvalid
 from theow_workers.store import StoreUnavailable
 
@@ -44,9 +62,17 @@ def resolve(self: Task, payload: Any = None, *_: Any, **__: Any) -> dict[str, An
     failed in Celery's call with no outcome of its own.
     """
     rt = runtime.current()
-    failure_id = str(self.request.id)
+    requested = failure_id_of(payload, str(self.request.id))
     try:
-        return _resolve_delivered(self, rt, payload, failure_id)
+        who = rt.verifier.verify(names.TASK_RESOLVE, payload, AGENT)
+    except Refused as refused:
+        return _refused_submission(rt, payload, requested, refused, str(self.request.id))
+    payload = _as_sent_by(rt, who, payload, requested)
+    failure_id = payload["failure_id"]
+    try:
+        verdict = _resolve_delivered(self, rt, payload, failure_id, who.name)
+        _deliver(rt, who.name, {requested, failure_id}, verdict)
+        return verdict
     except StoreUnavailable as exc:
         # The database is down, or dropped a pooled connection used in the last 10 s
         # (not pinged before use: store.schema.PING_AFTER_IDLE_S); the pool replaces
@@ -56,8 +82,74 @@ def resolve(self: Task, payload: Any = None, *_: Any, **__: Any) -> dict[str, An
         raise self.retry(countdown=1 + retries, max_retries=STORE_RETRIES, exc=exc) from None
 
 
+def _as_sent_by(
+    rt: runtime.Runtime, who: Identity, payload: dict[str, Any], requested: str
+) -> dict[str, Any]:
+    """The payload with its failure id derived from the verified agent, the conflict noted.
+
+    The id is ``signing.failure_id`` of the agent, the job, the idempotency key
+    and the facts as sent: never what the message names. Another use of the
+    same key (another agent's, or this agent's with other facts) is a failure
+    of its own, with the others noted under ``notes.conflict``.
+    """
+    body = signing.unsigned(payload)
+    failure_id, key = submission_id(who.name, body, requested)
+    notes = dict(body["notes"]) if isinstance(body.get("notes"), dict) else {}
+    notes.pop("conflict", None)  # the worker's to say, not the agent's
+    if key is not None:
+        others = rt.store.same_key(key, but=failure_id)
+        if others:
+            notes["conflict"] = {
+                "idempotency_key": key,
+                "with": others,
+                "why": "the same idempotency key was sent before by another agent or job, "
+                "or with other facts: recorded as a failure of its own",
+            }
+    return {**body, "failure_id": failure_id, "idempotency_key": key, "notes": notes}
+
+
+def _refused_submission(
+    rt: runtime.Runtime, payload: Any, requested: str, refused: Refused, task_id: str
+) -> dict[str, Any]:
+    """Record a submission whose sender is unverified as rejected, under an id of its own.
+
+    The sender reads why: an old client without a token in the task's result,
+    a client whose token is wrong under ``names.refusal_key`` (its message's
+    own signature: a forger's refusal never stands in for a real verdict).
+    """
+    unreadable = isinstance(payload, dict) and names.UNREADABLE in payload
+    if not unreadable:  # a message no one could read is not a refused sender
+        count_refused(rt.redis, names.TASK_RESOLVE)
+    # Its own id, from the message's task id: never another failure's, and one row however
+    # often the message is delivered.
+    own_id = refused_id(task_id)
+    kept = {"failure_id": own_id, "claimed": {"failure_id": requested, "agent": refused.claimed}}
+    body = {**(payload if isinstance(payload, dict) else {"payload": payload}), **kept}
+    body.pop(signing.AUTH, None)
+    reason = str(payload[names.UNREADABLE])[:500] if unreadable else f"refused: {refused}"
+    verdict = rt.service.reject(body, own_id, reason).to_dict()
+    found = signing.signed_by(payload)
+    if found is not None and signing.NAME.match(found.name):
+        answer = {**verdict, "failure_id": requested}
+        with_key = names.refusal_key(found.name, requested, found.sig)
+        try:
+            rt.redis.set(with_key, json.dumps(answer), ex=names.VERDICT_TTL)
+        except Exception as exc:  # the rejection is recorded; telling the agent is best effort
+            log.warning("could not tell %s why its message was refused: %s", refused.claimed, exc)
+    return verdict
+
+
+def _deliver(
+    rt: runtime.Runtime, agent: str, failure_ids: set[str], verdict: dict[str, Any]
+) -> None:
+    """The verdict under the agent's verdict key(s): what its client polls."""
+    text = json.dumps(verdict)
+    for failure_id in failure_ids:
+        rt.redis.set(names.verdict_key(agent, failure_id), text, ex=names.VERDICT_TTL)
+
+
 def _resolve_delivered(
-    self: Task, rt: runtime.Runtime, payload: Any, failure_id: str
+    self: Task, rt: runtime.Runtime, payload: Any, failure_id: str, agent: str
 ) -> dict[str, Any]:
     with rt.deliveries.claim(failure_id) as claim:
         # A second message for the same failure (a duplicate submit) waits for the
@@ -68,14 +160,14 @@ def _resolve_delivered(
             )
         except OwnerTimeout:
             reason = "another worker held this failure too long"
-            return rt.service.give_up(payload, failure_id, reason).to_dict()
+            return rt.service.give_up(payload, failure_id, reason, agent=agent).to_dict()
         if decided is not None:
             return decided.to_dict()
-        return _resolve_claimed(self, rt, payload, failure_id)
+        return _resolve_claimed(self, rt, payload, failure_id, agent)
 
 
 def _resolve_claimed(
-    self: Task, rt: runtime.Runtime, payload: Any, failure_id: str
+    self: Task, rt: runtime.Runtime, payload: Any, failure_id: str, agent: str
 ) -> dict[str, Any]:
     delivery = rt.deliveries.count(failure_id)
     if delivery > rt.settings.max_deliveries:
@@ -83,9 +175,9 @@ def _resolve_claimed(
             f"delivered {delivery} times without a verdict (worker crashed or was killed each time)"
         )
         # Not give_up: reading the facts may be what killed the worker each time.
-        return rt.service.dead_letter(payload, failure_id, reason).to_dict()
+        return rt.service.dead_letter(payload, failure_id, reason, agent).to_dict()
     try:
-        return rt.service.resolve(payload, failure_id, delivery).to_dict()
+        return rt.service.resolve(payload, failure_id, delivery, agent).to_dict()
     except StoreUnavailable:
         rt.deliveries.uncount(failure_id)  # the store failed, not this delivery
         raise
@@ -95,7 +187,7 @@ def _resolve_claimed(
             f"resolution ran past its soft time limit ({max(1, limit - 15)}s: "
             f"THEOW_RESOLVE_TIME_LIMIT={limit}s less 15s to record the outcome)"
         )
-        return rt.service.give_up(payload, failure_id, reason, exc).to_dict()
+        return rt.service.give_up(payload, failure_id, reason, exc, agent).to_dict()
     except RulesInvalid as exc:
         # No valid rules version was ever loaded: an error verdict now would be final for
         # a failure that valid rules may resolve, so the failure waits for them instead.
@@ -104,7 +196,7 @@ def _resolve_claimed(
         pause = rt.settings.rules_wait_seconds
         if retries >= most:
             reason = f"rules are invalid and no valid version was ever loaded: {exc}"
-            return rt.service.give_up(payload, failure_id, reason).to_dict()
+            return rt.service.give_up(payload, failure_id, reason, agent=agent).to_dict()
         log.error(
             "failure %s waits for valid rules (try %d of %d, next in %ds): %s",
             failure_id, retries + 1, most, pause, exc,
@@ -121,9 +213,20 @@ def _resolve_claimed(
     retry_backoff=True,
     max_retries=3,
 )
-def explore(self: Task, request: dict[str, Any]) -> dict[str, Any]:
-    """Explore one unmatched failure; returns the exploration's summary."""
+def explore(self: Task, request: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
+    """Explore one unmatched failure; returns the exploration's summary.
+
+    Internal: only a message signed with the workers' secret is explored
+    (a forged one could otherwise name any failure and any session budget).
+    """
     rt = runtime.current()
+    try:
+        rt.verifier.verify(names.TASK_EXPLORE, request, WORKER)
+    except Refused as refused:
+        count_refused(rt.redis, names.TASK_EXPLORE)
+        log.warning("explore request refused: %s", refused)
+        return {"outcome": "refused", "proposal_id": None, "reason": f"refused: {refused}"}
+    request = signing.unsigned(request)
     try:
         return explore_failure(rt, request, rt.explorer).summary()
     except InFlight as waiting:
@@ -153,9 +256,17 @@ def client_outcome(report: Any) -> dict[str, Any]:
     ``outcome`` says whether the actions ran, ``rerun_passed`` whether the
     step passed when run again after them: the fix worked only if both. The
     failure becomes ``resolved`` or ``failed``, once per pending attempt; a
-    report for anything else counts nothing and says why.
+    report for anything else counts nothing and says why. Only the agent that
+    sent the failure may report on it.
     """
-    if not isinstance(report, dict) or report.get("outcome") not in ("success", "error"):
+    rt = runtime.current()
+    try:
+        who = rt.verifier.verify(names.TASK_CLIENT_OUTCOME, report, AGENT)
+    except Refused as refused:
+        count_refused(rt.redis, names.TASK_CLIENT_OUTCOME)
+        return {"counted": False, "reason": f"refused: {refused}"}
+    report = signing.unsigned(report)
+    if report.get("outcome") not in ("success", "error"):
         return {"counted": False, "reason": f"malformed client outcome: {report!r}"[:500]}
     failure_id, rule = str(report.get("failure_id")), str(report.get("rule"))
     ran = report["outcome"] == "success"
@@ -168,14 +279,22 @@ def client_outcome(report: Any) -> dict[str, Any]:
     error = str(report.get("error") or "")
     if ran and not worked:
         error = error or "the step failed again after the client-side fix ran"
+    exists, owner = rt.store.failure_agent(failure_id)
+    if exists and owner != who.name:
+        count_refused(rt.redis, names.TASK_CLIENT_OUTCOME)
+        log.warning("agent %s reported on failure %s, not its own", who.name, failure_id)
+        return {"counted": False, "reason": f"failure {failure_id} was not sent by {who.name}"}
     outputs = report.get("outputs")
-    counted = runtime.current().store.settle_client_attempt(
+    counted = rt.store.settle_client_attempt(
         failure_id, rule, worked, error[:4000], outputs if isinstance(outputs, list) else []
     )
     if not counted:
         reason = f"failure {failure_id} has no attempt of rule {rule} waiting for its client"
         return {"counted": False, "reason": reason}
     log.info("failure %s: client-side fix of %s worked: %s", failure_id, rule, worked)
+    settled = rt.store.verdict(failure_id)
+    if settled is not None:  # the agent's verdict key shows the fix's outcome too
+        _deliver(rt, who.name, {failure_id}, settled.to_dict())
     return {"counted": True, "reason": ""}
 
 
@@ -185,12 +304,19 @@ def passing(payload: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
 
     ``payload``: ``{"job", "run_id", "facts_json"}`` (``theow_client.passing``).
     A malformed one is dropped with the reason: a passing run is never owed anything.
+    It teaches the normal of the sending agent's own job (``names.agent_job``).
     """
+    rt = runtime.current()
     try:
-        job, lines = passing_run(payload)
+        who = rt.verifier.verify(names.TASK_PASSING, payload, AGENT)
+    except Refused as refused:
+        count_refused(rt.redis, names.TASK_PASSING)
+        return {"learned": False, "reason": f"refused: {refused}"}
+    try:
+        job, lines = passing_run(signing.unsigned(payload))
     except (FactsError, TypeError, ValueError) as exc:
         log.warning("passing run dropped: %s", str(exc)[:300])
         return {"learned": False, "reason": str(exc)[:500]}
-    kept = runtime.current().normals.learn(job, lines)
+    kept = rt.normals.learn(names.agent_job(who.name, job), lines)
     log.info("job %s: passing run learned, %d templates", job, kept)
     return {"learned": True, "job": job, "templates": kept}

@@ -23,6 +23,7 @@ from tests.conftest import free_port
 from theow_workers.config import Settings
 from theow_workers.runtime import Runtime
 from theow_workers.stack import EmbeddedStack
+from theow_workers.store.tokens import TokenStore
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -167,6 +168,11 @@ def fault_stack(
     stack = EmbeddedStack(settings)
     stack.start_valkey()
     stack.migrate()
+    # The agent the suite's client signs as (its raw payloads too: hostile content from a
+    # real agent must reach the resolver, not stop at the signature check).
+    tokens = TokenStore.at(settings.store_url)
+    monkeypatch.setenv("THEOW_AGENT_TOKEN", str(tokens.add("fault-agent", "agent")))
+    tokens.close()
     # As a deployment does before starting workers (`theow rules sync`): the index
     # holds the rules, so no worker spends its first task loading MiniLM.
     Runtime(settings).knowledge()

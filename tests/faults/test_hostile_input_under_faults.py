@@ -17,12 +17,15 @@ from sqlalchemy import select
 
 from tests.faults.conftest import FaultStack
 from tests.faults.corpus import Case, cases, good
-from theow_client import FactsError, TheowClient, names
-from theow_client.client import build_payload, failure_id_for
+from theow_client import FactsError, TheowClient, names, signing
+from theow_client.client import build_payload
 from theow_client.config import celery_app
 from theow_client.facts import DEFAULT_LIMITS
+from theow_workers.core.service import failure_id_of
+from theow_workers.identity import refused_id, submission_id
 from theow_workers.store.results import SqlStore
 from theow_workers.store.schema import FailureRow, VerdictRow
+from theow_workers.wire import MAX_MESSAGE_DEPTH, deeper_than
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
@@ -68,29 +71,57 @@ def publish_raw(app: Any, task_id: str, body: str) -> None:
 
 def send_hostile(
     client: TheowClient, app: Any, case: Case, task_id: str | None = None
-) -> tuple[str, str]:
-    """Send one case the way it would arrive; return (failure id, how it was sent)."""
+) -> tuple[str, str, str]:
+    """Send one case the way it would arrive; return (failure id, how it was sent, task id)."""
     task_id = task_id or str(uuid.uuid4())
     if case.body is not None:
         publish_raw(app, task_id, case.body)
-        return task_id, "raw message"
+        return refused_id(task_id), "raw message", task_id
     if case.payload is not None or case.facts_json is not None:
         payload = case.payload
         if case.facts_json is not None:
             payload = {"failure_id": task_id, "facts_json": case.facts_json}
-        app.send_task(names.TASK_RESOLVE, args=[payload], task_id=task_id,
+        sent = signed(client, payload)
+        app.send_task(names.TASK_RESOLVE, args=[sent], task_id=task_id,
                       queue=names.QUEUE_RESOLVE, retry=False)  # fmt: skip
-        return task_id, "raw payload"
+        return recorded_id(client, sent, task_id), "raw payload", task_id
     # Facts: the client bounds them or refuses them with a FactsError, never anything else.
     try:
-        payload = build_payload(case.facts, failure_id=task_id)
+        payload = build_payload(case.facts, failure_id=task_id, agent=client.agent)
     except FactsError:
         # An old client would send them anyway: the worker must refuse them itself.
-        app.send_task(names.TASK_RESOLVE, args=[{"failure_id": task_id, "facts": case.facts}],
+        sent = signed(client, {"failure_id": task_id, "facts": case.facts})
+        app.send_task(names.TASK_RESOLVE, args=[sent],
                       task_id=task_id, queue=names.QUEUE_RESOLVE, retry=False)  # fmt: skip
-        return task_id, "refused by the client, sent raw"
+        return recorded_id(client, sent, task_id), "refused by the client, sent raw", task_id
     client.send(payload)
-    return task_id, "bounded by the client"
+    return recorded_id(client, payload, task_id), "bounded by the client", task_id
+
+
+def signed(client: TheowClient, payload: Any) -> Any:
+    """A raw payload signed by the suite's agent, when it is one that can be signed."""
+    try:
+        return client.signed(names.TASK_RESOLVE, payload)
+    except (AttributeError, TypeError, ValueError, RecursionError):
+        return payload  # not an object of JSON: it arrives unsigned, and is refused
+
+
+def recorded_id(client: TheowClient, payload: Any, task_id: str) -> str:
+    """The id the worker records a payload under: derived from the agent, or a refused one's.
+
+    A message too deep to decode (``wire``) is refused whatever it carries.
+    """
+    readable = not deeper_than([[payload], {}, {}], MAX_MESSAGE_DEPTH)  # as the message's body
+    if readable and isinstance(payload, dict) and (signing.AUTH in payload or "nonce" in payload):
+        body = signing.unsigned(payload)
+        return submission_id(client.agent, body, failure_id_of(body, task_id))[0]
+    return refused_id(task_id)
+
+
+def good_id(client: TheowClient, n: int) -> str:
+    """The failure id of good failure ``n``, as its agent's client derives it."""
+    payload = build_payload(good(n), agent=client.agent, idempotency_key=f"good-{n}")
+    return str(payload["failure_id"])
 
 
 def wait_for_verdicts(store: SqlStore, ids: set[str], timeout: float) -> dict[str, VerdictRow]:
@@ -113,8 +144,8 @@ def test_hostile_inputs_and_faults_lose_no_failure_and_crash_no_worker(fault_sta
     client = TheowClient(redis_url=url, spool_dir=fs.home / "spool", timeout=1.0)
     app = celery_app(url, 2.0)
     hostile_cases = cases()
-    hostile: dict[str, tuple[Case, str]] = {}
-    good_ids = {failure_id_for(f"good-{n}") for n in range(GOOD)}
+    hostile: dict[str, tuple[Case, str, str]] = {}  # recorded id -> case, how sent, task id
+    good_ids = {good_id(client, n) for n in range(GOOD)}
     spooled = 0
 
     def submit_good(numbers: range, with_hostile: bool = True) -> None:
@@ -124,8 +155,8 @@ def test_hostile_inputs_and_faults_lose_no_failure_and_crash_no_worker(fault_sta
             spooled += ticket.spooled
             if with_hostile and n % 16 == 0 and hostile_cases:
                 case = hostile_cases.pop(0)
-                fid, how = send_hostile(client, app, case)
-                hostile[fid] = (case, how)
+                fid, how, task_id = send_hostile(client, app, case)
+                hostile[fid] = (case, how, task_id)
 
     started = time.monotonic()
     submit_good(range(0, 400))
@@ -140,8 +171,8 @@ def test_hostile_inputs_and_faults_lose_no_failure_and_crash_no_worker(fault_sta
     fs.kill_pool_process("resolver-a")
     submit_good(range(650, GOOD))
     for case in hostile_cases:  # the rest of the corpus, after the last good one
-        fid, how = send_hostile(client, app, case)
-        hostile[fid] = (case, how)
+        fid, how, task_id = send_hostile(client, app, case)
+        hostile[fid] = (case, how, task_id)
     fs.kill_pool_process("resolver-b")
     time.sleep(2)  # the scenario's pacing, not a wait: the two kills hit different tasks in flight
     fs.kill_pool_process("resolver-a")
@@ -153,11 +184,11 @@ def test_hostile_inputs_and_faults_lose_no_failure_and_crash_no_worker(fault_sta
     # idempotency key: at-least-once delivery, exactly one verdict.
     resubmitted = 0
     for n in range(GOOD):
-        if failure_id_for(f"good-{n}") not in verdicts:
+        if good_id(client, n) not in verdicts:
             client.submit(good(n), idempotency_key=f"good-{n}")
             resubmitted += 1
     for fid in set(hostile) - set(verdicts):
-        send_hostile(client, app, hostile[fid][0], task_id=fid)
+        send_hostile(client, app, hostile[fid][0], task_id=hostile[fid][2])
         resubmitted += 1
     if resubmitted:
         verdicts = wait_for_verdicts(store, good_ids | set(hostile), timeout=90)
@@ -172,7 +203,7 @@ def test_hostile_inputs_and_faults_lose_no_failure_and_crash_no_worker(fault_sta
     not_resolved = {f: verdicts[f].status for f in good_ids if verdicts[f].status != "resolved"}
     assert not not_resolved, not_resolved
 
-    for fid, (case, how) in hostile.items():
+    for fid, (case, how, _) in hostile.items():
         verdict = verdicts[fid]
         if case.name in EXPECTED:
             status, words = EXPECTED[case.name]

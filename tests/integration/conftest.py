@@ -57,12 +57,22 @@ class Fleet:
         finally:
             app.close()
 
-    def client(self) -> Any:
+    def client(self, token: str | None = None) -> Any:
+        """A client signing as the fleet's agent (THEOW_AGENT_TOKEN), or with ``token``."""
         from theow_client import TheowClient
 
-        client = TheowClient(redis_url=self.settings.redis_url, spool_dir=self.home / "spool")
+        client = TheowClient(
+            redis_url=self.settings.redis_url, spool_dir=self.home / "spool", token=token
+        )
         self.clients.append(client)
         return client
+
+    def add_token(self, name: str, scope: str = "agent") -> str:
+        return add_token(self.settings.store_url, name, scope)
+
+    def agent(self, name: str) -> Any:
+        """A client of its own agent, with a token of its own."""
+        return self.client(token=self.add_token(name))
 
     def store(self) -> Any:
         from theow_workers.store.results import SqlStore
@@ -71,6 +81,18 @@ class Fleet:
 
     def worker_log(self, name: str = "resolver") -> str:
         return (self.home / f"worker-{name}.log").read_text(errors="replace")
+
+
+def add_token(store_url: str, name: str, scope: str = "agent") -> str:
+    """A new token in the token store at ``store_url`` (as ``theow tokens add`` makes one)."""
+    from theow_workers.store.schema import make_engine
+    from theow_workers.store.tokens import TokenStore
+
+    engine = make_engine(store_url)
+    try:
+        return str(TokenStore(engine).add(name, scope))
+    finally:
+        engine.dispose()
 
 
 def worker_runtime(
@@ -144,6 +166,8 @@ def fleet(
     }
     settings = Settings.load(env=env)
     home.mkdir(parents=True)
+    # The fleet's own agent: every client signs with its token unless a test says otherwise.
+    env["THEOW_AGENT_TOKEN"] = add_token(settings.store_url, "fleet-agent")
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     stack = EmbeddedStack(settings)

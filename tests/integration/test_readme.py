@@ -47,6 +47,7 @@ page's own commands start it (the README's quick start runs ``theow demo`` and
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -256,6 +257,13 @@ def shared_stack(
         upgraded = subprocess.run(["theow", "db", "upgrade"], env=env, cwd=stack_dir,
                                   capture_output=True, text=True)  # fmt: skip
         assert upgraded.returncode == 0, upgraded.stderr
+        # What `theow up` leaves a user: an agent token where theow-client finds it.
+        added = subprocess.run(["theow", "tokens", "add", "docs", "--scope", "agent", "--json"],
+                               env=env, cwd=stack_dir, capture_output=True, text=True)  # fmt: skip
+        assert added.returncode == 0, added.stderr
+        client_env = base / ".config" / "theow" / "client.env"
+        client_env.parent.mkdir(parents=True)
+        client_env.write_text(f"THEOW_AGENT_TOKEN={json.loads(added.stdout)['token']}\n")
         stack = EmbeddedStack(settings)
         try:
             stack.start_worker(["resolve"], concurrency=1, name="resolver")

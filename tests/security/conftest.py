@@ -1,6 +1,6 @@
-"""The integration fleet (real Celery workers, the fake Gemini) for attacks that need one."""
+"""The security tests attack a real fleet: the integration tests' fixtures, reused."""
 
-from tests.integration.conftest import (  # noqa: F401 (fixtures, and the fleet's SQL choice)
+from tests.integration.conftest import (  # noqa: F401  (fixtures and the fleet_db hook)
     explorers,
     fleet,
     fleet_db,

@@ -40,6 +40,7 @@ def test_submit_with_broker_down_spools_fast_and_says_so(
     payload = json.loads(path.read_text())
     assert set(payload) == {
         "failure_id", "facts_json", "explore", "source", "submitted_at", "hints", "notes",
+        "job", "idempotency_key", "nonce",
     }  # fmt: skip
     assert payload["failure_id"] == ticket.failure_id
     assert payload["hints"] == {"rules": ["r1"], "tags": [], "fallback": True, "max_retries": 3}
@@ -61,9 +62,17 @@ def test_submit_with_broker_down_spools_fast_and_says_so(
 def test_same_idempotency_key_gives_same_failure_id(offline_env: Path) -> None:
     one = TheowClient().submit({"a": 1}, idempotency_key="build-7/step-2")
     two = TheowClient().submit({"a": 1}, idempotency_key="build-7/step-2")
-    assert one.failure_id == two.failure_id == failure_id_for("build-7/step-2")
+    assert one.failure_id == two.failure_id
+    assert one.failure_id == failure_id_for("build-7/step-2", facts_json='{"a": 1}')
     assert uuid.UUID(one.failure_id).version == 5
     assert len(list(offline_env.glob("*.json"))) == 1
+
+
+def test_the_same_idempotency_key_with_other_facts_is_another_failure(offline_env: Path) -> None:
+    one = TheowClient().submit({"a": 1}, idempotency_key="build-7/step-2")
+    two = TheowClient().submit({"a": 2}, idempotency_key="build-7/step-2")
+    assert one.failure_id != two.failure_id
+    assert len(list(offline_env.glob("*.json"))) == 2
 
 
 def test_facts_that_are_not_an_object_are_the_callers_bug(offline_env: Path) -> None:

@@ -115,6 +115,7 @@ def up(
     Every port is checked before anything starts; clients reach Valkey at the
     broker URL printed (THEOW_REDIS_URL).
     """
+    from theow_workers.client_env import LOCAL_AGENT, grant_broker_access
     from theow_workers.ops.flower import FlowerError, flower_command
     from theow_workers.stack import EmbeddedStack, StackError, with_port
     from theow_workers.web.auth import WebAuthError
@@ -145,8 +146,11 @@ def up(
         ports.append(("127.0.0.1", flower_port or s.flower_port, "--flower-port"))
     refuse_taken_ports(ports)
     try:
+        # First: a client started with the stack finds its token as soon as Valkey listens.
+        env_file, token = _local_client(s)
         with waiting("starting Valkey, Milvus Lite and SQLite", after=0):
             stack.start()
+        grant_broker_access(s, LOCAL_AGENT, token)
         stack.start_worker(["resolve"], concurrency=workers)
         # A separate, lower-priority worker: a replay (or learning a passing run)
         # never occupies the resolvers.
@@ -162,9 +166,11 @@ def up(
         if web_cmd is not None:
             web_log = stack.home / "web.log"
             stack.processes.append(("web", web_cmd.start(stack.environment(), web_log)))
-    except StackError as exc:
+    except (StackError, OSError) as exc:
+        stack.stop()
         raise fail(str(exc)) from None
     out.print(f"theow is up: broker {s.redis_url}, milvus {s.milvus_uri}, db {s.store_url}")
+    out.print(f"theow-client on this machine: broker and agent token in {env_file}")
     if flower_cmd is not None:
         out.print(f"flower: {flower_cmd.url} (user {s.flower_user}, THEOW_FLOWER_PASSWORD)")
     if web_cmd is not None:
@@ -182,6 +188,17 @@ def up(
         out.print("stopping…")
     finally:
         stack.stop()
+
+
+def _local_client(s: Settings) -> tuple[Path, str]:
+    """A local agent token, written with the broker URL where ``theow-client`` finds them."""
+    from theow_workers.client_env import local_agent_token, write_client_env
+    from theow_workers.store.tokens import TokenStore
+
+    tokens = TokenStore.at(s.store_url)
+    token = local_agent_token(tokens)
+    tokens.close()
+    return write_client_env(s, s.redis_url, token), token
 
 
 def refuse_taken_ports(ports: list[tuple[str, int, str]]) -> None:

@@ -85,6 +85,9 @@ class FailureRecord:
     received_at: datetime
     explore: bool = False
     notes: dict[str, Any] = field(default_factory=dict)
+    # The verified agent that sent it (None: replayed history, or recorded before agents had ids).
+    agent: str | None = None
+    idempotency_key: str | None = None
 
 
 # An attempt whose client-side actions the build agent has yet to run and report.

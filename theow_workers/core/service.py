@@ -75,12 +75,23 @@ class Submission:
     notes: dict[str, Any] = field(default_factory=dict)
     session_id: str | None = None  # groups LLM sessions under one budget (a replay job)
     fingerprint: str = ""
+    # The verified agent that sent it; None for replayed history and in-process callers.
+    agent: str | None = None
+    idempotency_key: str | None = None
 
     @classmethod
     def parse(
-        cls, payload: Any, fallback_id: str, fact_limit: int = DEFAULT_FACT_LIMIT
+        cls,
+        payload: Any,
+        fallback_id: str,
+        fact_limit: int = DEFAULT_FACT_LIMIT,
+        agent: str | None = None,
     ) -> Submission:
-        """Read a task payload; FactsError says what is malformed."""
+        """Read a task payload; FactsError says what is malformed.
+
+        ``agent`` is the sender verified by the task (never read from the
+        payload): it sets the failure's source, and its idempotency key is kept.
+        """
         if not isinstance(payload, dict):
             raise FactsError(f"submission must be a JSON object, got {type(payload).__name__}")
         if names.UNREADABLE in payload:
@@ -93,12 +104,16 @@ class Submission:
         hints, _ = bound_facts(payload.get("hints") or {}, limits=SIDE_LIMITS, where="hints")
         if truncated:
             notes.setdefault("truncated", {}).update(truncated)
+        key = payload.get("idempotency_key") if agent is not None else None
+        source = f"agent:{agent}" if agent is not None else payload.get("source")
         return cls(
             failure_id=failure_id_of(payload, fallback_id),
             facts=facts,
             fingerprint=print_,
+            agent=agent,
+            idempotency_key=str(key)[:200] if key is not None else None,
             explore=bool(payload.get("explore", False)),
-            source=str(payload.get("source") or "unknown")[:200],
+            source=str(source or "unknown")[:200],
             hints=Hints.from_dict(hints),
             notes=notes,
             session_id=str(payload["session_id"]) if payload.get("session_id") else None,
@@ -178,11 +193,14 @@ class ResolveService:
         self._stats: dict[str, RuleStats] | None = None
         self._stats_at = 0.0
 
-    def resolve(self, payload: Any, fallback_id: str, delivery: int = 1) -> Verdict:
+    def resolve(
+        self, payload: Any, fallback_id: str, delivery: int = 1, agent: str | None = None
+    ) -> Verdict:
+        """Decide one failure; ``agent``: its verified sender (see Submission.parse)."""
         try:
-            sub = Submission.parse(payload, fallback_id, self.settings.fact_limit)
+            sub = Submission.parse(payload, fallback_id, self.settings.fact_limit, agent)
         except Exception as exc:  # whatever a message holds, it gets an outcome
-            return self._reject(payload, fallback_id, _why(exc))
+            return self._reject(payload, fallback_id, _why(exc), agent)
 
         normal = self.normal_for(sub)
         if normal is not None:
@@ -211,7 +229,12 @@ class ResolveService:
         return stored
 
     def give_up(
-        self, payload: Any, fallback_id: str, reason: str, cause: BaseException | None = None
+        self,
+        payload: Any,
+        fallback_id: str,
+        reason: str,
+        cause: BaseException | None = None,
+        agent: str | None = None,
     ) -> Verdict:
         """Record an error verdict without trying again (poison message, hard limit).
 
@@ -219,9 +242,9 @@ class ResolveService:
         attempts that already ran: they are recorded with the verdict.
         """
         try:
-            sub = Submission.parse(payload, fallback_id, self.settings.fact_limit)
+            sub = Submission.parse(payload, fallback_id, self.settings.fact_limit, agent)
         except Exception as exc:  # whatever a message holds, it gets an outcome
-            return self._reject(payload, fallback_id, _why(exc))
+            return self._reject(payload, fallback_id, _why(exc), agent)
         existing = self._record(sub)
         if existing is not None:
             return existing
@@ -230,14 +253,16 @@ class ResolveService:
         verdict = Verdict(sub.failure_id, Status.ERROR, reason=reason, attempts=attempts)
         return self.store.record_outcome(verdict, ran)
 
-    def dead_letter(self, payload: Any, fallback_id: str, reason: str) -> Verdict:
+    def dead_letter(
+        self, payload: Any, fallback_id: str, reason: str, agent: str | None = None
+    ) -> Verdict:
         """Record an error verdict without reading the facts: the message itself is suspect.
 
         For a message that was delivered too many times: parsing its facts
         may be what killed the worker, so only a bounded preview is kept.
         """
         failure_id = failure_id_of(payload, fallback_id)
-        record = self._bare_record(payload, failure_id, {"dead_letter": reason})
+        record = self._bare_record(payload, failure_id, {"dead_letter": reason}, agent)
         existing = self.store.record_failure(record)
         if existing is not None:
             return existing
@@ -255,19 +280,33 @@ class ResolveService:
                 received_at=datetime.now(UTC),
                 explore=sub.explore,
                 notes=sub.notes,
+                agent=sub.agent,
+                idempotency_key=sub.idempotency_key,
             )
         )
 
-    def _reject(self, payload: Any, fallback_id: str, reason: str) -> Verdict:
+    def reject(
+        self, payload: Any, fallback_id: str, reason: str, agent: str | None = None
+    ) -> Verdict:
+        """Record the submission as ``rejected`` with ``reason``; never resolved."""
+        return self._reject(payload, fallback_id, reason, agent)
+
+    def _reject(
+        self, payload: Any, fallback_id: str, reason: str, agent: str | None = None
+    ) -> Verdict:
         failure_id = failure_id_of(payload, fallback_id)
         log.warning("failure %s rejected: %s", failure_id, reason)
-        record = self._bare_record(payload, failure_id, {"rejected": reason})
+        record = self._bare_record(payload, failure_id, {"rejected": reason}, agent)
         return self.store.record_failure(record) or self.store.record_outcome(
             Verdict(failure_id, Status.REJECTED, reason=reason)
         )
 
-    def _bare_record(self, payload: Any, failure_id: str, notes: dict[str, Any]) -> FailureRecord:
-        source = payload.get("source") if isinstance(payload, dict) else None
+    def _bare_record(
+        self, payload: Any, failure_id: str, notes: dict[str, Any], agent: str | None = None
+    ) -> FailureRecord:
+        source = f"agent:{agent}" if agent else None
+        if source is None and isinstance(payload, dict):
+            source = payload.get("source")
         return FailureRecord(
             id=failure_id,
             fingerprint="",
@@ -276,6 +315,7 @@ class ResolveService:
             source=str(source)[:200] if isinstance(source, str) else "unknown",
             received_at=datetime.now(UTC),
             notes={**notes, "payload_preview": redact_text(_preview(payload))},
+            agent=agent,
         )
 
     def _rule_stats(self) -> dict[str, RuleStats]:
@@ -286,14 +326,25 @@ class ResolveService:
         return self._stats
 
     def normal_for(self, sub: Submission) -> JobNormal | None:
-        return self.normal_of(sub.facts, sub.failure_id)
+        return self.normal_of(sub.facts, sub.failure_id, sub.agent)
 
-    def normal_of(self, facts: dict[str, Any], failure_id: str = "") -> JobNormal | None:
-        """The failure's job's normal, when its job is known and passing runs were learned."""
+    def normal_of(
+        self, facts: dict[str, Any], failure_id: str = "", agent: str | None = None
+    ) -> JobNormal | None:
+        """The failure's job's normal, when its job is known and passing runs were learned.
+
+        An agent's failure meets the normal its own passing runs taught
+        (``names.agent_job``): another agent's cannot teach it. Failing that,
+        the normal an operator's replay taught, which no agent can write.
+        """
         job = job_fact(facts)
         if job is None or self.normals is None:
             return None
         try:
+            if agent is not None:
+                own = self.normals(names.agent_job(agent, job))
+                if own:
+                    return own
             return self.normals(job) or None
         except Exception as exc:  # the job's normal helps; its absence must not fail a resolve
             log.warning("failure %s: job %s's normal unavailable: %s", failure_id, job, exc)

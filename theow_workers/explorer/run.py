@@ -31,10 +31,12 @@ if TYPE_CHECKING:
 def enqueue(runtime: Runtime, failure_id: str, rule: str | None, session_id: str | None) -> str:
     """Send a failure to the explore queue; the reason the verdict gives."""
     from theow_workers.celery_app import app
+    from theow_workers.tokens import signed_internal
 
     request = {"failure_id": failure_id, "rule": rule, "session_id": session_id}
     task_id = names.explore_task_id(failure_id)
-    app.send_task(names.TASK_EXPLORE, args=[request], task_id=task_id, queue=names.QUEUE_EXPLORE)
+    signed = signed_internal(runtime.settings, names.TASK_EXPLORE, request)  # internal task
+    app.send_task(names.TASK_EXPLORE, args=[signed], task_id=task_id, queue=names.QUEUE_EXPLORE)
     what = f"probabilistic rule {rule}" if rule else "no rule matched"
     return f"{what}; sent to an explorer (task {task_id})"
 

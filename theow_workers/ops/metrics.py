@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from theow_client import names
 from theow_workers.config import Settings
 
 if TYPE_CHECKING:
@@ -113,7 +114,8 @@ def _resolves(figures: Figures, tables: set[str]) -> list[Metric]:
 
 
 class RulesCollector(Collector):
-    """Whether workers found the rules directory invalid (Redis, ``last_good``)."""
+    """What workers keep in Redis: whether the rules directory is invalid (``last_good``),
+    and how many task messages they refused (``theow_workers.identity``)."""
 
     def __init__(self, redis_url: str) -> None:
         self.redis_url = redis_url
@@ -129,6 +131,7 @@ class RulesCollector(Collector):
         client = redis.Redis.from_url(self.redis_url, socket_connect_timeout=2, socket_timeout=2)
         try:
             invalid = 1.0 if current_error(client) else 0.0
+            refused = client.hgetall(names.KEY_REFUSED)  # theow_workers.identity
         except redis.RedisError as exc:
             log.warning("metrics: cannot read the rules state from Redis: %s", exc)
             return
@@ -137,6 +140,14 @@ class RulesCollector(Collector):
         yield GaugeMetricFamily(
             "theow_rules_invalid", "1 while workers find the rules directory invalid", invalid
         )
+        counter = CounterMetricFamily(
+            "theow_refused_messages",
+            "Task messages refused because their sender could not be verified",
+            labels=["task"],
+        )
+        for task, count in sorted(refused.items()):
+            counter.add_metric([task if isinstance(task, str) else task.decode()], float(count))
+        yield counter
 
 
 def _explorations(figures: Figures, tables: set[str]) -> list[Metric]:

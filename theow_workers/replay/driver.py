@@ -96,7 +96,8 @@ def celery_sender() -> Callable[[dict[str, Any]], Any]:
     does: it fails at once, where Celery's own reconnect would log twenty
     retries and then raise ``RuntimeError`` with the job still ``running``.
     """
-    from theow_workers.celery_app import app
+    from theow_workers.celery_app import app, settings
+    from theow_workers.tokens import signed_internal
 
     def send(chunk: dict[str, Any]) -> Any:
         try:
@@ -104,7 +105,8 @@ def celery_sender() -> Callable[[dict[str, Any]], Any]:
             # Flower shows the job id and the chunk's size, never the failures' facts.
             return app.send_task(
                 names.TASK_REPLAY,
-                args=[chunk],
+                # Signed as the workers: the replay task takes no other credential.
+                args=[signed_internal(settings, names.TASK_REPLAY, chunk)],
                 queue=names.QUEUE_REPLAY,
                 argsrepr=summary([chunk]),
                 kwargsrepr="{}",

@@ -85,12 +85,13 @@ def representative(group: Group) -> str:
 
 def celery_explore_sender() -> Callable[[dict[str, Any]], Any]:
     from theow_client import names
-    from theow_workers.celery_app import app
+    from theow_workers.celery_app import app, settings
+    from theow_workers.tokens import signed_internal
 
     def send(request: dict[str, Any]) -> Any:
         return app.send_task(
             names.TASK_EXPLORE,
-            args=[request],
+            args=[signed_internal(settings, names.TASK_EXPLORE, request)],
             task_id=names.explore_task_id(str(request["failure_id"])),
             queue=names.QUEUE_EXPLORE,
         )

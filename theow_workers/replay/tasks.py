@@ -24,10 +24,11 @@ from typing import Any
 from celery import Task
 from celery.signals import worker_process_init
 
-from theow_client import names
+from theow_client import names, signing
 from theow_workers import runtime
 from theow_workers.celery_app import app
 from theow_workers.core.service import ResolveService
+from theow_workers.identity import WORKER, Refused, count_refused
 from theow_workers.replay.runner import ReplayRunner
 from theow_workers.store.replay import ReplayStore
 from theow_workers.store.replay_chunk import ChunkStore
@@ -38,11 +39,23 @@ _runner: ReplayRunner | None = None
 
 
 @app.task(name=names.TASK_REPLAY, bind=True)
-def replay(self: Task, chunk: dict[str, Any]) -> dict[str, Any]:
-    """Replay one chunk of a job's items; returns how many were recorded."""
-    if names.UNREADABLE in chunk:  # see theow_workers.wire; the driver sends the items again
+def replay(self: Task, chunk: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
+    """Replay one chunk of a job's items; returns how many were recorded.
+
+    Only a chunk signed with the workers' secret (the operator's CLI shares it) is replayed.
+    """
+    if isinstance(chunk, dict) and names.UNREADABLE in chunk:
+        # See theow_workers.wire; the driver sends the items again.
         log.error("replay chunk %s unreadable: %s", self.request.id, chunk[names.UNREADABLE])
         return {"recorded": 0, "unreadable": str(chunk[names.UNREADABLE])}
+    rt = runtime.current()
+    try:
+        rt.verifier.verify(names.TASK_REPLAY, chunk, WORKER)
+    except Refused as refused:
+        count_refused(rt.redis, names.TASK_REPLAY)
+        log.error("replay chunk %s refused: %s", self.request.id, refused)
+        return {"recorded": 0, "refused": str(refused)}
+    chunk = signing.unsigned(chunk)
     run = runner()
     delivery = _count(f"replay-chunk:{self.request.id}")
     if not PROFILE_DIR:

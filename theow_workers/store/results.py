@@ -128,6 +128,23 @@ class SqlStore:
         with self.engine.connect() as conn:
             return _stored_verdict(conn, failure_id)
 
+    def failure_agent(self, failure_id: str) -> tuple[bool, str | None]:
+        """Whether the failure exists, and the agent that sent it (None: replayed history)."""
+        with self.engine.connect() as conn:
+            row = conn.execute(select(FailureRow.agent).where(FailureRow.id == failure_id)).first()
+        return (row is not None, row.agent if row is not None else None)
+
+    def same_key(self, idempotency_key: str, but: str, limit: int = 5) -> list[dict[str, Any]]:
+        """Other failures sent with ``idempotency_key`` (id and agent), oldest first."""
+        query = (
+            select(FailureRow.id, FailureRow.agent)
+            .where(FailureRow.idempotency_key == idempotency_key, FailureRow.id != but)
+            .order_by(FailureRow.received_at)
+            .limit(limit)
+        )
+        with self.engine.connect() as conn:
+            return [{"id": r.id, "agent": r.agent} for r in conn.execute(query)]
+
     def rule_stats(self) -> dict[str, RuleStats]:
         with self.engine.connect() as conn:
             rows = conn.execute(
@@ -357,6 +374,7 @@ def failure_values(f: FailureRecord) -> dict[str, Any]:
     return {
         "id": f.id, "fingerprint": f.fingerprint, "facts": f.facts, "problem_type": f.problem_type,
         "source": f.source, "received_at": f.received_at, "explore": f.explore, "notes": f.notes,
+        "agent": f.agent, "idempotency_key": f.idempotency_key,
     }  # fmt: skip
 
 

@@ -60,6 +60,26 @@ class FailureRow(Base):
     received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
     explore: Mapped[bool] = mapped_column(Boolean, default=False)
     notes: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # Who sent it, as verified by its signature; None for replayed history.
+    agent: Mapped[str | None] = mapped_column(String(64), index=True, nullable=True)
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), index=True, nullable=True)
+
+
+class TokenRow(Base):
+    """One token of the token store (``theow_workers.tokens``): never its secret."""
+
+    __tablename__ = "tokens"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    scope: Mapped[str] = mapped_column(String(16))
+    # sha256 of the secret: recognises a presented token without keeping it.
+    lookup_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    # The HMAC key derived from the secret (``theow_client.signing.signing_key``), hex:
+    # needed to verify signatures. A leak lets one forge submissions as this agent,
+    # not log into the broker (whose ACL password is the token itself).
+    signing_key: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class AttemptRow(Base):

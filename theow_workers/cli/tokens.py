@@ -1,0 +1,85 @@
+"""``theow tokens``: who may talk to Theow, and as what."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from theow_workers.cli.output import fail, load_settings, make_console, out, print_json
+
+if TYPE_CHECKING:
+    from theow_workers.store.tokens import TokenStore
+
+tokens_app = typer.Typer(
+    no_args_is_help=True,
+    help="Tokens: an agent's to submit failures and read its own verdicts, and more.",
+)
+
+
+def _store() -> TokenStore:
+    """The token store, its database brought up to date first (a fresh install has none)."""
+    from theow_workers.store.tokens import TokenStore
+
+    return TokenStore.at(load_settings().store_url)
+
+
+@tokens_app.command("add")
+def tokens_add(
+    name: Annotated[str, typer.Argument(help="Lowercase letters, digits and dashes.")],
+    scope: Annotated[str, typer.Option(help="agent, api-read or operator.")] = "agent",
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+) -> None:
+    """Make a token and print it, once: it is stored hashed and cannot be shown again.
+
+    An agent's token goes in THEOW_AGENT_TOKEN on the build agent; with the
+    broker's ACL profile installed it is also the agent's broker password.
+    """
+    from theow_workers.client_env import grant_broker_access
+    from theow_workers.store.tokens import TokenProblem
+
+    store = _store()
+    try:
+        token = store.add(name, scope)
+    except TokenProblem as exc:
+        raise fail(str(exc), 2) from None
+    acl = scope == "agent" and grant_broker_access(load_settings(), name, str(token))
+    if as_json:
+        print_json({"name": name, "scope": scope, "token": str(token), "broker_user": acl})
+        return
+    out.print(f"token {name} ({scope}); shown once, keep it secret:")
+    print(str(token))  # plain: no wrapping or markup in what gets copied
+    if scope == "agent":
+        make_console(stderr=True).print("on the agent: export THEOW_AGENT_TOKEN=<the token above>")
+
+
+@tokens_app.command("list")
+def tokens_list(
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON array on stdout.")] = False,
+) -> None:
+    """The tokens, their scopes and dates (never a secret)."""
+    from rich.table import Table
+
+    store = _store()
+    tokens = store.list()
+    if as_json:
+        print_json([t.to_dict() for t in tokens])
+        return
+    table = Table("name", "scope", "created", "revoked", title=f"{len(tokens)} token(s)")
+    for t in tokens:
+        revoked = f"{t.revoked_at:%Y-%m-%d %H:%M}" if t.revoked_at else ""
+        table.add_row(t.name, t.scope, f"{t.created_at:%Y-%m-%d %H:%M}", revoked)
+    out.print(table)
+
+
+@tokens_app.command("revoke")
+def tokens_revoke(name: str) -> None:
+    """Stop accepting token NAME: its messages are refused within seconds."""
+    from theow_workers.store.tokens import TokenProblem
+
+    store = _store()
+    try:
+        store.revoke(name)
+    except TokenProblem as exc:
+        raise fail(str(exc), 2) from None
+    out.print(f"token {name} revoked")

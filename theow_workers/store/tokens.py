@@ -1,0 +1,166 @@
+"""The token store: who may talk to Theow, and as what (``theow tokens``).
+
+One store for every door: agents sign their task messages with an ``agent``
+token (``theow_client.signing``), and later doors (the HTTP intake, the JSON
+API, the console) take ``api-read`` and ``operator`` tokens from here too.
+
+A token is shown once, when it is made, and never stored: the store keeps
+its name, scope, dates, a lookup hash of its secret and the signing key
+derived from it. The signing key is what a worker needs to verify a
+signature, so the database (in the workers' trust zone) holds it: a leak of
+the database lets one forge submissions, not log into the broker, whose ACL
+password for an agent is the token itself.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
+
+from theow_client.signing import AgentToken, TokenError
+from theow_workers.store.schema import TokenRow, make_engine, migrate
+
+SCOPES = ("agent", "api-read", "operator")
+# Seconds a worker trusts what it read of a token: a revocation takes effect within this.
+CACHE_SECONDS = 5.0
+
+
+class TokenProblem(ValueError):
+    """A token that cannot be added, found or revoked; the message names it."""
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    name: str
+    scope: str
+    created_at: datetime
+    revoked_at: datetime | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "scope": self.scope,
+            "created_at": self.created_at.isoformat(),
+            "revoked_at": self.revoked_at.isoformat() if self.revoked_at else None,
+        }
+
+
+@dataclass(frozen=True)
+class Known:
+    """What a worker needs of a token to verify a signature."""
+
+    scope: str
+    key: bytes
+    revoked: bool
+
+
+class TokenStore:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._cache: dict[str, tuple[float, Known | None]] = {}
+
+    @classmethod
+    def at(cls, url: str) -> TokenStore:
+        """The token store of the database at ``url``, its schema brought up to date first."""
+        engine = make_engine(url)  # makes a SQLite file's directory, which migrating needs
+        migrate(url)
+        return cls(engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def add(self, name: str, scope: str) -> AgentToken:
+        """A new token; the only time its secret is seen."""
+        if scope not in SCOPES:
+            raise TokenProblem(f"scope {scope!r} is not one of {', '.join(SCOPES)}")
+        try:
+            token = AgentToken.generate(name)
+        except TokenError as exc:
+            raise TokenProblem(str(exc)) from None
+        row = TokenRow(
+            name=name,
+            scope=scope,
+            lookup_hash=token.lookup_hash,
+            signing_key=token.signing_key.hex(),
+            created_at=datetime.now(UTC),
+        )
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(insert(TokenRow).values(_values(row)))
+        except IntegrityError:
+            raise TokenProblem(
+                f"a token named {name!r} exists already (revoke it, or pick another name)"
+            ) from None
+        return token
+
+    def replace(self, name: str, scope: str) -> AgentToken:
+        """A new secret for token ``name`` (made if missing); the old secret stops working."""
+        with self.engine.begin() as conn:
+            conn.execute(delete(TokenRow).where(TokenRow.name == name))
+        self._cache.pop(name, None)
+        return self.add(name, scope)
+
+    def list(self) -> list[TokenInfo]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(TokenRow).order_by(TokenRow.name)).all()
+        return [TokenInfo(r.name, r.scope, r.created_at, r.revoked_at) for r in rows]
+
+    def revoke(self, name: str) -> None:
+        with self.engine.begin() as conn:
+            done = conn.execute(
+                update(TokenRow)
+                .where(TokenRow.name == name, TokenRow.revoked_at.is_(None))
+                .values(revoked_at=datetime.now(UTC))
+            )
+        if done.rowcount != 1:
+            known = any(t.name == name for t in self.list())
+            raise TokenProblem(
+                f"token {name!r} is revoked already" if known else f"no token named {name!r}"
+            )
+
+    def find(self, presented: str) -> TokenInfo | None:
+        """The live token whose full text is ``presented`` (for doors that take a token as is)."""
+        try:
+            token = AgentToken.parse(presented)
+        except TokenError:
+            return None
+        with self.engine.connect() as conn:
+            row = conn.execute(select(TokenRow).where(TokenRow.name == token.name)).first()
+        if row is None or row.revoked_at is not None:
+            return None
+        if not hmac.compare_digest(row.lookup_hash, token.lookup_hash):
+            return None
+        return TokenInfo(row.name, row.scope, row.created_at, row.revoked_at)
+
+    def known(self, name: str) -> Known | None:
+        """The scope and signing key of token ``name`` (cached a few seconds), None if unknown."""
+        now = time.monotonic()
+        cached = self._cache.get(name)
+        if cached is not None and now - cached[0] < CACHE_SECONDS:
+            return cached[1]
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(TokenRow.scope, TokenRow.signing_key, TokenRow.revoked_at).where(
+                    TokenRow.name == name
+                )
+            ).first()
+        found = (
+            None
+            if row is None
+            else Known(row.scope, bytes.fromhex(row.signing_key), row.revoked_at is not None)
+        )
+        if len(self._cache) > 10_000:
+            self._cache.clear()
+        self._cache[name] = (now, found)
+        return found
+
+
+def _values(row: TokenRow) -> dict[str, Any]:
+    return {c.name: getattr(row, c.name) for c in TokenRow.__table__.c}
