@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from celery import Celery
+from kombu.entity import Queue
 
 from theow_client import names
 
@@ -204,6 +205,9 @@ def celery_app(url: str, timeout: float = DEFAULT_CONNECT_TIMEOUT) -> Any:
     app = Celery("theow-client", broker=url, backend=url)
     app.conf.update(
         task_routes=names.TASK_ROUTES,
+        # Publish only (one LPUSH): queues and their bindings are the workers' to
+        # declare, and an agent's broker user may not write them (theow_workers.ops.acl).
+        task_queues=[Queue(q, no_declare=True) for q in names.QUEUES],  # type: ignore[no-untyped-call]
         task_serializer="json",
         result_serializer="json",
         accept_content=["json"],

@@ -114,6 +114,7 @@ def up(
     Every port is checked before anything starts; clients reach Valkey at the
     broker URL printed (THEOW_REDIS_URL).
     """
+    from theow_client.config import safe_url
     from theow_workers.ops.flower import FlowerError, flower_command
     from theow_workers.stack import EmbeddedStack, StackError, with_port
     from theow_workers.web.auth import WebAuthError
@@ -161,7 +162,8 @@ def up(
             stack.processes.append(("web", web_cmd.start(stack.environment(), web_log)))
     except StackError as exc:
         raise fail(str(exc)) from None
-    out.print(f"theow is up: broker {s.redis_url}, milvus {s.milvus_uri}, db {s.store_url}")
+    broker = safe_url(stack.settings.redis_url)  # the password stays in THEOW_HOME
+    out.print(f"theow is up: broker {broker}, milvus {s.milvus_uri}, db {s.store_url}")
     if flower_cmd is not None:
         out.print(f"flower: {flower_cmd.url} (user {s.flower_user}, THEOW_FLOWER_PASSWORD)")
     if web_cmd is not None:
