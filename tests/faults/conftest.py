@@ -166,6 +166,8 @@ def fault_stack(
     home.mkdir(parents=True)
     stack = EmbeddedStack(settings)
     stack.start_valkey()
+    settings = stack.settings  # with the password the stack gave its Valkey
+    monkeypatch.setenv("THEOW_REDIS_URL", settings.redis_url)
     stack.migrate()
     # As a deployment does before starting workers (`theow rules sync`): the index
     # holds the rules, so no worker spends its first task loading MiniLM.
