@@ -90,7 +90,7 @@ _heartbeats: list[Any] = []
 @worker_ready.connect
 def _heartbeat(sender: Any, **_: Any) -> None:
     # Liveness for `theow doctor` and `theow replay` without the remote control.
-    from theow_workers.ops.heartbeat import Heartbeat
+    from theow_workers.heartbeat import Heartbeat
 
     _heartbeats.append(Heartbeat(sender, settings.redis_url).start())
 

@@ -19,8 +19,8 @@ from celery import Celery
 
 from tests.conftest import wait_until
 from theow_client import names
+from theow_workers.heartbeat import consumers
 from theow_workers.ops.checks import FAIL, OK, WARN, Context, check_consumers, check_redis
-from theow_workers.ops.heartbeat import consumers
 from theow_workers.stack import EmbeddedStack
 
 pytestmark = pytest.mark.integration

@@ -90,7 +90,7 @@ def _broker(settings: Settings) -> None:
 
     from theow_client import names
     from theow_workers.core.redact import redact_text
-    from theow_workers.ops.heartbeat import consumers
+    from theow_workers.heartbeat import consumers
 
     client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=3, socket_timeout=3)
     try:
@@ -419,7 +419,7 @@ def _explorers_running(settings: Settings) -> bool:
     import redis
 
     from theow_client import names
-    from theow_workers.ops.heartbeat import consumers
+    from theow_workers.heartbeat import consumers
 
     client = redis.Redis.from_url(settings.redis_url, socket_timeout=3)
     try:

@@ -135,10 +135,10 @@ def check_redis(ctx: Context) -> list[Finding]:
 
 
 def check_consumers(ctx: Context) -> list[Finding]:
-    """Each queue has a worker whose heartbeat is alive (``theow_workers.ops.heartbeat``)."""
+    """Each queue has a worker whose heartbeat is alive (``theow_workers.heartbeat``)."""
     import redis
 
-    from theow_workers.ops.heartbeat import consumers
+    from theow_workers.heartbeat import consumers
 
     if not ctx.found.get("redis"):
         return [Finding("consumers", SKIP, "needs Redis")]
