@@ -180,3 +180,17 @@ def test_the_embedded_valkey_needs_its_generated_password(embedded_valkey, tmp_p
         password_file.read_text().strip()
         not in (settings.home / "valkey" / "users.acl").read_text()
     )
+
+
+def test_an_agent_user_the_broker_refuses_is_one_line_without_the_password(embedded_valkey):
+    from theow_workers.config import with_password
+    from theow_workers.ops.acl import AclError
+
+    wrong = embedded_valkey.settings.model_copy(
+        update={"redis_url": with_password(embedded_valkey.settings.redis_url, "not-the-admin")}
+    )
+    with pytest.raises(AclError) as refused:
+        create_agent_user(wrong, AGENT, TOKEN)
+    message = str(refused.value)
+    assert message.startswith(f"cannot create the broker user agent-{AGENT} at redis://:***@")
+    assert "\n" not in message and "not-the-admin" not in message and TOKEN not in message

@@ -114,7 +114,9 @@ def up(
     Every port is checked before anything starts; clients reach Valkey at the
     broker URL printed (THEOW_REDIS_URL).
     """
-    from theow_client.config import safe_url
+    from urllib.parse import urlsplit, urlunsplit
+
+    from theow_workers.config import VALKEY_PASSWORD_FILE
     from theow_workers.ops.flower import FlowerError, flower_command
     from theow_workers.stack import EmbeddedStack, StackError, with_port
     from theow_workers.web.auth import WebAuthError
@@ -162,8 +164,11 @@ def up(
             stack.processes.append(("web", web_cmd.start(stack.environment(), web_log)))
     except StackError as exc:
         raise fail(str(exc)) from None
-    broker = safe_url(stack.settings.redis_url)  # the password stays in THEOW_HOME
+    parts = urlsplit(s.redis_url)  # the address only: the password is never printed
+    broker = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
     out.print(f"theow is up: broker {broker}, milvus {s.milvus_uri}, db {s.store_url}")
+    if (stack.home / VALKEY_PASSWORD_FILE).exists():  # else it is THEOW_REDIS_URL's own
+        out.print(f"the broker's password is in {stack.home / VALKEY_PASSWORD_FILE}")
     if flower_cmd is not None:
         out.print(f"flower: {flower_cmd.url} (user {s.flower_user}, THEOW_FLOWER_PASSWORD)")
     if web_cmd is not None:

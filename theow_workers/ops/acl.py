@@ -76,9 +76,13 @@ def agent_acl_rules(name: str) -> list[str]:
     ]
 
 
-def acl_setuser_line(name: str, token: str) -> str:
-    """The whole ``ACL SETUSER`` command for agent ``name``, as an operator types it into redis-cli."""
-    return " ".join(["ACL SETUSER", agent_user(name), *agent_acl_rules(name), f"#{_digest(token)}"])
+def setuser_command(name: str, token: str) -> list[str]:
+    """``ACL SETUSER`` of agent ``name`` with ``token``'s SHA-256 as its password, as words.
+
+    ``" ".join(...)`` of it is what an operator types into redis-cli on a broker
+    whose users Theow's workers may not manage.
+    """
+    return ["ACL", "SETUSER", agent_user(name), *agent_acl_rules(name), f"#{_digest(token)}"]
 
 
 def agent_url(broker_url: str, name: str, token: str) -> str:
@@ -99,8 +103,7 @@ def create_agent_user(settings: Settings, name: str, token: str) -> None:
     Uses the workers' own (admin) credentials. Saved to the server's ACL file
     when it has one (the embedded Valkey does), so it survives a restart.
     """
-    _admin(settings, "create", name, ["ACL", "SETUSER", agent_user(name), *agent_acl_rules(name),
-                                      f"#{_digest(token)}"])  # fmt: skip
+    _admin(settings, "create", name, setuser_command(name, token))
 
 
 def delete_agent_user(settings: Settings, name: str) -> None:
