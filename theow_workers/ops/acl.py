@@ -11,7 +11,7 @@ may be stolen by that code. Its Redis/Valkey user is therefore allowed only:
                                              runs (write-only)
 ``GET EXISTS BLPOP LRANGE LINDEX`` on        its own verdicts, delivered as a string
 ``theow:verdict:<name>:*``                   or a list, polled or awaited
-``HELLO PING SELECT CLIENT SETINFO``         what a client says when it connects
+``HELLO PING SELECT``                        what a client says when it connects
 ==========================================  ======================================
 
 and nothing else: no Pub/Sub channel (Celery's remote control, ``*.pidbox``,
@@ -39,7 +39,7 @@ USER_PREFIX = "agent-"
 # Read commands on the agent's own verdict keys: a verdict may be a string
 # (GET, EXISTS, polled) or a list (BLPOP awaited, LRANGE/LINDEX peeked).
 VERDICT_COMMANDS = ("get", "exists", "blpop", "lrange", "lindex")
-CONNECT_COMMANDS = ("hello", "ping", "select", "client|setinfo")
+CONNECT_COMMANDS = ("hello", "ping", "select")
 
 
 class AclError(RuntimeError):
@@ -55,7 +55,7 @@ def agent_acl_rules(name: str) -> list[str]:
     """The ``ACL SETUSER`` rules of agent ``name``, without its password.
 
     >>> " ".join(agent_acl_rules("ci-7"))  # doctest: +NORMALIZE_WHITESPACE
-    'reset on resetchannels -@all +hello +ping +select +client|setinfo +lpush
+    'reset on resetchannels -@all +hello +ping +select +lpush
      %W~resolve %W~passing (%W~theow:passing:sample:* +set)
      (~theow:verdict:ci-7:* +get +exists +blpop +lrange +lindex)'
     """
