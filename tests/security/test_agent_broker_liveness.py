@@ -76,6 +76,19 @@ def test_a_stopped_worker_leaves_no_heartbeat_behind(resolver):
     assert doctor(resolver)["consumers.resolve"][0] == FAIL
 
 
+def test_a_crashed_worker_shows_once_its_heartbeat_expires(resolver):
+    ((_, worker),) = [
+        (what, proc) for what, proc in resolver.processes if what.startswith("worker")
+    ]
+    worker.kill()  # SIGKILL: no shutdown, nothing deleted
+    worker.wait(10)
+    wait_until(
+        lambda: doctor(resolver)["consumers.resolve"][0] == FAIL,
+        names.CONSUMER_TTL + names.CONSUMER_BEAT,
+        "the crashed worker's heartbeat to expire",
+    )
+
+
 def test_a_replay_with_no_replay_worker_says_so(resolver, tmp_path):
     history = tmp_path / "history.jsonl"
     history.write_text('{"stderr": "ECHO w"}\n')
