@@ -194,3 +194,14 @@ def test_an_agent_user_the_broker_refuses_is_one_line_without_the_password(embed
     message = str(refused.value)
     assert message.startswith(f"cannot create the broker user agent-{AGENT} at redis://:***@")
     assert "\n" not in message and "not-the-admin" not in message and TOKEN not in message
+
+
+def test_doctor_away_from_the_stacks_home_says_where_the_password_is(embedded_valkey, tmp_path):
+    from theow_workers.config import Settings
+    from theow_workers.ops.checks import FAIL, Context, check_redis
+
+    host, port = embedded_valkey.valkey_address
+    env = {"THEOW_HOME": str(tmp_path / "elsewhere"), "THEOW_REDIS_URL": f"redis://{host}:{port}/0"}
+    (finding,) = check_redis(Context(Settings.load(env=env, path=tmp_path / "none.yaml")))
+    assert finding.status == FAIL
+    assert "valkey.password" in finding.fix and "THEOW_HOME" in finding.fix

@@ -17,7 +17,7 @@ from typing import Any
 
 from theow_client import names
 from theow_workers import last_good
-from theow_workers.config import Settings
+from theow_workers.config import VALKEY_PASSWORD_FILE, Settings
 from theow_workers.core.redact import redact_text
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
@@ -119,6 +119,14 @@ def check_redis(ctx: Context) -> list[Finding]:
         client.ping()
         info = client.info()
         rules_error = last_good.current_error(client)
+    except redis.AuthenticationError as exc:  # e.g. run away from `theow up`'s THEOW_HOME
+        return [
+            Finding(
+                "redis", FAIL, f"{shown(url)} refused the password: {exc}",
+                "set THEOW_REDIS_URL with the broker's password; the embedded Valkey's is in "
+                f"$THEOW_HOME/{VALKEY_PASSWORD_FILE} (THEOW_HOME is {ctx.settings.home})",
+            )
+        ]  # fmt: skip
     except redis.RedisError as exc:
         return [
             Finding(
