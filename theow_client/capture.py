@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO, TextIO, cast
 
@@ -84,6 +84,38 @@ class HeadTail:
         if not omitted:
             return decode(head + tail)
         return decode(head) + CUT_MARKER.format(omitted=omitted) + decode(tail)
+
+
+# Theow's own variables (the agent's token, the broker URL, ...): the build
+# command, which runs whatever a pull request asks it to, gets none of them.
+THEOW_PREFIX = "THEOW_"
+PR_SET_DUMPABLE = 4  # linux/prctl.h
+
+
+def build_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` without Theow's variables: what the build command runs with.
+
+    >>> build_environment({"PATH": "/bin", "THEOW_AGENT_TOKEN": "tw1.ci.s", "THEOW_REDIS_URL": "r"})
+    {'PATH': '/bin'}
+    """
+    return {k: v for k, v in environ.items() if not k.startswith(THEOW_PREFIX)}
+
+
+def make_undumpable() -> None:
+    """Make this process non-dumpable: no core file, and no other process of the
+    same (non-root) user may ptrace it or read its ``/proc/<pid>/environ`` and
+    memory, where the token and broker URL are. Linux only; a no-op elsewhere.
+
+    Root can still read them: an agent's token is only as safe as the user
+    that runs the build, which is why the token may do so little.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import contextlib
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):  # no prctl in this libc: nothing to do
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
 @dataclass(frozen=True)
@@ -147,10 +179,15 @@ def capture(
     """
     out_sink = stdout_sink or (_terminal(sys.stdout) if passthrough else None)
     err_sink = stderr_sink or (_terminal(sys.stderr) if passthrough else None)
+    make_undumpable()
     started = time.monotonic()
     try:
         process = subprocess.Popen(
-            list(command), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            list(command),
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=build_environment(os.environ),
         )
     except OSError as exc:
         code = EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_NOT_EXECUTABLE

@@ -415,6 +415,9 @@ class TheowClient:
                 task_id=payload["failure_id"],
                 queue=names.QUEUE_RESOLVE,
                 retry=False,
+                # An agent with a token reads its verdict under its own key: the
+                # broker's ACL refuses it Celery's result keys and channels.
+                ignore_result=bool(self.agent),
                 # What Flower and task events show: ids and sizes, never the facts.
                 argsrepr=summary([payload]),
                 kwargsrepr="{}",

@@ -23,9 +23,10 @@ import os
 import tempfile
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from celery import Celery
+from kombu.entity import Queue
 
 from theow_client import names
 
@@ -61,13 +62,35 @@ class RedisURLError(ValueError):
 
 
 def redis_url(explicit: str | None = None) -> str:
-    """The Redis URL used as both Celery broker and result backend."""
-    return (
-        explicit
-        or os.environ.get(ENV_REDIS_URL)
-        or client_env().get(ENV_REDIS_URL)
-        or names.DEFAULT_REDIS_URL
-    )
+    """The Redis URL used as both Celery broker and result backend.
+
+    A URL given without credentials takes the agent's broker user from the
+    env file ``theow up`` wrote, when that file names the same server: a shell
+    that set THEOW_REDIS_URL to choose the stack's port still reaches it.
+    """
+    written = client_env().get(ENV_REDIS_URL)
+    given = explicit or os.environ.get(ENV_REDIS_URL)
+    if not given:
+        return written or names.DEFAULT_REDIS_URL
+    return with_credentials_of(given, written) if written else given
+
+
+def with_credentials_of(url: str, other: str) -> str:
+    """``url`` with ``other``'s user and password when ``url`` has none and both name one server.
+
+    >>> with_credentials_of("redis://127.0.0.1:6479/0", "redis://agent-a:tw1.a.s@127.0.0.1:6479/0")
+    'redis://agent-a:tw1.a.s@127.0.0.1:6479/0'
+    >>> with_credentials_of("redis://cache:6379/0", "redis://agent-a:tw1.a.s@127.0.0.1:6479/0")
+    'redis://cache:6379/0'
+    """
+    try:
+        mine, theirs = urlsplit(url), urlsplit(other)
+        same = (mine.hostname, mine.port) == (theirs.hostname, theirs.port)
+    except ValueError:  # a malformed URL is named later, by its own check
+        return url
+    if "@" in mine.netloc or "@" not in theirs.netloc or not same:
+        return url
+    return urlunsplit(mine._replace(netloc=theirs.netloc))
 
 
 def redis_url_source(explicit: str | None = None, explicit_name: str = "redis_url") -> str:
@@ -249,6 +272,9 @@ def celery_app(url: str, timeout: float = DEFAULT_CONNECT_TIMEOUT) -> Any:
     app = Celery("theow-client", broker=url, backend=url)
     app.conf.update(
         task_routes=names.TASK_ROUTES,
+        # Publish only (one LPUSH): queues and their bindings are the workers' to
+        # declare, and an agent's broker user may not write them (theow_workers.ops.acl).
+        task_queues=[Queue(q, no_declare=True) for q in names.QUEUES],  # type: ignore[no-untyped-call]
         task_serializer="json",
         result_serializer="json",
         accept_content=["json"],

@@ -71,6 +71,12 @@ Redis keys (all under ``theow:``):
     job's normal, mined from its recent passing runs.
 ``theow:normal-runs:<job>``
     Integer with the same TTL: how many passing runs of the job were learned.
+``theow:consumer:<queue>:<worker>``
+    JSON {worker, queue, pid, at}, expires ``CONSUMER_TTL`` seconds after the
+    worker's last heartbeat: the worker consumes that queue. Refreshed every
+    ``CONSUMER_BEAT`` seconds, deleted when the worker stops consuming it
+    (cancelled, shut down); read by ``theow doctor`` and ``theow replay``
+    instead of Celery's remote control, which agents cannot reach.
 """
 
 from __future__ import annotations
@@ -183,3 +189,13 @@ def key_query_vector(model: str, digest: str) -> str:
 def explore_task_id(failure_id: str) -> str:
     """The explore task's id: a client waits on it for the exploration's outcome."""
     return f"explore-{failure_id}"
+
+
+# Liveness: a heartbeat per worker and queue consumed (theow_workers.ops.heartbeat).
+CONSUMER_BEAT = 5.0
+CONSUMER_TTL = 15
+
+
+def key_consumer(queue: str, worker: str) -> str:
+    """``worker``'s heartbeat on ``queue``; ``worker`` ``*`` is the pattern of them all."""
+    return f"{KEY_PREFIX}consumer:{queue}:{worker}"

@@ -16,7 +16,13 @@ import logging
 from typing import Any
 
 from celery import Celery
-from celery.signals import after_setup_logger, after_setup_task_logger, celeryd_init
+from celery.signals import (
+    after_setup_logger,
+    after_setup_task_logger,
+    celeryd_init,
+    worker_ready,
+    worker_shutdown,
+)
 
 from theow_client import names
 from theow_workers import wire
@@ -76,3 +82,20 @@ def _json_from_the_start(instance: Any, **_: Any) -> None:
     from theow_workers.logs import prepare_worker
 
     prepare_worker(instance, settings)
+
+
+_heartbeats: list[Any] = []
+
+
+@worker_ready.connect
+def _heartbeat(sender: Any, **_: Any) -> None:
+    # Liveness for `theow doctor` and `theow replay` without the remote control.
+    from theow_workers.heartbeat import Heartbeat
+
+    _heartbeats.append(Heartbeat(sender, settings.redis_url).start())
+
+
+@worker_shutdown.connect
+def _heartbeat_stop(**_: Any) -> None:
+    while _heartbeats:
+        _heartbeats.pop().stop()

@@ -14,6 +14,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
@@ -199,11 +200,42 @@ class Settings(BaseModel):
                 f"setting {field!r}: {first['msg']} (from {file} or environment)"
             ) from None
         _check_urls(settings, origin)
-        return settings
+        return with_embedded_password(settings)
 
     @classmethod
     def env_names(cls) -> list[str]:
         return [ENV_ALIASES.get(n, f"THEOW_{n.upper()}") for n in cls.model_fields]
+
+
+# The embedded Valkey's generated password (``theow up`` writes it, mode 0600).
+VALKEY_PASSWORD_FILE = "valkey.password"
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def with_embedded_password(settings: Settings) -> Settings:
+    """``settings`` whose local broker URL without credentials gains the embedded Valkey's password.
+
+    So every command run beside ``theow up`` (``theow doctor``, ``theow
+    replay``...) reaches its Valkey with no configuration. Only for a loopback
+    host: the password is never sent to another machine.
+    """
+    parts = urlsplit(settings.redis_url)
+    file = settings.home / VALKEY_PASSWORD_FILE
+    if "@" in parts.netloc or parts.hostname not in _LOOPBACK or not file.is_file():
+        return settings
+    password = file.read_text().strip()
+    return settings.model_copy(update={"redis_url": with_password(settings.redis_url, password)})
+
+
+def with_password(url: str, password: str) -> str:
+    """``url`` with ``password`` for the default user (any credentials it had are replaced).
+
+    >>> with_password("redis://127.0.0.1:6479/0", "p/w")
+    'redis://:p%2Fw@127.0.0.1:6479/0'
+    """
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f":{quote(password, safe='')}@{host}"))
 
 
 # The workers reach Redis through Celery and through redis-py: only what both read.

@@ -56,6 +56,7 @@ def run_demo(settings: Settings, path: Path, timeout: float, console: Console) -
         with console.status("starting Valkey, Milvus Lite, SQLite…"):
             stack.start()
         with console.status("indexing rules and actions (loads MiniLM)…"):
+            settings = stack.settings  # with the password the stack gave its Valkey
             rt = Runtime(settings)
             knowledge = Knowledge.configured(settings)
             report = sync_index(knowledge, rt.index, rt.embedder, rt.redis)

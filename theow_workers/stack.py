@@ -12,8 +12,10 @@ process, so it runs as a server that every worker reaches over its port.
 from __future__ import annotations
 
 import errno
+import hashlib
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -23,9 +25,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
-from theow_workers.config import Settings
+from theow_workers.config import VALKEY_PASSWORD_FILE, Settings, with_password
 
 log = logging.getLogger("theow.stack")
 
@@ -148,6 +150,40 @@ def _wait_until_loaded(url: str, timeout: float) -> None:
         conn.close()
 
 
+ACL_FILE = "users.acl"
+
+
+def valkey_password(home: Path) -> str:
+    """The embedded Valkey's password, kept in ``home``; generated (mode 0600) the first time."""
+    file = home / VALKEY_PASSWORD_FILE
+    home.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        password = file.read_text().strip()
+        if password:
+            return password
+        raise StackError(f"{file} is empty: delete it and a new password is generated") from None
+    password = secrets.token_urlsafe(32)
+    with os.fdopen(fd, "w") as out:
+        out.write(password + "\n")
+    return password
+
+
+def write_acl_file(path: Path, password: str) -> Path:
+    """``path``, Valkey's ACL file, whose default (admin) user has ``password``; other users kept.
+
+    Only the password's SHA-256 is written: the file may be read by Valkey's backups.
+    """
+    admin = f"user default on #{hashlib.sha256(password.encode()).hexdigest()} ~* &* +@all"
+    kept = path.read_text().splitlines() if path.exists() else []
+    lines = [admin] + [line for line in kept if line and not line.startswith("user default ")]
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write("\n".join(lines) + "\n")
+    return path
+
+
 @dataclass
 class EmbeddedStack:
     settings: Settings
@@ -176,11 +212,18 @@ class EmbeddedStack:
 
         data = self.home / "valkey"
         data.mkdir(parents=True, exist_ok=True)
-        # noeviction: a queue that silently drops messages loses failures.
+        password = urlsplit(self.settings.redis_url).password
+        password = unquote(password) if password else valkey_password(self.home)
+        self.settings = self.settings.model_copy(
+            update={"redis_url": with_password(self.settings.redis_url, password)}
+        )
+        # noeviction: a queue that silently drops messages loses failures. The ACL
+        # file holds the admin's password hash and the agents' users (`theow tokens`).
         cmd = [
             str(get_binary_path()), "--bind", host, "--port", str(port), "--dir", str(data),
             "--appendonly", "yes", "--save", "", "--maxmemory-policy", "noeviction",
             "--logfile", str(data / "valkey.log"),
+            "--aclfile", str(write_acl_file(data / ACL_FILE, password)),
         ]  # fmt: skip
         self._spawn(SERVER_VALKEY, cmd, host, port, timeout=15)
         _wait_until_loaded(self.settings.redis_url, timeout=30)

@@ -167,6 +167,8 @@ def fault_stack(
     home.mkdir(parents=True)
     stack = EmbeddedStack(settings)
     stack.start_valkey()
+    settings = stack.settings  # with the password the stack gave its Valkey
+    monkeypatch.setenv("THEOW_REDIS_URL", settings.redis_url)
     stack.migrate()
     # The agent the suite's client signs as (its raw payloads too: hostile content from a
     # real agent must reach the resolver, not stop at the signature check).

@@ -88,11 +88,18 @@ def _broker(settings: Settings) -> None:
     """
     import redis
 
+    from theow_client import names
     from theow_workers.core.redact import redact_text
+    from theow_workers.heartbeat import consumers
 
     client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=3, socket_timeout=3)
     try:
         client.ping()
+        if not consumers(client, names.QUEUE_REPLAY):  # a heartbeat, not the remote control
+            err.print(
+                "[yellow]no worker consumes the replay queue: the replay waits until one "
+                "starts (`theow up`, or a worker with --queues replay)[/yellow]"
+            )
     except redis.RedisError as exc:
         why = " ".join(str(exc).split()).rstrip(".") or type(exc).__name__
         raise _fail(
@@ -380,7 +387,7 @@ def _explore(s: Settings, store: Any, job: Any, budget: int, wait: bool) -> None
     )
     if not wait or not pending:
         return
-    if not _explorers_running():
+    if not _explorers_running(s):
         err.print(
             "[yellow]no worker consumes the explore queue (`theow worker --queues explore` with "
             f"THEOW_EXPLORE=1): the explorations wait there; `theow replay explore {job.id}` "
@@ -407,16 +414,20 @@ def _explore(s: Settings, store: Any, job: Any, budget: int, wait: bool) -> None
                   f"worker running (`theow worker --queues explore`, THEOW_EXPLORE=1)?[/yellow]")  # fmt: skip
 
 
-def _explorers_running() -> bool:
-    """Whether any worker answers that it consumes the explore queue."""
-    from theow_client import names
-    from theow_workers.celery_app import app
+def _explorers_running(settings: Settings) -> bool:
+    """Whether a worker's heartbeat says it consumes the explore queue."""
+    import redis
 
+    from theow_client import names
+    from theow_workers.heartbeat import consumers
+
+    client = redis.Redis.from_url(settings.redis_url, socket_timeout=3)
     try:
-        queues = app.control.inspect(timeout=1.0).active_queues() or {}
-    except Exception:  # a broker that cannot answer: do not wait on it either
+        return bool(consumers(client, names.QUEUE_EXPLORE))
+    except redis.RedisError:  # a broker that cannot answer: do not wait on it either
         return False
-    return any(q.get("name") == names.QUEUE_EXPLORE for qs in queues.values() for q in qs)
+    finally:
+        client.close()
 
 
 @replay_app.command("explore")

@@ -115,7 +115,10 @@ def up(
     Every port is checked before anything starts; clients reach Valkey at the
     broker URL printed (THEOW_REDIS_URL).
     """
+    from urllib.parse import urlsplit, urlunsplit
+
     from theow_workers.client_env import LOCAL_AGENT, grant_broker_access
+    from theow_workers.config import VALKEY_PASSWORD_FILE
     from theow_workers.ops.flower import FlowerError, flower_command
     from theow_workers.stack import EmbeddedStack, StackError, with_port
     from theow_workers.web.auth import WebAuthError
@@ -150,7 +153,7 @@ def up(
         env_file, token = _local_client(s)
         with waiting("starting Valkey, Milvus Lite and SQLite", after=0):
             stack.start()
-        grant_broker_access(s, LOCAL_AGENT, token)
+        grant_broker_access(stack.settings, LOCAL_AGENT, token)
         stack.start_worker(["resolve"], concurrency=workers)
         # A separate, lower-priority worker: a replay (or learning a passing run)
         # never occupies the resolvers.
@@ -169,8 +172,12 @@ def up(
     except (StackError, OSError) as exc:
         stack.stop()
         raise fail(str(exc)) from None
-    out.print(f"theow is up: broker {s.redis_url}, milvus {s.milvus_uri}, db {s.store_url}")
-    out.print(f"theow-client on this machine: broker and agent token in {env_file}")
+    parts = urlsplit(s.redis_url)  # the address only: the password is never printed
+    broker = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    out.print(f"theow is up: broker {broker}, milvus {s.milvus_uri}, db {s.store_url}")
+    if (stack.home / VALKEY_PASSWORD_FILE).exists():  # else it is THEOW_REDIS_URL's own
+        out.print(f"the broker's password is in {stack.home / VALKEY_PASSWORD_FILE}")
+    out.print(f"theow-client on this machine: its broker user and agent token are in {env_file}")
     if flower_cmd is not None:
         out.print(f"flower: {flower_cmd.url} (user {s.flower_user}, THEOW_FLOWER_PASSWORD)")
     if web_cmd is not None:
@@ -198,7 +205,11 @@ def _local_client(s: Settings) -> tuple[Path, str]:
     tokens = TokenStore.at(s.store_url)
     token = local_agent_token(tokens)
     tokens.close()
-    return write_client_env(s, s.redis_url, token), token
+    from theow_workers.client_env import LOCAL_AGENT
+    from theow_workers.ops.acl import agent_url
+
+    # The agent's own broker user, never the workers' (admin) credentials.
+    return write_client_env(s, agent_url(s.redis_url, LOCAL_AGENT, token), token), token
 
 
 def refuse_taken_ports(ports: list[tuple[str, int, str]]) -> None:

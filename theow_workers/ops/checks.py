@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from theow_client import names
 from theow_workers import last_good
-from theow_workers.config import Settings
+from theow_workers.config import VALKEY_PASSWORD_FILE, Settings
 from theow_workers.core.redact import redact_text
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
@@ -118,6 +119,14 @@ def check_redis(ctx: Context) -> list[Finding]:
         client.ping()
         info = client.info()
         rules_error = last_good.current_error(client)
+    except redis.AuthenticationError as exc:  # e.g. run away from `theow up`'s THEOW_HOME
+        return [
+            Finding(
+                "redis", FAIL, f"{shown(url)} refused the password: {exc}",
+                "set THEOW_REDIS_URL with the broker's password; the embedded Valkey's is in "
+                f"$THEOW_HOME/{VALKEY_PASSWORD_FILE} (THEOW_HOME is {ctx.settings.home})",
+            )
+        ]  # fmt: skip
     except redis.RedisError as exc:
         return [
             Finding(
@@ -129,7 +138,52 @@ def check_redis(ctx: Context) -> list[Finding]:
         ]
     finally:
         client.close()
+    ctx.found["redis"] = True
     return redis_findings(url, info) + worker_rules_findings(rules_error)
+
+
+def check_consumers(ctx: Context) -> list[Finding]:
+    """Each queue has a worker whose heartbeat is alive (``theow_workers.heartbeat``)."""
+    import redis
+
+    from theow_workers.heartbeat import consumers
+
+    if not ctx.found.get("redis"):
+        return [Finding("consumers", SKIP, "needs Redis")]
+    client = redis.Redis.from_url(
+        ctx.settings.redis_url, socket_connect_timeout=TIMEOUT, socket_timeout=TIMEOUT
+    )
+    try:
+        found = {queue: consumers(client, queue) for queue in names.QUEUES}
+    except redis.RedisError as exc:
+        return [Finding("consumers", FAIL, f"cannot read the workers' heartbeats: {exc}")]
+    finally:
+        client.close()
+    return [_consumer_finding(q, found[q], ctx.settings.explore) for q in names.QUEUES]
+
+
+# What waits when a queue has no consumer, and how bad that is.
+_STALLS = {
+    names.QUEUE_RESOLVE: (FAIL, "no failure gets a verdict"),
+    names.QUEUE_EXPLORE: (FAIL, "no unknown failure is explored"),
+    names.QUEUE_REPLAY: (WARN, "`theow replay` would wait"),
+    names.QUEUE_PASSING: (WARN, "passing runs queue up unlearned"),
+}
+
+
+def _consumer_finding(queue: str, workers: list[str], explore: bool) -> Finding:
+    check = f"consumers.{queue}"
+    if workers:
+        return Finding(check, OK, f"the {queue} queue is consumed by {', '.join(workers)}")
+    if queue == names.QUEUE_EXPLORE and not explore:
+        return Finding(check, SKIP, "THEOW_EXPLORE is off: nothing explores")
+    status, stall = _STALLS[queue]
+    return Finding(
+        check, status,
+        f"the {queue} queue has no consumer: {stall}",
+        f"start a worker with --queues {queue} (`theow up` starts them); one cancelled with "
+        f"`celery control cancel_consumer {queue}` comes back with `add_consumer {queue}`",
+    )  # fmt: skip
 
 
 def worker_rules_findings(error: Mapping[str, Any] | None) -> list[Finding]:
@@ -372,6 +426,7 @@ def check_llm(ctx: Context) -> list[Finding]:
 CHECKS: tuple[Callable[[Context], list[Finding]], ...] = (
     check_config,
     check_redis,
+    check_consumers,
     check_milvus,
     check_sql,
     check_model,

@@ -1,0 +1,136 @@
+"""The broker ACL profile of a build agent: it may push a failure and read its own verdict.
+
+A build agent runs whatever a pull request asks it to, so anything it holds
+may be stolen by that code. Its Redis/Valkey user is therefore allowed only:
+
+==========================================  ======================================
+``LPUSH`` onto ``resolve`` and ``passing``   submit a failure, an outcome, a passing
+                                             run (write-only: it cannot read or pop
+                                             another agent's queued facts)
+``SET`` on ``theow:passing:sample:*``        the ``SET NX EX`` that samples passing
+                                             runs (write-only)
+``GET EXISTS BLPOP LRANGE LINDEX`` on        its own verdicts, delivered as a string
+``theow:verdict:<name>:*``                   or a list, polled or awaited
+``HELLO PING SELECT``                        what a client says when it connects
+==========================================  ======================================
+
+and nothing else: no Pub/Sub channel (Celery's remote control, ``*.pidbox``,
+and the result backend's notifications), no other key (no other agent's
+verdicts, no ``_kombu.binding.*``: queues and bindings are the workers' to
+declare), no ``KEYS``, ``FLUSHDB``, ``CONFIG`` or ``ACL``. Key permissions are
+per command through selectors, which needs Redis 7.0+ or Valkey 7.2+: Redis 6
+cannot tell a command which keys it may touch, and ``SET`` allowed anywhere the
+agent may ``LPUSH`` would let it overwrite the ``resolve`` queue.
+
+The password is the agent's token itself; the server keeps only its SHA-256.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
+
+from theow_client import names
+from theow_workers.config import Settings
+
+USER_PREFIX = "agent-"
+# Read commands on the agent's own verdict keys: a verdict may be a string
+# (GET, EXISTS, polled) or a list (BLPOP awaited, LRANGE/LINDEX peeked).
+VERDICT_COMMANDS = ("get", "exists", "blpop", "lrange", "lindex")
+CONNECT_COMMANDS = ("hello", "ping", "select")
+
+
+class AclError(RuntimeError):
+    """The broker refused or cannot hold the agent's user; the message says which and why."""
+
+
+def agent_user(name: str) -> str:
+    """The broker user of agent ``name``."""
+    return USER_PREFIX + name
+
+
+def agent_acl_rules(name: str) -> list[str]:
+    """The ``ACL SETUSER`` rules of agent ``name``, without its password.
+
+    >>> " ".join(agent_acl_rules("ci-7"))  # doctest: +NORMALIZE_WHITESPACE
+    'reset on resetchannels -@all +hello +ping +select +lpush
+     %W~resolve %W~passing (%W~theow:passing:sample:* +set)
+     (~theow:verdict:ci-7:* +get +exists +blpop +lrange +lindex)'
+    """
+    if not name or any(c in name for c in " *?[]()\\\"'~%&:"):
+        raise ValueError(f"agent name {name!r}: letters, digits, '-', '_' and '.' only")
+    verdicts = names.KEY_PREFIX + f"verdict:{name}:*"
+    return [
+        "reset",
+        "on",
+        "resetchannels",
+        "-@all",
+        *(f"+{c}" for c in CONNECT_COMMANDS),
+        "+lpush",
+        f"%W~{names.QUEUE_RESOLVE}",
+        f"%W~{names.QUEUE_PASSING}",
+        f"(%W~{names.key_passing_sample('*')} +set)",
+        f"(~{verdicts} {' '.join('+' + c for c in VERDICT_COMMANDS)})",
+    ]
+
+
+def setuser_command(name: str, token: str) -> list[str]:
+    """``ACL SETUSER`` of agent ``name`` with ``token``'s SHA-256 as its password, as words.
+
+    ``" ".join(...)`` of it is what an operator types into redis-cli on a broker
+    whose users Theow's workers may not manage.
+    """
+    return ["ACL", "SETUSER", agent_user(name), *agent_acl_rules(name), f"#{_digest(token)}"]
+
+
+def agent_url(broker_url: str, name: str, token: str) -> str:
+    """``broker_url`` with the agent's user and token in place of the admin credentials.
+
+    >>> agent_url("redis://:admin@127.0.0.1:6479/0", "ci-7", "tw1.ci-7.s3cret")
+    'redis://agent-ci-7:tw1.ci-7.s3cret@127.0.0.1:6479/0'
+    """
+    parts = urlsplit(broker_url)
+    host = parts.netloc.rpartition("@")[2]
+    userinfo = f"{quote(agent_user(name), safe='')}:{quote(token, safe='')}"
+    return urlunsplit(parts._replace(netloc=f"{userinfo}@{host}"))
+
+
+def create_agent_user(settings: Settings, name: str, token: str) -> None:
+    """Create (or replace) agent ``name``'s user on the configured broker, with ``token`` as password.
+
+    Uses the workers' own (admin) credentials. Saved to the server's ACL file
+    when it has one (the embedded Valkey does), so it survives a restart.
+    """
+    _admin(settings, "create", name, setuser_command(name, token))
+
+
+def delete_agent_user(settings: Settings, name: str) -> None:
+    """Delete agent ``name``'s user: its open connections are closed by the broker at once."""
+    _admin(settings, "delete", name, ["ACL", "DELUSER", agent_user(name)])
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _admin(settings: Settings, verb: str, name: str, command: list[str]) -> None:
+    import redis
+
+    from theow_client.config import safe_url
+
+    where = safe_url(settings.redis_url)
+    client: Any = redis.Redis.from_url(settings.redis_url, socket_timeout=5)
+    try:
+        client.execute_command(*command)
+        # No ACL file configured: the operator persists users their own way.
+        with contextlib.suppress(redis.ResponseError):
+            client.execute_command("ACL", "SAVE")
+    except redis.RedisError as exc:
+        raise AclError(
+            f"cannot {verb} the broker user {agent_user(name)} at {where}: {exc} "
+            "(the profile needs Redis 7.0+ or Valkey 7.2+ and an admin in THEOW_REDIS_URL)"
+        ) from None
+    finally:
+        client.close()
