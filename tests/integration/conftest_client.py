@@ -176,4 +176,7 @@ def resolver(
     """The running fake resolver; the client under test is pointed at its Redis."""
     monkeypatch.setenv("THEOW_REDIS_URL", client_redis_url)
     monkeypatch.setenv("THEOW_SPOOL_DIR", str(tmp_path / "spool"))
+    # The fake answers through Celery's results, as workers answer a client without a
+    # token; the real fleet's token (left in the environment by a session fixture) is not ours.
+    monkeypatch.delenv("THEOW_AGENT_TOKEN", raising=False)
     return _FAKE
