@@ -64,6 +64,7 @@ from theow_workers.core.rules import Rule, as_text
 from theow_workers.core.scanner import Scanner
 from theow_workers.runtime import Runtime
 from theow_workers.stack import EmbeddedStack
+from theow_workers.store.tokens import TokenStore
 
 ROOT = Path(__file__).resolve().parent.parent
 # A network blip in a log with a real error: its examples make two rules validate.
@@ -622,6 +623,7 @@ def main() -> int:
     try:
         say(f"starting Valkey, Milvus Lite in {tmp}, the store at {settings.store_url} …")
         stack.start()
+        settings = stack.settings  # with the broker's generated password
         rt = TimedRuntime(settings)
         # Syncing the index embeds every rule: with the vectors kept on disk by text
         # (THEOW_EMBEDDING_CACHE), only the first run on a machine pays it. The
@@ -646,7 +648,11 @@ def main() -> int:
                 rt.redis.delete(key)
         stack.start_worker(["resolve"], concurrency=args.concurrency)
         wait_for_worker(settings.redis_url, "resolver")
-        client = TheowClient(redis_url=settings.redis_url, spool_dir=tmp / "spool")
+        # An agent as a build agent is one: a token of its own, every submission signed.
+        tokens = TokenStore.at(settings.store_url)
+        token = str(tokens.add("bench", "agent"))
+        tokens.close()
+        client = TheowClient(redis_url=settings.redis_url, spool_dir=tmp / "spool", token=token)
         warm = corpus(args.failures, args.seed, -2, makers, flake)
         # Two-rule failures make each pool process load MiniLM.
         warm = sorted(warm[:300], key=lambda f: -len(floor.valid(f)))[:20]
