@@ -36,6 +36,7 @@ def tokens_add(
     broker's ACL profile installed it is also the agent's broker password.
     """
     from theow_workers.client_env import grant_broker_access
+    from theow_workers.ops.acl import AclError
     from theow_workers.store.tokens import TokenProblem
 
     store = _store()
@@ -43,7 +44,13 @@ def tokens_add(
         token = store.add(name, scope)
     except TokenProblem as exc:
         raise fail(str(exc), 2) from None
-    acl = scope == "agent" and grant_broker_access(load_settings(), name, str(token))
+    try:
+        acl = scope == "agent" and grant_broker_access(load_settings(), name, str(token))
+    except AclError as exc:  # a token whose broker user does not exist would only be refused
+        store.forget(name)
+        raise fail(
+            f"{exc}; no token was made: start the broker (`theow up`), then run this again"
+        ) from None
     if as_json:
         print_json({"name": name, "scope": scope, "token": str(token), "broker_user": acl})
         return

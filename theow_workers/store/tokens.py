@@ -95,10 +95,19 @@ class TokenStore:
             with self.engine.begin() as conn:
                 conn.execute(insert(TokenRow).values(_values(row)))
         except IntegrityError:
+            revoked = any(t.name == name and t.revoked_at for t in self.list())
             raise TokenProblem(
-                f"a token named {name!r} exists already (revoke it, or pick another name)"
+                f"token {name!r} was revoked, and a name is never reused: pick another"
+                if revoked
+                else f"a token named {name!r} exists already (revoke it, or pick another name)"
             ) from None
         return token
+
+    def forget(self, name: str) -> None:
+        """Undo an ``add`` whose token was never handed out (its broker user could not be made)."""
+        with self.engine.begin() as conn:
+            conn.execute(delete(TokenRow).where(TokenRow.name == name))
+        self._cache.pop(name, None)
 
     def replace(self, name: str, scope: str) -> AgentToken:
         """A new secret for token ``name`` (made if missing); the old secret stops working."""

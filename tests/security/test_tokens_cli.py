@@ -1,0 +1,47 @@
+"""`theow tokens`: a mistake is one line, and no token is made that cannot be used."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def theow(home: Path, *args: str, redis_port: int) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.update(
+        THEOW_HOME=str(home), THEOW_DATABASE_URL="", PYTHONPATH=str(ROOT),
+        THEOW_REDIS_URL=f"redis://127.0.0.1:{redis_port}/0", COLUMNS="1000",
+    )  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "theow_workers.cli", "tokens", *args],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_an_agent_token_whose_broker_user_cannot_be_made_is_not_made(tmp_path: Path) -> None:
+    closed = free_port()  # no broker listens: the agent's broker user cannot be created
+    done = theow(tmp_path / "home", "add", "ci-runner-7", redis_port=closed)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr and "tw1." not in done.stdout + done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "no token was made" in line and "ci-runner-7" in line
+    listed = theow(tmp_path / "home", "list", "--json", redis_port=closed)
+    assert listed.returncode == 0 and listed.stdout.strip() == "[]", listed.stdout
+
+
+def test_a_revoked_name_is_refused_with_the_reason_not_a_hint_to_revoke_it(
+    tmp_path: Path,
+) -> None:
+    closed = free_port()
+    home = tmp_path / "home"
+    assert theow(home, "add", "reader", "--scope", "api-read", redis_port=closed).returncode == 0
+    assert theow(home, "revoke", "reader", redis_port=closed).returncode == 0
+    again = theow(home, "add", "reader", "--scope", "api-read", redis_port=closed)
+    assert again.returncode == 2
+    assert "was revoked, and a name is never reused" in again.stderr
