@@ -7,22 +7,26 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import insert, select
 
 from tests.conftest import reset_postgres
 from theow_client.verdict import Status, Verdict
-from theow_workers.core.ports import AttemptRecord, FailureRecord
+from theow_workers.core.ports import AttemptRecord
 from theow_workers.store.replay import ItemRecord, ReplayStore
 from theow_workers.store.results import SqlStore
-from theow_workers.store.schema import AttemptRow, ReplayItemRow, migrate
+from theow_workers.store.schema import AttemptRow, FailureRow, ReplayItemRow, migrate
 
 pytestmark = pytest.mark.integration
 
 
 def recorded_before(store: SqlStore, failure_id: str, source: str, rule: str, outcome: str) -> None:
     """A fix rule's match as releases before ``suggested`` stored it: resolved."""
-    store.add_failure(FailureRecord(failure_id, "fp", {"stderr": "x"}, None, source,
-                                    datetime.now(UTC)))  # fmt: skip
+    # The failure row as that revision's columns hold it (later revisions add more).
+    with store.engine.begin() as conn:
+        conn.execute(insert(FailureRow).values(
+            id=failure_id, fingerprint="fp", facts={"stderr": "x"}, problem_type=None,
+            source=source, received_at=datetime.now(UTC), explore=False, notes={},
+        ))  # fmt: skip
     store.add_attempt(AttemptRecord(failure_id, rule, [], outcome))  # counts are seeded apart
     store.add_verdict(Verdict(failure_id, Status.RESOLVED, rule=rule, mode="fix"))
 

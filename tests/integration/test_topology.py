@@ -34,6 +34,7 @@ from sqlalchemy import func, select
 
 from tests.conftest import free_port, unavailable, wait_port
 from tests.fakes.gemini_server import FakeGemini, function_call, user_texts
+from tests.integration.conftest import add_token
 from theow_client import Status, TheowClient
 from theow_workers.store.results import SqlStore
 from theow_workers.store.schema import FailureRow, ProposalRow, VerdictRow
@@ -190,7 +191,11 @@ def test_the_compose_topology_resolves_explores_and_replays_on_real_services(top
         topology.start("replay")
         topology.wait_for("resolver", "explorer", "replay")
 
-        with TheowClient(redis_url=topology.redis_url, spool_dir=tmp_path / "spool") as client:
+        # A build agent as production has one: a token of its own (`theow tokens add`).
+        token = add_token(topology.database_url, "topology-agent")
+        with TheowClient(
+            redis_url=topology.redis_url, spool_dir=tmp_path / "spool", token=token
+        ) as client:
             # resolver: known failures are fixed, unknown ones recorded as unmatched
             tickets = [client.submit({"stderr": f"ECHO w{i}", "job": f"j{i}"}) for i in range(5)]
             unknown = client.submit({"stderr": "a failure no rule knows"})
