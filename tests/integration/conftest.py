@@ -8,7 +8,6 @@ database, a fresh Milvus collection and the fixture rules and actions.
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import time
@@ -142,7 +141,12 @@ def fleet_db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 @pytest.fixture
 def fleet(
-    tmp_path: Path, redis_url: str, redis_client: Any, milvus_uri: str, fleet_db: str
+    tmp_path: Path,
+    redis_url: str,
+    redis_client: Any,
+    milvus_uri: str,
+    fleet_db: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[Fleet]:
     home = tmp_path / "home"
     rules, actions = tmp_path / "rules", tmp_path / "actions"
@@ -168,8 +172,9 @@ def fleet(
     home.mkdir(parents=True)
     # The fleet's own agent: every client signs with its token unless a test says otherwise.
     env["THEOW_AGENT_TOKEN"] = add_token(settings.store_url, "fleet-agent")
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
+    # Through monkeypatch, which a test's own changes share: undone together, in order.
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
     stack = EmbeddedStack(settings)
     fleet = Fleet(settings, home, stack)
     try:
@@ -178,11 +183,6 @@ def fleet(
         stack.stop(timeout=10)
         for client in fleet.clients:
             client.close()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 @pytest.fixture

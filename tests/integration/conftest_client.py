@@ -68,6 +68,7 @@ def offline_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     spool = tmp_path / "spool"
     monkeypatch.setenv("THEOW_REDIS_URL", f"redis://127.0.0.1:{closed_port()}/0")
     monkeypatch.setenv("THEOW_SPOOL_DIR", str(spool))
+    monkeypatch.delenv("THEOW_AGENT_TOKEN", raising=False)  # an agent without a token
     return spool
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import prepared_database
-from tests.integration.conftest import FIXTURES, Fleet
+from tests.integration.conftest import FIXTURES, Fleet, add_token
 from theow_client import Status
 from theow_workers.config import Settings
 from theow_workers.stack import EmbeddedStack
@@ -57,6 +57,7 @@ def layered_fleet(
         monkeypatch.setenv(name, value)
     settings = Settings.load(env=env)
     home.mkdir()
+    monkeypatch.setenv("THEOW_AGENT_TOKEN", add_token(settings.store_url, "layers-agent"))
     stack = EmbeddedStack(settings)
     fleet = Fleet(settings, home, stack)
     try:

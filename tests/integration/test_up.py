@@ -29,8 +29,9 @@ def listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def test_client_and_stack_agree_on_defaults_without_configuration(monkeypatch):
+def test_client_and_stack_agree_on_defaults_without_configuration(monkeypatch, tmp_path):
     monkeypatch.delenv("THEOW_REDIS_URL", raising=False)
+    monkeypatch.chdir(tmp_path)  # no stack ran here: no generated password joins the URL
     stack_url = Settings.load(env={}).redis_url
     assert client_config.redis_url(None) == stack_url
     assert ":6379/" not in stack_url  # a developer's own Redis on the default port is left alone
@@ -84,7 +85,10 @@ def test_theow_up_serves_a_client_and_stops_cleanly_on_ctrl_c(tmp_path, monkeypa
         assert refused.value.code == 401
     finally:
         up.send_signal(signal.SIGINT)
-        rest, _ = up.communicate(timeout=60)
+        up.wait(timeout=60)
+        # From the same buffered reader as the lines read above: communicate() would
+        # read the pipe itself and miss what that reader already holds.
+        rest = up.stdout.read()
     output = "".join(shown) + rest
     assert up.returncode == 0, output
     assert "theow is up" in output and password not in output
