@@ -28,6 +28,8 @@ class Status(StrEnum):
     RETRY = "retry"  # a `retry` rule matched: the failure is transient, run the step again
     TRACKED = "tracked"  # a `track` rule matched: known cause, nothing to run
     UNMATCHED = "unmatched"  # no rule validated against the facts
+    # Only wrapper rules (``generic: true``, e.g. ``make: *** Error 1``) validated: no cause known.
+    UNEXPLAINED = "unexplained"
     FAILED = "failed"  # every attempt's actions failed, or the agent's fix did not cure the step
     REJECTED = "rejected"  # the submission itself was malformed
     ERROR = "error"  # the worker could not decide (e.g. redelivered too often)
@@ -50,6 +52,26 @@ def parse_status(value: object) -> Status | str:
 # Statuses after which the client may run the step again (``suggested``: once it ran the
 # verdict's client-side fix; a suggestion with nothing for the agent to run changes nothing).
 RETRYABLE = frozenset({Status.RESOLVED, Status.SUGGESTED, Status.RETRY})
+
+
+@dataclass(frozen=True)
+class Where:
+    """A line to look at: the fact it is in, its 1-based line number in the original log, its text.
+
+    >>> Where.from_dict({"fact": "log", "line": "12", "text": "E   assert 1 == 2"})
+    Where(fact='log', line=12, text='E   assert 1 == 2')
+    """
+
+    fact: str
+    line: int
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"fact": self.fact, "line": self.line, "text": self.text}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Where:
+        return cls(fact=str(data["fact"]), line=int(data["line"]), text=str(data["text"]))
 
 
 @dataclass(frozen=True)
@@ -79,6 +101,10 @@ class Verdict:
     seen_in_passing: tuple[str, ...] = ()
     # The matched rule's named regex groups (a test's name, a file:line), as the rule captured them.
     captures: dict[str, str] = field(default_factory=dict)
+    # The lines to look at, most telling first (up to three), for every failure, matched or not.
+    where: tuple[Where, ...] = ()
+    # The wrapper rule that matched when no specific rule did (status ``unexplained``).
+    wrapper: str | None = None
     # Fields from a newer worker that this client does not know, kept as they came.
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -94,6 +120,7 @@ class Verdict:
         data["outputs"] = list(self.outputs)
         data["also"] = list(self.also)
         data["seen_in_passing"] = list(self.seen_in_passing)
+        data["where"] = [w.to_dict() for w in self.where]
         return {**extra, **data}
 
     @classmethod
@@ -118,11 +145,26 @@ class Verdict:
             also=tuple(str(n) for n in data.get("also") or ()),
             seen_in_passing=tuple(str(n) for n in data.get("seen_in_passing") or ()),
             captures={str(k): str(v) for k, v in dict(data.get("captures") or {}).items()},
+            where=tuple(_wheres(data.get("where"))),
+            wrapper=str(data["wrapper"]) if data.get("wrapper") else None,
             extra={k: v for k, v in data.items() if k not in _FIELDS},
         )
 
 
 _FIELDS = frozenset(f.name for f in fields(Verdict))
+
+
+def _wheres(value: object) -> list[Where]:
+    """The ``where`` lines a worker sent; one that is not ``{fact, line, text}`` is left out."""
+    if not isinstance(value, list):
+        return []
+    kept = []
+    for item in value:
+        try:
+            kept.append(Where.from_dict(item))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return kept
 
 
 def jsonable(value: Any) -> Any:
