@@ -27,6 +27,7 @@ functions (``web.groups``): a replay and the console give one answer.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections import Counter, defaultdict
@@ -51,6 +52,7 @@ SCOPE_MARK = "@scope "
 MIN_SHARED = 4
 MIN_CONTAINED_WORDS = 2  # words of the lines one group's text shares whole with another's
 MAX_EXTRA_LINES = 2  # ... and at most this many lines more in the other
+MAX_CONTAINED_LINES = 16  # a basis of more lines is matched whole (subsets grow as n²)
 SHARED_SHARE = 0.5
 STRONG_WINDOW = 80  # lines from the end where an error marker counts
 WEAK_WINDOW = 30  # ... and where a weak marker (a bare word) counts
@@ -359,39 +361,43 @@ def merge_contained(groups: list[Group]) -> list[Group]:
     One run states the cause alone ("test failure"), another with a line or
     two more around it ("failed: 2 tests", a test's name): token similarity
     falls below ``SIMILAR`` when the extra lines are most of the text. Merged
-    when the lines held in common carry ``MIN_CONTAINED_WORDS`` words (a bare
-    "fail" is in every test log) and the other group adds at most
+    when the contained group's lines carry ``MIN_CONTAINED_WORDS`` words (a
+    bare "fail" is in every test log) and the other group adds at most
     ``MAX_EXTRA_LINES`` lines (a line every build prints, picked alone, would
     otherwise gather every cause of its project). Groups of two scopes are
-    never compared.
+    never compared. Found by hashing each group's lines less up to
+    ``MAX_EXTRA_LINES`` of them, so no two groups are compared pairwise.
     """
     ordered = sorted(groups, key=lambda g: (-g.size, g.sample))
-    lines = {id(g): frozenset(ln for ln in g.basis.split("\n") if ln) for g in ordered}
     merged: list[Group] = []
-    by_line: defaultdict[tuple[str, str], list[int]] = defaultdict(list)
+    whole: defaultdict[tuple[str, frozenset[str]], list[int]] = defaultdict(list)
+    less: defaultdict[tuple[str, frozenset[str]], list[int]] = defaultdict(list)
     for group in ordered:
-        mine = lines[id(group)]
-        candidates = sorted({i for ln in mine for i in by_line.get((group.scope, ln), ())})
-        into = next((i for i in candidates if _within(group, merged[i], lines)), None)
-        if into is None:
-            for ln in mine:
-                by_line[(group.scope, ln)].append(len(merged))
-            merged.append(group)
-        else:
-            merged[into].absorb(group)
+        mine = frozenset(ln for ln in group.basis.split("\n") if ln)
+        parts = _parts(mine)
+        found = list(less.get((group.scope, mine), ())) if _telling(group) else []
+        found += [i for p in parts for i in whole.get((group.scope, p), ()) if _telling(merged[i])]
+        if found:
+            merged[min(found)].absorb(group)  # the largest
+            continue
+        whole[(group.scope, mine)].append(len(merged))
+        for part in parts:
+            less[(group.scope, part)].append(len(merged))
+        merged.append(group)
     merged.sort(key=lambda g: (-g.size, g.sample))
     return merged
 
 
-def _within(a: Group, b: Group, lines: dict[int, frozenset[str]]) -> bool:
-    """One group's lines all among the other's, telling enough, with few lines more."""
-    for small, large in ((a, b), (b, a)):
-        inner, outer = lines[id(small)], lines[id(large)]
-        if (
-            inner
-            and inner <= outer
-            and len(outer) - len(inner) <= MAX_EXTRA_LINES
-            and sum(1 for t in small.tokens if not t.startswith("<")) >= MIN_CONTAINED_WORDS
-        ):
-            return True
-    return False
+def _parts(lines: frozenset[str]) -> list[frozenset[str]]:
+    """``lines`` less up to ``MAX_EXTRA_LINES`` of them, never empty (all of them when many)."""
+    if len(lines) > MAX_CONTAINED_LINES:
+        return [lines]
+    return [
+        lines - frozenset(dropped)
+        for n in range(min(MAX_EXTRA_LINES, len(lines) - 1) + 1)
+        for dropped in itertools.combinations(sorted(lines), n)
+    ]
+
+
+def _telling(group: Group) -> bool:
+    return sum(1 for t in group.tokens if not t.startswith("<")) >= MIN_CONTAINED_WORDS
