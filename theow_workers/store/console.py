@@ -249,8 +249,8 @@ def unknown_failures(store: ExploreStore, limit: int = UNKNOWN_SCAN) -> list[Unk
     query = (
         select(FailureRow.id, FailureRow.fingerprint, FailureRow.received_at)
         .join(VerdictRow, VerdictRow.failure_id == FailureRow.id)
-        .where(VerdictRow.status.in_(UNKNOWN))
-        .order_by(FailureRow.received_at.desc(), FailureRow.id.desc())
+        .where(_common(VerdictRow.status.in_(UNKNOWN)))
+        .order_by(FailureRow.received_at.desc())
         .limit(limit)
     )
     with store.session() as s:
