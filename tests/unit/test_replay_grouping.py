@@ -197,3 +197,38 @@ def test_the_same_kind_of_failure_naming_different_tests_is_one_group():
     ]
     items.append(unmatched("x", "Linking\nFAIL: undefined symbol: _curl_easy_init\n"))
     assert sorted(g.size for g in group_unmatched(items)) == [1, 4]
+
+
+def test_a_count_in_the_plural_does_not_split_a_cause():
+    runs = [
+        "[info] *** 1 TEST FAILED ***",
+        "[info] *** 2 TESTS FAILED ***",
+        "[info] *** 1 TEST FAILED ***",
+    ]
+    items = [unmatched(f"r{i}", f"[info] Run completed\n{line}\n") for i, line in enumerate(runs)]
+    assert [g.size for g in group_unmatched(items)] == [3]
+
+
+def test_a_cause_stated_alone_joins_the_runs_that_name_the_failed_test_above_it():
+    """Given a runner's summary line, some runs with the failed test's line above it, one group."""
+    summary = "[info] *** 1 TEST FAILED ***\n"
+    items = [unmatched("s1", "[info] Run completed\n" + summary)]
+    items += [
+        unmatched(f"t{i}", f"[info] Run completed\n[info] - {name} *** FAILED ***\n" + summary)
+        for i, name in enumerate(["handles a closed socket", "drops requests over the limit"])
+    ]
+    items.append(unmatched("x", "[info] Compiling 3 Scala sources\n[error] not found: value foo\n"))
+    assert sorted(g.size for g in group_unmatched(items)) == [1, 3]
+
+
+def test_a_line_every_build_prints_does_not_gather_the_causes_printed_after_it():
+    """Given a deprecation warning picked alone for some runs, runs with three errors more stay apart."""
+    warning = "conf.py:53: UserWarning: Config path ~/.tool is deprecated\n"
+    other = (
+        warning
+        + "E   AttributeError: module 'tool.rules' has no attribute 'which'\n"
+        + "E   assert 'shoaib' in readme\n"
+        + "E   NameError: name 'FileNotFoundError' is not defined\n"
+    )
+    items = [unmatched("w1", warning), unmatched("w2", warning), unmatched("o1", other)]
+    assert sorted(g.size for g in group_unmatched(items)) == [1, 2]

@@ -8,11 +8,16 @@ strongest first: :func:`pick_error_lines`), and normalized the way matching
 normalizes (times, durations, ids, paths and numbers taken out). Failures with
 the same text in the same project form a group; then groups of one project
 whose text is near-identical (token Jaccard >= ``SIMILAR`` on the tokens they
-share with other groups: :func:`merge_similar`) are merged. Candidate pairs come
-from prefix filtering (two token sets with Jaccard >= t share a token among
-their rarest ``n - ceil(t·n) + 1``), so grouping 10,000 distinct failures does
-not compare every pair. ``benchmarks/grouping.py`` measures the result against
-human labels.
+share with other groups, a plural as its singular: :func:`merge_similar`) are
+merged, and then a group whose error lines all appear among another's, with few
+lines more (:func:`merge_contained`). Candidate pairs come from prefix
+filtering (two token sets with Jaccard >= t share a token among their rarest
+``n - ceil(t·n) + 1``) and from the lines groups share, so grouping 10,000
+distinct failures does not compare every pair. ``benchmarks/grouping.py``
+measures the result against human labels.
+
+The web console's insight page groups stored failures with the same two
+functions (``web.groups``): a replay and the console give one answer.
 
 >>> groups = group_unmatched([("f1", "l1", "fp1", "error: x failed", "e: x <n>"),
 ...                           ("f2", "l2", "fp2", "error: x failed", "e: x <n>")])
@@ -22,6 +27,7 @@ human labels.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections import Counter, defaultdict
@@ -44,6 +50,9 @@ GENERIC_CONTEXT = 2
 SCOPE_FACTS = ("repo", "repository", "project")
 SCOPE_MARK = "@scope "
 MIN_SHARED = 4
+MIN_CONTAINED_WORDS = 2  # words of the lines one group's text shares whole with another's
+MAX_EXTRA_LINES = 2  # ... and at most this many lines more in the other
+MAX_CONTAINED_LINES = 16  # a basis of more lines is matched whole (subsets grow as n²)
 SHARED_SHARE = 0.5
 STRONG_WINDOW = 80  # lines from the end where an error marker counts
 WEAK_WINDOW = 30  # ... and where a weak marker (a bare word) counts
@@ -209,7 +218,20 @@ def error_summary(
 
 
 def tokens(basis: str) -> frozenset[str]:
-    return frozenset(_TOKEN.findall(basis))
+    """The words and placeholders of a basis, a plural as its singular.
+
+    A count decides the plural ("1 test failed", "2 tests failed"): one cause.
+
+    >>> sorted(tokens("[info] *** <n> tests failed ***"))
+    ['<n>', 'failed', 'info', 'test']
+    """
+    return frozenset(_singular(t) for t in _TOKEN.findall(basis))
+
+
+def _singular(token: str) -> str:
+    if len(token) > 3 and token.endswith("s") and not token.endswith("ss"):
+        return token[:-1]
+    return token
 
 
 def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
@@ -280,7 +302,7 @@ def group_unmatched(items: Iterable[Unmatched], threshold: float = SIMILAR) -> l
         group.fingerprints.add(fp)
         group.failure_ids.append(failure_id)
         group.keys.append(key)
-    return merge_similar(list(by_cause.values()), threshold)
+    return merge_contained(merge_similar(list(by_cause.values()), threshold))
 
 
 def merge_similar(groups: list[Group], threshold: float = SIMILAR) -> list[Group]:
@@ -331,3 +353,51 @@ def _shared_tokens(groups: list[Group]) -> dict[int, frozenset[str]]:
         enough = words >= MIN_SHARED and len(common) >= SHARED_SHARE * len(g.tokens)
         shared[id(g)] = common if enough else g.tokens
     return shared
+
+
+def merge_contained(groups: list[Group]) -> list[Group]:
+    """Merge a group whose error lines all appear among another group's into the larger of them.
+
+    One run states the cause alone ("test failure"), another with a line or
+    two more around it ("failed: 2 tests", a test's name): token similarity
+    falls below ``SIMILAR`` when the extra lines are most of the text. Merged
+    when the contained group's lines carry ``MIN_CONTAINED_WORDS`` words (a
+    bare "fail" is in every test log) and the other group adds at most
+    ``MAX_EXTRA_LINES`` lines (a line every build prints, picked alone, would
+    otherwise gather every cause of its project). Groups of two scopes are
+    never compared. Found by hashing each group's lines less up to
+    ``MAX_EXTRA_LINES`` of them, so no two groups are compared pairwise.
+    """
+    ordered = sorted(groups, key=lambda g: (-g.size, g.sample))
+    merged: list[Group] = []
+    whole: defaultdict[tuple[str, frozenset[str]], list[int]] = defaultdict(list)
+    less: defaultdict[tuple[str, frozenset[str]], list[int]] = defaultdict(list)
+    for group in ordered:
+        mine = frozenset(ln for ln in group.basis.split("\n") if ln)
+        parts = _parts(mine)
+        found = list(less.get((group.scope, mine), ())) if _telling(group) else []
+        found += [i for p in parts for i in whole.get((group.scope, p), ()) if _telling(merged[i])]
+        if found:
+            merged[min(found)].absorb(group)  # the largest
+            continue
+        whole[(group.scope, mine)].append(len(merged))
+        for part in parts:
+            less[(group.scope, part)].append(len(merged))
+        merged.append(group)
+    merged.sort(key=lambda g: (-g.size, g.sample))
+    return merged
+
+
+def _parts(lines: frozenset[str]) -> list[frozenset[str]]:
+    """``lines`` less up to ``MAX_EXTRA_LINES`` of them, never empty (all of them when many)."""
+    if len(lines) > MAX_CONTAINED_LINES:
+        return [lines]
+    return [
+        lines - frozenset(dropped)
+        for n in range(min(MAX_EXTRA_LINES, len(lines) - 1) + 1)
+        for dropped in itertools.combinations(sorted(lines), n)
+    ]
+
+
+def _telling(group: Group) -> bool:
+    return sum(1 for t in group.tokens if not t.startswith("<")) >= MIN_CONTAINED_WORDS

@@ -3,7 +3,9 @@
 Detail pages reuse the CLI's queries (``store.failures.detail``,
 ``review.stats.meow``, ``replay.report.build``); the queries here are the ones
 a terminal never needed: a page of failures filtered by repo, job, rule, mode
-and outcome, per-rule activity, and per-day series for the insight plots.
+and outcome, per-rule activity, per-day series for the insight plots, and
+the newest failures no rule explains (which the insight page groups as a
+replay does: ``web.groups``).
 Every list is bounded (``PAGE`` rows, keyset pagination on ``received_at``)
 so a page costs the same with 100 or 100,000 failures stored.
 """
@@ -16,6 +18,7 @@ from typing import Any
 
 from sqlalchemy import func, literal_column, select
 
+from theow_client.verdict import Status
 from theow_workers.store.explore import ExploreStore
 from theow_workers.store.failures import LIVE, from_source
 from theow_workers.store.figures import LLM_OUTCOMES, MATCHED
@@ -24,6 +27,9 @@ from theow_workers.store.schema import ExplorationRow, FailureRow, ProposalRow, 
 PAGE = 50
 RECENT_MATCHES = 20
 GROUPS = 10
+# The newest failures no rule explains that the insight page groups (grouping reads their logs).
+UNKNOWN_SCAN = 1000
+UNKNOWN = (str(Status.UNMATCHED), str(Status.UNEXPLAINED), str(Status.EXPLORING))
 # A rule that matched before and not within this window has "stopped matching".
 QUIET = timedelta(days=14)
 
@@ -33,6 +39,13 @@ def aware(value: datetime | None) -> datetime | None:
     if value is not None and value.tzinfo is None:
         return value.replace(tzinfo=UTC)
     return value
+
+
+@dataclass(frozen=True)
+class UnknownFailure:
+    id: str
+    fingerprint: str
+    received_at: datetime | None
 
 
 @dataclass(frozen=True)
@@ -228,19 +241,29 @@ def series(store: ExploreStore, days: int = 30) -> dict[str, Any]:
     }
 
 
-def unmatched_groups(store: ExploreStore, limit: int = GROUPS) -> list[dict[str, Any]]:
-    """The largest root causes (same fingerprint) no rule matched, with one failure each."""
+def unknown_failures(store: ExploreStore, limit: int = UNKNOWN_SCAN) -> list[UnknownFailure]:
+    """The newest failures no rule explains (unmatched, unexplained, exploring), newest first.
+
+    Bounded: the insight page groups what a fleet met lately, never the whole table.
+    """
     query = (
-        select(FailureRow.fingerprint, func.count(), func.max(FailureRow.id),
-               func.max(FailureRow.received_at))
+        select(FailureRow.id, FailureRow.fingerprint, FailureRow.received_at)
         .join(VerdictRow, VerdictRow.failure_id == FailureRow.id)
-        .where(VerdictRow.status.in_(("unmatched", "exploring")))
-        .group_by(FailureRow.fingerprint)
-        .order_by(func.count().desc())
+        .where(_common(VerdictRow.status.in_(UNKNOWN)))
+        .order_by(FailureRow.received_at.desc())
         .limit(limit)
-    )  # fmt: skip
+    )
     with store.session() as s:
-        return [
-            {"fingerprint": fp, "size": int(n), "example": fid, "last": aware(last)}
-            for fp, n, fid, last in s.execute(query).all()
-        ]
+        return [UnknownFailure(fid, fp or "", aware(at)) for fid, fp, at in s.execute(query).all()]
+
+
+def facts_of(store: ExploreStore, ids: list[str]) -> dict[str, dict[str, Any]]:
+    """The stored (redacted) facts of each failure id found, in one query per 500 ids."""
+    found: dict[str, dict[str, Any]] = {}
+    with store.session() as s:
+        for start in range(0, len(ids), 500):
+            query = select(FailureRow.id, FailureRow.facts).where(
+                FailureRow.id.in_(ids[start : start + 500])
+            )
+            found.update((fid, facts or {}) for fid, facts in s.execute(query).all())
+    return found

@@ -41,6 +41,7 @@ from theow_workers.store.results import SqlStore
 from theow_workers.web import pages
 from theow_workers.web.affected import AffectedCounter
 from theow_workers.web.auth import COOKIE, NAME_CHARS, SESSION_SECONDS, Keys, Session, Sessions
+from theow_workers.web.groups import BasisCache
 from theow_workers.web.hosts import AllowedHosts, same_origin
 from theow_workers.web.library import Library
 from theow_workers.web.render import stylesheet
@@ -85,7 +86,8 @@ class Console:
         self.templates = templates()
         self.affected = AffectedCounter(store)
         self._library = Library(settings.rule_layers, settings.action_layers)
-        self.insight = Snapshot(lambda: pages.insight_data(store))
+        bases = BasisCache()
+        self.insight = Snapshot(lambda: pages.insight_data(store, bases))
         self.activity = Snapshot(lambda: queries.rule_activity(store))
         self._runtime: Any = None
         self._runtime_lock = threading.Lock()

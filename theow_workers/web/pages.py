@@ -25,6 +25,7 @@ from theow_workers.store import console as queries
 from theow_workers.store import failures as failure_queries
 from theow_workers.store.explore import ExploreStore
 from theow_workers.web import charts
+from theow_workers.web.groups import BasisCache, unknown_groups
 from theow_workers.web.render import code, log_lines
 from theow_workers.web.transcript import test_rule_results, turns
 
@@ -274,14 +275,13 @@ async def rule_page(request: Request) -> Response:
     return console.render(request, "rule.html", **context)
 
 
-def insight_data(store: ExploreStore) -> dict[str, Any]:
-    """Everything the insight page shows: totals, per-day series, unmatched groups."""
-    from theow_workers.replay.grouping import error_summary
+def insight_data(store: ExploreStore, bases: BasisCache | None = None) -> dict[str, Any]:
+    """Everything the insight page shows: totals, per-day series, groups of unknown failures.
 
-    groups = queries.unmatched_groups(store)
-    for group in groups:
-        failure = store.failure(group["example"])
-        group["sample"] = error_summary(failure.facts)[0] if failure is not None else ""
+    The groups are a replay's groups (``web.groups``); ``bases`` keeps each
+    failure's basis between refreshes.
+    """
+    groups = unknown_groups(store, bases if bases is not None else BasisCache())
     return {"stats": meow(store.sql), "days": queries.series(store), "groups": groups}
 
 
