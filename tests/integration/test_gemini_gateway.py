@@ -571,7 +571,7 @@ def test_an_unreachable_server_is_a_model_error_after_quick_retries() -> None:
 def test_another_process_reaches_the_fake_through_the_environment(fake: FakeGemini) -> None:
     fake.script(MODEL, [function_call("give_up", reason="from a worker")])
     script = (
-        "from theow_workers.adapters.gemini import gateway_from_settings\n"
+        "from theow_workers.adapters.providers import gateway_from_settings\n"
         "from theow_workers.config import Settings\n"
         "from theow_workers.core.llm import Budget, Outcome, SessionEnd, tool_from_callable\n"
         "def give_up(reason: str) -> None:\n"
