@@ -240,4 +240,4 @@ def _error_text(exc: openai.APIStatusError) -> str:
 def _cause(exc: BaseException) -> str:
     """The underlying network error's text (the client's own says only "Connection error.")."""
     cause = exc.__cause__ or exc.__context__
-    return f"{exc}: {cause}" if cause is not None and str(cause) else str(exc)
+    return f"{exc} ({cause})" if cause is not None and str(cause) else str(exc)
