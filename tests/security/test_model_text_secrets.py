@@ -128,8 +128,9 @@ def test_secrets_a_model_repeats_are_masked_wherever_its_reason_and_transcript_g
 def test_no_secret_of_any_format_the_client_or_detect_secrets_knows_reaches_the_model(
     fleet, any_explorers
 ):
-    """A log holding a secret of every format of the masking corpus: the model reads it
-    in the prompt and through read_log, and the fake server's every request is searched."""
+    """A log holding a secret of every format of the masking corpus and the model's own key:
+    the model reads it in the prompt and through read_log, and the fake server's every
+    request is searched."""
     fake, start = any_explorers
     wire = fake.wire
     lines, secrets = [], []
@@ -137,6 +138,9 @@ def test_no_secret_of_any_format_the_client_or_detect_secrets_knows_reaches_the_
         line, found = make(random.Random(name))
         lines.append(line)
         secrets += found
+    # And the deployment's own secret, the model's key, which only the worker knows.
+    lines.append(f"+ curl -H 'x-key: {integration.EXPLORE_KEY}' http://llm.internal/v1/models")
+    secrets.append(integration.EXPLORE_KEY)
     log = "\n".join(["step 1", *lines, "ERROR: component leaky failed: code=3"]) + "\n"
 
     def reader(model: str, body: dict[str, Any]) -> dict[str, Any]:
