@@ -61,8 +61,19 @@ class Settings(BaseModel):
     rules_poll_seconds: float = 2.0
 
     explore: bool = False
+    # Each model is provider/model: gemini/<id>, or openai/<id> for any OpenAI-compatible
+    # chat-completions endpoint (vLLM, Ollama, llama.cpp's server, a hosted one). Each has
+    # its own endpoint and key (adapters/providers.py); a Gemini model falls back to the
+    # gemini_* settings. A price is [input, output] dollars per million tokens, 0 for a
+    # model the team runs; unset, llm_prices has it or it counts as free.
     llm: str = "gemini/gemini-2.5-flash"
+    llm_base_url: str = ""
+    llm_api_key: SecretStr = SecretStr("")  # never printed: repr shows **********
+    llm_price: list[float] = []
     llm_secondary: str = ""
+    llm_secondary_base_url: str = ""
+    llm_secondary_api_key: SecretStr = SecretStr("")  # never printed: repr shows **********
+    llm_secondary_price: list[float] = []
     gemini_api_key: SecretStr = SecretStr("")  # never printed: repr shows **********
     gemini_base_url: str = ""
     # Global limits per model, shared by every explorer worker through Redis.
@@ -145,6 +156,19 @@ class Settings(BaseModel):
     web_allowed_hosts: list[str] = []
 
     @property
+    def model_prices(self) -> dict[str, tuple[float, float]]:
+        """Dollars per million tokens (input, output) by model id: ``llm_prices`` and the
+        configured models' own prices (``llm_price``, ``llm_secondary_price``)."""
+        prices = dict(self.llm_prices)
+        for name, price in (
+            (self.llm, self.llm_price),
+            (self.llm_secondary, self.llm_secondary_price),
+        ):
+            if name and len(price) == 2:
+                prices[name] = prices[name.partition("/")[2]] = (price[0], price[1])
+        return prices
+
+    @property
     def store_url(self) -> str:
         """The store's database: ``database_url``, else SQLite in ``home``."""
         return self.database_url or f"sqlite:///{(self.home / 'theow.db').resolve()}"
@@ -200,6 +224,7 @@ class Settings(BaseModel):
                 f"setting {field!r}: {first['msg']} (from {file} or environment)"
             ) from None
         _check_urls(settings, origin)
+        _check_prices(settings, origin)
         return with_embedded_password(settings)
 
     @classmethod
@@ -262,6 +287,24 @@ def _check_urls(settings: Settings, origin: Mapping[str, str]) -> None:
             where = origin.get(name, f"default {name}")
             value = safe_url(str(getattr(settings, name)))
             raise ConfigError(f"bad {where} {value!r}: {problem}")
+
+
+def _check_prices(settings: Settings, origin: Mapping[str, str]) -> None:
+    """A model's own price is two non-negative numbers, input then output.
+
+    >>> Settings.load(env={"THEOW_LLM_PRICE": "0.2"}, path=Path("-"))
+    Traceback (most recent call last):
+    ...
+    theow_workers.config.ConfigError: bad THEOW_LLM_PRICE [0.2]: a price is two numbers, dollars per million input and output tokens (e.g. 0.15,0.60; 0,0 for a model you run)
+    """
+    for name in ("llm_price", "llm_secondary_price"):
+        price = getattr(settings, name)
+        if price and (len(price) != 2 or min(price) < 0):
+            where = origin.get(name, name)
+            raise ConfigError(
+                f"bad {where} {price}: a price is two numbers, dollars per million input and"
+                " output tokens (e.g. 0.15,0.60; 0,0 for a model you run)"
+            )
 
 
 def _database_url_problem(url: str) -> str | None:

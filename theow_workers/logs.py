@@ -54,6 +54,8 @@ def secrets_of(settings: Settings) -> list[str]:
     """The values of ``settings`` that must never appear in a log line."""
     found = [
         settings.gemini_api_key.get_secret_value(),
+        settings.llm_api_key.get_secret_value(),
+        settings.llm_secondary_api_key.get_secret_value(),
         settings.flower_password.get_secret_value(),
     ]
     for url in (settings.redis_url, settings.database_url, settings.milvus_uri):

@@ -20,6 +20,7 @@ import base64
 import itertools
 import json
 import re
+import sys
 import threading
 from collections import defaultdict, deque
 from collections.abc import Callable
@@ -168,6 +169,8 @@ def _part_key(part: dict[str, Any]) -> str:
 
 class FakeGemini:
     """The fake API. ``brain(model, request)`` answers what no script does."""
+
+    wire = sys.modules[__name__]  # the helpers a brain uses to read and answer
 
     def __init__(self, brain: Brain | None = None, *, api_key: str | None = None) -> None:
         self.brain = brain

@@ -185,15 +185,42 @@ def fleet(
             client.close()
 
 
-@pytest.fixture
-def explorers(fleet, monkeypatch):
-    from tests.fakes.gemini_server import FakeGemini
+@dataclass
+class Explorers:
+    """Explorer workers and the fake model server they talk to (``provider``'s)."""
 
-    fake = FakeGemini().start()  # give it a brain in the test: fake.brain = ...
+    fake: Any  # FakeGemini or FakeOpenAI: a brain reads and answers through ``fake.wire``
+    start: Any  # start(count=1): a resolver and ``count`` explorers
+    provider: str
+    model: str  # the model id sessions are recorded under
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.fake, self.start))
+
+
+EXPLORE_KEY = "test-key-not-secret"
+PROVIDERS = ("gemini", "openai")
+
+
+def explorers_on(fleet: Fleet, monkeypatch: pytest.MonkeyPatch, provider: str) -> Explorers:
+    """Explorer workers whose model is the fake ``provider`` server's, through the environment."""
     monkeypatch.setenv("THEOW_EXPLORE", "1")
-    monkeypatch.setenv("GEMINI_API_KEY", "test-key-not-secret")
-    monkeypatch.setenv("THEOW_GEMINI_BASE_URL", fake.url)
-    monkeypatch.setenv("THEOW_LLM", "gemini/gemini-2.5-flash")
+    if provider == "gemini":
+        from tests.fakes.gemini_server import FakeGemini
+
+        fake: Any = FakeGemini().start()  # give it a brain in the test: fake.brain = ...
+        model = "gemini-2.5-flash"
+        monkeypatch.setenv("GEMINI_API_KEY", EXPLORE_KEY)
+        monkeypatch.setenv("THEOW_GEMINI_BASE_URL", fake.url)
+    else:
+        from tests.fakes.openai_server import MODEL, FakeOpenAI
+
+        fake, model = FakeOpenAI(api_key=EXPLORE_KEY).start(), MODEL
+        monkeypatch.delenv("GEMINI_API_KEY", raising=False)  # no Google account needed
+        monkeypatch.setenv("THEOW_LLM_BASE_URL", fake.url)
+        monkeypatch.setenv("THEOW_LLM_API_KEY", EXPLORE_KEY)
+        monkeypatch.setenv("THEOW_LLM_PRICE", "0.10,0.40")  # priced as a hosted one would be
+    monkeypatch.setenv("THEOW_LLM", f"{provider}/{model}")
 
     def start(count: int = 1) -> None:
         fleet.start_worker()
@@ -202,5 +229,20 @@ def explorers(fleet, monkeypatch):
             fleet.stack.start_worker(["explore"], concurrency=1, name=name)
             fleet.wait_for_worker(name)
 
-    yield fake, start
-    fake.stop()
+    return Explorers(fake, start, provider, model)
+
+
+@pytest.fixture
+def explorers(fleet, monkeypatch):
+    """Explorers on the fake Gemini server."""
+    found = explorers_on(fleet, monkeypatch, "gemini")
+    yield found
+    found.fake.stop()
+
+
+@pytest.fixture(params=PROVIDERS)
+def any_explorers(request, fleet, monkeypatch):
+    """Explorers on each provider's fake server in turn: a test of it runs once per provider."""
+    found = explorers_on(fleet, monkeypatch, request.param)
+    yield found
+    found.fake.stop()

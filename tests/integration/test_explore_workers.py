@@ -1,9 +1,10 @@
-"""Exploration end to end: client → resolver → explore queue → explorer workers → fake Gemini → SQL.
+"""Exploration end to end: client → resolver → explore queue → explorer workers → fake model → SQL.
 
-The real google-genai client in each explorer worker process talks to a fake
-Gemini server on loopback (THEOW_GEMINI_BASE_URL). The fake's "brain" plays a
-model that reads the failure, proposes a rule for it, and, when told that a
-submission was rejected, corrects it.
+Each test runs once per provider: the real google-genai client in each explorer
+worker process talks to a fake Gemini server on loopback (THEOW_GEMINI_BASE_URL),
+or the real openai client to a fake OpenAI-compatible one (THEOW_LLM_BASE_URL).
+The fake's "brain" plays a model that reads the failure, proposes a rule for
+it, and, when told that a submission was rejected, corrects it.
 """
 
 from __future__ import annotations
@@ -13,21 +14,12 @@ import re
 import pytest
 from sqlalchemy import func, select
 
-from tests.fakes.gemini_server import (
-    declared,
-    function_call,
-    function_responses,
-    quota_error,
-    text,
-    user_texts,
-)
 from theow_client import Status
 from theow_workers.store.explore import ExploreStore
 from theow_workers.store.schema import ExplorationRow, ProposalRow
 
 pytestmark = pytest.mark.integration
 
-MODEL = "gemini-2.5-flash"
 CAUSE = re.compile(r"component (\w+) failed: code=(\d+)")
 
 
@@ -43,15 +35,19 @@ def rule_for(cause: str, regex: str | None = None) -> str:
     )
 
 
-def proposing_brain(model: str, body: dict) -> dict:
-    """Submit a rule for the cause named in the log; fix it if it comes back rejected."""
-    cause = CAUSE.search("\n".join(user_texts(body))).group(1)
-    rejected = [r for r in function_responses(body) if "rejected" in str(r)]
-    if cause == "fussy" and not rejected:  # first a rule that does not match, to be corrected
-        return function_call(
-            "submit_rule", rule_yaml=rule_for(cause, "component fussy exploded"), actions=[]
-        )
-    return function_call("submit_rule", rule_yaml=rule_for(cause), actions=[])
+def proposing(wire):
+    """A brain that submits a rule for the cause named in the log, fixed if it comes back rejected."""
+
+    def brain(model: str, body: dict) -> dict:
+        cause = CAUSE.search("\n".join(wire.user_texts(body))).group(1)
+        rejected = [r for r in wire.function_responses(body) if "rejected" in str(r)]
+        if cause == "fussy" and not rejected:  # first a rule that does not match, to be corrected
+            return wire.function_call(
+                "submit_rule", rule_yaml=rule_for(cause, "component fussy exploded"), actions=[]
+            )
+        return wire.function_call("submit_rule", rule_yaml=rule_for(cause), actions=[])
+
+    return brain
 
 
 def failure(cause: str, n: int) -> dict:
@@ -70,18 +66,18 @@ def count(store, model, **where) -> int:
 
 
 def test_an_unknown_failure_is_explored_into_a_pending_proposal_after_one_correction(
-    fleet, explorers
+    fleet, any_explorers
 ):
-    fake, start = explorers
-    fake.brain = proposing_brain
+    fake, start = any_explorers
+    fake.brain = proposing(fake.wire)
     start()
     ticket = fleet.client().submit(failure("fussy", 7), explore=True)
     verdict = ticket.wait(60)
     assert verdict.status is Status.EXPLORING
     outcome = ticket.wait_exploration(120)
     assert outcome["outcome"] == "proposal", outcome
-    assert fake.sessions(MODEL) == 1
-    assert len(fake.bodies(MODEL)) == 2  # the rejected submission, then the corrected one
+    assert fake.sessions(any_explorers.model) == 1
+    assert len(fake.bodies(any_explorers.model)) == 2  # the rejected submission, then the fix
 
     store = ExploreStore(fleet.store())
     (proposal,) = store.proposals(status="pending")
@@ -90,20 +86,20 @@ def test_an_unknown_failure_is_explored_into_a_pending_proposal_after_one_correc
     assert "component fussy failed" in proposal.rule_yaml
     (exploration,) = store.explorations(ticket.failure_id)
     assert exploration.turns == 2 and exploration.tokens_in > 0 and exploration.cost > 0
-    assert exploration.models == [MODEL]
+    assert exploration.models == [any_explorers.model]
     assert "test-key-not-secret" not in str(exploration.transcript)
 
 
-def test_fifty_failures_from_five_root_causes_cost_exactly_five_sessions(fleet, explorers):
-    fake, start = explorers
-    fake.brain = proposing_brain
+def test_fifty_failures_from_five_root_causes_cost_exactly_five_sessions(fleet, any_explorers):
+    fake, start = any_explorers
+    fake.brain = proposing(fake.wire)
     start(count=2)
     client = fleet.client()
     causes = ["alpha", "bravo", "charlie", "delta", "echo"]
     tickets = [client.submit(failure(causes[i % 5], i), explore=True) for i in range(50)]
     outcomes = [t.wait_exploration(240)["outcome"] for t in tickets]
 
-    assert fake.sessions(MODEL) == 5
+    assert fake.sessions(any_explorers.model) == 5
     assert outcomes.count("proposal") == 5
     assert set(outcomes) <= {"proposal", "deduplicated", "cache_hit"}
     store = fleet.store()
@@ -111,9 +107,10 @@ def test_fifty_failures_from_five_root_causes_cost_exactly_five_sessions(fleet, 
     assert count(store, ExplorationRow) == 50  # every failure has its recorded outcome
 
 
-def test_a_per_day_quota_stops_exploring_and_says_why(fleet, explorers):
-    fake, start = explorers
-    fake.brain = lambda model, body: quota_error(per_day=True, retry_delay="3600s", model=model)
+def test_a_per_day_quota_stops_exploring_and_says_why(fleet, any_explorers):
+    fake, start = any_explorers
+    quota = fake.wire.quota_error
+    fake.brain = lambda model, body: quota(per_day=True, retry_delay="3600s", model=model)
     start()
     client = fleet.client()
     first = client.submit(failure("alpha", 1), explore=True)
@@ -128,15 +125,16 @@ def test_a_per_day_quota_stops_exploring_and_says_why(fleet, explorers):
 
 
 def test_a_probabilistic_rule_runs_its_own_prompt_and_tools_and_succeeds_only_when_done(
-    fleet, explorers
+    fleet, any_explorers
 ):
-    fake, start = explorers
+    fake, start = any_explorers
+    wire = fake.wire
 
     def investigator(model: str, body: dict) -> dict:
-        if not function_responses(body):
-            assert "Investigate this unusual failure" in "\n".join(user_texts(body))
-            return function_call("read_log", start_line=-5, lines=5)
-        return text("The widget ran out of pressure.\nDONE")
+        if not wire.function_responses(body):
+            assert "Investigate this unusual failure" in "\n".join(wire.user_texts(body))
+            return wire.function_call("read_log", start_line=-5, lines=5)
+        return wire.text("The widget ran out of pressure.\nDONE")
 
     fake.brain = investigator
     start()
@@ -152,7 +150,7 @@ def test_a_probabilistic_rule_runs_its_own_prompt_and_tools_and_succeeds_only_wh
     outcome = ticket.wait_exploration(120)
     assert outcome["outcome"] == "done"
     assert outcome["rule"] == "tf_investigate"
-    offered = set(declared(fake.bodies(MODEL)[0]))
+    offered = set(wire.declared(fake.bodies(any_explorers.model)[0]))
     assert offered == {"test_rule", "submit_rule", "give_up", "read_log"}
 
     ungated = fleet.client().submit({"stderr": "NEEDS_INVESTIGATION again"}).wait(60)

@@ -30,17 +30,34 @@ def test_an_explorer_without_a_key_refuses_to_start_and_says_why() -> None:
     assert "not starting an explorer: GEMINI_API_KEY is not set" in result.stderr
 
 
-def test_an_explorer_with_a_model_of_another_provider_refuses_to_start() -> None:
-    result = theow(
-        "worker",
-        "--queues",
-        "explore",
-        THEOW_EXPLORE="1",
-        GEMINI_API_KEY="k",
-        THEOW_LLM="openai/gpt-5",
-    )
+def test_an_explorer_with_a_model_of_an_unknown_provider_refuses_to_start() -> None:
+    result = theow("worker", "--queues", "explore", THEOW_EXPLORE="1", GEMINI_API_KEY="k",
+                   THEOW_LLM="anthropic/claude")  # fmt: skip
     assert result.returncode == 2
-    assert "provider 'openai' is not supported" in result.stderr
+    assert "provider 'anthropic' is not supported" in result.stderr
+
+
+def test_an_explorer_on_an_openai_compatible_model_without_its_endpoint_refuses_to_start() -> None:
+    result = theow("worker", "--queues", "explore", THEOW_EXPLORE="1", THEOW_LLM="openai/qwen2.5")
+    assert result.returncode == 2
+    assert "setting 'llm_base_url' (THEOW_LLM_BASE_URL) '': not set" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_an_explorer_whose_local_model_is_not_served_refuses_to_start() -> None:
+    from tests.fakes.openai_server import FakeOpenAI
+
+    fake = FakeOpenAI(api_key="sk-local-secret-key").start()
+    try:
+        result = theow("worker", "--queues", "explore", THEOW_EXPLORE="1",
+                       THEOW_LLM="openai/qwen2.5", THEOW_LLM_BASE_URL=fake.url,
+                       THEOW_LLM_API_KEY="sk-local-secret-key")  # fmt: skip
+    finally:
+        fake.stop()
+    assert result.returncode == 2
+    assert "model qwen2.5 at http://127.0.0.1" in result.stderr
+    assert "no such model (the server lists local-model, strong-model)" in result.stderr
+    assert "sk-local-secret-key" not in result.stderr
 
 
 def test_an_explorer_whose_endpoint_cannot_be_reached_refuses_to_start() -> None:

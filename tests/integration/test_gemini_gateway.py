@@ -33,7 +33,8 @@ from tests.fakes.gemini_server import (
     user_texts,
     with_usage,
 )
-from theow_workers.adapters.gemini import GeminiGateway, gateway_from_settings
+from theow_workers.adapters.gemini import GeminiGateway
+from theow_workers.adapters.providers import gateway_from_settings
 from theow_workers.config import ConfigError, Settings
 from theow_workers.core.limits import InMemoryLimiter
 from theow_workers.core.llm import (
@@ -510,8 +511,8 @@ def test_the_api_key_never_reaches_transcripts_or_error_messages(fake: FakeGemin
 def test_a_missing_api_key_or_an_unknown_provider_is_a_clear_error() -> None:
     with pytest.raises(ConfigError, match="GEMINI_API_KEY"):
         gateway_from_settings(Settings(gemini_api_key=""))
-    with pytest.raises(ConfigError, match="provider 'openai' is not supported"):
-        gateway_from_settings(Settings(llm="openai/gpt-4o", gemini_api_key=KEY))
+    with pytest.raises(ConfigError, match="provider 'anthropic' is not supported"):
+        gateway_from_settings(Settings(llm="anthropic/claude", gemini_api_key=KEY))
     with pytest.raises(ConfigError, match="llm_secondary"):
         gateway_from_settings(Settings(llm_secondary="gemini-2.5-pro", gemini_api_key=KEY))
 
@@ -571,7 +572,7 @@ def test_an_unreachable_server_is_a_model_error_after_quick_retries() -> None:
 def test_another_process_reaches_the_fake_through_the_environment(fake: FakeGemini) -> None:
     fake.script(MODEL, [function_call("give_up", reason="from a worker")])
     script = (
-        "from theow_workers.adapters.gemini import gateway_from_settings\n"
+        "from theow_workers.adapters.providers import gateway_from_settings\n"
         "from theow_workers.config import Settings\n"
         "from theow_workers.core.llm import Budget, Outcome, SessionEnd, tool_from_callable\n"
         "def give_up(reason: str) -> None:\n"

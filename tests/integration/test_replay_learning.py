@@ -1,8 +1,9 @@
 """Replay closes the loop: history → explore its unknown causes under a budget → approve → replay again.
 
 Real resolver, replay and explorer worker processes on Valkey, Milvus Lite and
-SQLite; the real google-genai client in the explorer talks to the fake Gemini
-server; `theow replay` and `theow review` run as a user runs them.
+SQLite; the explorer's real client talks to each provider's fake server in turn
+(Gemini, an OpenAI-compatible one); `theow replay` and `theow review` run as a
+user runs them.
 """
 
 from __future__ import annotations
@@ -15,13 +16,10 @@ import sys
 
 import pytest
 
-from tests.fakes.gemini_server import function_call, user_texts
 from tests.integration.conftest_replay import *  # noqa: F403
 from tests.integration.conftest_replay import ReplayFleet
 
 pytestmark = pytest.mark.integration
-
-MODEL = "gemini-2.5-flash"
 
 # Five causes no fixture rule knows, each in three wordings with its own params.
 CAUSES = {
@@ -85,21 +83,25 @@ def history(n: int = 1000) -> list[dict[str, str]]:
     return lines
 
 
-def brain(model: str, body: dict) -> dict:
-    """Proposes, for the failure it is shown, a track rule whose regex covers every wording."""
-    text = "\n".join(user_texts(body))
-    for cause, (regex, _) in CAUSES.items():
-        if re.search(regex, text):
-            rule = (
-                f"name: replayed_{cause}\n"
-                f"description: The {cause} failure seen in the replayed history.\n"
-                "mode: track\n"
-                "when:\n"
-                "  - fact: stderr\n"
-                "    regex: '" + regex.replace("'", "''") + "'\n"
-            )
-            return function_call("submit_rule", rule_yaml=rule, actions=[])
-    return function_call("give_up", reason="no idea")
+def proposing(wire):
+    """A brain proposing, for the failure it is shown, a track rule whose regex covers every wording."""
+
+    def brain(model: str, body: dict) -> dict:
+        text = "\n".join(wire.user_texts(body))
+        for cause, (regex, _) in CAUSES.items():
+            if re.search(regex, text):
+                rule = (
+                    f"name: replayed_{cause}\n"
+                    f"description: The {cause} failure seen in the replayed history.\n"
+                    "mode: track\n"
+                    "when:\n"
+                    "  - fact: stderr\n"
+                    "    regex: '" + regex.replace("'", "''") + "'\n"
+                )
+                return wire.function_call("submit_rule", rule_yaml=rule, actions=[])
+        return wire.function_call("give_up", reason="no idea")
+
+    return brain
 
 
 def theow(*args: str) -> subprocess.CompletedProcess[str]:
@@ -117,9 +119,9 @@ def replayed(result: subprocess.CompletedProcess[str]) -> dict:
 
 
 @pytest.fixture
-def stack(replay_fleet: ReplayFleet, explorers):
-    fake, start = explorers
-    fake.brain = brain
+def stack(replay_fleet: ReplayFleet, any_explorers):
+    fake, start = any_explorers
+    fake.brain = proposing(fake.wire)
     start()
     replay_fleet.start_replay_worker(concurrency=2)
     return replay_fleet, fake
@@ -154,11 +156,11 @@ def test_a_replay_explores_its_unknown_causes_under_budget_and_the_second_replay
     explored = first["explore_request"]
     assert [g["state"] for g in explored["groups"]] == ["explored"] * 3 + ["not explored"] * 2
     assert all(g["reason"] == "over the budget" for g in explored["groups"][3:])
-    assert fake.sessions(MODEL) == 3 and explored["llm_sessions"] == 3
+    assert fake.sessions() == 3 and explored["llm_sessions"] == 3
 
     topped = replayed(replays.cli("explore", job_id, "--budget", "5", "--json"))
     explored = topped["explore_request"]
-    assert fake.sessions(MODEL) == 5 and explored["llm_sessions"] == 5  # the first 3 not paid twice
+    assert fake.sessions() == 5 and explored["llm_sessions"] == 5  # the first 3 not paid twice
     proposals = json.loads(theow("review", "list", "--json").stdout)
     assert len(proposals) == 5 and {p["status"] for p in proposals} == {"pending"}
     by_id = {p["id"]: p for p in proposals}
@@ -176,7 +178,7 @@ def test_a_replay_explores_its_unknown_causes_under_budget_and_the_second_replay
     assert approved.returncode == 0, approved.stderr
     again = replayed(replays.cli(job_id, "--again", "--json"))
     assert again["summary"]["matched"] >= 950
-    assert fake.sessions(MODEL) == 5  # not one LLM session in the second run
+    assert fake.sessions() == 5  # not one LLM session in the second run
     change = again["comparison"]
     assert change["previous_job"] == job_id
     assert (change["previous_hit_rate"], change["previous_llm_sessions"]) == (0.0, 5)

@@ -28,7 +28,7 @@ from tests.fakes.gemini_server import (
     text,
     with_usage,
 )
-from theow_workers.adapters.gemini import gateway_from_settings
+from theow_workers.adapters.providers import gateway_from_settings
 from theow_workers.adapters.redis_state import RedisExploreState
 from theow_workers.config import Settings
 from theow_workers.core.actions import load_actions

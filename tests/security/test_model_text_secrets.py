@@ -1,7 +1,8 @@
 """A model steered by a build log repeats the deployment's secrets and writes escape sequences.
 
-The explorer runs in real Celery workers against the fake Gemini server; the
-model (the fake's brain) writes the Gemini key, the console password and a
+The explorer runs in real Celery workers against each provider's fake server
+(Gemini, and an OpenAI-compatible one); the
+model (the fake's brain) writes the model's API key, the console password and a
 GitHub token into a turn's text, a tool call and its give-up reason, with
 terminal escape sequences around them; the failure's log carries escape
 sequences too. Nothing of it may come out in clear: not in SQL, not in Redis
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -22,14 +24,14 @@ import pytest
 from sqlalchemy import select
 
 from tests.conftest import prepared_database
-from tests.fakes.gemini_server import combine, function_call, function_responses, text
 from tests.integration import conftest as integration
+from tests.unit.test_redact import CORPUS
 from theow_workers.config import Settings
 from theow_workers.store.schema import ExplorationRow
 
 pytestmark = pytest.mark.integration
-# The integration tests' fleet of real workers and the fake Gemini behind explorers.
-fleet, explorers = integration.fleet, integration.explorers
+# The integration tests' fleet of real workers and each provider's fake behind explorers.
+fleet, any_explorers = integration.fleet, integration.any_explorers
 
 GEMINI_KEY = "AIzaSy-model-text-key-0123456789abcdef"
 WEB_PASSWORD = "console-reviewer-passphrase-7731"
@@ -50,12 +52,16 @@ def fleet_db(tmp_path: Path) -> str:
     return prepared_database("sqlite", tmp_path)
 
 
-def leaking_brain(model: str, body: dict[str, Any]) -> dict[str, Any]:
-    """Say the secrets in a turn and a tool call; then give up with them as the reason."""
-    if not function_responses(body):
-        draft = f"name: leak\ndescription: {LEAK}\nwhen: []\n"
-        return combine(text(LEAK), function_call("test_rule", rule_yaml=draft))
-    return function_call("give_up", reason=LEAK)
+def leaking(wire: Any) -> Any:
+    """A brain that says the secrets in a turn and a tool call, then gives up with them."""
+
+    def brain(model: str, body: dict[str, Any]) -> dict[str, Any]:
+        if not wire.function_responses(body):
+            draft = f"name: leak\ndescription: {LEAK}\nwhen: []\n"
+            return wire.combine(wire.text(LEAK), wire.function_call("test_rule", rule_yaml=draft))
+        return wire.function_call("give_up", reason=LEAK)
+
+    return brain
 
 
 def assert_masked(where: str, shown: str) -> None:
@@ -64,11 +70,15 @@ def assert_masked(where: str, shown: str) -> None:
 
 
 def test_secrets_a_model_repeats_are_masked_wherever_its_reason_and_transcript_go(
-    fleet, explorers, monkeypatch, redis_client, tmp_path
+    fleet, any_explorers, monkeypatch, redis_client, tmp_path
 ):
-    fake, start = explorers
-    fake.brain = leaking_brain
-    monkeypatch.setenv("GEMINI_API_KEY", GEMINI_KEY)
+    fake, start = any_explorers
+    fake.brain = leaking(fake.wire)
+    if any_explorers.provider == "gemini":
+        monkeypatch.setenv("GEMINI_API_KEY", GEMINI_KEY)
+    else:  # the model's key is a deployment secret whatever its provider
+        monkeypatch.setenv("THEOW_LLM_API_KEY", GEMINI_KEY)
+        fake.api_key = GEMINI_KEY
     monkeypatch.setenv("THEOW_WEB_PASSWORD", WEB_PASSWORD)
     monkeypatch.setenv("THEOW_WEB_READONLY_PASSWORD", READONLY_PASSWORD)
     start()
@@ -113,6 +123,42 @@ def test_secrets_a_model_repeats_are_masked_wherever_its_reason_and_transcript_g
     assert "\x1b" not in shown.stdout
 
     assert_masked("the console's failure page", failure_page(failure_id))
+
+
+def test_no_secret_of_any_format_the_client_or_detect_secrets_knows_reaches_the_model(
+    fleet, any_explorers
+):
+    """A log holding a secret of every format of the masking corpus and the model's own key:
+    the model reads it in the prompt and through read_log, and the fake server's every
+    request is searched."""
+    fake, start = any_explorers
+    wire = fake.wire
+    lines, secrets = [], []
+    for name, make in sorted(CORPUS.formats().items()):
+        line, found = make(random.Random(name))
+        lines.append(line)
+        secrets += found
+    # And the deployment's own secret, the model's key, which only the worker knows.
+    lines.append(f"+ curl -H 'x-key: {integration.EXPLORE_KEY}' http://llm.internal/v1/models")
+    secrets.append(integration.EXPLORE_KEY)
+    log = "\n".join(["step 1", *lines, "ERROR: component leaky failed: code=3"]) + "\n"
+
+    def reader(model: str, body: dict[str, Any]) -> dict[str, Any]:
+        if not wire.function_responses(body):
+            return wire.function_call("read_log", start_line=0, lines=500)
+        return wire.function_call("give_up", reason="read it all")
+
+    fake.brain = reader
+    start()
+    ticket = fleet.client().submit({"stderr": log, "job": "leaky-job"}, explore=True)
+    assert ticket.wait_exploration(120)["outcome"] == "gave_up"
+
+    sent = json.dumps(fake.requests)
+    (answer,) = wire.function_responses(fake.bodies()[-1])
+    assert "component leaky failed" in json.dumps(answer)  # the log was read, whole
+    assert len(secrets) > 100
+    leaked = [s for s in secrets if s in sent]
+    assert leaked == [], f"{len(leaked)} secrets reached the model: {leaked[:3]}"
 
 
 def failure_page(failure_id: str) -> str:

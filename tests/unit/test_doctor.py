@@ -105,6 +105,35 @@ def test_an_explorer_without_an_api_key_fails_and_with_one_passes_without_showin
     assert "AIza-top-secret" not in json.dumps([f.__dict__ for f in present])
 
 
+def test_an_explorer_on_a_local_model_needs_its_endpoint_and_is_told_its_price(tmp_path):
+    local = {"THEOW_EXPLORE": "1", "THEOW_LLM": "openai/qwen2.5-coder:14b"}
+    no_endpoint = by_check(diagnose(settings(tmp_path, **local)))["llm"]
+    assert no_endpoint.status == FAIL and "THEOW_LLM_BASE_URL" in no_endpoint.detail
+
+    local["THEOW_LLM_BASE_URL"] = "http://gpu-box:11434/v1"
+    unpriced = by_check(diagnose(settings(tmp_path, **local)))["llm"]
+    assert unpriced.status == WARN and "THEOW_LLM_PRICE" in unpriced.fix
+
+    priced = diagnose(settings(tmp_path, **local, THEOW_LLM_PRICE="0,0",
+                               THEOW_LLM_API_KEY="sk-local-top-secret"))  # fmt: skip
+    found = by_check(priced)["llm"]
+    assert found.status == OK
+    assert found.detail == (
+        "llm openai/qwen2.5-coder:14b at http://gpu-box:11434/v1: API key set;"
+        " $0/$0 per million tokens"
+    )
+    assert "sk-local-top-secret" not in json.dumps([f.__dict__ for f in priced])
+
+
+def test_a_gemini_secondary_without_a_key_fails_on_its_own_line(tmp_path):
+    local = {"THEOW_EXPLORE": "1", "THEOW_LLM": "openai/q", "THEOW_LLM_PRICE": "0,0",
+             "THEOW_LLM_BASE_URL": "http://gpu-box:8000/v1", "THEOW_LLM_SECONDARY": "gemini/gemini-2.5-pro"}  # fmt: skip
+    findings = by_check(diagnose(settings(tmp_path, **local)))
+    assert findings["llm"].status == OK
+    assert findings["llm.secondary"].status == FAIL
+    assert "GEMINI_API_KEY" in findings["llm.secondary"].fix
+
+
 def test_a_visibility_timeout_shorter_than_an_exploration_is_a_failure(tmp_path):
     s = settings(tmp_path, THEOW_VISIBILITY_TIMEOUT="600", THEOW_EXPLORE_TIME_LIMIT="900")
     finding = by_check(diagnose(s))["config"]

@@ -74,17 +74,20 @@ def test_configured_secrets_and_token_shapes_never_reach_a_log_line(log_format):
     assert "***" in text
 
 
-def test_secrets_of_settings_are_the_key_the_flower_password_and_url_passwords():
+def test_secrets_of_settings_are_the_keys_the_flower_password_and_url_passwords():
     settings = Settings.load(
         env={
             "GEMINI_API_KEY": "gemini-key-123",
+            "THEOW_LLM_API_KEY": "sk-primary-key",
+            "THEOW_LLM_SECONDARY_API_KEY": "sk-secondary-key",
             "THEOW_FLOWER_PASSWORD": "flower-pw",
             "THEOW_REDIS_URL": "redis://:redis%40pw@redis:6379/0",
             "THEOW_DATABASE_URL": "postgresql+psycopg://theow:pg-pw-1@postgres/theow",
         }
     )
     found = secrets_of(settings)
-    assert {"gemini-key-123", "flower-pw", "redis%40pw", "redis@pw", "pg-pw-1"} <= set(found)
+    assert {"gemini-key-123", "sk-primary-key", "sk-secondary-key", "flower-pw"} <= set(found)
+    assert {"redis%40pw", "redis@pw", "pg-pw-1"} <= set(found)
 
 
 def test_an_unknown_format_is_refused():

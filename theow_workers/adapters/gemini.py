@@ -7,8 +7,8 @@ are off, so every request passes the core's rate limiter and every turn's usage
 is counted. Each model turn goes back to Gemini unchanged (``ModelTurn.native``):
 a function-call turn without its thought signature is refused.
 
->>> gateway = gateway_from_settings(Settings.load())  # doctest: +SKIP
->>> result = gateway.tool_session(prompt, offered(tools, granted), Budget())  # doctest: +SKIP
+>>> gateway = GeminiGateway("gemini-2.5-flash", api_key)  # doctest: +SKIP
+>>> turn = gateway.send(ModelRequest([UserTurn(("Say hello",))]))  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ from typing import Any
 
 import httpx2  # the transport google-genai 3.x uses
 import pydantic
-from celery.exceptions import SoftTimeLimitExceeded
 from google import genai
 from google.genai import errors, types
 
-from theow_workers.config import ConfigError, Settings
+from theow_workers.config import ConfigError
 from theow_workers.core.gateway import (
     ModelRequest,
     ModelTurn,
@@ -32,10 +31,7 @@ from theow_workers.core.gateway import (
     ToolCall,
     UserTurn,
 )
-from theow_workers.core.limits import InMemoryLimiter
-from theow_workers.core.llm import FallbackGateway, ModelError, RateLimiter, Tool, split_model
-from theow_workers.core.redact import Masker, settings_secrets
-from theow_workers.core.session import ToolLoop
+from theow_workers.core.llm import ModelError, Tool
 
 API_VERSION = "v1beta"
 REQUEST_TIMEOUT_MS = 300_000
@@ -115,36 +111,6 @@ class GeminiGateway:
         if isinstance(value, list):
             return [self.scrub(v) for v in value]
         return value
-
-
-def gateway_from_settings(
-    settings: Settings, limiter: RateLimiter | None = None
-) -> FallbackGateway:
-    """The primary model (``llm``) with the optional secondary (``llm_secondary``)."""
-    shared = limiter or InMemoryLimiter()
-    mask = Masker(settings_secrets(settings))  # what tools return and turns record
-
-    def build(setting: str, name: str) -> ToolLoop:
-        try:
-            provider, model = split_model(name)
-        except ValueError as exc:
-            raise ConfigError(f"setting {setting!r}: {exc}") from None
-        if provider != "gemini":
-            raise ConfigError(
-                f"setting {setting!r}: provider {provider!r} is not supported (only gemini/...)"
-            )
-        key, url = settings.gemini_api_key.get_secret_value(), settings.gemini_base_url or None
-        # A task's soft time limit ends the session; a tool must not turn it into an answer.
-        return ToolLoop(
-            GeminiGateway(model, key, url),
-            shared,
-            interrupts=(SoftTimeLimitExceeded,),
-            mask=mask,
-        )
-
-    primary = build("llm", settings.llm)
-    secondary = build("llm_secondary", settings.llm_secondary) if settings.llm_secondary else None
-    return FallbackGateway(primary, secondary)
 
 
 # --- one request, one response ---------------------------------------------------

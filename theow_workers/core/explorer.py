@@ -300,6 +300,9 @@ class ExploreService:
             use_secondary = config.use_secondary
         else:
             tools = tools + context.extra_tools
+        # Masked before it leaves: a log may print the deployment's own secrets (the
+        # model's key, a password), which the agent's masking cannot know.
+        prompt = self.mask(prompt)
         try:
             session = self.gateway().tool_session(
                 prompt, tools, budget, use_secondary=use_secondary

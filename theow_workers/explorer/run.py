@@ -47,7 +47,7 @@ def default_session_id() -> str:
 
 
 def service(runtime: Runtime) -> ExploreService:
-    from theow_workers.adapters.gemini import gateway_from_settings
+    from theow_workers.adapters.providers import gateway_from_settings
     from theow_workers.adapters.redis_state import RedisExploreState, RedisLimiter
     from theow_workers.store.explore import ExploreStore
 
@@ -67,7 +67,7 @@ def service(runtime: Runtime) -> ExploreService:
             budget=budget,
             session_limit=s.session_limit,
             flight_ttl=s.explore_time_limit,
-            prices=s.llm_prices,
+            prices=s.model_prices,
         ),
         regex_timeout=s.regex_timeout,
         load_prompt=lambda template: load_prompt(template, s.rule_layers),
@@ -81,7 +81,7 @@ def explorer_problem(settings: Any) -> str | None:
     Checked before an explorer starts, so that a missing key or an unusable
     model name stops it at once instead of failing every queued exploration.
     """
-    from theow_workers.adapters.gemini import gateway_from_settings
+    from theow_workers.adapters.providers import gateway_from_settings
     from theow_workers.config import ConfigError
 
     if not settings.explore:

@@ -406,21 +406,41 @@ def check_index(ctx: Context) -> list[Finding]:
 
 
 def check_llm(ctx: Context) -> list[Finding]:
+    """Each configured model: its provider, endpoint, key and price; with --deep, asked too."""
+    from theow_workers.adapters.providers import configured_models, gateway_for
+    from theow_workers.config import ConfigError
+
     s = ctx.settings
     if not s.explore:
         return [Finding("llm", SKIP, "THEOW_EXPLORE is off: this process does not explore")]
-    if not s.gemini_api_key.get_secret_value():
-        return [
-            Finding(
-                "llm",
-                FAIL,
-                "THEOW_EXPLORE=1 but GEMINI_API_KEY is not set: every exploration would fail",
-                "set GEMINI_API_KEY for the explorer workers",
-            )
-        ]
-    endpoint = f" via {shown(s.gemini_base_url)}" if s.gemini_base_url else ""
-    secondary = f", secondary {s.llm_secondary}" if s.llm_secondary else ""
-    return [Finding("llm", OK, f"API key set; model {s.llm}{secondary}{endpoint}")]
+    try:
+        models = configured_models(s)
+    except ConfigError as exc:
+        return [Finding("llm", FAIL, str(exc), "fix the setting it names")]
+    findings = []
+    prices = s.model_prices
+    for m in models:
+        check = "llm" if m.setting == "llm" else "llm.secondary"
+        name = f"{m.provider}/{m.model}"
+        if m.provider == "gemini" and not m.api_key:
+            key_var = f"{m.variable}_API_KEY or GEMINI_API_KEY"
+            detail = f"THEOW_EXPLORE=1 but GEMINI_API_KEY is not set: {name} would fail"
+            findings.append(Finding(check, FAIL, detail, f"set {key_var} for the explorer workers"))
+            continue
+        endpoint = f" at {shown(m.base_url)}" if m.base_url else ""
+        key = "API key set" if m.api_key else "no API key"
+        price = prices.get(name, prices.get(m.model))
+        cost = f"${price[0]:g}/${price[1]:g} per million tokens" if price else "no price"
+        problem = gateway_for(m).check() if ctx.deep else None
+        if problem:
+            findings.append(Finding(check, FAIL, problem, f"check {m.variable} and its endpoint"))
+        elif price is None:
+            detail = f"{m.setting} {name}{endpoint}: {key}; no price, so its cost counts as $0"
+            fix = f"set {m.variable}_PRICE=IN,OUT (dollars per million tokens; 0,0 if you run it)"
+            findings.append(Finding(check, WARN, detail, fix))
+        else:
+            findings.append(Finding(check, OK, f"{m.setting} {name}{endpoint}: {key}; {cost}"))
+    return findings
 
 
 CHECKS: tuple[Callable[[Context], list[Finding]], ...] = (

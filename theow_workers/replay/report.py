@@ -7,7 +7,7 @@ Markdown (the same, abridged), and printed in the terminal.
 
 The exploration cost is an estimate: one LLM session per unmatched group x
 the configured tokens per session x the configured price per million tokens
-(``Settings.llm_session_*_tokens`` and ``Settings.llm_prices``, whose defaults
+(``Settings.llm_session_*_tokens`` and ``Settings.model_prices``, whose defaults
 are Gemini list prices).
 """
 
@@ -39,9 +39,9 @@ class Pricing:
 
     @classmethod
     def from_settings(cls, settings: Any) -> Pricing:
-        """The primary model's price from ``llm_prices`` ("gemini/x" is looked up as "x")."""
+        """The primary model's price from ``model_prices`` ("gemini/x" is looked up as "x")."""
         model = settings.llm
-        prices = settings.llm_prices
+        prices = settings.model_prices
         price_in, price_out = prices.get(model, prices.get(model.split("/")[-1], (0.0, 0.0)))
         return cls(
             model, settings.llm_session_input_tokens, settings.llm_session_output_tokens,

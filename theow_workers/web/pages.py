@@ -130,7 +130,7 @@ def _proposal_context(console: Console, proposal_id: str) -> dict[str, Any] | No
             code(json.dumps(r, indent=1, default=str), "json")
             for r in test_rule_results(transcript)
         ],
-        "turns": turns(transcript, console.settings.llm_prices),
+        "turns": turns(transcript, console.settings.model_prices),
         "affected": _affected(console, proposal.id, proposal.status == "pending"),
     }
 
