@@ -251,7 +251,7 @@ def test_a_line_to_look_at_reaches_the_terminal_without_its_escape_sequences() -
             "failure_id": "f-4",
             "status": "unmatched",
             "where": [{"fact": "log", "line": 7, "text": hostile}],
-        }  # fmt: skip
+        }
     )
     text = format_verdict(verdict)
     assert "\x1b" not in text and "\x07" not in text
