@@ -48,6 +48,14 @@ def original_line(pieces: LineMap, line: int) -> int:
     return original + min(line - at, count)
 
 
+def kept_line(pieces: LineMap, line: int) -> int | None:
+    """The original's line number of ``line``, None for a line bounding added (a cut marker)."""
+    for at, original, count in pieces:
+        if at <= line < at + count:
+            return original + line - at
+    return None
+
+
 def compose(outer: LineMap, inner: LineMap) -> LineMap:
     """A map from ``inner``'s bounded lines to ``outer``'s original ones.
 

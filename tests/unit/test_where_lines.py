@@ -12,7 +12,7 @@ import pytest
 from theow_client.client import build_payload
 from theow_client.facts import FactLimits, bound_facts_kept
 from theow_client.lines import original_line
-from theow_client.verdict import Status, Verdict
+from theow_client.verdict import Status, Verdict, Where
 from theow_workers.core.memory import InMemoryStore
 from theow_workers.core.service import ResolveService, ResolveSettings
 from theow_workers.runtime import Knowledge
@@ -116,12 +116,10 @@ def test_a_malformed_line_map_is_ignored_with_a_note_never_a_crash(service, kept
     payload["kept_lines"] = kept
     verdict = service.resolve(payload, "f-bad")
     assert verdict.status is Status.UNMATCHED
-    assert verdict.where[0] == verdict.where[0].__class__("log", 2, "KeyError: 'DATABASE_URL'")
-    assert (
-        service.store.failures[verdict.failure_id]
-        .notes["kept_lines"]
-        .startswith("ignored: kept_lines")
-    )
+    assert verdict.where[0] == Where("log", 2, "KeyError: 'DATABASE_URL'")
+    notes = service.store.failures[verdict.failure_id].notes
+    assert notes["kept_lines_ignored"].startswith("kept_lines")
+    assert "kept_lines" not in notes
 
 
 def test_an_unmatched_failure_shows_its_error_line_instead_of_nothing(service):

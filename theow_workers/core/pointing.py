@@ -43,7 +43,9 @@ def pointed(
     for w in found:
         fact, line = in_sent_log(facts, lines, w.fact, w.line)
         where.append(Where(fact, line, w.text))
-    return replace(verdict, where=tuple(where), evidence=_evidence(verdict.evidence, facts, lines))
+    return replace(
+        verdict, where=tuple(where), evidence=evidence_in_sent_log(verdict.evidence, facts, lines)
+    )
 
 
 def in_sent_log(
@@ -61,9 +63,10 @@ def in_sent_log(
     return fact, original_line(pieces, line) if pieces else line
 
 
-def _evidence(
+def evidence_in_sent_log(
     evidence: dict[str, Any] | None, facts: Mapping[str, Any], lines: Mapping[str, LineMap]
 ) -> dict[str, Any] | None:
+    """An evidence dict (as a verdict or an attempt carries it) with its lines in the sent log."""
     if not evidence or not isinstance(evidence.get("line"), int):
         return evidence
     fact, line = in_sent_log(facts, lines, str(evidence.get("fact")), evidence["line"])

@@ -40,12 +40,12 @@ from theow_client.facts import (
 )
 from theow_client.job import job_fact
 from theow_client.lines import FIELD as KEPT_LINES
-from theow_client.lines import LineMap, LineMapError, compose, parse_kept_lines
+from theow_client.lines import LineMap, LineMapError, compose, parse_kept_lines, to_wire
 from theow_client.verdict import BoundAction, Status, Verdict, jsonable
 from theow_workers.core.actions import ActionError, ActionRegistry, ActionTimeout, call_action
 from theow_workers.core.matching import DEFAULT_REGEX_TIMEOUT, shown_captures
 from theow_workers.core.normal import JobNormal
-from theow_workers.core.pointing import evidence_of, pointed
+from theow_workers.core.pointing import evidence_in_sent_log, evidence_of, pointed
 from theow_workers.core.ports import (
     CLIENT_PENDING,
     SUGGESTED,
@@ -115,10 +115,12 @@ class Submission:
         try:
             lines = parse_kept_lines(payload.get(KEPT_LINES), facts)
         except LineMapError as exc:  # line numbers then count in the facts as received
-            notes[KEPT_LINES] = f"ignored: {str(exc)[:300]}"
+            notes[f"{KEPT_LINES}_ignored"] = str(exc)[:300]
             lines = {}
         for fact, pieces in cut_here.items():  # cut again here: this cut's lines, then the client's
             lines[fact] = compose(lines[fact], pieces) if fact in lines else pieces
+        if lines:  # kept with the failure: its stored log is shown numbered as the build's
+            notes[KEPT_LINES] = to_wire(lines)
         key = payload.get("idempotency_key") if agent is not None else None
         source = f"agent:{agent}" if agent is not None else payload.get("source")
         return cls(
@@ -236,6 +238,10 @@ class ResolveService:
         try:
             verdict = self._decide(sub, delivery, normal, attempts)
             verdict = self._pointed(sub, verdict, normal)
+            attempts[:] = [
+                replace(a, evidence=evidence_in_sent_log(a.evidence, sub.facts, sub.lines))
+                for a in attempts
+            ]
         except BaseException as exc:
             # Attempts are written with the verdict; one that gives up on this
             # failure (a time limit) records what already ran from here.
