@@ -88,8 +88,13 @@ def evidence_line(evidence: dict[str, Any]) -> str:
 
 def look_at(where: Iterable[Where]) -> list[str]:
     """The lines to look at, most telling first: ``look at: log line 2,461: KeyError: 'X'``."""
-    shown = [f"{w.fact} line {w.line:,}: {' '.join(w.text.split())}" for w in where]
+    shown = [where_text(w) for w in where]
     return [("look at: " if i == 0 else " " * 9) + line for i, line in enumerate(shown)]
+
+
+def where_text(where: Where) -> str:
+    """One line to look at: ``log line 2,461: KeyError: 'X'`` (not yet made printable)."""
+    return f"{where.fact} line {where.line:,}: {' '.join(where.text.split())}"
 
 
 def prefixed(text: str, prefix: str = "theow: ") -> str:
