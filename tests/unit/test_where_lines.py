@@ -150,3 +150,10 @@ def test_nested_text_cut_by_bounding_sends_no_map_for_what_is_not_a_fact():
     assert "kept_lines" not in payload
     _, notes, cut = bound_facts_kept(steps, limits=FactLimits(total=10**8))
     assert "steps[0].log" in notes and "steps[0].log" in cut
+
+
+def test_a_failure_given_up_on_still_says_which_line_to_look_at(service):
+    payload = build_payload({"log": "compiling\nerror: linker ran out of memory\n"})
+    verdict = service.give_up(payload, "f-g", "resolution exceeded the time limit")
+    assert verdict.status is Status.ERROR
+    assert verdict.where == (Where("log", 2, "error: linker ran out of memory"),)

@@ -20,7 +20,7 @@ from typing import Any
 
 from theow_client.lines import LineMap, original_line
 from theow_client.verdict import Verdict, Where
-from theow_workers.core.evidence import Evidence
+from theow_workers.core.evidence import MAX_LINE_CHARS, Evidence
 from theow_workers.core.resolver import matching_facts
 from theow_workers.core.summary import IsLine, where_lines
 
@@ -42,7 +42,7 @@ def pointed(
     where = []
     for w in found:
         fact, line = in_sent_log(facts, lines, w.fact, w.line)
-        where.append(Where(fact, line, w.text))
+        where.append(Where(fact, line, w.text[:MAX_LINE_CHARS]))
     return replace(
         verdict, where=tuple(where), evidence=evidence_in_sent_log(verdict.evidence, facts, lines)
     )

@@ -280,6 +280,8 @@ class ResolveService:
         ran: list[AttemptRecord] = list(getattr(cause, "theow_attempts", ()))
         attempts = len(ran)
         verdict = Verdict(sub.failure_id, Status.ERROR, reason=reason, attempts=attempts)
+        with contextlib.suppress(Exception):  # the lines help; an error verdict is kept without
+            verdict = self._pointed(sub, verdict, None)
         return self.store.record_outcome(verdict, ran)
 
     def dead_letter(

@@ -12,7 +12,7 @@ from typing import Any
 
 from theow_client.verdict import Where
 from theow_workers.core.evidence import Evidence
-from theow_workers.core.query import LOG_FACTS, MAX_LINE_CHARS, error_lines, looks_like_error
+from theow_workers.core.query import LOG_FACTS, MAX_LINE_CHARS, looks_like_error
 from theow_workers.core.rules import Rule
 
 IsLine = Callable[[str], bool]
@@ -39,13 +39,16 @@ def where_lines(
     if name is None:
         return found[:limit]
     text: str = facts[name]
-    picked = {ln for ln in error_lines(text, is_normal) if looks_like_error(ln)}
-    numbered = [(n, ln.strip()[:MAX_LINE_CHARS]) for n, ln in enumerate(text.split("\n"), 1)]
-    for number, line in reversed(numbered):
+    lines = text.split("\n")
+    # From the end: the lines nearest the failure, and a 64 KB log is rarely read whole.
+    for number in range(len(lines), 0, -1):
         if len(found) >= limit:
             break
-        wrapper = is_wrapper is not None and is_wrapper(line)
-        shown = any(w.fact == name and w.line == number for w in found)
-        if line in picked and not wrapper and not shown:
+        line = lines[number - 1].strip()[:MAX_LINE_CHARS]
+        if not line or not looks_like_error(line):
+            continue
+        if (is_normal and is_normal(line)) or (is_wrapper and is_wrapper(line)):
+            continue
+        if not any(w.fact == name and w.line == number for w in found):
             found.append(Where(name, number, line))
     return found[:limit]
