@@ -157,3 +157,11 @@ def test_a_failure_given_up_on_still_says_which_line_to_look_at(service):
     verdict = service.give_up(payload, "f-g", "resolution exceeded the time limit")
     assert verdict.status is Status.ERROR
     assert verdict.where == (Where("log", 2, "error: linker ran out of memory"),)
+
+
+def test_a_whole_log_sent_by_an_older_client_is_cut_here_and_still_counts_in_the_original(
+    service,
+):
+    payload = {"failure_id": "f-whole", "facts": {"log": big_log()}}
+    verdict = service.resolve(payload, "f-whole")
+    assert (verdict.where[0].line, verdict.where[0].text) == (ERROR_AT, "KeyError: 'DATABASE_URL'")
