@@ -14,7 +14,7 @@ any cut (``theow_client.lines``): a 400,000-line log's last error is at line
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -22,8 +22,9 @@ from theow_client.lines import LineMap, original_line
 from theow_client.verdict import Verdict, Where
 from theow_workers.core.evidence import MAX_LINE_CHARS, Evidence
 from theow_workers.core.resolver import matching_facts
-from theow_workers.core.summary import IsLine, where_lines
+from theow_workers.core.summary import where_lines
 
+IsLine = Callable[[str], bool]
 STREAMS = ("stdout", "stderr")  # joined in this order when a submission has no ``log``
 
 
