@@ -32,8 +32,10 @@ from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
 
 from theow_client import config, names, signing
-from theow_client.facts import bound_facts, dumps_facts
+from theow_client.facts import bound_facts_kept, dumps_facts
 from theow_client.job import job_fact
+from theow_client.lines import FIELD as KEPT_LINES
+from theow_client.lines import to_wire
 from theow_client.redact import redact, summary
 from theow_client.spool import Spool, SpoolError
 from theow_client.verdict import Status, Verdict, jsonable
@@ -89,10 +91,11 @@ def build_payload(
     """The single argument of the ``theow.resolve`` task, facts bounded and secrets masked.
 
     The facts travel as one JSON text (``facts_json``), which the worker
-    parses under limits inside the task. Raises FactsError (a ValueError)
+    parses under limits inside the task; for a log that was cut,
+    ``kept_lines`` says which of its lines were kept (``theow_client.lines``). Raises FactsError (a ValueError)
     naming what is wrong and where when the facts cannot be sent.
     """
-    bounded, truncated = bound_facts(facts)
+    bounded, truncated, kept = bound_facts_kept(facts)
     # Before the payload is spooled or sent: no secret leaves the agent in clear.
     bounded = redact(bounded)
     facts_json = dumps_facts(bounded)
@@ -118,6 +121,10 @@ def build_payload(
         },
         "notes": {"truncated": truncated},
     }
+    # Which lines of each cut log were kept: line numbers shown count in the build's own log.
+    kept = {fact: pieces for fact, pieces in kept.items() if fact in bounded}
+    if kept:
+        payload[KEPT_LINES] = to_wire(kept)
     return payload
 
 

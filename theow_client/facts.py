@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from theow_client.lines import LineMap
+
 DEFAULT_FACT_LIMIT = 64 * 1024
 # The head shows the set-up, the tail how the job ended; the rest of the budget
 # goes to windows around lines that look like errors, nearest the end first.
@@ -87,8 +89,16 @@ def bound_text(text: str, limit: int = DEFAULT_FACT_LIMIT) -> tuple[str, dict[st
     bounded text again changes nothing (the worker re-checks what a client
     bounded).
     """
+    bounded, note, _ = bound_text_kept(text, limit)
+    return bounded, note
+
+
+def bound_text_kept(
+    text: str, limit: int = DEFAULT_FACT_LIMIT
+) -> tuple[str, dict[str, int] | None, list[tuple[int, int]]]:
+    """``bound_text`` and the [start, end) spans of ``text`` it kept, in order."""
     if len(text) <= limit:
-        return text, None
+        return text, None, [(0, len(text))]
     room = limit
     searches = _Searches(text)
     while True:
@@ -114,7 +124,34 @@ def bound_text(text: str, limit: int = DEFAULT_FACT_LIMIT) -> tuple[str, dict[st
         "kept_chars": kept_chars,
         "omitted_chars": len(text) - kept_chars,
     }
-    return bounded, note
+    return bounded, note, kept
+
+
+def kept_line_map(text: str, kept: list[tuple[int, int]]) -> LineMap:
+    """Where each span that ``bound_text`` kept of ``text`` lies, in lines (``theow_client.lines``).
+
+    Pieces follow each other with a cut marker between them, exactly as
+    ``bound_text_kept`` joins them; counting newlines once through ``text``.
+
+    >>> text = "".join(f"line {n}\\n" for n in range(1, 5001))
+    >>> bounded, _, kept = bound_text_kept(text, 2000)
+    >>> pieces = kept_line_map(text, kept)
+    >>> pieces[0][:2], pieces[-1][1] + pieces[-1][2] - 1
+    ((1, 1), 5001)
+    """
+    marker_lines = CUT_MARKER.count("\n")
+    pieces: list[tuple[int, int, int]] = []
+    at_line, original_line, last = 1, 1, 0
+    for start, end in kept:
+        original_line += text.count("\n", last, start)
+        if start > last:
+            at_line += marker_lines
+        inside = text.count("\n", start, end)
+        pieces.append((at_line, original_line, inside + 1))
+        at_line += inside
+        original_line += inside
+        last = end
+    return tuple(pieces)
 
 
 def _kept(text: str, limit: int, searches: _Searches | None = None) -> list[tuple[int, int]]:
@@ -288,13 +325,29 @@ def bound_facts(
     ...
     theow_client.facts.FactsError: facts.n[0]: nested deeper than 2 levels
     """
+    bounded, notes, _ = bound_facts_kept(facts, limit, limits=limits, where=where)
+    return bounded, notes
+
+
+def bound_facts_kept(
+    facts: Any,
+    limit: int | None = None,
+    *,
+    limits: FactLimits = DEFAULT_LIMITS,
+    where: str = "facts",
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, LineMap]]:
+    """``bound_facts`` and, for each text it cut, which lines of the original it kept.
+
+    The line maps (``theow_client.lines``) are keyed like the notes; a fact
+    that was not cut has none: its lines are the original's.
+    """
     if not isinstance(facts, dict):
         raise FactsError(f"{where} must be a JSON object, got {type(facts).__name__}")
     if limit is not None:
         limits = replace(limits, text=limit)
     walk = _Walk(limits)
     bounded = walk.value(facts, where, 0, top=where == "facts")
-    return bounded, walk.notes
+    return bounded, walk.notes, walk.lines
 
 
 def loads_facts(
@@ -333,6 +386,7 @@ class _Walk:
     def __init__(self, limits: FactLimits) -> None:
         self.limits = limits
         self.notes: dict[str, dict[str, Any]] = {}
+        self.lines: dict[str, LineMap] = {}
         self.values = 0
         self.chars = 0
 
@@ -378,7 +432,10 @@ class _Walk:
         return out
 
     def text(self, value: str, path: str) -> str:
-        value, note = bound_text(value, self.limits.text)
+        original = value
+        value, note, kept = bound_text_kept(value, self.limits.text)
+        if note and kept:
+            self.lines[_note_key(path)] = kept_line_map(original, kept)
         cleaned = _clean(value)
         if note or cleaned is not value:
             entry: dict[str, Any] = dict(note or {})

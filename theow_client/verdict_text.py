@@ -2,7 +2,8 @@
 
 What a user needs from a verdict, in order: which rule, the line of the log
 it matched (fact, line number, text), what the rule captured there (a test's
-name, a file:line), and what was done about it. A status or a field from a
+name, a file:line), the lines to look at (for every failure, matched or not),
+and what was done about it. A status or a field from a
 newer worker is shown as it came.
 
 Every part of a verdict came from a log or a model (the matched line, the
@@ -13,22 +14,27 @@ captures, an exploration's reason), so the text is made printable
 >>> print(format_verdict(Verdict.from_dict({
 ...     "failure_id": "f-1", "status": "tracked", "rule": "go_test_failed", "mode": "track",
 ...     "evidence": {"fact": "log", "line": 42, "text": "--- FAIL: TestParse (0.00s)"},
-...     "captures": {"test": "TestParse"}})))
+...     "captures": {"test": "TestParse"},
+...     "where": [{"fact": "log", "line": 42, "text": "--- FAIL: TestParse (0.00s)"},
+...               {"fact": "log", "line": 40, "text": "parse_test.go:12: got 1, want 2"}]})))
 status:  tracked
 failure: f-1
 rule:    go_test_failed (mode track)
 line:    log:42: --- FAIL: TestParse (0.00s)
 captured: test=TestParse
+look at: log line 42: --- FAIL: TestParse (0.00s)
+         log line 40: parse_test.go:12: got 1, want 2
 done:    nothing run (mode track)
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from theow_client.terminal import printable
-from theow_client.verdict import Verdict
+from theow_client.verdict import Verdict, Where
 
 
 def format_verdict(verdict: Verdict) -> str:
@@ -41,6 +47,7 @@ def format_verdict(verdict: Verdict) -> str:
         lines.append(f"line:    {evidence_line(verdict.evidence)}")
     if verdict.captures:
         lines.append("captured: " + " ".join(f"{k}={v}" for k, v in verdict.captures.items()))
+    lines += look_at(verdict.where)
     for bound in verdict.actions:
         params = " ".join(f"{k}={json.dumps(v)}" for k, v in bound.params.items())
         where = " [client-side]" if bound.client_side else ""
@@ -77,6 +84,17 @@ def evidence_line(evidence: dict[str, Any]) -> str:
     where = ":".join(str(evidence[k]) for k in ("fact", "line") if evidence.get(k) is not None)
     text = " ".join(str(evidence.get("text") or "").split())
     return f"{where}: {text}" if where and text else where or text
+
+
+def look_at(where: Iterable[Where]) -> list[str]:
+    """The lines to look at, most telling first: ``look at: log line 2,461: KeyError: 'X'``."""
+    shown = [where_text(w) for w in where]
+    return [("look at: " if i == 0 else " " * 9) + line for i, line in enumerate(shown)]
+
+
+def where_text(where: Where) -> str:
+    """One line to look at: ``log line 2,461: KeyError: 'X'`` (not yet made printable)."""
+    return f"{where.fact} line {where.line:,}: {' '.join(where.text.split())}"
 
 
 def prefixed(text: str, prefix: str = "theow: ") -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from theow_client.verdict import Status, Verdict, Where
 from theow_workers.core.ports import FailureRecord
 from theow_workers.store.results import SqlStore
 from theow_workers.store.schema import migrate
@@ -209,3 +210,31 @@ def test_a_mistyped_option_piped_is_plain_lines_without_box_drawing() -> None:
     assert result.stderr.splitlines()[-1].startswith("Error: No such option: --learn")
     assert not any("\u2500" <= char <= "\u257f" for char in result.stderr), result.stderr
     assert result.stdout == ""
+
+
+def test_failures_show_tells_which_lines_to_look_at_for_an_unmatched_failure(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    url = f"sqlite:///{home / 'theow.db'}"
+    migrate(url)
+    store = SqlStore(url)
+    facts = {"log": "collecting\nTraceback (most recent call last):\nKeyError: 'DATABASE_URL'\n"}
+    store.add_failure(FailureRecord("u-1", "fp", facts, None, "test", datetime.now(UTC)))
+    where = (
+        Where("log", 399_990, "KeyError: 'DATABASE_URL'"),
+        Where("log", 399_989, "Traceback (most recent call last):"),
+    )
+    store.add_verdict(Verdict("u-1", Status.UNMATCHED, reason="no rule matched", where=where))
+    store.dispose()
+
+    shown = theow("failures", "show", "u-1", home=home)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    at = lines.index("look at: log line 399,990: KeyError: 'DATABASE_URL'")
+    assert lines[at + 1] == "         log line 399,989: Traceback (most recent call last):"
+    as_json = json.loads(theow("failures", "show", "u-1", "--json", home=home).stdout)
+    assert as_json["verdict"]["where"][0] == {
+        "fact": "log", "line": 399_990, "text": "KeyError: 'DATABASE_URL'"
+    }  # fmt: skip

@@ -219,7 +219,7 @@ def test_submit_wait_json_prints_exactly_the_verdict(
     ]
     assert set(printed) == {
         "failure_id", "status", "rule", "mode", "actions", "outputs", "reason", "attempts",
-        "evidence", "also", "seen_in_passing", "captures",
+        "evidence", "also", "seen_in_passing", "captures", "where", "wrapper",
     }  # fmt: skip
 
 
@@ -246,9 +246,9 @@ def newer_workers_verdict(payload: dict[str, object]) -> dict[str, object]:
     """What a worker released after this client answers: a status and a field it never heard of."""
     return {
         "failure_id": payload["failure_id"],
-        "status": "unexplained",
+        "status": "pondering",
         "rule": "make_recipe_failed",
-        "where": [{"line": 41, "text": "KeyError: 'DATABASE_URL'"}],
+        "hunches": [{"line": 41, "text": "KeyError: 'DATABASE_URL'"}],
     }
 
 
@@ -258,15 +258,15 @@ def test_a_verdict_from_a_newer_worker_is_shown_as_it_came_not_an_error(
     resolver.script("newer", newer_workers_verdict)
     with TheowClient() as client:
         result = client.submit({"scenario": "newer"}).wait(timeout=20)
-    assert (result.status, result.rule) == ("unexplained", "make_recipe_failed")
-    assert result.extra == {"where": [{"line": 41, "text": "KeyError: 'DATABASE_URL'"}]}
+    assert (result.status, result.rule) == ("pondering", "make_recipe_failed")
+    assert result.extra == {"hunches": [{"line": 41, "text": "KeyError: 'DATABASE_URL'"}]}
 
     resolver.script("newer", newer_workers_verdict)
     assert main(["submit", "--fact", "scenario=newer", "--wait", "--timeout", "20"]) == 0
     shown = capsys.readouterr().out
-    assert "status:  unexplained" in shown
+    assert "status:  pondering" in shown
     assert "KeyError: 'DATABASE_URL'" in shown
 
     resolver.script("newer", newer_workers_verdict)
     assert main(["submit", "--fact", "scenario=newer", "--wait", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["where"][0]["line"] == 41
+    assert json.loads(capsys.readouterr().out)["hunches"][0]["line"] == 41

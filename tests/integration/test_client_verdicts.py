@@ -19,7 +19,7 @@ from tests.integration.conftest_client import FakeResolver, verdict
 from theow_client import mark
 from theow_client.capture import shell_join
 from theow_client.cli import main
-from theow_client.verdict import Status
+from theow_client.verdict import Status, Where
 
 pytestmark = pytest.mark.integration
 
@@ -51,6 +51,18 @@ def test_run_waits_for_the_verdict_by_default_and_shows_rule_line_captures_and_w
     assert "theow: line:    log:3: --- FAIL: TestParse (0.00s)" in err
     assert "theow: captured: test=TestParse where=parse_test.go:41" in err
     assert "theow: done:    nothing run (mode track)" in err
+
+
+def test_run_prints_the_lines_to_look_at_under_an_unmatched_verdict(
+    resolver: FakeResolver, capfd: pytest.CaptureFixture[str]
+) -> None:
+    where = (Where("log", 2_461, "KeyError: 'DATABASE_URL'"),
+             Where("log", 2_455, "Traceback (most recent call last):"))  # fmt: skip
+    resolver.script("unmatched-where", verdict(Status.UNMATCHED, where=where))
+    assert main(["run", "--fact", "scenario=unmatched-where", "--", *FAILING]) == 1
+    err = capfd.readouterr().err.splitlines()
+    at = err.index("theow: look at: log line 2,461: KeyError: 'DATABASE_URL'")
+    assert err[at + 1] == "theow:          log line 2,455: Traceback (most recent call last):"
 
 
 def test_run_shows_a_status_it_does_not_know_as_it_came(

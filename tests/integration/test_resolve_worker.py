@@ -127,3 +127,15 @@ def test_a_failure_that_keeps_killing_workers_is_recorded_as_an_error_not_retrie
     assert verdict.status is Status.ERROR
     assert "delivered 2 times" in verdict.reason
     assert count(fleet.store(), VerdictRow, failure_id=ticket.failure_id) == 1
+
+
+def test_an_unmatched_400000_line_log_points_at_its_last_error_by_the_builds_line_number(fleet):
+    fleet.start_worker()
+    lines = [f"step {n}: compiled module_{n}.c" for n in range(1, 400_001)]
+    lines[399_988] = "Traceback (most recent call last):"
+    lines[399_989] = "KeyError: 'DATABASE_URL'"
+    verdict = fleet.client().submit({"log": "\n".join(lines)}).wait(60)
+    assert verdict.status is Status.UNMATCHED
+    assert (verdict.where[0].line, verdict.where[0].text) == (399_990, "KeyError: 'DATABASE_URL'")
+    # The verdict stored in SQL says the same.
+    assert fleet.store().verdict(verdict.failure_id).where == verdict.where

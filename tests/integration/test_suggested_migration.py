@@ -10,11 +10,11 @@ import pytest
 from sqlalchemy import insert, select
 
 from tests.conftest import reset_postgres
-from theow_client.verdict import Status, Verdict
+from theow_client.verdict import Status
 from theow_workers.core.ports import AttemptRecord
 from theow_workers.store.replay import ItemRecord, ReplayStore
 from theow_workers.store.results import SqlStore
-from theow_workers.store.schema import AttemptRow, FailureRow, ReplayItemRow, migrate
+from theow_workers.store.schema import AttemptRow, FailureRow, ReplayItemRow, VerdictRow, migrate
 
 pytestmark = pytest.mark.integration
 
@@ -27,8 +27,11 @@ def recorded_before(store: SqlStore, failure_id: str, source: str, rule: str, ou
             id=failure_id, fingerprint="fp", facts={"stderr": "x"}, problem_type=None,
             source=source, received_at=datetime.now(UTC), explore=False, notes={},
         ))  # fmt: skip
+        conn.execute(insert(VerdictRow).values(
+            failure_id=failure_id, status="resolved", rule=rule, mode="fix", actions=[],
+            outputs=[], reason="", attempts=0, decided_at=datetime.now(UTC),
+        ))  # fmt: skip
     store.add_attempt(AttemptRecord(failure_id, rule, [], outcome))  # counts are seeded apart
-    store.add_verdict(Verdict(failure_id, Status.RESOLVED, rule=rule, mode="fix"))
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])

@@ -430,3 +430,53 @@ def test_insight_shows_a_client_side_fix_waiting_for_its_agent_as_pending_not_st
     assert "tf_client_fix: 1 pending" in page.locator("#pending").inner_text()
     assert page.get_by_text("Struggling rules").count() == 0
     page.context.close()
+
+
+BIG_LOG_LINES, KEY_ERROR_AT = 400_000, 399_990
+
+
+@pytest.fixture(scope="module")
+def cut_log_console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """A console over one unmatched failure whose 400,000-line log the client cut to 64 KB."""
+    from theow_client.client import build_payload
+    from theow_workers.core.service import ResolveService
+    from theow_workers.runtime import Knowledge
+
+    root = tmp_path_factory.mktemp("web-cut")
+    url = f"sqlite:///{root / 'theow.db'}"
+    migrate(url)
+    lines = [f"step {n}: compiled module_{n}.c" for n in range(1, BIG_LOG_LINES + 1)]
+    lines[KEY_ERROR_AT - 1] = "KeyError: 'DATABASE_URL'"
+    knowledge = Knowledge.load(FIXTURES / "rules", FIXTURES / "actions")
+    sql = SqlStore(url)
+    service = ResolveService(
+        sql, rulebook=lambda: knowledge.book, actions=lambda: knowledge.actions
+    )
+    payload = build_payload({"log": "\n".join(lines) + "\n"}, failure_id="cut-1")
+    assert service.resolve(payload, "cut-1").status is Status.UNMATCHED
+    sql.dispose()
+    settings = Settings.load(env={
+        "THEOW_DATABASE_URL": url, "THEOW_RULES_DIR": str(FIXTURES / "rules"),
+        "THEOW_ACTIONS_DIR": str(FIXTURES / "actions"), "THEOW_HOME": str(root / "home"),
+        "THEOW_WEB_PASSWORD": PASSWORD, "THEOW_REDIS_URL": "redis://127.0.0.1:1/0",
+    })  # fmt: skip
+    with Server(settings) as server:
+        yield {"url": server.url}
+
+
+def test_an_unmatched_failure_page_says_which_line_to_look_at_numbered_as_the_build_log(
+    cut_log_console, browser
+):
+    page = logged_in(browser, cut_log_console["url"])
+    answer = page.goto("/failures/cut-1")
+    assert answer.status == 200
+    look_at = page.locator("ol.where li").first.inner_text()
+    assert look_at == "log line 399,990 KeyError: 'DATABASE_URL'"
+    # The log shown is what was kept; its lines carry the build log's numbers.
+    row = page.locator(".log tr", has_text="KeyError: 'DATABASE_URL'")
+    assert row.locator("td.n").inner_text() == str(KEY_ERROR_AT)
+    assert (
+        page.locator(".log tr", has_text="characters omitted").first.locator("td.n").inner_text()
+        == ""
+    )
+    page.context.close()

@@ -225,3 +225,34 @@ def test_human_verdict_shows_the_line_to_look_at_and_what_the_rule_captured() ->
     assert "line:    log:42: --- FAIL: TestParse (0.00s)" in lines
     assert "captured: test=TestParse where=parse_test.go:41" in lines
     assert "done:    nothing run (mode track)" in lines
+
+
+def test_an_unmatched_verdict_shows_the_lines_to_look_at_instead_of_nothing() -> None:
+    verdict = Verdict.from_dict(
+        {
+            "failure_id": "f-3",
+            "status": "unmatched",
+            "reason": "no rule matched (212 checked)",
+            "where": [
+                {"fact": "log", "line": 399_990, "text": "KeyError: 'DATABASE_URL'"},
+                {"fact": "log", "line": 399_989, "text": "Traceback (most recent call last):"},
+            ],
+        }
+    )
+    lines = format_verdict(verdict).splitlines()
+    at = lines.index("look at: log line 399,990: KeyError: 'DATABASE_URL'")
+    assert lines[at + 1] == "         log line 399,989: Traceback (most recent call last):"
+
+
+def test_a_line_to_look_at_reaches_the_terminal_without_its_escape_sequences() -> None:
+    hostile = "\x1b]52;c;Y3VybCBldmlsLmV4YW1wbGUgfCBzaA==\x07error: \x1b[2Jit broke"
+    verdict = Verdict.from_dict(
+        {
+            "failure_id": "f-4",
+            "status": "unmatched",
+            "where": [{"fact": "log", "line": 7, "text": hostile}],
+        }
+    )
+    text = format_verdict(verdict)
+    assert "\x1b" not in text and "\x07" not in text
+    assert "look at: log line 7: " in text and "it broke" in text

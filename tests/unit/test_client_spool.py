@@ -40,7 +40,7 @@ def test_submit_with_broker_down_spools_fast_and_says_so(
     payload = json.loads(path.read_text())
     assert set(payload) == {
         "failure_id", "facts_json", "explore", "source", "submitted_at", "hints", "notes",
-        "job", "idempotency_key", "nonce",
+        "job", "idempotency_key", "nonce", "kept_lines",
     }  # fmt: skip
     assert payload["failure_id"] == ticket.failure_id
     assert payload["hints"] == {"rules": ["r1"], "tags": [], "fallback": True, "max_retries": 3}

@@ -223,3 +223,20 @@ def test_chunks_lost_with_a_killed_worker_are_sent_again_after_a_silence(
     job = driver(jobs, send).run(start(jobs, source), source)
     assert job.status == DONE and job.processed == 10
     assert_counters_match_item_rows(jobs, job.id)
+
+
+def test_a_replayed_log_longer_than_the_limit_points_at_its_own_line_numbers(
+    jobs, runner, sql, tmp_path
+):
+    from theow_workers.replay import report as reports
+
+    lines = [f"step {n}: compiled module_{n}.c" for n in range(1, 400_001)]
+    lines[399_989] = "KeyError: 'DATABASE_URL'"
+    path = tmp_path / "history.jsonl"
+    path.write_text(json.dumps({"log": "\n".join(lines)}) + "\n")
+    source = FileSource(path, fact_limit=65536, max_line_bytes=64 << 20)
+    job = driver(jobs, Broker(runner)).run(start(jobs, source), source)
+    assert job.status == DONE and job.unmatched == 1
+    pricing = reports.Pricing("m", 1, 1, 0.0, 0.0)
+    (group,) = reports.build(jobs, job, pricing)["unmatched_groups"]
+    assert group["where"][0] == {"fact": "log", "line": 399_990, "text": "KeyError: 'DATABASE_URL'"}

@@ -185,3 +185,32 @@ def test_the_terminal_report_counts_the_rules_that_matched_nothing_instead_of_li
     markdown = reports.markdown(data)
     assert "<summary>238 rule(s) matched nothing</summary>" in markdown
     assert "idle_rule_235" in markdown.split("<summary>")[1]
+
+
+def test_each_unmatched_group_shows_the_lines_to_look_at_of_its_first_failure(jobs):
+    import io
+
+    from rich.console import Console
+
+    from theow_client.verdict import Status, Verdict, Where
+    from theow_workers.core.ports import FailureRecord
+    from theow_workers.replay.show import show_report
+    from theow_workers.store.results import SqlStore
+
+    sql = SqlStore(str(jobs.engine.url), engine=jobs.engine)
+    lines = {"f5": Where("log", 399_990, "fatal: disk quota exceeded on /data/5"),
+             "f6": Where("log", 12, "fatal: disk quota exceeded on /data/6"),
+             "f7": Where("stderr", 3, "panic: nil map write in scheduler")}  # fmt: skip
+    for fid, where in lines.items():
+        sql.add_failure(FailureRecord(fid, "fp", {"log": "x"}, None, "replay", datetime.now(UTC)))
+        sql.add_verdict(Verdict(fid, Status.UNMATCHED, where=(where,)))
+    job = jobs.get(replay(jobs, history()))
+    data = reports.build(jobs, job, PRICING)
+    first, second = data["unmatched_groups"]
+    assert first["where"] == [lines["f5"].to_dict()]  # the group's first failure's lines
+    assert second["where"] == [lines["f7"].to_dict()]
+    markdown = reports.markdown(data)
+    assert "`log line 399,990: fatal: disk quota exceeded on /data/5`" in markdown
+    screen = io.StringIO()
+    show_report(data, Console(file=screen, width=300))
+    assert "stderr line 3: panic: nil map write in scheduler" in screen.getvalue()

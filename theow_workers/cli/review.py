@@ -16,6 +16,8 @@ from rich.table import Table
 from rich.text import Text
 
 from theow_client.terminal import printable
+from theow_client.verdict import Verdict, Where
+from theow_client.verdict_text import look_at
 from theow_workers.cli.output import err, load_settings, out, print_json
 from theow_workers.cli.output import fail as _fail
 from theow_workers.core.logtext import strip_ansi
@@ -343,6 +345,8 @@ def failures_show(failure_id: str, as_json: JsonFlag = False) -> None:
     # without escape sequences: it may come from a pull request's build.
     shown = f"verdict: {verdict.get('status', '-')} {verdict.get('rule') or ''} {verdict.get('reason', '')}"
     out.print(printable(shown), highlight=False, markup=False)
+    for line in look_at(_wheres(verdict.get("where"))):
+        out.print(printable(line), highlight=False, markup=False)
     evidence = verdict.get("evidence")
     if evidence:
         for offset, line in enumerate(evidence.get("context") or [evidence["text"]]):
@@ -363,6 +367,11 @@ def failures_show(failure_id: str, as_json: JsonFlag = False) -> None:
         out.print(printable(shown), highlight=False, markup=False)
     for line in info["error_lines"]:
         out.print(Text(f"  {strip_ansi(line)}", style="dim"))  # log text: no markup, no emoji
+
+
+def _wheres(stored: Any) -> list[Where]:
+    """The stored lines to look at; one that is not ``{fact, line, text}`` is left out."""
+    return list(Verdict.from_dict({"failure_id": "-", "status": "-", "where": stored}).where)
 
 
 def _percent(rate: float | None) -> str:

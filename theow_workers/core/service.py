@@ -35,13 +35,17 @@ from theow_client.facts import (
     SIDE_LIMITS,
     FactsError,
     bound_facts,
+    bound_facts_kept,
     loads_facts,
 )
 from theow_client.job import job_fact
+from theow_client.lines import FIELD as KEPT_LINES
+from theow_client.lines import LineMap, LineMapError, compose, parse_kept_lines, to_wire
 from theow_client.verdict import BoundAction, Status, Verdict, jsonable
 from theow_workers.core.actions import ActionError, ActionRegistry, ActionTimeout, call_action
 from theow_workers.core.matching import DEFAULT_REGEX_TIMEOUT, shown_captures
 from theow_workers.core.normal import JobNormal
+from theow_workers.core.pointing import evidence_in_sent_log, evidence_of, pointed
 from theow_workers.core.ports import (
     CLIENT_PENDING,
     SUGGESTED,
@@ -57,6 +61,7 @@ from theow_workers.core.query import fingerprint, log_text
 from theow_workers.core.redact import redact, redact_text
 from theow_workers.core.resolver import Candidate, Hints, Plan, RuleBook, Similarity, plan
 from theow_workers.core.rules import Mode
+from theow_workers.core.summary import wrapper_predicate
 
 log = logging.getLogger("theow.resolver")
 
@@ -78,6 +83,9 @@ class Submission:
     # The verified agent that sent it; None for replayed history and in-process callers.
     agent: str | None = None
     idempotency_key: str | None = None
+    # For each fact that was cut (by the client, here, or both): which lines of the original
+    # it kept, so the lines a verdict points at count in the build's own log.
+    lines: dict[str, LineMap] = field(default_factory=dict)
 
     @classmethod
     def parse(
@@ -99,11 +107,20 @@ class Submission:
         # Facts come as one JSON text (parsed here, under limits) or, from older
         # clients and in-process callers, as an object.
         raw = payload["facts_json"] if "facts_json" in payload else payload.get("facts")
-        facts, truncated, print_ = _prepare(raw, fact_limit)
+        facts, truncated, print_, cut_here = _prepare(raw, fact_limit)
         notes, _ = bound_facts(payload.get("notes") or {}, limits=SIDE_LIMITS, where="notes")
         hints, _ = bound_facts(payload.get("hints") or {}, limits=SIDE_LIMITS, where="hints")
         if truncated:
             notes.setdefault("truncated", {}).update(truncated)
+        try:
+            lines = parse_kept_lines(payload.get(KEPT_LINES), facts)
+        except LineMapError as exc:  # line numbers then count in the facts as received
+            notes[f"{KEPT_LINES}_ignored"] = str(exc)[:300]
+            lines = {}
+        for fact, pieces in cut_here.items():  # cut again here: this cut's lines, then the client's
+            lines[fact] = compose(lines[fact], pieces) if fact in lines else pieces
+        if lines:  # kept with the failure: its stored log is shown numbered as the build's
+            notes[KEPT_LINES] = to_wire(lines)
         key = payload.get("idempotency_key") if agent is not None else None
         source = f"agent:{agent}" if agent is not None else payload.get("source")
         return cls(
@@ -117,12 +134,14 @@ class Submission:
             hints=Hints.from_dict(hints),
             notes=notes,
             session_id=str(payload["session_id"]) if payload.get("session_id") else None,
+            lines=lines,
         )
 
 
 # Facts seen before, already bounded, masked and fingerprinted: a fleet sends the
 # same failure many times, and masking and fingerprinting a 64 KB log costs ms.
-_PREPARED: OrderedDict[str, tuple[dict[str, Any], dict[str, Any], str]] = OrderedDict()
+_Prepared = tuple[dict[str, Any], dict[str, Any], str, dict[str, LineMap]]
+_PREPARED: OrderedDict[str, _Prepared] = OrderedDict()
 PREPARED_CACHE_SIZE = 256
 
 
@@ -134,7 +153,8 @@ def failure_id_of(payload: Any, fallback_id: str) -> str:
     return str(fallback_id)[:64]
 
 
-def _prepare(raw: Any, fact_limit: int) -> tuple[dict[str, Any], dict[str, Any], str]:
+def _prepare(raw: Any, fact_limit: int) -> _Prepared:
+    """Facts bounded and masked, notes of what was cut, the fingerprint, the cuts' line maps."""
     try:
         text = raw if isinstance(raw, str) else json.dumps(raw, sort_keys=True)
         key = hashlib.sha256(f"{fact_limit}\n{text}".encode()).hexdigest()
@@ -142,13 +162,15 @@ def _prepare(raw: Any, fact_limit: int) -> tuple[dict[str, Any], dict[str, Any],
         key = ""  # not JSON (bytes from an in-process caller): prepare without caching
     if key and key in _PREPARED:
         _PREPARED.move_to_end(key)
-        facts, truncated, print_ = _PREPARED[key]
-        return dict(facts), dict(truncated), print_  # copies: an action may change its facts
+        facts, truncated, print_, cut = _PREPARED[key]
+        # Copies: an action may change its facts.
+        return dict(facts), dict(truncated), print_, dict(cut)
     if isinstance(raw, str):
         raw = loads_facts(raw)
-    facts, truncated = bound_facts(raw, fact_limit)
+    facts, truncated, cut = bound_facts_kept(raw, fact_limit)
     facts = redact(facts)
-    prepared = (facts, dict(truncated), fingerprint(facts))
+    cut = {fact: pieces for fact, pieces in cut.items() if fact in facts}
+    prepared = (facts, dict(truncated), fingerprint(facts), cut)
     if key:
         _PREPARED[key] = prepared
         if len(_PREPARED) > PREPARED_CACHE_SIZE:
@@ -192,6 +214,8 @@ class ResolveService:
         self._plans: OrderedDict[str, Plan] = OrderedDict()
         self._stats: dict[str, RuleStats] | None = None
         self._stats_at = 0.0
+        # Which lines are a wrapper's, for the rule book of that version.
+        self._wrappers: tuple[str | None, Callable[[str], bool]] = (None, lambda line: False)
 
     def resolve(
         self, payload: Any, fallback_id: str, delivery: int = 1, agent: str | None = None
@@ -213,6 +237,11 @@ class ResolveService:
         attempts: list[AttemptRecord] = []
         try:
             verdict = self._decide(sub, delivery, normal, attempts)
+            verdict = self._pointed(sub, verdict, normal)
+            attempts[:] = [
+                replace(a, evidence=evidence_in_sent_log(a.evidence, sub.facts, sub.lines))
+                for a in attempts
+            ]
         except BaseException as exc:
             # Attempts are written with the verdict; one that gives up on this
             # failure (a time limit) records what already ran from here.
@@ -251,6 +280,8 @@ class ResolveService:
         ran: list[AttemptRecord] = list(getattr(cause, "theow_attempts", ()))
         attempts = len(ran)
         verdict = Verdict(sub.failure_id, Status.ERROR, reason=reason, attempts=attempts)
+        with contextlib.suppress(Exception):  # the lines help; an error verdict is kept without
+            verdict = self._pointed(sub, verdict, None)
         return self.store.record_outcome(verdict, ran)
 
     def dead_letter(
@@ -316,6 +347,22 @@ class ResolveService:
             received_at=datetime.now(UTC),
             notes={**notes, "payload_preview": redact_text(_preview(payload))},
             agent=agent,
+        )
+
+    def _pointed(self, sub: Submission, verdict: Verdict, normal: JobNormal | None) -> Verdict:
+        """The verdict with the lines to look at, matched or not, counted in the sent log."""
+        book = self.rulebook()
+        if self._wrappers[0] != book.version:
+            self._wrappers = (book.version, wrapper_predicate(book.rules))
+        rule = book.get(verdict.rule) if verdict.rule else None
+        specific = rule is not None and not rule.generic and verdict.status != Status.UNEXPLAINED
+        return pointed(
+            verdict,
+            sub.facts,
+            sub.lines,
+            evidence_of(verdict.evidence) if specific else None,
+            is_normal=normal.is_normal if normal is not None else None,
+            is_wrapper=self._wrappers[1],
         )
 
     def _rule_stats(self) -> dict[str, RuleStats]:

@@ -14,7 +14,8 @@ HistoryError: history.jsonl: gzip-compressed data; name it history.jsonl.gz to r
 A history can be hundreds of MB. Nothing here reads a file whole: lines are
 read one at a time with a byte cap (a line longer than ``max_line_bytes`` is
 skipped to its end and reported, never held), text facts are bounded with
-``theow_client.facts.bound_facts`` exactly as the client bounds them, and
+``theow_client.facts.bound_facts`` exactly as the client bounds them (with the lines
+they kept, so line numbers count in the history's own logs), and
 invalid UTF-8 is replaced. Bad lines are not fatal: each becomes a ``Line``
 with a ``problem`` naming what is wrong, and reading goes on.
 
@@ -45,7 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, cast
 
-from theow_client.facts import DEFAULT_FACT_LIMIT, FactsError, bound_facts, decode
+from theow_client.facts import DEFAULT_FACT_LIMIT, FactsError, bound_facts_kept, decode
+from theow_client.lines import to_wire
 
 DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
 MAX_TRACKED_LINES = 5_000_000
@@ -89,6 +91,8 @@ class Line:
     facts: dict[str, Any] | None = None
     notes: dict[str, Any] = field(default_factory=dict)
     problem: str | None = None
+    # Which lines of each cut fact were kept (``theow_client.lines``, wire form).
+    kept_lines: dict[str, Any] = field(default_factory=dict)
 
 
 def _physical_lines(
@@ -295,12 +299,14 @@ def parse_line(
     if value is None:
         return Line(raw.number, problem=problem)
     try:
-        facts, truncated = bound_facts(value, fact_limit)
+        facts, truncated, kept = bound_facts_kept(value, fact_limit)
     except FactsError as exc:
         return Line(raw.number, problem=f"invalid facts: {exc}")
     if not facts:
         return Line(raw.number, problem="empty object: no facts")
-    return Line(raw.number, facts, {"truncated": truncated} if truncated else {})
+    kept = {fact: pieces for fact, pieces in kept.items() if fact in facts}
+    notes = {"truncated": truncated} if truncated else {}
+    return Line(raw.number, facts, notes, kept_lines=to_wire(kept))
 
 
 def read_lines(

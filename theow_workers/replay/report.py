@@ -20,6 +20,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from theow_client.verdict import Verdict
+from theow_client.verdict_text import where_text
 from theow_workers.core.logtext import strip_ansi
 from theow_workers.replay.grouping import group_unmatched
 from theow_workers.replay.jobs import with_basis
@@ -62,6 +64,8 @@ def build(store: ReplayStore, job: Job, pricing: Pricing) -> dict[str, Any]:
     groups = group_unmatched(
         (i.failure_id or "", i.key, i.fingerprint or "", i.sample, i.basis) for i in unmatched
     )
+    # The lines to look at of each group's first failure: what a person opens first.
+    where = store.where_lines(g.failure_ids[0] for g in groups if g.failure_ids)
     problems = [i for i in store.items(job.id) if i.status in (INVALID, DUPLICATE)]
     report: dict[str, Any] = {
         "job": job.to_dict(),
@@ -87,7 +91,10 @@ def build(store: ReplayStore, job: Job, pricing: Pricing) -> dict[str, Any]:
         ],
         "rules_without_matches": sorted(set(job.rules) - set(by_rule)),
         "comparison": _compare(store, job, by_rule),
-        "unmatched_groups": [g.to_dict() for g in groups],
+        "unmatched_groups": [
+            {**g.to_dict(), "where": where.get(g.failure_ids[0], []) if g.failure_ids else []}
+            for g in groups
+        ],
         "exploration": _cost(len(groups), job, pricing),
         "explore_request": _explored(store, job, groups),
         "input_problems": [
@@ -298,8 +305,11 @@ def markdown(report: dict[str, Any], top: int = 25) -> str:
         out += ["", f"Stopped matching: {stopped}.", ""]
     groups = report["unmatched_groups"]
     out += [f"## Largest groups of unmatched failures ({len(groups)} groups)", ""]
-    out += ["| failures | sample error line |", "| ---: | --- |"]
-    out += [f"| {g['size']} | `{_md(g['sample'])}` |" for g in groups[:top]]
+    out += [
+        "| failures | sample error line | look at (its first failure) |",
+        "| ---: | --- | --- |",
+    ]
+    out += [f"| {g['size']} | `{_md(g['sample'])}` | {_look_at(g)} |" for g in groups[:top]]
     cost = report["exploration"]
     out += [
         "",
@@ -333,6 +343,16 @@ def markdown(report: dict[str, Any], top: int = 25) -> str:
         if len(problems) > 50:
             out.append(f"- … {len(problems) - 50} more in the JSON report")
     return "\n".join(out) + "\n"
+
+
+def group_where(group: dict[str, Any]) -> list[str]:
+    """A report group's lines to look at, as text (``log line 7: ...``); none when its verdict has none."""
+    lines = Verdict.from_dict({"failure_id": "-", "status": "-", "where": group.get("where")}).where
+    return [where_text(w) for w in lines]
+
+
+def _look_at(group: dict[str, Any]) -> str:
+    return "<br>".join(f"`{_cell(line)}`" for line in group_where(group)) or "-"
 
 
 def _md(text: str) -> str:

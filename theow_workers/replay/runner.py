@@ -29,6 +29,7 @@ from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 
+from theow_client.lines import FIELD as KEPT_LINES
 from theow_client.verdict import Status, Verdict
 from theow_workers.core.service import ResolveService
 from theow_workers.replay.grouping import error_summary
@@ -121,6 +122,7 @@ class ReplayRunner:
             "source": f"replay:{job.id}",
             "explore": False,  # exploration of a replay goes per group, under its budget
             "notes": {**(item.get("notes") or {}), "replay": {"job": job.id, "key": key}},
+            **({KEPT_LINES: item[KEPT_LINES]} if KEPT_LINES in item else {}),
         }
         delivery = self.deliveries(failure_id) if careful else 1
         timed_out = False

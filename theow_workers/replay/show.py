@@ -9,7 +9,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from theow_client.terminal import printable
 from theow_workers.core.logtext import strip_ansi
+from theow_workers.replay.report import group_where
 
 TOP_GROUPS = 10
 TOP_RULES = 20
@@ -64,12 +66,14 @@ def show_report(report: dict[str, Any], console: Console) -> None:
     groups = report["unmatched_groups"]
     if groups:
         explored = {g["rank"]: g for g in report["explore_request"].get("groups", [])}
-        columns = ["failures", "sample error line"]
+        columns = ["failures", "sample error line", "look at (its first failure)"]
         if explored:
             columns += ["exploration", "proposal", "tokens", "cost"]
         table = Table(*columns, title=f"largest unmatched groups ({len(groups)})")
         for rank, g in enumerate(groups[:TOP_GROUPS], 1):
-            cells: list[Any] = [str(g["size"]), as_text(g["sample"], 160)]
+            where = "\n".join(group_where(g))
+            shown = as_text(printable(where) or "-")
+            cells: list[Any] = [str(g["size"]), as_text(g["sample"], 160), shown]
             if explored:
                 e = explored.get(rank, {})
                 proposal = e.get("rule_name") or e.get("proposal_id") or "-"

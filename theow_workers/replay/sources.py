@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from theow_client.facts import dumps_facts
+from theow_client.lines import FIELD as KEPT_LINES
 from theow_workers.replay.reader import HistoryError, parse_line, raw_lines, scan
 from theow_workers.store.replay import DUPLICATE, INVALID, PASSING, ItemRecord, Job, ReplayStore
 
@@ -122,8 +123,11 @@ class FileSource:
                 learned = self.learn(line.facts or {}) if self.learn else "not learned"
                 return ItemRecord(str(line.number), PASSING, line=line.number, sample=learned)
             # Facts travel as one JSON text: nothing deep is decoded before the task body.
-            return {"key": str(line.number), "line": line.number,
+            item = {"key": str(line.number), "line": line.number,
                     "facts_json": dumps_facts(line.facts or {}), "notes": line.notes}  # fmt: skip
+            if line.kept_lines:  # line numbers then count in the history's own log
+                item[KEPT_LINES] = line.kept_lines
+            return item
 
         return load
 

@@ -102,6 +102,8 @@ def detail(store: ExploreStore, failure_id: str) -> dict[str, Any] | None:
                 "evidence": verdict.evidence,
                 "also": verdict.also or [],
                 "seen_in_passing": verdict.seen_in_passing or [],
+                "where": verdict.where_lines or [],
+                "wrapper": verdict.wrapper,
             },
             "attempts": [
                 {

@@ -276,6 +276,17 @@ class ReplayStore:
         with self.session() as s:
             return {str(rule): str(sample or "") for rule, sample in s.execute(query)}
 
+    def where_lines(self, failure_ids: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
+        """The lines to look at of each failure's verdict (none for a verdict without them)."""
+        ids, found = list(dict.fromkeys(failure_ids)), {}
+        for start in range(0, len(ids), 500):  # under SQLite's limit on bound parameters
+            query = select(VerdictRow.failure_id, VerdictRow.where_lines).where(
+                VerdictRow.failure_id.in_(ids[start : start + 500])
+            )
+            with self.session() as s:
+                found.update({fid: list(lines or []) for fid, lines in s.execute(query)})
+        return found
+
     def items(self, job_id: str, status: str | None = None) -> list[ItemRecord]:
         query = select(ReplayItemRow).where(ReplayItemRow.job_id == job_id)
         if status is not None:

@@ -365,6 +365,8 @@ def _stored_verdict(conn: Connection, failure_id: str) -> Verdict | None:
             "evidence": row.evidence,
             "also": row.also or [],
             "seen_in_passing": row.seen_in_passing or [],
+            "where": row.where_lines or [],
+            "wrapper": row.wrapper,
         }
     )
 
@@ -385,7 +387,8 @@ def verdict_values(v: Verdict) -> dict[str, Any]:
         "failure_id": v.failure_id, "status": data["status"], "rule": v.rule, "mode": v.mode,
         "actions": data["actions"], "outputs": data["outputs"], "reason": v.reason,
         "attempts": v.attempts, "evidence": v.evidence, "also": list(v.also),
-        "seen_in_passing": list(v.seen_in_passing), "decided_at": _now(),
+        "seen_in_passing": list(v.seen_in_passing), "where_lines": data["where"] or None,
+        "wrapper": v.wrapper, "decided_at": _now(),
     }  # fmt: skip
 
 

@@ -111,6 +111,9 @@ class VerdictRow(Base):
     evidence: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     also: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
     seen_in_passing: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
+    # The lines to look at ({fact, line, text}, in the log the build printed), most telling first.
+    where_lines: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
+    wrapper: Mapped[str | None] = mapped_column(String(256), nullable=True)
     decided_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, index=True)
 
 

@@ -13,7 +13,10 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from theow_client.lines import FIELD as KEPT_LINES
+from theow_client.lines import LineMap, LineMapError, parse_kept_lines
 from theow_workers.core.matching import evaluate
+from theow_workers.core.pointing import evidence_in_sent_log
 from theow_workers.core.query import log_text
 from theow_workers.core.redact import redact_text
 from theow_workers.core.rules import RuleError, parse_rule
@@ -218,6 +221,7 @@ def _failure_context(console: Console, failure_id: str) -> dict[str, Any] | None
         return None
     facts = info["facts"]
     verdict = info["verdict"] or {}
+    kept = _kept_lines(info)
     evidences: list[tuple[str, dict[str, Any]]] = []
     if verdict.get("evidence") and verdict.get("rule"):
         evidences.append((verdict["rule"], verdict["evidence"]))
@@ -228,7 +232,9 @@ def _failure_context(console: Console, failure_id: str) -> dict[str, Any] | None
         also = known.get(name)
         match = evaluate(also, facts) if also is not None else None
         if match is not None and match.ok and match.evidence is not None:
-            evidences.append((name, match.evidence.to_dict()))
+            # Found in the stored (bounded) log: numbered as the build's log, like the verdict's.
+            found = evidence_in_sent_log(match.evidence.to_dict(), facts, kept)
+            evidences += [(name, found)] if found else []
     shown = evidences[0][1]["fact"] if evidences else _log_fact(facts)
     text = facts.get(shown) if shown else ""
     marks: dict[int, list[str]] = {}
@@ -246,9 +252,22 @@ def _failure_context(console: Console, failure_id: str) -> dict[str, Any] | None
         "brief_facts": brief,
         "long_facts": [k for k in facts if k not in brief],
         "log_fact": shown or "log",
-        "log": log_lines(text if isinstance(text, str) else "", marks),
+        "log": log_lines(text if isinstance(text, str) else "", marks, kept.get(shown or "", ())),
         "marked": sorted(marks.items()),
+        "where": [
+            {"fact": w.get("fact"), "line": w.get("line"), "text": redact_text(str(w.get("text")))}
+            for w in verdict.get("where") or []
+            if isinstance(w, dict)
+        ],
     }
+
+
+def _kept_lines(info: dict[str, Any]) -> dict[str, LineMap]:
+    """Which lines of the build's log the stored facts kept (none: they are the whole log)."""
+    try:
+        return parse_kept_lines((info["notes"] or {}).get(KEPT_LINES), info["facts"])
+    except LineMapError:
+        return {}
 
 
 async def failure_page(request: Request) -> Response:

@@ -20,6 +20,7 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import DiffLexer, JsonLexer, YamlLexer
 
+from theow_client.lines import LineMap, kept_line
 from theow_workers.core.redact import redact_text
 
 LEXERS = {"diff": DiffLexer, "yaml": YamlLexer, "json": JsonLexer}
@@ -42,7 +43,16 @@ def code(text: str, language: str) -> Markup:
     return Markup(highlight(redact_text(text), lexer, _formatter()))  # Pygments escapes the text
 
 
-def log_lines(text: str, marks: dict[int, list[str]]) -> list[dict[str, Any]]:
-    """The log as numbered lines; ``marks`` maps a 1-based line to the rules it is evidence for."""
+def log_lines(text: str, marks: dict[int, list[str]], kept: LineMap = ()) -> list[dict[str, Any]]:
+    """The log as numbered lines; ``marks`` maps a 1-based line to the rules it is evidence for.
+
+    Lines are numbered as in the build's own log: for a log that bounding cut,
+    through ``kept`` (``theow_client.lines``), so they agree with the verdict;
+    a cut marker has no number.
+    """
     lines = redact_text(text).split("\n")[:MAX_LOG_LINES]
-    return [{"n": i, "text": line, "rules": marks.get(i, [])} for i, line in enumerate(lines, 1)]
+    numbered = [(kept_line(kept, i) if kept else i, line) for i, line in enumerate(lines, 1)]
+    return [
+        {"n": n, "text": line, "rules": marks.get(n, []) if n is not None else []}
+        for n, line in numbered
+    ]
