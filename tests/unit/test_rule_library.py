@@ -284,6 +284,11 @@ VARIANTS: dict[str, list[str]] = {
         "         > Connect to repo.maven.apache.org:443 [repo.maven.apache.org/151.101.0.215] "
         "failed: Connect timed out",
         "curl: (28) Operation timed out after 300001 milliseconds with 0 bytes received",
+        "Collecting torch==2.3.1\n"
+        "  Downloading torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl (779.1 MB)\n"
+        "ERROR: Exception:\nTraceback (most recent call last):\n"
+        "pip._vendor.urllib3.exceptions.ReadTimeoutError: HTTPSConnectionPool("
+        "host='files.pythonhosted.org', port=443): Read timed out.",
         "error: failed to download from `https://static.crates.io/crates/syn/2.0.66/download`\n\n"
         "Caused by:\n  [28] Timeout was reached (Operation too slow. Less than 10 bytes/sec "
         "transferred the last 30 seconds)",
