@@ -21,7 +21,7 @@ import theow_workers.explain as explain_module
 from theow_workers.core.actions import call_action
 from theow_workers.core.matching import evaluate, required_literal
 from theow_workers.core.memory import HashingEmbedder
-from theow_workers.core.rules import Mode, Rule
+from theow_workers.core.rules import REGEX_FLAGS, Mode, Rule
 from theow_workers.explain import explain
 from theow_workers.runtime import Knowledge
 
@@ -504,7 +504,7 @@ def test_every_regex_stays_well_inside_the_timeout_on_64_kb_logs(rules):
         examples = "\n".join(e for c in rule.when for e in c.examples)
         for condition in rule.when:
             for source in filter(None, (condition.regex, condition.not_regex)):
-                pattern = regex.compile(source)
+                pattern = regex.compile(source, REGEX_FLAGS)  # as rules are searched
                 literal = required_literal(source) or ""
                 realistic = [passing, failing, fill(examples + "\n")]
                 # Adversarial: one 64 KB line of a repeated character, the rule's literal last.
