@@ -9,7 +9,7 @@ from theow_workers.core.rules import parse_rule
 
 SLOW = parse_rule("name: slow\nmode: track\nwhen:\n  - fact: log\n    regex: '(?:a|aa)+[bd]'\n")
 CAUSE = parse_rule(
-    "name: cause\nmode: track\nwhen:\n  - fact: log\n    regex: 'error: (?P<what>.+)'\n"
+    "name: cause\nmode: track\nwhen:\n  - fact: log\n    regex: '(?-s)error: (?P<what>.+)'\n"
 )
 BOOK = RuleBook((SLOW, CAUSE), "catastrophic")
 # Runs of a's the backtracking engine tries every split of, and a "d" later on

@@ -21,7 +21,7 @@ import theow_workers.explain as explain_module
 from theow_workers.core.actions import call_action
 from theow_workers.core.matching import evaluate, required_literal
 from theow_workers.core.memory import HashingEmbedder
-from theow_workers.core.rules import Mode, Rule
+from theow_workers.core.rules import REGEX_FLAGS, Mode, Rule
 from theow_workers.explain import explain
 from theow_workers.runtime import Knowledge
 
@@ -284,6 +284,11 @@ VARIANTS: dict[str, list[str]] = {
         "         > Connect to repo.maven.apache.org:443 [repo.maven.apache.org/151.101.0.215] "
         "failed: Connect timed out",
         "curl: (28) Operation timed out after 300001 milliseconds with 0 bytes received",
+        "Collecting torch==2.3.1\n"
+        "  Downloading torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl (779.1 MB)\n"
+        "ERROR: Exception:\nTraceback (most recent call last):\n"
+        "pip._vendor.urllib3.exceptions.ReadTimeoutError: HTTPSConnectionPool("
+        "host='files.pythonhosted.org', port=443): Read timed out.",
         "error: failed to download from `https://static.crates.io/crates/syn/2.0.66/download`\n\n"
         "Caused by:\n  [28] Timeout was reached (Operation too slow. Less than 10 bytes/sec "
         "transferred the last 30 seconds)",
@@ -499,7 +504,7 @@ def test_every_regex_stays_well_inside_the_timeout_on_64_kb_logs(rules):
         examples = "\n".join(e for c in rule.when for e in c.examples)
         for condition in rule.when:
             for source in filter(None, (condition.regex, condition.not_regex)):
-                pattern = regex.compile(source)
+                pattern = regex.compile(source, REGEX_FLAGS)  # as rules are searched
                 literal = required_literal(source) or ""
                 realistic = [passing, failing, fill(examples + "\n")]
                 # Adversarial: one 64 KB line of a repeated character, the rule's literal last.

@@ -43,12 +43,22 @@ def rules_check(
     actions: ActionsDir = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Validate every rule file; report each problem with file, line and reason."""
+    """Validate every rule file; report each problem with file, line and reason.
+
+    Beyond the schema: each rule's examples must match it (through the scanner
+    too), its counter-examples must not, each must read the same whatever the
+    default regex flags, and no other specific rule may win them (``supersedes``
+    says a rule is meant to).
+    """
     rule_dirs, action_dirs = _layers(load_settings(), directory, actions)
     knowledge = _knowledge(rule_dirs, action_dirs)
     count = len(knowledge.rules.rules)
     with waiting(f"checking the examples of {count} rules (first run only, cached afterwards)"):
-        errors = [*knowledge.rules.errors, *_example_errors(knowledge)]
+        errors = [
+            *knowledge.rules.errors,
+            *_example_errors(knowledge),
+            *_confusion_errors(knowledge),
+        ]
     if as_json:
         print_json(
             {
@@ -94,6 +104,14 @@ def _example_errors(knowledge: Knowledge) -> list[Any]:
 
     files = sorted(origin.file for origin in knowledge.rules.origins.values())
     return [problem for path in files for problem in check_examples(path)]
+
+
+def _confusion_errors(knowledge: Knowledge) -> list[Any]:
+    """Examples another specific rule wins, with the resolver's structural ranking."""
+    from theow_workers.core.confusion import confusion_errors
+
+    files = {name: origin.file for name, origin in knowledge.rules.origins.items()}
+    return confusion_errors(knowledge.rules.rules, files, knowledge.book)
 
 
 @rules_app.command("list")

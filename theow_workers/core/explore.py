@@ -52,7 +52,9 @@ How to work:
    read an action's code. Reuse existing actions whenever one fits.
 2. Draft a rule in YAML and check it with test_rule until every fact holds and the params bind.
    Regexes must be precise (distinctive wording, not generic words like "error"), capture the
-   values an action needs with named groups, and avoid nested quantifiers.
+   values an action needs with named groups, and avoid nested quantifiers. Regexes are searched
+   with MULTILINE and DOTALL: `^`/`$` match at every line, `.` crosses lines; use `[^\\n]` (or a
+   leading `(?-s)`) to stay on one line.
 3. Call submit_rule with the rule YAML and, only if no existing action fits, the complete code of
    new or changed action files: {"name": ..., "code": ...}. Action code is plain Python:
    `from theow_workers import action` and `@action("name")` on a function that returns a dict.

@@ -26,7 +26,7 @@ import regex
 
 from theow_client.verdict import BoundAction
 from theow_workers.core.evidence import Evidence, evidence_at
-from theow_workers.core.rules import PLACEHOLDER, FactCondition, Rule, as_text
+from theow_workers.core.rules import PLACEHOLDER, REGEX_FLAGS, FactCondition, Rule, as_text
 from theow_workers.core.scanner import Hits
 
 DEFAULT_REGEX_TIMEOUT = 0.05  # seconds per regex search
@@ -83,8 +83,9 @@ class Match:
 
 
 @lru_cache(maxsize=4096)
-def compiled(pattern: str) -> Any:
-    return regex.compile(pattern)
+def compiled(pattern: str, flags: int = REGEX_FLAGS) -> Any:
+    """``pattern`` as rules are searched (MULTILINE and DOTALL unless it says otherwise)."""
+    return regex.compile(pattern, flags)
 
 
 @lru_cache(maxsize=4096)
@@ -96,6 +97,12 @@ def required_literals(pattern: str) -> tuple[str, ...] | None:
     alternation at the top (``a|b``) or in a group every match passes
     through, it is one literal per alternative.
     """
+    # Python's parser takes flags turned off only around a group: ``(?-s)x`` as ``(?-s:x)``.
+    off = _FLAGS_OFF.match(pattern)
+    if off:
+        if set(off.group(1).partition("-")[0]) & {"i", "x"}:
+            return None
+        pattern = f"(?{off.group(1)}:{pattern[off.end() :]})"
     try:
         parsed = re._parser.parse(pattern)  # type: ignore[attr-defined]
     except (re.error, RecursionError, AttributeError):
@@ -111,6 +118,7 @@ def required_literal(pattern: str) -> str | None:
     return found[0] if found is not None and len(found) == 1 else None
 
 
+_FLAGS_OFF = re.compile(r"\(\?([imsx]*-[imsx]+)\)")
 _C = re._constants  # type: ignore[attr-defined]
 MIN_LITERAL = 3
 

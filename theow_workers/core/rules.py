@@ -38,6 +38,10 @@ MATCH_OPERATORS = (
     "not_regex",
 )
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)?)\}")
+# How a rule's regex is searched, as in the single-process library (its
+# ``Fact.matches``): ``^``/``$`` at every line, ``.`` across lines. A rule that needs
+# a line-bound ``.`` says so: a leading ``(?-s)``, or ``(?-s:...)`` around a part.
+REGEX_FLAGS = regex.MULTILINE | regex.DOTALL
 
 
 class Mode(StrEnum):
@@ -118,7 +122,7 @@ class FactCondition(_Strict):
     def _compiles(cls, pattern: str | None) -> str | None:
         if pattern is not None:
             try:
-                regex.compile(pattern)
+                regex.compile(pattern, REGEX_FLAGS)
             except regex.error as exc:
                 raise ValueError(f"regex does not compile: {exc}") from exc
         return pattern
@@ -175,6 +179,9 @@ class Rule(_Strict):
     # A wrapper message true of most failed logs ("BUILD FAILED", "exit code 1"):
     # it wins only when no specific rule validated.
     generic: bool = False
+    # Rules this one is meant to win over when both apply to a log (its evidence
+    # ranks above theirs): ``theow rules check`` then accepts it winning their examples.
+    supersedes: list[str] = Field(default_factory=list)
     when: list[FactCondition] = Field(min_length=1)
     then: list[ActionStep] = Field(default_factory=list)
     collection: str | None = None
@@ -185,6 +192,20 @@ class Rule(_Strict):
     def _fix_has_actions(self) -> Rule:
         if self.mode is Mode.FIX and not self.then and self.llm_config is None:
             raise ValueError("a `fix` rule needs at least one action in `then` (or mode: track)")
+        return self
+
+    @field_validator("supersedes")
+    @classmethod
+    def _are_names(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not re.match(NAME_PATTERN, name):
+                raise ValueError(f"{name!r} is not a rule name")
+        return names
+
+    @model_validator(mode="after")
+    def _supersedes_others(self) -> Rule:
+        if self.name in self.supersedes:
+            raise ValueError("a rule cannot supersede itself")
         return self
 
     @property
@@ -444,7 +465,7 @@ def _load_layer(
 
 def _unbindable_extract(rule: Rule, params: Any) -> str | None:
     """A static check: ``{extract.N}``/``{extract.NAME}`` must name a group that exists."""
-    compiled = [regex.compile(c.regex) for c in rule.when if c.regex is not None]
+    compiled = [regex.compile(c.regex, REGEX_FLAGS) for c in rule.when if c.regex is not None]
     max_group = max((p.groups for p in compiled), default=0)
     names = {n for p in compiled for n in p.groupindex}
     for text in _strings(params):

@@ -8,6 +8,10 @@ first occurrence ends; only rules all of whose scanned conditions occurred are
 handed to the full regex engine, which then runs from just before the hit
 (for captures and the exact semantics of Python's ``regex``).
 
+Patterns are scanned with MULTILINE and DOTALL, as the full engine searches
+them (``REGEX_FLAGS``); one whose ``.`` may cross lines is confirmed from the
+start of the text, since its match may begin any distance before the hit.
+
 Patterns Hyperscan cannot compile exactly (lookarounds, back references) are
 compiled in its prefilter mode, which may report a match that is not one but
 never misses one: the full engine decides. What even prefilter mode rejects
@@ -58,7 +62,9 @@ log = logging.getLogger("theow.scanner")
 SHARD_SIZE = 200
 MAX_SHARDS = 3
 BACK_BYTES = 4096  # a match may start this far before the line its first occurrence ends on
-_LEADING_FLAGS = re.compile(r"^\(\?([aiLmsux]+)\)")
+_LEADING_FLAGS = re.compile(r"^\(\?([aiLmsux]*)(?:-([imsx]+))?\)")
+# A `.` outside a character class: escapes and classes (with `]` first in them) skipped.
+_BARE_DOT = re.compile(r"(?>\\.|\[\^?\]?(?:\\.|[^\]\\])*\]|[^.\\\[])*+\.", re.DOTALL)
 _NAMED_GROUP = re.compile(r"(?<!\\)\(\?P<\w+>")
 # Syntax Hyperscan may compile only in prefilter mode or not at all: lookarounds, back
 # references, \K, atomic groups, conditionals, possessive quantifiers, a `$` with more after it.
@@ -104,6 +110,12 @@ class Scanner:
             )
             needs.append((rule, ids))
         self.patterns = tuple(patterns)
+        # Confirmed from the text's start: the scanner's end offset does not bound their start.
+        self._far = frozenset(
+            pid
+            for pattern, pid in patterns.items()
+            if not pattern.literal and spans_lines(pattern.text)
+        )
         by_fact: dict[str, list[int]] = {}
         for pattern, pid in patterns.items():
             by_fact.setdefault(pattern.fact, []).append(pid)
@@ -159,6 +171,9 @@ class Scanner:
             found |= ends.keys()
             for pid, end in ends.items():
                 pattern = self.patterns[pid]
+                if pid in self._far:
+                    starts[(fact, pattern.text)] = 0
+                    continue
                 start = _char_offset(text, data, _line_start(data, end - BACK_BYTES))
                 starts[(fact, pattern.text)] = start
         return Hits(starts, frozenset(found), self._scanned)
@@ -206,21 +221,41 @@ def _char_offset(text: str, data: bytes, byte_offset: int) -> int:
 
 
 def hyperscan_form(pattern: str) -> tuple[bytes, int]:
-    """A Python regex as Hyperscan reads it: leading flags as flags, group names dropped."""
-    flags = hyperscan.HS_FLAG_SINGLEMATCH
+    """A Python regex as Hyperscan reads it: leading flags as flags, group names dropped.
+
+    Rules are searched with MULTILINE and DOTALL (``REGEX_FLAGS``); a leading
+    ``(?-s)`` or ``(?m-s)`` turns DOTALL off for the whole pattern, as in ``regex``.
+    """
+    flags = hyperscan.HS_FLAG_SINGLEMATCH | hyperscan.HS_FLAG_MULTILINE | hyperscan.HS_FLAG_DOTALL
     found = _LEADING_FLAGS.match(pattern)
     if found:
-        letters = found.group(1)
+        on, off = found.group(1), found.group(2) or ""
         pattern = pattern[found.end() :]
-        if "x" in letters:
+        if "x" in on:
             pattern = f"(?x){pattern}"
-        flags |= hyperscan.HS_FLAG_CASELESS if "i" in letters else 0
-        flags |= hyperscan.HS_FLAG_MULTILINE if "m" in letters else 0
-        flags |= hyperscan.HS_FLAG_DOTALL if "s" in letters else 0
+        flags |= hyperscan.HS_FLAG_CASELESS if "i" in on else 0
+        flags &= ~hyperscan.HS_FLAG_MULTILINE if "m" in off else ~0
+        flags &= ~hyperscan.HS_FLAG_DOTALL if "s" in off else ~0
     pattern = _NAMED_GROUP.sub("(?:", pattern).replace(r"\Z", r"\z")
     if not pattern.isascii():
         flags |= hyperscan.HS_FLAG_UTF8
     return pattern.encode("utf-8"), flags
+
+
+def spans_lines(pattern: str) -> bool:
+    r"""Whether a match may run across many lines: a ``.`` that DOTALL lets match newlines.
+
+    The scanner says where a pattern's first match ends; a match that cannot
+    run far starts on a line near there, one with a DOTALL ``.`` may start
+    anywhere before. Conservative: a ``(?-s:...)`` group still counts.
+
+    >>> spans_lines(r"panic:.*goroutine"), spans_lines(r"(?-s)FAIL.*"), spans_lines(r"a\.b[.]")
+    (True, False, False)
+    """
+    found = _LEADING_FLAGS.match(pattern)
+    if found and "s" in (found.group(2) or ""):
+        return False
+    return _BARE_DOT.match(pattern) is not None
 
 
 def _expression(pattern: _Pattern) -> tuple[bytes, int]:
@@ -242,9 +277,10 @@ def _compile(items: list[tuple[int, _Pattern]]) -> tuple[list[Any], set[int], bo
     """
     if hyperscan is None:
         return [], set(), False
+    # Keyed by what Hyperscan compiles (expressions and their flags), not only the rules' text.
     key = hashlib.sha256(
         repr(
-            (getattr(hyperscan, "__version__", ""), [(pid, p.text, p.literal) for pid, p in items])
+            (getattr(hyperscan, "__version__", ""), [(pid, *_expression(p)) for pid, p in items])
         ).encode()
     ).hexdigest()
     cached = _load(key)
