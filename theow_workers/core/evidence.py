@@ -50,12 +50,18 @@ class Evidence:
         return data
 
 
-def evidence_at(fact: str, text: str, start: int, end: int) -> Evidence:
-    """Evidence for the match ``text[start:end]``."""
+def evidence_at(fact: str, text: str, start: int, end: int, at: int | None = None) -> Evidence:
+    """Evidence for the match ``text[start:end]``, shown at its line that begins at ``at``.
+
+    Without ``at``, the first non-empty line of the match is the one shown.
+    """
     matched = text[start:end]
+    if at is not None and start <= at < end:
+        start = at
     # The first non-empty line of the match (a match may begin with a newline).
-    skipped = len(matched) - len(matched.lstrip("\r\n"))
-    first = matched[skipped:].split("\n", 1)[0].strip()
+    shown = text[start:end]
+    skipped = len(shown) - len(shown.lstrip("\r\n"))
+    first = shown[skipped:].split("\n", 1)[0].strip()
     start += skipped
     line = text.count("\n", 0, start) + 1
     context_from = lines_around(text, start, CONTEXT_LINES, 0)[0]
