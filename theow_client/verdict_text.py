@@ -20,6 +20,10 @@ rule:    go_test_failed (mode track)
 line:    log:42: --- FAIL: TestParse (0.00s)
 captured: test=TestParse
 done:    nothing run (mode track)
+>>> print(format_verdict(Verdict.from_dict({
+...     "failure_id": "f-2", "status": "unexplained", "wrapper": "make_recipe_failed"})))
+status:  unexplained (wrapper: make_recipe_failed)
+failure: f-2
 """
 
 from __future__ import annotations
@@ -32,7 +36,9 @@ from theow_client.verdict import Verdict
 
 
 def format_verdict(verdict: Verdict) -> str:
-    lines = [f"status:  {verdict.status}", f"failure: {verdict.failure_id}"]
+    # Unexplained: only a wrapper (``make: *** [all] Error 1``) matched; it is named, as no rule is.
+    wrapper = f" (wrapper: {verdict.wrapper})" if verdict.wrapper else ""
+    lines = [f"status:  {verdict.status}{wrapper}", f"failure: {verdict.failure_id}"]
     if verdict.rule:
         lines.append(
             f"rule:    {verdict.rule}" + (f" (mode {verdict.mode})" if verdict.mode else "")

@@ -245,6 +245,7 @@ def _print_eval(report: dict[str, Any]) -> None:
     n = report["failures"]
     summary.add_row("failures", str(n))
     summary.add_row("found", f"{report['found']} ({report['found_rate']:.1%})")
+    summary.add_row("unexplained (only a wrapper matched)", str(report["unexplained"]))
     if report["grounded"] is not None:
         summary.add_row("grounded", f"{report['grounded']} ({report['grounded_rate']:.1%})")
         summary.add_row("precision", f"{report['precision']:.2f}")
