@@ -229,12 +229,12 @@ def series(store: ExploreStore, days: int = 30) -> dict[str, Any]:
 
 
 def unmatched_groups(store: ExploreStore, limit: int = GROUPS) -> list[dict[str, Any]]:
-    """The largest root causes (same fingerprint) no rule matched, with one failure each."""
+    """The largest root causes (same fingerprint) no rule explains, with one failure each."""
     query = (
         select(FailureRow.fingerprint, func.count(), func.max(FailureRow.id),
                func.max(FailureRow.received_at))
         .join(VerdictRow, VerdictRow.failure_id == FailureRow.id)
-        .where(VerdictRow.status.in_(("unmatched", "exploring")))
+        .where(VerdictRow.status.in_(("unmatched", "unexplained", "exploring")))
         .group_by(FailureRow.fingerprint)
         .order_by(func.count().desc())
         .limit(limit)

@@ -10,6 +10,7 @@ from sqlalchemy import select
 from theow_workers.core.query import error_lines, log_text
 from theow_workers.store.explore import ExploreStore
 from theow_workers.store.figures import REPLAY_SOURCE
+from theow_workers.store.results import stored_wrapper
 from theow_workers.store.schema import AttemptRow, ExplorationRow, FailureRow, VerdictRow
 
 # Where failures came from: ``live`` (build agents, the demo, anything but a replay),
@@ -64,6 +65,7 @@ def recent(
                 "source": failure.source,
                 "status": verdict.status if verdict else None,
                 "rule": verdict.rule if verdict else None,
+                "wrapper": stored_wrapper(verdict.status, verdict.also) if verdict else None,
                 "reason": verdict.reason if verdict else None,
             }
             for failure, verdict in s.execute(query).all()
@@ -102,6 +104,7 @@ def detail(store: ExploreStore, failure_id: str) -> dict[str, Any] | None:
                 "evidence": verdict.evidence,
                 "also": verdict.also or [],
                 "seen_in_passing": verdict.seen_in_passing or [],
+                "wrapper": stored_wrapper(verdict.status, verdict.also),
             },
             "attempts": [
                 {

@@ -365,8 +365,18 @@ def _stored_verdict(conn: Connection, failure_id: str) -> Verdict | None:
             "evidence": row.evidence,
             "also": row.also or [],
             "seen_in_passing": row.seen_in_passing or [],
+            "wrapper": stored_wrapper(row.status, row.also),
         }
     )
+
+
+def stored_wrapper(status: str, also: list[str] | None) -> str | None:
+    """The wrapper of a stored unexplained verdict: the first rule of its ``also``.
+
+    A verdict that names no rule lists every rule that validated in ``also``,
+    its wrapper first; the verdicts table keeps no column of its own for it.
+    """
+    return also[0] if status == Status.UNEXPLAINED and also else None
 
 
 def failure_values(f: FailureRecord) -> dict[str, Any]:
