@@ -120,3 +120,25 @@ def test_an_unexplained_failure_is_explored_like_an_unmatched_one(knowledge, sto
 def test_nothing_matched_is_still_unmatched_with_no_wrapper(knowledge, store):
     verdict = submit(service_for(knowledge, store), "compiling\nKeyError: 'DATABASE_URL'\n")
     assert (verdict.status, verdict.wrapper) == (Status.UNMATCHED, None)
+
+
+def test_rules_eval_counts_an_unexplained_failure_as_not_found_and_names_its_wrapper(
+    knowledge, tmp_path
+):
+    import json
+
+    from theow_workers import evaluation
+
+    corpus = tmp_path / "failures.jsonl"
+    logs = {"wrapped": WRAPPED, "echo": "ECHO hi\nmake: *** [all] Error 1\n", "none": "boom\n"}
+    lines = (json.dumps({"id": k, "stderr": v, "job": "build-7"}) + "\n" for k, v in logs.items())
+    corpus.write_text("".join(lines))
+    rows: list[dict] = []
+    book = RuleBook((*knowledge.book.rules, MAKE, RAKE), "with-wrappers")
+    summary = evaluation.run(book, corpus, emit=lambda outcome: rows.append(outcome.row()))
+    report = summary.to_dict()
+    assert (report["found"], report["unexplained"], report["failures"]) == (1, 1, 3)
+    by_id = {row["id"]: row for row in rows}
+    assert (by_id["wrapped"]["rule"], by_id["wrapped"]["wrapper"]) == (None, "make_failed")
+    assert (by_id["none"]["rule"], by_id["none"]["wrapper"]) == (None, None)
+    assert by_id["echo"]["wrapper"] is None and by_id["echo"]["rule"] is not None
