@@ -142,3 +142,21 @@ def test_rules_eval_counts_an_unexplained_failure_as_not_found_and_names_its_wra
     assert (by_id["wrapped"]["rule"], by_id["wrapped"]["wrapper"]) == (None, "make_failed")
     assert (by_id["none"]["rule"], by_id["none"]["wrapper"]) == (None, None)
     assert by_id["echo"]["wrapper"] is None and by_id["echo"]["rule"] is not None
+
+
+def test_failures_list_and_show_filter_and_name_the_wrapper_of_an_unexplained_failure(
+    knowledge, tmp_path
+):
+    from theow_workers.store.failures import detail, recent
+    from theow_workers.store.results import SqlStore
+
+    store = SqlStore(prepared_database("sqlite", tmp_path))
+    service = service_for(knowledge, store)
+    submit(service, WRAPPED, failure_id="wrapped")
+    submit(service, "ECHO hello\n", failure_id="echo")
+    listed = recent(store, status="unexplained")
+    assert [(r["id"], r["rule"], r["wrapper"]) for r in listed] == [("wrapped", None, "make_failed")]
+    shown = detail(store, "wrapped")
+    assert shown is not None and shown["verdict"]["wrapper"] == "make_failed"
+    assert detail(store, "echo")["verdict"]["wrapper"] is None  # type: ignore[index]
+    store.dispose()
