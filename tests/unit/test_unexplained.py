@@ -155,7 +155,9 @@ def test_failures_list_and_show_filter_and_name_the_wrapper_of_an_unexplained_fa
     submit(service, WRAPPED, failure_id="wrapped")
     submit(service, "ECHO hello\n", failure_id="echo")
     listed = recent(store, status="unexplained")
-    assert [(r["id"], r["rule"], r["wrapper"]) for r in listed] == [("wrapped", None, "make_failed")]
+    assert [(r["id"], r["rule"], r["wrapper"]) for r in listed] == [
+        ("wrapped", None, "make_failed")
+    ]
     shown = detail(store, "wrapped")
     assert shown is not None and shown["verdict"]["wrapper"] == "make_failed"
     assert detail(store, "echo")["verdict"]["wrapper"] is None  # type: ignore[index]

@@ -18,13 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from theow_workers.core.matching import (
-    DEFAULT_REGEX_TIMEOUT,
-    IsWrapper,
-    Match,
-    evaluate,
-    wrapper_lines,
-)
+from theow_workers.core.evidence import IsWrapper
+from theow_workers.core.matching import DEFAULT_REGEX_TIMEOUT, Match, evaluate, wrapper_lines
 from theow_workers.core.normal import IsNormal
 from theow_workers.core.ports import RuleStats
 from theow_workers.core.rules import Rule
