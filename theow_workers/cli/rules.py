@@ -326,6 +326,11 @@ def _print_explanation(report: dict[str, Any], limit: int) -> None:
             out.print(f"  also: {', '.join(report['also'])}", highlight=False)
         for a in report["actions"]:
             out.print(f"  then {a['action']} {json.dumps(a['params'])}", highlight=False)
+    elif report.get("wrapper"):
+        out.print(
+            f"[yellow]unexplained[/yellow]: only the wrapper [bold]{report['wrapper']}[/bold] "
+            "matched (a step failed; no rule knows why)"
+        )
     else:
         out.print("[yellow]no rule matched[/yellow]")
     table = Table("rule", "similarity", "validated", "why", title="candidates")
