@@ -303,7 +303,8 @@ def check(verdicts: list[Verdict | None], truth: list[list[str]]) -> dict:
             out["no_verdict"] += 1
             continue
         out[str(verdict.status)] += 1
-        named = verdict.rule or next((r for r in valid if r in (verdict.reason or "")), None)
+        named = verdict.rule or verdict.wrapper  # unexplained: only a wrapper validated
+        named = named or next((r for r in valid if r in (verdict.reason or "")), None)
         if valid and named not in valid:
             out["missed"] += 1
         elif not valid and verdict.rule:

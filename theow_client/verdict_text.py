@@ -25,6 +25,10 @@ captured: test=TestParse
 look at: log line 42: --- FAIL: TestParse (0.00s)
          log line 40: parse_test.go:12: got 1, want 2
 done:    nothing run (mode track)
+>>> print(format_verdict(Verdict.from_dict({
+...     "failure_id": "f-2", "status": "unexplained", "wrapper": "make_recipe_failed"})))
+status:  unexplained (wrapper: make_recipe_failed)
+failure: f-2
 """
 
 from __future__ import annotations
@@ -38,7 +42,9 @@ from theow_client.verdict import Verdict, Where
 
 
 def format_verdict(verdict: Verdict) -> str:
-    lines = [f"status:  {verdict.status}", f"failure: {verdict.failure_id}"]
+    # Unexplained: only a wrapper (``make: *** [all] Error 1``) matched; it is named, as no rule is.
+    wrapper = f" (wrapper: {verdict.wrapper})" if verdict.wrapper else ""
+    lines = [f"status:  {verdict.status}{wrapper}", f"failure: {verdict.failure_id}"]
     if verdict.rule:
         lines.append(
             f"rule:    {verdict.rule}" + (f" (mode {verdict.mode})" if verdict.mode else "")

@@ -128,4 +128,5 @@ def _print_summary(verdicts: list[Verdict], submitted: int, console: Console) ->
     console.print(
         f"matched {matched}/{submitted} ({matched / max(1, submitted):.0%}), "
         f"unmatched {by_status[Status.UNMATCHED]}"
+        + (f", unexplained {n}" if (n := by_status[Status.UNEXPLAINED]) else "")
     )

@@ -55,6 +55,7 @@ class Outcome:
     source: str
     rule: str | None = None
     mode: str | None = None
+    wrapper: str | None = None  # the wrapper rule when no specific one matched: unexplained
     evidence: dict[str, Any] | None = None
     also: list[str] = field(default_factory=list)
     error: str | None = None
@@ -71,6 +72,7 @@ class Outcome:
             "source": self.source,
             "rule": self.rule,
             "mode": self.mode,
+            "wrapper": self.wrapper,
             "evidence": self.evidence,
             "also": self.also,
             "error": self.error,
@@ -83,6 +85,7 @@ class Outcome:
 class Summary:
     failures: int = 0
     found: int = 0
+    unexplained: int = 0  # only a wrapper rule matched: not found
     grounded: int | None = None
     passing: int = 0
     false_alarms: int = 0  # passing logs on which a fix or retry rule matched
@@ -111,6 +114,8 @@ class Summary:
             if outcome.rule is not None:
                 self.found += 1
                 self.by_rule[outcome.rule] += 1
+            elif outcome.wrapper is not None:
+                self.unexplained += 1
             if labelled:
                 self.grounded = (self.grounded or 0) + bool(outcome.grounded)
                 if outcome.grounded and outcome.rule is not None:
@@ -133,6 +138,7 @@ class Summary:
             "failures": self.failures,
             "found": self.found,
             "found_rate": _ratio(self.found, self.failures),
+            "unexplained": self.unexplained,
             "grounded": grounded,
             "grounded_rate": None if grounded is None else _ratio(grounded, self.failures),
             "precision": None if grounded is None else _ratio(grounded, self.found),
@@ -203,16 +209,20 @@ def decide(
     result = plan(book, sub.facts, Hints(), is_normal=is_normal)
     seconds = time.perf_counter() - started
     # A probabilistic rule needs an explorer; a worker without exploring skips it.
-    attempts = [c for c in result.attempts if not _probabilistic(c)]
+    tried = [c for c in result.attempts if not _probabilistic(c)]
+    attempts = [c for c in tried if not c.generic]
     outcome = Outcome(fallback_id, FAILURES, baseline=is_normal is not None)
     if not attempts:
+        wrapper = result.wrapper
+        if wrapper is not None and wrapper.match is not None:
+            outcome.wrapper, outcome.mode = wrapper.rule, wrapper.match.rule.mode.value
         return outcome, seconds
     chosen = attempts[0]
     assert chosen.match is not None
     outcome.rule = chosen.rule
     outcome.mode = chosen.match.rule.mode.value
-    outcome.also = [c.rule for c in attempts[1:]]
-    outcome.seen_in_passing = [c.rule for c in attempts if c.normal]
+    outcome.also = [c.rule for c in tried if c is not chosen]
+    outcome.seen_in_passing = [c.rule for c in tried if c.normal]
     outcome.normal = chosen.normal
     outcome.over_new = chosen.normal and any(not c.normal for c in attempts)
     evidence = chosen.match.evidence

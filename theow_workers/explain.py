@@ -71,7 +71,9 @@ def explain(
         knowledge.book, facts, Hints(rules=tuple(rules), tags=tuple(tags)),
         similarity=similarity, explain=True,
     )  # fmt: skip
-    chosen = result.attempts[0] if result.attempts else None
+    # A wrapper (``generic``) explains nothing: the failure is then unexplained.
+    chosen = result.specific[0] if result.specific else None
+    wrapper = result.wrapper
     rule = knowledge.book.get(chosen.rule) if chosen else None
     candidates = []
     for rank, c in enumerate(result.candidates):
@@ -94,6 +96,7 @@ def explain(
             for a in (chosen.match.actions if chosen and chosen.match else ())
         ],
         "evidence": evidence.to_dict() if evidence is not None else None,
+        "wrapper": wrapper.rule if wrapper is not None else None,
         "also": [c.rule for c in result.attempts if c is not chosen],
         "candidates": candidates,
     }

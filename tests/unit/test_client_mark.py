@@ -116,6 +116,7 @@ def test_an_unknown_client_side_action_is_an_error_naming_it(tmp_path: Path) -> 
         (Status.RETRY, True),
         (Status.TRACKED, False),
         (Status.UNMATCHED, False),
+        (Status.UNEXPLAINED, False),  # only a wrapper matched: nothing known to run again for
         (Status.SPOOLED, False),
         (Status.ERROR, False),
         (Status.SUGGESTED, False),  # advice only: nothing here changed, a re-run fails the same

@@ -129,7 +129,7 @@ def test_the_report_is_written_as_json_and_markdown(jobs, tmp_path):
     assert json.loads(json_path.read_text())["unmatched_groups"][0]["failure_ids"] == ["f5", "f6"]
     markdown = md_path.read_text()
     assert f"# Replay {job.id}" in markdown
-    assert "**Hit rate 57.1%**" in markdown
+    assert "**Hit rate 57.1% explained**" in markdown
     assert "| 2 | `fatal: disk quota exceeded on /data/5` |" in markdown
     assert "- line 8: not JSON" in markdown
 

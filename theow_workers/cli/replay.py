@@ -183,7 +183,10 @@ def run(
     ] = None,
     unmatched_only: Annotated[
         bool,
-        typer.Option("--unmatched-only", help="With --from-db: only failures no rule matched."),
+        typer.Option(
+            "--unmatched-only",
+            help="With --from-db: only failures no rule explains (unmatched or unexplained).",
+        ),
     ] = False,
     rule: Annotated[
         str | None, typer.Option(help="With --from-db: failures this rule matched or tried.")

@@ -267,7 +267,9 @@ def meow_command(
     out.print(f"(cat) {stats['llm_sessions']} LLM sessions, ${stats['llm_cost']:.4f}; "
               f"{stats['cache_hits_saved']} reused (about ${stats['estimated_cost_saved']:.4f} saved)")  # fmt: skip
     out.print(
-        f"(cat) {stats['unmatched_waiting']} unmatched waiting, {stats['proposals_pending']} proposals pending"
+        f"(cat) {stats['unmatched_waiting']} unmatched waiting"
+        + (f" ({n} unexplained: only a wrapper matched)" if (n := stats["unexplained"]) else "")
+        + f", {stats['proposals_pending']} proposals pending"
     )
     if stats["client_pending"]:
         out.print(f"(cat) {stats['client_pending']} client-side fixes pending: waiting for"
@@ -320,8 +322,13 @@ def failures_list(
     )
     for r in rows:
         table.add_row(r["id"], r["received_at"][:19], r["source"], r["problem_type"] or "",
-                      r["status"] or "-", r["rule"] or "", r["reason"] or "")  # fmt: skip
+                      r["status"] or "-", r["rule"] or _wrapper(r), r["reason"] or "")  # fmt: skip
     out.print(table)
+
+
+def _wrapper(row: dict[str, Any]) -> str:
+    """What an unexplained failure shows where a rule would be: its wrapper."""
+    return f"(wrapper: {row['wrapper']})" if row.get("wrapper") else ""
 
 
 @failures_app.command("show")
@@ -343,7 +350,10 @@ def failures_show(failure_id: str, as_json: JsonFlag = False) -> None:
     )
     # What a log or a model wrote (reasons, lines, errors) is printed as plain text
     # without escape sequences: it may come from a pull request's build.
-    shown = f"verdict: {verdict.get('status', '-')} {verdict.get('rule') or ''} {verdict.get('reason', '')}"
+    named = verdict.get("rule") or (
+        f"(wrapper: {verdict['wrapper']})" if verdict.get("wrapper") else ""
+    )
+    shown = f"verdict: {verdict.get('status', '-')} {named} {verdict.get('reason', '')}"
     out.print(printable(shown), highlight=False, markup=False)
     for line in look_at(_wheres(verdict.get("where"))):
         out.print(printable(line), highlight=False, markup=False)

@@ -263,6 +263,7 @@ def _print_eval(report: dict[str, Any]) -> None:
     n = report["failures"]
     summary.add_row("failures", str(n))
     summary.add_row("found", f"{report['found']} ({report['found_rate']:.1%})")
+    summary.add_row("unexplained (only a wrapper matched)", str(report["unexplained"]))
     if report["grounded"] is not None:
         summary.add_row("grounded", f"{report['grounded']} ({report['grounded_rate']:.1%})")
         summary.add_row("precision", f"{report['precision']:.2f}")
@@ -343,6 +344,11 @@ def _print_explanation(report: dict[str, Any], limit: int) -> None:
             out.print(f"  also: {', '.join(report['also'])}", highlight=False)
         for a in report["actions"]:
             out.print(f"  then {a['action']} {json.dumps(a['params'])}", highlight=False)
+    elif report.get("wrapper"):
+        out.print(
+            f"[yellow]unexplained[/yellow]: only the wrapper [bold]{report['wrapper']}[/bold] "
+            "matched (a step failed; no rule knows why)"
+        )
     else:
         out.print("[yellow]no rule matched[/yellow]")
     table = Table("rule", "similarity", "validated", "why", title="candidates")

@@ -18,6 +18,7 @@ then simply does not match.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -25,7 +26,7 @@ from typing import Any
 import regex
 
 from theow_client.verdict import BoundAction
-from theow_workers.core.evidence import Evidence, evidence_at
+from theow_workers.core.evidence import Evidence, IsWrapper, literal_runs, telling_evidence
 from theow_workers.core.rules import PLACEHOLDER, REGEX_FLAGS, FactCondition, Rule, as_text
 from theow_workers.core.scanner import Hits
 
@@ -43,6 +44,8 @@ class Captures:
     named: dict[str, str] = field(default_factory=dict)
     # Where each regex/contains condition matched, by its index in ``when``.
     spans: dict[int, tuple[str, str, int, int]] = field(default_factory=dict)
+    # Where each regex condition's named groups that matched begin, by its index in ``when``.
+    named_at: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     def absorb(self, found: Any) -> None:
         """Keep the first value seen for each group: earlier facts win."""
@@ -212,6 +215,9 @@ def check_condition(
             captures.absorb(found)
             # The regex's span wins over a contains on the same condition.
             captures.spans[index] = (name, text, found.start(), found.end())
+            captures.named_at[index] = tuple(
+                found.start(group) for group, value in found.groupdict().items() if value
+            )
         if (
             condition.not_regex is not None
             and _search(condition.not_regex, text, timeout) is not None
@@ -236,11 +242,13 @@ def evaluate(
     regex_timeout: float = DEFAULT_REGEX_TIMEOUT,
     client_side: frozenset[str] = frozenset(),
     hits: Hits | None = None,
+    is_wrapper: IsWrapper | None = None,
 ) -> Match:
     """Check every condition of ``rule`` and bind its actions' params.
 
     ``hits``, from one scan of the facts for all rules, says where each
     scanned pattern occurs, so the regex engine runs from there only.
+    ``is_wrapper`` (:func:`wrapper_lines`) keeps wrapper lines out of the evidence.
     """
     captures = Captures()
     # Captures are numbered in `when` order, so regex conditions are checked in
@@ -261,15 +269,58 @@ def evaluate(
         )
     except UnboundPlaceholder as exc:
         return Match(rule, False, f"placeholder {{{exc.args[0]}}} cannot be bound", captures)
-    return Match(rule, True, "all facts hold", captures, actions, _evidence(captures))
+    evidence = telling_evidence(
+        captures.spans,
+        captures.named_at,
+        lambda i: _condition_literals(rule.when[i]),
+        None if rule.generic else is_wrapper,  # a wrapper's evidence is a wrapper's line
+    )
+    return Match(rule, True, "all facts hold", captures, actions, evidence)
 
 
-def _evidence(captures: Captures) -> Evidence | None:
-    """Where the first matching regex/contains condition (in ``when`` order) matched."""
-    if not captures.spans:
-        return None
-    fact, text, start, end = captures.spans[min(captures.spans)]
-    return evidence_at(fact, text, start, end)
+def _condition_literals(condition: FactCondition) -> tuple[str, ...]:
+    if condition.regex is not None:
+        return literal_runs(condition.regex)
+    if condition.contains is not None:
+        return (condition.contains.strip().lower(),)
+    return ()
+
+
+def wrapper_lines(patterns: Sequence[str], timeout: float = DEFAULT_REGEX_TIMEOUT) -> IsWrapper:
+    """An :data:`IsWrapper` from the wrapper rules' (``generic: true``) regexes.
+
+    A line is a wrapper's when one of them matches from it: the line with the
+    one after it is searched, so a two-line wrapper (``rake aborted!`` and its
+    reason) is told by its first line.
+
+    >>> is_wrapper = wrapper_lines(["make: [*]{3} \\[[^]]+\\] Error"])
+    >>> text = "cc: error: x\\nmake: *** [all] Error 1\\n"
+    >>> is_wrapper(text, 0), is_wrapper(text, text.index("make"))
+    (False, True)
+    """
+
+    def is_wrapper(text: str, at: int) -> bool:
+        begin = text.rfind("\n", 0, at) + 1
+        stop = text.find("\n", at)
+        if stop < 0:
+            stop = len(text)
+        after = text.find("\n", stop + 1)
+        window = text[begin : len(text) if after < 0 else after]
+        first = stop - begin
+        for pattern in patterns:
+            try:
+                found = _search(pattern, window, timeout)
+            except RegexTimeout:
+                continue
+            if found is None:
+                continue
+            matched = found.group(0)
+            begins = found.start() + len(matched) - len(matched.lstrip("\r\n"))
+            if begins < first:
+                return True
+        return False
+
+    return is_wrapper
 
 
 def bind(value: Any, captures: Captures, facts: dict[str, Any]) -> Any:

@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from theow_workers.core.matching import DEFAULT_REGEX_TIMEOUT, Match, evaluate
+from theow_workers.core.evidence import IsWrapper
+from theow_workers.core.matching import DEFAULT_REGEX_TIMEOUT, Match, evaluate, wrapper_lines
 from theow_workers.core.normal import IsNormal
 from theow_workers.core.ports import RuleStats
 from theow_workers.core.rules import Rule
@@ -59,6 +60,7 @@ class RuleBook:
     client_side: frozenset[str] = frozenset()
     _by_name: dict[str, Rule] = field(default_factory=dict, compare=False, repr=False)
     _scanner: list[Scanner] = field(default_factory=list, compare=False, repr=False)
+    _wrapper: list[IsWrapper] = field(default_factory=list, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         self._by_name.update({r.name: r for r in self.rules})
@@ -72,6 +74,14 @@ class RuleBook:
         if not self._scanner:
             self._scanner.append(Scanner(self.rules))
         return self._scanner[0]
+
+    @property
+    def is_wrapper(self) -> IsWrapper:
+        """Whether a line is a wrapper's: one the regex of a ``generic`` rule matches from."""
+        if not self._wrapper:
+            patterns = [c.regex for r in self.rules if r.generic for c in r.when if c.regex]
+            self._wrapper.append(wrapper_lines(patterns))
+        return self._wrapper[0]
 
 
 @dataclass(frozen=True)
@@ -121,6 +131,22 @@ class Plan:
     def candidates(self) -> tuple[Candidate, ...]:
         return self.attempts + self.rejected
 
+    @property
+    def specific(self) -> tuple[Candidate, ...]:
+        """The validated rules that name a cause, in order: a wrapper explains nothing."""
+        return tuple(c for c in self.attempts if not c.generic)
+
+    @property
+    def wrapper(self) -> Candidate | None:
+        """The first validated wrapper (``generic``) rule, when no specific rule validated.
+
+        The failure is then *unexplained*: a step failed (``make: *** [all]
+        Error 1``, ``rake aborted!``) and no rule knows why.
+        """
+        if self.specific:
+            return None
+        return next((c for c in self.attempts if c.generic), None)
+
 
 def plan(
     book: RuleBook,
@@ -166,7 +192,12 @@ def plan(
 
     matches = {
         rule.name: evaluate(
-            rule, facts, regex_timeout=regex_timeout, client_side=book.client_side, hits=hits
+            rule,
+            facts,
+            regex_timeout=regex_timeout,
+            client_side=book.client_side,
+            hits=hits,
+            is_wrapper=book.is_wrapper,
         )
         for _, rules in groups
         for rule in rules

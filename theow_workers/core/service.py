@@ -433,11 +433,27 @@ class ResolveService:
         result = self.plan_for(sub, book, normal)
         exploring = sub.explore and self.explore is not None
         # A probabilistic rule runs an LLM session: only when the submitter allowed exploring.
-        attempts = [c for c in result.attempts if exploring or not _probabilistic(c)]
+        # A wrapper rule (``generic``) names no cause: it is never tried, it runs nothing.
+        validated = [c for c in result.attempts if exploring or not _probabilistic(c)]
+        attempts = [c for c in validated if not c.generic]
         if not attempts:
+            wrapper = result.wrapper
+            # No rule chosen: every wrapper that validated is in `also`, the wrapper named first.
+            named = wrapper.rule if wrapper is not None else None
+            also = tuple(c.rule for c in validated)
             if exploring and self.explore is not None:
                 reason = self.explore(sub, None)
-                return Verdict(sub.failure_id, Status.EXPLORING, reason=reason)
+                return Verdict(
+                    sub.failure_id, Status.EXPLORING, reason=reason, also=also, wrapper=named
+                )
+            if wrapper is not None:
+                return Verdict(
+                    sub.failure_id,
+                    Status.UNEXPLAINED,
+                    reason=_unexplained_reason(wrapper),
+                    also=also,
+                    wrapper=named,
+                )
             return Verdict(sub.failure_id, Status.UNMATCHED, reason=_unmatched_reason(sub, result))
 
         registry = self.actions()
@@ -447,8 +463,8 @@ class ResolveService:
             tried += 1
             verdict, error = self._attempt(sub, candidate, book, registry, delivery, tried_attempts)
             if verdict is not None:
-                also = tuple(c.rule for c in attempts if c.rule != candidate.rule)
-                seen = tuple(c.rule for c in attempts if c.normal)
+                also = tuple(c.rule for c in validated if c.rule != candidate.rule)
+                seen = tuple(c.rule for c in validated if c.normal)
                 return replace(verdict, attempts=tried, also=also, seen_in_passing=seen)
             errors.append(f"{candidate.rule}: {error}")
         return Verdict(
@@ -555,6 +571,13 @@ def _because(rule: str, candidate: Candidate) -> str:
     if candidate.match is not None and candidate.match.evidence is not None:
         return candidate.match.evidence.describe(rule)
     return candidate.reason
+
+
+def _unexplained_reason(wrapper: Candidate) -> str:
+    """Why no rule explains the failure, with the wrapper line that did match."""
+    evidence = wrapper.match.evidence if wrapper.match is not None else None
+    where = f" at {evidence.fact} line {evidence.line:,}: {evidence.text}" if evidence else ""
+    return f"no rule knows the cause; only the wrapper {wrapper.rule} matched{where}"
 
 
 def _only_suggests(bound: tuple[BoundAction, ...], registry: ActionRegistry) -> bool:

@@ -36,7 +36,7 @@ from typing import Any
 
 from theow_workers.replay.grouping import Group, group_unmatched
 from theow_workers.replay.jobs import with_basis
-from theow_workers.store.replay import Job, ReplayStore
+from theow_workers.store.replay import UNKNOWN, Job, ReplayStore
 from theow_workers.store.replay_explore import (
     REUSED,
     SENDING,
@@ -107,7 +107,7 @@ class ReplayExplorer:
         self.explorations = ReplayExplorations(store)
 
     def groups(self, job: Job) -> list[Group]:
-        items = with_basis(self.store, self.store.items(job.id, "unmatched"))
+        items = with_basis(self.store, self.store.items(job.id, UNKNOWN))
         return group_unmatched(
             (i.failure_id or "", i.key, i.fingerprint or "", i.sample, i.basis) for i in items
         )

@@ -64,6 +64,7 @@ GENERIC = re.compile(
     r"process completed with|complete log of this run|for (?:more )?details|--verbose|--trace\b|"
     r"^error: command failed|^build failed|^failed\.?$|^=+ .* =+$|^npm err!\s*$|"
     r"not a problem with npm|additional logging output above|^rake aborted!?$|"
+    r"^command failed with status \(\d+\)|"  # rake's `sh`: the command's own error is above
     r"^tests? failed\.?$|^error$|^\[error\]\s*$|^-+$",
     re.IGNORECASE,
 )

@@ -25,7 +25,7 @@ from theow_client.verdict_text import where_text
 from theow_workers.core.logtext import strip_ansi
 from theow_workers.replay.grouping import group_unmatched
 from theow_workers.replay.jobs import with_basis
-from theow_workers.store.replay import DONE, DUPLICATE, INVALID, Job, ReplayStore
+from theow_workers.store.replay import DONE, DUPLICATE, INVALID, UNKNOWN, Job, ReplayStore
 from theow_workers.store.replay_explore import ReplayExplorations
 
 LOST_SAMPLE = 50
@@ -60,7 +60,8 @@ class Pricing:
 def build(store: ReplayStore, job: Job, pricing: Pricing) -> dict[str, Any]:
     by_rule = store.counts(job.id, "rule")
     samples = store.evidence_samples(job.id)
-    unmatched = with_basis(store, store.items(job.id, "unmatched"))
+    unmatched = with_basis(store, store.items(job.id, UNKNOWN))
+    statuses = store.counts(job.id)
     groups = group_unmatched(
         (i.failure_id or "", i.key, i.fingerprint or "", i.sample, i.basis) for i in unmatched
     )
@@ -76,7 +77,8 @@ def build(store: ReplayStore, job: Job, pricing: Pricing) -> dict[str, Any]:
             "processed": job.processed,
             "replayed": job.replayed,
             "matched": job.matched,
-            "unmatched": job.unmatched,
+            "unmatched": job.unmatched,  # unexplained ones included
+            "unexplained": statuses.get("unexplained", 0),
             "failed": job.failed,
             "errors": job.errors,
             "invalid": job.invalid,
@@ -84,7 +86,7 @@ def build(store: ReplayStore, job: Job, pricing: Pricing) -> dict[str, Any]:
             "passing": job.passing,
             "hit_rate": round(job.hit_rate, 4),
         },
-        "statuses": store.counts(job.id),
+        "statuses": statuses,
         "rules": [
             {"rule": r, "matched": n, "evidence": samples.get(r, "")}
             for r, n in Counter(by_rule).most_common()
@@ -263,8 +265,9 @@ def markdown(report: dict[str, Any], top: int = 25) -> str:
         f"Source: `{job['source']}` ({job['kind']}, {mode}); status **{job['status']}**; "
         f"rules version `{job['rules_version'] or '?'}`.",
         "",
-        f"**Hit rate {_pct(s['hit_rate'])}**: {s['matched']} of {s['replayed']} replayed "
-        f"failures matched a rule; {s['unmatched']} unmatched, {s['failed']} failed, "
+        f"**Hit rate {_pct(s['hit_rate'])} explained**: {s['matched']} of {s['replayed']} "
+        f"replayed failures explained by a rule; {s['unmatched']} unmatched"
+        f"{unexplained_note(s)}, {s['failed']} failed, "
         f"{s['errors']} errors; {s['invalid']} invalid and {s['duplicates']} duplicate "
         f"lines not replayed ({s['processed']} of {s['total']} inputs done).",
         "",
@@ -353,6 +356,12 @@ def group_where(group: dict[str, Any]) -> list[str]:
 
 def _look_at(group: dict[str, Any]) -> str:
     return "<br>".join(f"`{_cell(line)}`" for line in group_where(group)) or "-"
+
+
+def unexplained_note(summary: dict[str, Any]) -> str:
+    """`` (N of them unexplained: only a wrapper matched)`` when there are some."""
+    n = summary.get("unexplained", 0)
+    return f" ({n} of them unexplained: only a wrapper matched)" if n else ""
 
 
 def _md(text: str) -> str:

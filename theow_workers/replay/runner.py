@@ -156,7 +156,7 @@ class ReplayRunner:
             "line": line, "failure_id": verdict.failure_id, "rule": verdict.rule,
             "rules_version": self.rules_version(),
         }  # fmt: skip
-        if verdict.status is Status.UNMATCHED:
+        if verdict.status in (Status.UNMATCHED, Status.UNEXPLAINED):
             # As recorded by the service: facts redacted, fingerprint computed.
             failure = writes.failures.get(verdict.failure_id)
             if failure is not None:

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from theow_client.terminal import printable
 from theow_workers.core.logtext import strip_ansi
-from theow_workers.replay.report import group_where
+from theow_workers.replay.report import group_where, unexplained_note
 
 TOP_GROUPS = 10
 TOP_RULES = 20
@@ -39,8 +39,9 @@ def show_report(report: dict[str, Any], console: Console) -> None:
         highlight=False,
     )  # fmt: skip
     console.print(
-        f"hit rate [bold green]{_pct(s['hit_rate'])}[/bold green]: {s['matched']} of "
-        f"{s['replayed']} replayed failures matched a rule · {s['unmatched']} unmatched · "
+        f"hit rate [bold green]{_pct(s['hit_rate'])}[/bold green] explained: {s['matched']} of "
+        f"{s['replayed']} replayed failures explained by a rule · {s['unmatched']} unmatched"
+        f"{unexplained_note(s)} · "
         f"{s['failed']} failed · {s['errors']} errors · {s['invalid']} invalid and "
         f"{s['duplicates']} duplicate lines skipped",
         highlight=False,

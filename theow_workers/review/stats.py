@@ -82,7 +82,11 @@ def meow(store: SqlStore, since: timedelta | None = None) -> dict[str, Any]:
         "llm_cost": round(cost, 6),
         "cache_hits_saved": saved,
         "estimated_cost_saved": round(saved * cost / sessions, 6) if sessions else 0.0,
-        "unmatched_waiting": verdicts["unmatched"] + verdicts["exploring"],
+        # No rule knows the cause: nothing matched, or only a wrapper did (not a hit).
+        "unexplained": verdicts["unexplained"],
+        "unmatched_waiting": verdicts["unmatched"]
+        + verdicts["unexplained"]
+        + verdicts["exploring"],
         "proposals_pending": int(pending),
         "top_rules": sorted(rules, key=lambda r: (-r["successes"], r["rule"]))[:10],
         # Failures the fix ran and did not cure: a fix still waiting for its agent is pending.

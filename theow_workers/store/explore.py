@@ -141,13 +141,27 @@ class ExploreStore:
             if exploration.outcome == "error":
                 # The exploration could not run: the failure is no longer being
                 # explored, so its verdict must not say `exploring` forever.
+                # Explored with no rule chosen: back to unexplained when wrappers validated
+                # (listed in `also`), else to unmatched.
+                wrapped = s.execute(
+                    select(VerdictRow.also).where(
+                        VerdictRow.failure_id == exploration.failure_id,
+                        VerdictRow.status == Status.EXPLORING.value,
+                        VerdictRow.rule.is_(None),
+                    )
+                ).scalar_one_or_none()
+                status, why = (
+                    (Status.UNEXPLAINED, f"only the wrapper {wrapped[0]} matched")
+                    if wrapped
+                    else (Status.UNMATCHED, "no rule matched")
+                )
                 s.execute(
                     update(VerdictRow)
                     .where(VerdictRow.failure_id == exploration.failure_id)
                     .where(VerdictRow.status == Status.EXPLORING.value)
                     .values(
-                        status=Status.UNMATCHED.value,
-                        reason=f"no rule matched; exploring failed: {exploration.reason}"[:4000],
+                        status=status.value,
+                        reason=f"{why}; exploring failed: {exploration.reason}"[:4000],
                     )
                 )
             if proposal is not None:

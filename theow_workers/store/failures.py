@@ -64,6 +64,7 @@ def recent(
                 "source": failure.source,
                 "status": verdict.status if verdict else None,
                 "rule": verdict.rule if verdict else None,
+                "wrapper": verdict.wrapper if verdict else None,
                 "reason": verdict.reason if verdict else None,
             }
             for failure, verdict in s.execute(query).all()

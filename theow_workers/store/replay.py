@@ -44,9 +44,11 @@ INVALID, DUPLICATE = "invalid", "duplicate"
 # A passing run in the history (``"outcome": "success"``): learned into its job's normal.
 PASSING = "passing"
 MATCHED = ("resolved", "suggested", "retry", "tracked")
+# No rule knows the cause: nothing matched, or only a wrapper did (``make: *** Error 1``).
+UNKNOWN = ("unmatched", "unexplained")
 COUNTER_OF = {
     **{s: "matched" for s in MATCHED},
-    "unmatched": "unmatched",
+    **{s: "unmatched" for s in UNKNOWN},  # explored alike; `counts` tells the two apart
     "failed": "failed",
     "rejected": "errors",
     "error": "errors",
@@ -287,9 +289,12 @@ class ReplayStore:
                 found.update({fid: list(lines or []) for fid, lines in s.execute(query)})
         return found
 
-    def items(self, job_id: str, status: str | None = None) -> list[ItemRecord]:
+    def items(self, job_id: str, status: str | tuple[str, ...] | None = None) -> list[ItemRecord]:
+        """The job's item rows, in input order; of one status, or of any of several."""
         query = select(ReplayItemRow).where(ReplayItemRow.job_id == job_id)
-        if status is not None:
+        if isinstance(status, tuple):
+            query = query.where(ReplayItemRow.status.in_(status))
+        elif status is not None:
             query = query.where(ReplayItemRow.status == status)
         query = query.order_by(ReplayItemRow.line, ReplayItemRow.item_key)
         with self.session() as s:
@@ -393,7 +398,7 @@ def _selected(query: Any, selection: dict[str, Any]) -> Any:
     if selection.get("from"):
         query = query.where(FailureRow.received_at >= datetime.fromisoformat(selection["from"]))
     if selection.get("unmatched_only"):
-        query = query.where(VerdictRow.status == "unmatched")
+        query = query.where(VerdictRow.status.in_(UNKNOWN))
     if selection.get("rule"):
         rule = selection["rule"]
         tried = exists().where(AttemptRow.failure_id == FailureRow.id, AttemptRow.rule == rule)

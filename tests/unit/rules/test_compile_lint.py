@@ -208,7 +208,7 @@ CASES: list[tuple[str, str, str, dict[str, str], str]] = [
         "    at createScript (vm.js:56:10)\r\n",
         "node_syntax_error",
         {"file": "/w/site/tasks/serve.js", "line": "31"},
-        "/w/site/tasks/serve.js:31",
+        "SyntaxError: Unexpected token )",
     ),
     (
         "php-parse",

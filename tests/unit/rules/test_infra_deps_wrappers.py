@@ -176,7 +176,7 @@ def test_a_missing_rakefile_is_its_own_cause_not_rake_s_wrapper(book):
     log = "$ rake\r\nrake aborted!\r\nNo Rakefile found (looking for: rakefile, Rakefile)\r\n"
     rule, captures, evidence, also = verdict(book, log)
     assert (rule, captures["looked_for"]) == ("rake_rakefile_missing", "rakefile, Rakefile")
-    assert evidence == "rake aborted!"
+    assert evidence == "No Rakefile found (looking for: rakefile, Rakefile)"
     assert "rake_aborted" in also
 
 
