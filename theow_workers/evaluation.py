@@ -13,8 +13,14 @@ optional ``id`` (else the line number). Labels, when given, are
 ``{"id", "chunk"}`` lines: the text a person marked as why the build failed.
 Throughput (``logs_per_s``) counts the worker's part only (preparing and
 matching, as the corpus README defines it), not the client-side shaping.
-Definitions (found, grounded, precision, false alarms) are those of
+Definitions (found, grounded, precision, false alarms, located) are those of
 ``shared/corpus/README.md``, in :mod:`theow_workers.core.grading`.
+
+Every failure, matched or not, gets its ``where`` lines (up to three
+``{fact, line, text}``, most telling first: :func:`~theow_workers.core.summary.where_lines`,
+as a worker computes them; line numbers in the log as the worker receives it).
+A failure is *located* when one of them is grounded in its label by the same
+test as an evidence line (its text only).
 
 With a ``baseline`` (passing runs, JSON Lines like the failures), each log is
 matched with its job's normal (:mod:`theow_workers.core.normal`) learned from
@@ -37,11 +43,13 @@ from theow_client.client import build_payload
 from theow_client.facts import loads_facts
 from theow_client.job import job_fact
 from theow_client.passing import build_passing_payload
+from theow_client.verdict import Where
 from theow_workers.core.grading import grounded
 from theow_workers.core.normal import IsNormal, JobNormal, mine, run_lines
-from theow_workers.core.resolver import Candidate, Hints, RuleBook, plan
+from theow_workers.core.resolver import Candidate, Hints, RuleBook, matching_facts, plan
 from theow_workers.core.rules import Mode
 from theow_workers.core.service import Submission
+from theow_workers.core.summary import WHERE_LINES, where_lines
 from theow_workers.replay.reader import DEFAULT_MAX_LINE_BYTES, json_object, raw_lines
 
 FAILURES, PASSING = "failures", "passing"
@@ -65,6 +73,8 @@ class Outcome:
     baseline: bool = False  # matched with its job's normal
     normal: bool = False  # the chosen rule's evidence is all normal
     over_new: bool = False  # ... although another rule had new evidence (must never happen)
+    where: list[Where] = field(default_factory=list)  # the lines to look at, most telling first
+    located: bool | None = None  # one of the where lines is in the labelled chunk
 
     def row(self) -> dict[str, Any]:
         return {
@@ -78,6 +88,7 @@ class Outcome:
             "error": self.error,
             "grounded": self.grounded,
             "seen_in_passing": self.seen_in_passing,
+            "where": [w.to_dict() for w in self.where],
         }
 
 
@@ -87,6 +98,7 @@ class Summary:
     found: int = 0
     unexplained: int = 0  # only a wrapper rule matched: not found
     grounded: int | None = None
+    located: int | None = None  # failures with one of their where lines in the label
     passing: int = 0
     false_alarms: int = 0  # passing logs on which a fix or retry rule matched
     track_on_passing: int = 0
@@ -118,6 +130,7 @@ class Summary:
                 self.unexplained += 1
             if labelled:
                 self.grounded = (self.grounded or 0) + bool(outcome.grounded)
+                self.located = (self.located or 0) + bool(outcome.located)
                 if outcome.grounded and outcome.rule is not None:
                     self.grounded_by_rule[outcome.rule] += 1
             return
@@ -142,6 +155,8 @@ class Summary:
             "grounded": grounded,
             "grounded_rate": None if grounded is None else _ratio(grounded, self.failures),
             "precision": None if grounded is None else _ratio(grounded, self.found),
+            "located": self.located,
+            "located_rate": None if self.located is None else _ratio(self.located, self.failures),
             "passing": self.passing,
             "false_alarms": self.false_alarms,
             "false_alarm_rate": _ratio(self.false_alarms, self.passing) if self.passing else None,
@@ -207,11 +222,19 @@ def decide(
     started = time.perf_counter()
     sub = Submission.parse(payload, fallback_id)
     result = plan(book, sub.facts, Hints(), is_normal=is_normal)
-    seconds = time.perf_counter() - started
     # A probabilistic rule needs an explorer; a worker without exploring skips it.
     tried = [c for c in result.attempts if not _probabilistic(c)]
     attempts = [c for c in tried if not c.generic]
-    outcome = Outcome(fallback_id, FAILURES, baseline=is_normal is not None)
+    chosen_match = attempts[0].match if attempts else None
+    # A wrapper's evidence says a step failed, not why: it never heads the where lines.
+    where = where_lines(
+        matching_facts(sub.facts),
+        chosen_match.evidence if chosen_match is not None else None,
+        is_normal=is_normal,
+        is_wrapper=book.is_wrapper,
+    )
+    seconds = time.perf_counter() - started
+    outcome = Outcome(fallback_id, FAILURES, baseline=is_normal is not None, where=where)
     if not attempts:
         wrapper = result.wrapper
         if wrapper is not None and wrapper.match is not None:
@@ -265,6 +288,11 @@ def run(
                 except Exception as exc:  # a log that breaks the matcher is counted, never fatal
                     outcome = Outcome(ident, source, error=f"{type(exc).__name__}: {exc}")
             labelled = source == FAILURES and labels is not None
+            if labelled and labels is not None:
+                chunk = labels.get(outcome.id, "")
+                outcome.located = bool(chunk) and any(
+                    grounded(w.text, "", chunk) for w in outcome.where[:WHERE_LINES]
+                )
             if labelled and labels is not None and outcome.rule is not None:
                 chunk = labels.get(outcome.id, "")
                 text = (outcome.evidence or {}).get("text", "")

@@ -287,3 +287,15 @@ def test_a_task_time_limit_inside_a_tool_ends_the_session_instead_of_becoming_it
     loop = ToolLoop(interrupted, InMemoryLimiter(), interrupts=(TimeLimit,))
     with pytest.raises(TimeLimit):
         loop.tool_session("go", [tool], Budget())
+
+
+def test_a_cause_explored_under_an_older_unversioned_fingerprint_is_still_found_by_it(explorer_for):
+    """Failures stored before fingerprints carried their version keep theirs, and its exploration."""
+    from theow_workers.core.query import fingerprint, fingerprint_version
+
+    explore, gateway, _, state = explorer_for([SUBMIT])
+    older = "3f2a9c0d1e4b5a6978877665544332ab"
+    assert fingerprint_version(older) == 1 and fingerprint_version(fingerprint(FAILURE)) == 2
+    explore("f1", FAILURE, fingerprint=older)
+    assert explore("f2", FAILURE, fingerprint=older).outcome == Outcome.DEDUPLICATED
+    assert state.finished(older) is not None and gateway.sessions == 1

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
+
+import pytest
+
 from tests.unit.replay_fixtures import *  # noqa: F403
+from tests.unit.replay_fixtures import FIXTURES
 from theow_workers.replay import report as reports
+from theow_workers.runtime import Knowledge
 from theow_workers.store.explore import ExploreStore
 from theow_workers.web.groups import BasisCache
 from theow_workers.web.pages import insight_data
@@ -12,6 +18,20 @@ PRICING = reports.Pricing("m", 1, 1, 0.0, 0.0)
 NO_RAKEFILE = "rake aborted!\nNo Rakefile found (looking for: rakefile, Rakefile)\n(See full trace by running task with --trace)\n"
 NO_TASK = "rake aborted!\nDon't know how to build task 'spec'\n(See full trace by running task with --trace)\n"
 HUNG_UP = "fatal: the remote end hung up unexpectedly\n"
+
+
+@pytest.fixture(scope="module")
+def knowledge(tmp_path_factory) -> Knowledge:
+    """The fixture library and the shipped rake wrapper: ``rake aborted!`` is no cause's text."""
+    rules = tmp_path_factory.mktemp("rules")
+    shutil.copytree(FIXTURES / "rules", rules, dirs_exist_ok=True)
+    shutil.copy(FIXTURES.parent.parent / "rules" / "rake_aborted.rule.yaml", rules)
+    return Knowledge.load(rules, FIXTURES / "actions")
+
+
+def bases_of(knowledge: Knowledge) -> BasisCache:
+    """The console's cache with the library's wrapper test, as ``theow web`` builds it."""
+    return BasisCache(wrappers=lambda: (knowledge.book.version, knowledge.book.is_wrapper))
 
 
 def failures() -> list[dict]:
@@ -41,7 +61,9 @@ def partition(groups) -> list[tuple[frozenset[str], str]]:
     return sorted((frozenset(g["failure_ids"]), g["sample"]) for g in groups)
 
 
-def test_the_insight_page_groups_unknown_failures_as_the_replay_report_does(runner, jobs, sql):
+def test_the_insight_page_groups_unknown_failures_as_the_replay_report_does(
+    runner, jobs, sql, knowledge
+):
     """Given failures replayed into the store, the console shows the replay report's groups.
 
     Two causes behind one wrapper line share a fingerprint: grouping by
@@ -49,7 +71,7 @@ def test_the_insight_page_groups_unknown_failures_as_the_replay_report_does(runn
     """
     job_id = replayed(runner, jobs, failures())
     report = reports.build(jobs, jobs.get(job_id), PRICING)["unmatched_groups"]
-    insight = insight_data(ExploreStore(sql))["groups"]
+    insight = insight_data(ExploreStore(sql), bases_of(knowledge))["groups"]
 
     assert partition(insight) == partition(report)
     assert sorted(g["size"] for g in insight) == [1, 1, 2, 2, 3, 3]

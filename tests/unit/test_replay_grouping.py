@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 
 from theow_workers.core.query import fingerprint
+from theow_workers.core.rules import Rule
+from theow_workers.core.summary import wrapper_predicate
 from theow_workers.replay.grouping import (
     Group,
     _shared_tokens,
@@ -164,9 +166,24 @@ def test_timestamps_durations_ids_and_paths_do_not_split_a_cause():
 
 
 def test_a_wrapper_line_alone_is_not_the_cause_the_line_after_it_is():
+    """A wrapper is what a generic rule matches: the rules say so, not a list in the grouping."""
+    wrapper = Rule.model_validate(
+        {"name": "rake_aborted", "mode": "track", "generic": True,
+         "when": [{"fact": "log", "regex": r"rake aborted!\r?\n(?P<message>[^\n]*\S)"}]}
+    )  # fmt: skip
+    is_wrapper = wrapper_predicate([wrapper])
     rake = "rake aborted!\nNo Rakefile found (looking for: rakefile, Rakefile)\n(See full trace by running task with --trace)\n"
     other = "rake aborted!\nDon't know how to build task 'spec'\n(See full trace by running task with --trace)\n"
-    groups = group_unmatched([unmatched("a", rake), unmatched("b", other), unmatched("c", rake)])
+    items = [
+        (
+            name,
+            name,
+            fingerprint({"stderr": text}),
+            *error_summary({"stderr": text}, None, is_wrapper),
+        )
+        for name, text in [("a", rake), ("b", other), ("c", rake)]
+    ]
+    groups = group_unmatched(items)
     assert sorted(g.size for g in groups) == [1, 2]
     assert groups[0].sample.startswith("No Rakefile found")
 

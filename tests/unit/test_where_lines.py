@@ -156,7 +156,7 @@ def test_a_failure_given_up_on_still_says_which_line_to_look_at(service):
     payload = build_payload({"log": "compiling\nerror: linker ran out of memory\n"})
     verdict = service.give_up(payload, "f-g", "resolution exceeded the time limit")
     assert verdict.status is Status.ERROR
-    assert verdict.where == (Where("log", 2, "error: linker ran out of memory"),)
+    assert verdict.where[0] == Where("log", 2, "error: linker ran out of memory")
 
 
 def test_a_whole_log_sent_by_an_older_client_is_cut_here_and_still_counts_in_the_original(

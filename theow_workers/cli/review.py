@@ -95,7 +95,8 @@ def review_list(
 @review_app.command("show")
 def review_show(proposal_id: str, as_json: JsonFlag = False) -> None:
     """The failure, the risk flags, the rule, the action diffs, tokens and cost."""
-    from theow_workers.core.query import error_lines, log_text
+    from theow_workers.core.query import error_lines
+    from theow_workers.core.summary import summarize
     from theow_workers.review.flags import proposal_flags
     from theow_workers.review.proposals import summary
     from theow_workers.review.risk import NOT_A_VERDICT, visible
@@ -128,7 +129,7 @@ def review_show(proposal_id: str, as_json: JsonFlag = False) -> None:
                 f"{origin['failures']} failure(s)",
                 highlight=False,
             )
-        for line in error_lines(log_text(failure.facts))[-8:]:
+        for line in error_lines(summarize(failure.facts))[-8:]:
             # Log text as text: no Rich markup or emoji codes, no ANSI.
             out.print(Text("  " + visible(strip_ansi(line)), style="dim"), highlight=False)
     out.print(Text(f"risk: {len(flags)} flag(s)", style="bold"))

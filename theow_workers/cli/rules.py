@@ -194,7 +194,7 @@ def rules_eval(
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Score the rules on a corpus: found, grounded, precision, false alarms, logs/s.
+    """Score the rules on a corpus: found, grounded, precision, located, false alarms, logs/s.
 
     No server needed: each log is bounded as theow-client bounds it and
     matched by the same code a resolver worker runs.
@@ -267,6 +267,7 @@ def _print_eval(report: dict[str, Any]) -> None:
     if report["grounded"] is not None:
         summary.add_row("grounded", f"{report['grounded']} ({report['grounded_rate']:.1%})")
         summary.add_row("precision", f"{report['precision']:.2f}")
+        summary.add_row("located", f"{report['located']} ({report['located_rate']:.1%})")
     if report["passing"]:
         summary.add_row("passing", str(report["passing"]))
         summary.add_row(

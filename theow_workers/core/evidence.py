@@ -25,8 +25,8 @@ MAX_MATCHED_CHARS = 2000
 MAX_EVIDENCE_LINES = 200  # lines of one match weighed for the telling one
 MIN_RUN = 3  # characters of a literal run that count
 
-# Whether the line starting at offset ``at`` of ``text`` is a wrapper's (make's ``*** Error 1``).
-IsWrapper = Callable[[str, int], bool]
+# Whether a line is a wrapper's (``RuleBook.is_wrapper``, from the ``generic`` rules).
+IsWrapper = Callable[[str], bool]
 # Where a condition matched: (fact, its text, start, end), by the condition's index in ``when``.
 Spans = Mapping[int, tuple[str, str, int, int]]
 
@@ -129,7 +129,9 @@ def telling_evidence(
         """Not a wrapper's line (a lone line is what the rule has: it is shown)."""
         if is_wrapper is None or len(lines) == 1:
             return True
-        return not is_wrapper(spans[line[1]][1], line[2])
+        text, at = spans[line[1]][1], line[2]
+        stop = text.find("\n", at)
+        return not is_wrapper(text[at : stop if stop >= 0 else len(text)].rstrip("\r"))
 
     first = next((line for line in lines if told(line)), None)
     if first is None:

@@ -35,6 +35,7 @@ from theow_workers.core.proposal import (
 )
 from theow_workers.core.query import error_lines, log_text
 from theow_workers.core.rules import Rule, RuleError, parse_rule
+from theow_workers.core.summary import summarize
 
 log = logging.getLogger("theow.explorer")
 
@@ -85,12 +86,12 @@ def render_prompt(
     if log_fact and is_normal is not None:
         parts += [
             "## New error lines (this job's recent passing runs do not print these)",
-            "\n".join(error_lines(log_fact, is_normal)),
+            "\n".join(error_lines(summarize(facts, is_normal=is_normal))),
             "## Log (end; it also holds lines the passing runs print)",
             tail,
         ]
     elif log_fact:
-        parts += ["## Error lines", "\n".join(error_lines(log_fact)), "## Log (end)", tail]
+        parts += ["## Error lines", "\n".join(error_lines(summarize(facts))), "## Log (end)", tail]
     return "\n\n".join(parts)
 
 

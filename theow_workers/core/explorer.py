@@ -32,9 +32,10 @@ from theow_workers.core.llm import (
     cut,
 )
 from theow_workers.core.matching import evaluate
-from theow_workers.core.query import error_lines, log_text
+from theow_workers.core.query import error_lines
 from theow_workers.core.redact import Masker
 from theow_workers.core.rules import Rule, RuleError, parse_rule
+from theow_workers.core.summary import summarize
 
 log = logging.getLogger("theow.explorer")
 
@@ -81,7 +82,7 @@ class Exploration:
 
 def refine(fingerprint: str, facts: dict[str, Any]) -> str:
     """A fingerprint that also keeps the numbers: for causes that collide without them."""
-    raw = "\n".join(line for line in error_lines(log_text(facts)))
+    raw = "\n".join(error_lines(summarize(facts)))
     return f"{fingerprint[:16]}-{hashlib.sha256(raw.encode()).hexdigest()[:15]}"
 
 

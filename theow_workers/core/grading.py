@@ -6,6 +6,11 @@ chunk, or the chunk's first line is inside what the rule matched, after both
 are normalized (ANSI escapes removed, whitespace collapsed, list and quote
 markers stripped).
 
+This normalization is the corpus README's, kept as written so figures compare
+across versions; it is not how Theow reads a log (``core.logtext``): on the
+corpus the two differ (the README's bare ``[..m`` also takes the ``[m`` of
+``[minimized]``).
+
 >>> grounded("  \\x1b[31mFAILED tests/test_a.py::test_b\\x1b[0m", "", "x\\nFAILED tests/test_a.py::test_b - assert 1")
 True
 >>> grounded("error", "error", "error: something else broke")

@@ -18,7 +18,6 @@ then simply does not match.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -248,7 +247,8 @@ def evaluate(
 
     ``hits``, from one scan of the facts for all rules, says where each
     scanned pattern occurs, so the regex engine runs from there only.
-    ``is_wrapper`` (:func:`wrapper_lines`) keeps wrapper lines out of the evidence.
+    ``is_wrapper`` (the rule book's, from its ``generic`` rules) keeps wrapper lines out of
+    the evidence.
     """
     captures = Captures()
     # Captures are numbered in `when` order, so regex conditions are checked in
@@ -284,43 +284,6 @@ def _condition_literals(condition: FactCondition) -> tuple[str, ...]:
     if condition.contains is not None:
         return (condition.contains.strip().lower(),)
     return ()
-
-
-def wrapper_lines(patterns: Sequence[str], timeout: float = DEFAULT_REGEX_TIMEOUT) -> IsWrapper:
-    """An :data:`IsWrapper` from the wrapper rules' (``generic: true``) regexes.
-
-    A line is a wrapper's when one of them matches from it: the line with the
-    one after it is searched, so a two-line wrapper (``rake aborted!`` and its
-    reason) is told by its first line.
-
-    >>> is_wrapper = wrapper_lines(["make: [*]{3} \\[[^]]+\\] Error"])
-    >>> text = "cc: error: x\\nmake: *** [all] Error 1\\n"
-    >>> is_wrapper(text, 0), is_wrapper(text, text.index("make"))
-    (False, True)
-    """
-
-    def is_wrapper(text: str, at: int) -> bool:
-        begin = text.rfind("\n", 0, at) + 1
-        stop = text.find("\n", at)
-        if stop < 0:
-            stop = len(text)
-        after = text.find("\n", stop + 1)
-        window = text[begin : len(text) if after < 0 else after]
-        first = stop - begin
-        for pattern in patterns:
-            try:
-                found = _search(pattern, window, timeout)
-            except RegexTimeout:
-                continue
-            if found is None:
-                continue
-            matched = found.group(0)
-            begins = found.start() + len(matched) - len(matched.lstrip("\r\n"))
-            if begins < first:
-                return True
-        return False
-
-    return is_wrapper
 
 
 def bind(value: Any, captures: Captures, facts: dict[str, Any]) -> Any:

@@ -11,8 +11,8 @@ or ``new``.
 Templates are mined Drain-style (He et al., ICWS 2017: lines grouped by
 token count and first token, merged when most tokens agree, the differing
 positions becoming ``<*>``) after masking what differs between runs
-(timestamps, ids, hex, temp paths, numbers) exactly as the fingerprint
-normalizes them. A line is normal when its masked form is a known template,
+(times, durations, ids, hex, paths, numbers) exactly as the fingerprint
+masks them (``core.logtext.mask_volatile``). A line is normal when its masked form is a known template,
 or fits a wildcard template that kept most of its words: a template that is
 mostly ``<*>`` would call every error of that shape normal, so such
 templates are not used for matching.
@@ -34,7 +34,8 @@ from typing import Any
 
 from theow_client.facts import PASSING_LIMITS, bound_facts, loads_facts
 from theow_client.job import MAX_JOB_CHARS
-from theow_workers.core.query import LOG_FACTS, normalize
+from theow_workers.core.logtext import LINE_STAMP, mask_volatile, strip_ansi
+from theow_workers.core.summary import LOG_FACTS
 
 WILDCARD = "<*>"
 MAX_TEMPLATES = 5000  # per job: a job's normal is bounded whatever it prints
@@ -43,10 +44,7 @@ SIMILAR = 0.6  # share of tokens two lines must agree on to share a template
 MIN_KEPT_SHARE = 0.67  # a wildcard template matches only if most of it stayed literal
 MIN_KEPT_TOKENS = 3
 MAX_BUCKET = 50  # templates compared per (length, first token): bounded mining cost
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\[[0-9;]{1,12}m")
 _GITHUB_GROUP = re.compile(r"^##\[(?:group|endgroup|error|warning)\]")
-# The time a CI system puts before each line (the matcher removes it too).
-_LINE_STAMP = re.compile(r"^\[?\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z\]? ?")
 
 # A predicate over raw lines: True for a line the job's passing runs print too.
 IsNormal = Callable[[str], bool]
@@ -54,9 +52,9 @@ IsNormal = Callable[[str], bool]
 
 def mask(line: str) -> str:
     """The line as templates are kept: no colour codes, volatile parts masked, bounded."""
-    text = _LINE_STAMP.sub("", _ANSI.sub("", line).strip())
+    text = LINE_STAMP.sub("", strip_ansi(line).strip())
     text = _GITHUB_GROUP.sub("", text)
-    return normalize(text)[:MAX_TEMPLATE_CHARS]
+    return mask_volatile(text)[:MAX_TEMPLATE_CHARS]
 
 
 def run_lines(facts: dict[str, object]) -> list[str]:

@@ -1,94 +1,41 @@
 """What of a failure is searched for, and what identifies its root cause.
 
 The semantic query comes from the error-relevant part of the log, not from
-every fact: the longest log-like fact, the lines in it that look like errors,
-and its tail, bounded in length. A big unrelated fact (a whole go.mod) does
-not drown the query.
+every fact: the lines the one reading of the log picked as the error
+(:mod:`theow_workers.core.summary`) and its tail, bounded in length. A big
+unrelated fact (a whole go.mod) does not drown the query.
 
-The fingerprint is a hash of that error text with the volatile parts (numbers,
-hex ids, paths in temp dirs, timestamps) normalized away: two failures with
-the same root cause on different machines share it.
+The fingerprint is a hash of the summary's basis: the picked error lines with
+the volatile parts (times, durations, ids, paths, numbers) masked, so two
+failures with the same root cause on different machines share it. It carries
+its version (``v2:…``): a value stored by an older version (bare hex) still
+names what it named (its failures, its explorations), and nothing reads a
+fingerprint's form.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Callable
 from typing import Any
 
-LOG_FACTS = ("stderr", "log", "output", "stdout", "error", "traceback", "exception")
-# Matched against lower-cased lines: a case-sensitive search is ~10x faster than IGNORECASE.
-ERROR_LINE = re.compile(
-    r"error|fatal|fail|exception|traceback|panic|cannot|can't|could not|couldn't|not found|"
-    r"no such|denied|refused|timed? ?out|unable|missing|unresolved|undefined|killed|abort"
-)
+from theow_workers.core.logtext import mask_volatile
+from theow_workers.core.summary import ErrorSummary, log_fact, summarize
+
 MAX_QUERY_CHARS = 2000
-MAX_ERROR_LINES = 12
 TAIL_LINES = 8
-MAX_LINE_CHARS = 300
-# Lines judged against the job's normal, from the end: new lines are looked for near
-# the failure, and a 64 KB log of mostly normal lines must not cost a mask per line.
-NORMAL_SCAN_LINES = 200
-
-_VOLATILE = [
-    (
-        re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?"),
-        "<ts>",
-    ),
-    (
-        re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I),
-        "<uuid>",
-    ),
-    (re.compile(r"\b[0-9a-f]{7,}\b", re.I), "<hex>"),
-    (re.compile(r"(/tmp|/var/folders|/private/var)/\S+"), "<tmp>"),
-    (re.compile(r"\d+"), "<n>"),
-    (re.compile(r"[ \t]+"), " "),
-]
-
-
-def looks_like_error(line: str) -> bool:
-    return ERROR_LINE.search(line.lower()) is not None
+FINGERPRINT_VERSION = 2
 
 
 def log_text(facts: dict[str, Any]) -> str:
     """The failure's log: the first well-known log fact, else the longest multi-line text."""
-    for name in LOG_FACTS:
-        value = facts.get(name)
-        if isinstance(value, str) and value.strip():
-            return value
-    texts = [v for v in facts.values() if isinstance(v, str) and "\n" in v.strip()]
-    return max(texts, key=len, default="")
+    return log_fact(facts)[1]
 
 
-def error_lines(text: str, is_normal: Callable[[str], bool] | None = None) -> list[str]:
-    """Lines that look like errors, then the tail; de-duplicated, in order.
-
-    With ``is_normal`` (the job's normal, ``core.normal``) lines the job's
-    passing runs print too are left out, unless every line is one of them.
-    """
-    lines = [ln.strip()[:MAX_LINE_CHARS] for ln in text.splitlines() if ln.strip()]
-    errors = [ln for ln in lines if looks_like_error(ln)]
-    tail = lines[-TAIL_LINES:]
-    if is_normal is not None:
-        # Only the lines that could be picked are judged: masking every line costs ms.
-        new_errors = _last(errors[-NORMAL_SCAN_LINES:], MAX_ERROR_LINES, is_normal)
-        new_tail = _last(lines[-NORMAL_SCAN_LINES:], TAIL_LINES, is_normal)
-        if new_errors or new_tail:
-            errors, tail = new_errors, new_tail
-    picked = errors[-MAX_ERROR_LINES:] + tail
-    return list(dict.fromkeys(picked))
-
-
-def _last(lines: list[str], count: int, is_normal: Callable[[str], bool]) -> list[str]:
-    """The last ``count`` lines that are not normal, in order."""
-    found: list[str] = []
-    for line in reversed(lines):
-        if len(found) == count:
-            break
-        if not is_normal(line):
-            found.append(line)
-    return found[::-1]
+def error_lines(summary: ErrorSummary) -> list[str]:
+    """The summary's error lines, then the log's tail; de-duplicated, in order."""
+    tail = [line.text for line in summary.lines[-TAIL_LINES:]]
+    return list(dict.fromkeys([line.text for line in summary.errors] + tail))
 
 
 def query_text(facts: dict[str, Any]) -> str:
@@ -98,7 +45,7 @@ def query_text(facts: dict[str, Any]) -> str:
         for k, v in facts.items()
         if isinstance(v, str) and 0 < len(v) <= 80 and "\n" not in v
     ]
-    body = "\n".join(error_lines(log_text(facts)))
+    body = "\n".join(error_lines(summarize(facts)))
     return ("\n".join(short[:6]) + "\n" + body).strip()[:MAX_QUERY_CHARS]
 
 
@@ -108,25 +55,30 @@ def similarity_text(facts: dict[str, Any]) -> str:
     Two failures that differ only in numbers, ids, times and temp paths embed
     the same text, so a fleet's repeats share one vector (``adapters.query_vectors``).
     """
-    return normalize(query_text(facts))[:MAX_QUERY_CHARS]
-
-
-def normalize(text: str) -> str:
-    text = text.lower()
-    for pattern, replacement in _VOLATILE:
-        text = pattern.sub(replacement, text)
-    return text.strip()
+    return mask_volatile(query_text(facts))[:MAX_QUERY_CHARS]
 
 
 def fingerprint(facts: dict[str, Any], is_normal: Callable[[str], bool] | None = None) -> str:
     """Same root cause → same fingerprint, whatever the run's ids and numbers.
 
     With the job's normal, built from the lines its passing runs do not print.
+    The rules' wrappers are not asked for: a cause keeps its fingerprint (and
+    its explorations) when the rule library changes.
+
+    >>> a = fingerprint({"log": "run 7 at /tmp/x1\\nerror: disk full after 3s"})
+    >>> a == fingerprint({"log": "run 9 at /tmp/y2\\nerror: disk full after 12s"}), a[:3]
+    (True, 'v2:')
     """
-    lines = error_lines(log_text(facts), is_normal)
-    basis = "\n".join(normalize(ln) for ln in lines if looks_like_error(ln)) or "\n".join(
-        normalize(ln) for ln in lines
-    )
-    if not basis:
-        basis = normalize(" ".join(f"{k}={facts[k]}" for k in sorted(facts)))
-    return hashlib.sha256(basis.encode()).hexdigest()[:32]
+    return fingerprint_of(summarize(facts, is_normal=is_normal))
+
+
+def fingerprint_of(summary: ErrorSummary) -> str:
+    """The fingerprint of a failure already summarized (see :func:`fingerprint`)."""
+    digest = hashlib.sha256(summary.basis.encode()).hexdigest()[:32]
+    return f"v{FINGERPRINT_VERSION}:{digest}"
+
+
+def fingerprint_version(value: str) -> int:
+    """The version a stored fingerprint was computed with: 1 for the unversioned hex of old."""
+    head, _, rest = value.partition(":")
+    return int(head[1:]) if rest and head[:1] == "v" and head[1:].isdigit() else 1

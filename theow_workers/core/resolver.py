@@ -13,17 +13,17 @@ is the costliest step, and most failures validate one rule or none.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from theow_workers.core.evidence import IsWrapper
-from theow_workers.core.matching import DEFAULT_REGEX_TIMEOUT, Match, evaluate, wrapper_lines
+from theow_workers.core.logtext import LINE_STAMP, without_stamps
+from theow_workers.core.matching import DEFAULT_REGEX_TIMEOUT, Match, evaluate
 from theow_workers.core.normal import IsNormal
 from theow_workers.core.ports import RuleStats
 from theow_workers.core.rules import Rule
 from theow_workers.core.scanner import Scanner
+from theow_workers.core.summary import LinePredicate, wrapper_predicate
 
 # names -> similarity in [0, 1]; computed lazily by the caller's index.
 Similarity = Callable[[Sequence[str]], dict[str, float]]
@@ -60,7 +60,7 @@ class RuleBook:
     client_side: frozenset[str] = frozenset()
     _by_name: dict[str, Rule] = field(default_factory=dict, compare=False, repr=False)
     _scanner: list[Scanner] = field(default_factory=list, compare=False, repr=False)
-    _wrapper: list[IsWrapper] = field(default_factory=list, compare=False, repr=False)
+    _wrapper: list[LinePredicate] = field(default_factory=list, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         self._by_name.update({r.name: r for r in self.rules})
@@ -76,11 +76,10 @@ class RuleBook:
         return self._scanner[0]
 
     @property
-    def is_wrapper(self) -> IsWrapper:
-        """Whether a line is a wrapper's: one the regex of a ``generic`` rule matches from."""
+    def is_wrapper(self) -> LinePredicate:
+        """Whether a log line is a wrapper: one of the ``generic`` rules matches it."""
         if not self._wrapper:
-            patterns = [c.regex for r in self.rules if r.generic for c in r.when if c.regex]
-            self._wrapper.append(wrapper_lines(patterns))
+            self._wrapper.append(wrapper_predicate(self.rules))
         return self._wrapper[0]
 
 
@@ -284,22 +283,3 @@ def matching_facts(facts: dict[str, Any]) -> dict[str, Any]:
     if isinstance(log, str) and LINE_STAMP.match(log.lstrip()[:64]):
         log = without_stamps(log)
     return facts if log is facts.get("log") else {**facts, "log": log}
-
-
-_STAMP = r"\[?\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z\]? ?"
-LINE_STAMP = re.compile(f"(?m)^{_STAMP}")
-_FIRST_STAMP = re.compile(_STAMP)
-_NEXT_STAMP = re.compile(f"\n{_STAMP}")
-
-
-def without_stamps(log: str) -> str:
-    """``LINE_STAMP.sub("", log)``, in less time.
-
-    A pattern that starts with a newline is searched for that character;
-    ``(?m)^`` is tried at every position of a 64 KB log.
-
-    >>> without_stamps("2025-06-01T10:00:00.1Z a\\n\\n[2025-06-01T10:00:01Z] b")
-    'a\\n\\nb'
-    """
-    first = _FIRST_STAMP.match(log)
-    return _NEXT_STAMP.sub("\n", log[first.end() :] if first else log)

@@ -1,11 +1,10 @@
 """Unmatched failures grouped by root cause: what is still unknown, largest first.
 
 No model: each failure is summarized by its error text (:func:`error_summary`):
-the log read as a person reads it (colour codes, time stamps and CI-system
-boilerplate removed, the failing step first: ``core.logtext``), its error
-lines picked with the markers bounding uses (``theow_client.facts``,
-strongest first: :func:`pick_error_lines`), and normalized the way matching
-normalizes (times, durations, ids, paths and numbers taken out). Failures with
+the one reading of its log (``core.summary``: colour codes, time stamps and
+CI-system boilerplate removed, its error lines picked with the markers
+bounding uses, strongest first, wrappers left out) with the volatile parts
+masked (times, durations, ids, paths and numbers taken out). Failures with
 the same text in the same project form a group; then groups of one project
 whose text is near-identical (token Jaccard >= ``SIMILAR`` on the tokens they
 share with other groups, a plural as its singular: :func:`merge_similar`) are
@@ -31,19 +30,13 @@ import itertools
 import math
 import re
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from theow_client.facts import ERROR_TIERS, LOWER_CASED
-from theow_workers.core.logtext import clean_lines
-from theow_workers.core.query import log_text
+from theow_workers.core.summary import summarize
 
 SIMILAR = 0.7
-MAX_BASIS_CHARS = 2000
-MAX_ERROR_LINES = 8
-TAIL_LINES = 6
-GENERIC_CONTEXT = 2
 # Facts naming the project a failure belongs to. A cause is grouped within its
 # project: the same wrapper text in two projects is rarely one cause, and when it
 # is, the explorer's session cache reuses the first exploration for the second.
@@ -54,121 +47,7 @@ MIN_CONTAINED_WORDS = 2  # words of the lines one group's text shares whole with
 MAX_EXTRA_LINES = 2  # ... and at most this many lines more in the other
 MAX_CONTAINED_LINES = 16  # a basis of more lines is matched whole (subsets grow as n²)
 SHARED_SHARE = 0.5
-STRONG_WINDOW = 80  # lines from the end where an error marker counts
-WEAK_WINDOW = 30  # ... and where a weak marker (a bare word) counts
-NORMAL_SCAN_LINES = 4 * STRONG_WINDOW  # lines judged against the job's normal
-MAX_LINE_CHARS = 300
-# Lines that say a step failed without saying why: poor representatives.
-GENERIC = re.compile(
-    r"exit (?:code|status)|^make(?:\[\d+\])?: \*\*\*|\berror \d+\s*$|job failed|"
-    r"process completed with|complete log of this run|for (?:more )?details|--verbose|--trace\b|"
-    r"^error: command failed|^build failed|^failed\.?$|^=+ .* =+$|^npm err!\s*$|"
-    r"not a problem with npm|additional logging output above|^rake aborted!?$|"
-    r"^command failed with status \(\d+\)|"  # rake's `sh`: the command's own error is above
-    r"^tests? failed\.?$|^error$|^\[error\]\s*$|^-+$",
-    re.IGNORECASE,
-)
 _TOKEN = re.compile(r"<\w+>|[a-z_][a-z0-9_.\-']*")
-# What differs between two runs of one cause, in the order it is replaced.
-_VOLATILE = [
-    (
-        re.compile(r"\b\d{4}-\d\d-\d\d[t _]\d\d[:_]\d\d[:_]\d\d(?:[.,_]\d+)?(?:z|[+-]\d\d:?\d\d)?"),
-        "<ts>",
-    ),
-    (
-        re.compile(
-            r"\b(?:mon|tue|wed|thu|fri|sat|sun)\w* +\w{3} +\d+ +\d\d:\d\d:\d\d(?: +\w+)? +\d{4}"
-        ),
-        "<ts>",
-    ),
-    (re.compile(r"\b\d\d?:\d\d:\d\d(?:[.,]\d+)?\b"), "<ts>"),
-    (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"), "<uuid>"),
-    (re.compile(r"\b(?=[0-9a-f]*\d)[0-9a-f]{7,}\b"), "<hex>"),
-    # Durations: "11 min", "26.279 seconds", "(0.52s)", "123ms", "1m 3s".
-    (
-        re.compile(
-            r"\b\d+(?:\.\d+)?\s?(?:ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?)\b"
-        ),
-        "<dur>",
-    ),
-    (re.compile(r"[a-z]:\\(?:[^\\\s]+\\)+"), "<path>/"),
-    (re.compile(r"(?:~|\.{1,2})?(?:/[\w.@+\-]+)+/"), "<path>/"),
-    (re.compile(r"\d+"), "<n>"),
-    (re.compile(r"(?:<n>[.,:])+<n>"), "<n>"),
-    (re.compile(r"[ \t]+"), " "),
-]
-
-
-def normalize(line: str) -> str:
-    """A line with what differs between runs of one cause taken out.
-
-    >>> normalize("Error at /home/travis/build/a/b/src/x.c:12:3 after 11 min (run 7f3a9c2e)")
-    'error at <path>/x.c:<n> after <dur> (run <hex>)'
-    """
-    line = line.lower()
-    for pattern, replacement in _VOLATILE:
-        line = pattern.sub(replacement, line)
-    return line.strip()
-
-
-# Each tier's markers as a line holds them (no line breaks), worked out once, not per line.
-_LINE_MARKERS = tuple(
-    tuple(m.strip("\r\n") for m in markers if m.strip("\r\n")) for markers, _, _ in ERROR_TIERS
-)
-
-
-def _tier(line: str) -> int | None:
-    """The strongest bounding tier whose marker ``line`` holds (0 strongest), or None."""
-    lowered = None
-    for tier, markers in enumerate(_LINE_MARKERS):
-        if tier == LOWER_CASED:
-            lowered = line.lower()
-        searched = lowered if lowered is not None else line
-        for marker in markers:
-            if marker in searched:
-                return tier
-    return None
-
-
-def pick_error_lines(
-    lines: Sequence[str], is_normal: Callable[[str], bool] | None = None
-) -> list[str]:
-    """The lines that state the error, by the markers bounding uses, strongest tier first.
-
-    The lines of the strongest tier present (a runner's or compiler's own failure
-    line beats an incidental "error" word), the last ``MAX_ERROR_LINES`` of
-    them; with no marker at all, the log's tail. With ``is_normal`` (the job's
-    normal, ``core.normal``), lines the job's passing runs print too are left
-    out first, unless every line is one of them.
-
-    >>> pick_error_lines(["compiling", "warning: unused x", "src/a.c:3: error: y undeclared",
-    ...                   "make: *** [all] Error 1"])
-    ['src/a.c:3: error: y undeclared']
-    """
-    if is_normal is not None:
-        # Only lines that could be picked are judged: masking every line costs ms.
-        scanned = lines[-NORMAL_SCAN_LINES:]
-        lines = [ln for ln in scanned if not is_normal(ln)] or scanned
-    # A marker far above the end is incidental (a package named "html_sanitizer", prose
-    # saying "failed"): markers count near the end of the log, bare words nearer still.
-    lines = [ln[:MAX_LINE_CHARS] for ln in lines[-STRONG_WINDOW:]]
-    # A wrapper line ("rake aborted!", "npm ERR! Test failed") marks where the error is,
-    # not what it is: it counts only when nothing specific does, with the lines after it.
-    generic = [GENERIC.search(ln) is not None for ln in lines]
-    tiers = [None if g else _tier(ln) for ln, g in zip(lines, generic, strict=True)]
-    weak_from = len(lines) - WEAK_WINDOW
-    tiers = [None if t == LOWER_CASED and i < weak_from else t for i, t in enumerate(tiers)]
-    found = [t for t in tiers if t is not None]
-    if not found:
-        if any(generic):
-            last = max(i for i, g in enumerate(generic) if g)
-            first = next(i for i, g in enumerate(generic) if g and i >= last - TAIL_LINES)
-            around = lines[max(first - GENERIC_CONTEXT, 0) : last + 1 + GENERIC_CONTEXT]
-            return list(dict.fromkeys(around))
-        return list(dict.fromkeys(lines[-TAIL_LINES:]))
-    best = max(min(found), 1) if min(found) == 0 else min(found)
-    picked = [ln for ln, t in zip(lines, tiers, strict=True) if t is not None and t <= best]
-    return list(dict.fromkeys(picked))[-MAX_ERROR_LINES:]
 
 
 def scope_of(facts: dict[str, Any]) -> str:
@@ -194,28 +73,21 @@ def split_basis(basis: str) -> tuple[str, str]:
 
 
 def error_summary(
-    facts: dict[str, Any], is_normal: Callable[[str], bool] | None = None
+    facts: dict[str, Any],
+    is_normal: Callable[[str], bool] | None = None,
+    is_wrapper: Callable[[str], bool] | None = None,
 ) -> tuple[str, str]:
     """(sample line, basis) of a failure, from its (redacted) facts.
 
-    ``is_normal``: the job's normal (``core.normal``); lines its passing runs
-    print too are not picked unless nothing else is left.
+    The failure's log read once (``core.summary.summarize``): ``is_normal``,
+    the job's normal, and ``is_wrapper``, the rules' wrappers, keep their
+    lines out of the basis unless nothing else is left.
 
     The basis is the normalized error text, after the failure's scope (its
     project) when the facts name one: groups never span two projects.
     """
-    scope = scope_of(facts)
-    lines = clean_lines(log_text(facts))
-    if not lines:
-        brief = ", ".join(
-            f"{k}={v}" for k, v in sorted(facts.items()) if isinstance(v, str | int) and k != "job"
-        )
-        return f"(no log text) {brief}"[:300], with_scope(scope, normalize(brief)[:MAX_BASIS_CHARS])
-    picked = pick_error_lines(lines, is_normal)
-    specific = [ln for ln in picked if not GENERIC.search(ln)]
-    sample = (specific or picked)[-1]  # nearest the end
-    body = "\n".join(normalize(ln) for ln in (specific or picked))
-    return sample, with_scope(scope, body[:MAX_BASIS_CHARS])
+    summary = summarize(facts, is_normal=is_normal, is_wrapper=is_wrapper)
+    return summary.sample, with_scope(scope_of(facts), summary.basis)
 
 
 def tokens(basis: str) -> frozenset[str]:

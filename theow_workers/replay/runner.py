@@ -166,7 +166,8 @@ class ReplayRunner:
             fields["fingerprint"] = fp
             normal = service.normal_of(facts) if service is not None else None
             is_normal = normal.is_normal if normal else None
-            fields["sample"], fields["basis"] = error_summary(facts, is_normal)
+            is_wrapper = service.rulebook().is_wrapper if service is not None else None
+            fields["sample"], fields["basis"] = error_summary(facts, is_normal, is_wrapper)
         elif verdict.status in (Status.FAILED, Status.ERROR, Status.REJECTED):
             fields["sample"] = verdict.reason[:500]
         elif verdict.evidence:

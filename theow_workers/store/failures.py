@@ -7,7 +7,8 @@ from typing import Any
 
 from sqlalchemy import select
 
-from theow_workers.core.query import error_lines, log_text
+from theow_workers.core.query import error_lines
+from theow_workers.core.summary import summarize
 from theow_workers.store.explore import ExploreStore
 from theow_workers.store.figures import REPLAY_SOURCE
 from theow_workers.store.schema import AttemptRow, ExplorationRow, FailureRow, VerdictRow
@@ -90,7 +91,7 @@ def detail(store: ExploreStore, failure_id: str) -> dict[str, Any] | None:
             "fingerprint": failure.fingerprint,
             "facts": failure.facts,
             "notes": failure.notes,
-            "error_lines": error_lines(log_text(failure.facts)),
+            "error_lines": error_lines(summarize(failure.facts)),
             "verdict": None
             if verdict is None
             else {

@@ -35,6 +35,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from theow_workers.config import Settings
+from theow_workers.core.summary import LinePredicate
 from theow_workers.store import console as queries
 from theow_workers.store.explore import ExploreStore
 from theow_workers.store.results import SqlStore
@@ -86,7 +87,7 @@ class Console:
         self.templates = templates()
         self.affected = AffectedCounter(store)
         self._library = Library(settings.rule_layers, settings.action_layers)
-        bases = BasisCache()
+        bases = BasisCache(wrappers=self._wrappers)
         self.insight = Snapshot(lambda: pages.insight_data(store, bases))
         self.activity = Snapshot(lambda: queries.rule_activity(store))
         self._runtime: Any = None
@@ -94,6 +95,14 @@ class Console:
 
     def library(self) -> Library:
         return self._library
+
+    def _wrappers(self) -> tuple[str, LinePredicate | None]:
+        """The rule library's wrapper test and version (none when its rules do not load)."""
+        try:
+            book = self._library.knowledge().book
+        except Exception:  # a broken rules directory: group without wrappers, never fail
+            return "", None
+        return book.version, book.is_wrapper
 
     def runtime(self) -> Any:
         """One runtime for the index syncs after approvals: the model is loaded once."""

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from theow_workers.core.summary import LinePredicate
 from theow_workers.replay.grouping import error_summary, group_unmatched
 from theow_workers.store import console as queries
 from theow_workers.store.explore import ExploreStore
@@ -30,19 +32,36 @@ _EARLIEST = datetime.min.replace(tzinfo=UTC)
 
 
 class BasisCache:
-    """(sample line, basis) per failure id, the newest ``size`` kept."""
+    """(sample line, basis) per failure id, the newest ``size`` kept.
 
-    def __init__(self, size: int = 2 * queries.UNKNOWN_SCAN) -> None:
+    ``wrappers`` gives the rule library's wrapper test (``RuleBook.is_wrapper``)
+    and its version, as the resolvers that replay uses have it: a wrapper line
+    (``rake aborted!``) is no cause's text. Bases read under another version are
+    read again.
+    """
+
+    def __init__(
+        self,
+        size: int = 2 * queries.UNKNOWN_SCAN,
+        wrappers: Callable[[], tuple[str, LinePredicate | None]] = lambda: ("", None),
+    ) -> None:
         self.size = size
+        self.wrappers = wrappers
+        self._version = ""
         self._bases: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._lock = threading.Lock()
 
     def bases(self, store: ExploreStore, ids: list[str]) -> dict[str, tuple[str, str]]:
         """The basis of each failure of ``ids`` still stored, read from its facts when new."""
+        version, is_wrapper = self.wrappers()
         with self._lock:
+            if version != self._version:
+                self._bases.clear()
+                self._version = version
             missing = [i for i in ids if i not in self._bases]
         read = {
-            fid: error_summary(facts) for fid, facts in queries.facts_of(store, missing).items()
+            fid: error_summary(facts, None, is_wrapper)
+            for fid, facts in queries.facts_of(store, missing).items()
         }
         with self._lock:
             self._bases.update(read)
