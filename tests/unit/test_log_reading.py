@@ -176,3 +176,14 @@ def test_the_fingerprint_says_its_version_and_an_older_one_still_reads_as_versio
     assert current.startswith("v2:") and fingerprint_version(current) == 2
     assert len(current) <= 64  # the column it is stored in
     assert fingerprint_version("3f2a9c0d1e4b5a6978877665544332211") == 1
+
+
+def test_a_stack_frame_is_no_compilers_line_the_exception_above_it_is_picked():
+    log = (
+        "Running check.exs\n"
+        "** (RuntimeError) Line does not match format: '[x](https://x.io) - a tool'\n"
+        "    check.exs:32: Awesome.parse_line/1\n"
+        "    check.exs:57: anonymous fn/2 in Awesome.check_list/1\n"
+        "    (elixir) lib/enum.ex:737: Enum.each/2\n"
+    )
+    assert where_lines({"log": log})[0].line == 2

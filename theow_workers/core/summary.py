@@ -59,6 +59,9 @@ EXIT_NOTE = re.compile(
 # Where a compiler or linter says what is wrong: "src/a.c:3:1: ...", "./x.py:8:9: E128 ...".
 DIAGNOSTIC = re.compile(r"^[\w./\\-]+\.\w+:\d+(?::\d+)?:? ")
 DIAGNOSTIC_TIER = 2
+# A stack frame in the same shape (Elixir's and Erlang's ``check.exs:9: Mod.fun/1``): a place
+# the error passed through, not a tool's message about the code.
+FRAME = re.compile(r"^[\w./\\-]+\.\w+:\d+:? (?:anonymous fn/\d+ in )?[\w.:!?']+/\d+$")
 
 # A line that tells how to see more, not what went wrong.
 HINT = re.compile(
@@ -146,15 +149,24 @@ def tier_of(line: str) -> int | None:
     """
     lowered = line.lower()
     if not lowered.startswith(_ANY_START) and not any(m in lowered for m in _ANY_MARKER):
-        return DIAGNOSTIC_TIER if DIAGNOSTIC.match(line) else None
+        return DIAGNOSTIC_TIER if _diagnostic(line) else None
     for tier, (inside, starting) in enumerate(_LINE_MARKERS):
         searched = lowered if tier == LOWER_CASED else line
         # Plain substrings: a regex alternation of the markers is several times slower.
         if searched.startswith(starting) or any(marker in searched for marker in inside):
             return tier
-        if tier + 1 == DIAGNOSTIC_TIER and DIAGNOSTIC.match(line):
+        if tier + 1 == DIAGNOSTIC_TIER and _diagnostic(line):
             return DIAGNOSTIC_TIER  # a compiler's or linter's own line, marker or not
     return None
+
+
+def _diagnostic(line: str) -> bool:
+    """A compiler's or linter's ``path:line[:col]: message`` line, not a stack frame.
+
+    >>> _diagnostic("src/a.c:3:1: expected ';'"), _diagnostic("check.exs:9: Awesome.Order.check/1")
+    (True, False)
+    """
+    return DIAGNOSTIC.match(line) is not None and FRAME.match(line) is None
 
 
 def summarize(
