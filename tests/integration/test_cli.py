@@ -59,7 +59,16 @@ def test_rules_test_json_is_one_object_explaining_the_decision(tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)  # exactly one JSON object on stdout
-    assert set(report) == {"matched", "rule", "mode", "actions", "evidence", "also", "candidates"}
+    assert set(report) == {
+        "matched",
+        "rule",
+        "mode",
+        "actions",
+        "evidence",
+        "also",
+        "candidates",
+        "wrapper",
+    }
     assert report["matched"] is True
     assert report["rule"] in {"tf_explode", "tf_explode_fallback"}
     # Why: the line the rule matched, and the other rule that validated too.
