@@ -59,6 +59,7 @@ EXIT_NOTE = re.compile(
 # Where a compiler or linter says what is wrong: "src/a.c:3:1: ...", "./x.py:8:9: E128 ...".
 DIAGNOSTIC = re.compile(r"^[\w./\\-]+\.\w+:\d+(?::\d+)?:? ")
 DIAGNOSTIC_TIER = 2
+WHERE_READ = 160  # lines from the end the lines to look at are chosen from
 # A stack frame in the same shape (Elixir's and Erlang's ``check.exs:9: Mod.fun/1``): a place
 # the error passed through, not a tool's message about the code.
 FRAME = re.compile(r"^[\w./\\-]+\.\w+:\d+:? (?:anonymous fn/\d+ in )?[\w.:!?']+/\d+$")
@@ -292,12 +293,12 @@ def where_lines(
     Wrappers, banners, exit notes and hints never; lines the job's normal
     prints after every new one. Line numbers are 1-based in the fact as given.
     """
-    summary = summarize(facts, is_normal=is_normal, is_wrapper=is_wrapper, read=NORMAL_SCAN_LINES)
+    summary = summarize(facts, is_normal=is_normal, is_wrapper=is_wrapper, read=WHERE_READ)
     found: list[Where] = []
     if evidence is not None:
         found.append(_telling(evidence, is_wrapper))
     shown = {(w.fact, w.line) for w in found}
-    for line in _candidates(summary):
+    for line in _candidates(summary, limit):
         if len(found) >= limit:
             break
         if (summary.fact, line.number) not in shown:
@@ -306,8 +307,8 @@ def where_lines(
     return found[:limit]
 
 
-def _candidates(summary: ErrorSummary) -> list[Line]:
-    """The summary's lines in the order :func:`where_lines` offers them."""
+def _candidates(summary: ErrorSummary, limit: int = WHERE_LINES) -> list[Line]:
+    """The summary's lines in the order :func:`where_lines` offers them (enough for ``limit``)."""
     counted = {id(line) for line in summary.marked}
     # A runner's or compiler's own line counts anywhere in the lines read, a bare word near the end.
     marked = [
@@ -322,7 +323,18 @@ def _candidates(summary: ErrorSummary) -> list[Line]:
     ordered = [tiers[tier] for tier in sorted(tiers)]
     heads = [lines[0] for lines in ordered[:2]]
     rest = [line for lines in ordered for line in lines if all(line is not h for h in heads)]
-    tail = [line for line in reversed(summary.lines) if not _poor(line)]
+    # The log's last lines, new and normal: no more of each than ``limit`` lines to show
+    # can take, after the marked ones (fewer than ``limit`` when any tail line is reached)
+    # and the evidence, which the tail may repeat. Judging all lines read costs ms.
+    tail: list[Line] = []
+    wanted = 2 * limit + 1
+    taken = {False: 0, True: 0}
+    for line in reversed(summary.lines):
+        if min(taken.values()) >= wanted:
+            break
+        if taken[line.normal] < wanted and not _poor(line):
+            tail.append(line)
+            taken[line.normal] += 1
     candidates = heads + rest + tail
     return sorted(candidates, key=lambda line: line.normal)  # stable: new lines first
 
