@@ -83,9 +83,7 @@ def ci_of(environ: Mapping[str, str]) -> CI:
             return CI(choice)
         except ValueError:
             known = ", ".join(["auto", *CI])
-            raise ValueError(
-                f"{config.ENV_CI_OUTPUT}={choice!r} is not one of {known}"
-            ) from None
+            raise ValueError(f"{config.ENV_CI_OUTPUT}={choice!r} is not one of {known}") from None
     for variable, ci in (("GITHUB_ACTIONS", CI.GITHUB), ("GITLAB_CI", CI.GITLAB),
                          ("BUILDKITE", CI.BUILDKITE)):  # fmt: skip
         if environ.get(variable, "").strip().lower() == "true":
@@ -125,7 +123,7 @@ def lines_to_look_at(verdict: Verdict) -> list[Look]:
     evidence = verdict.evidence or {}
     if evidence.get("text"):
         line = evidence.get("line")
-        number = int(line) if isinstance(line, int) or str(line).isdigit() else None
+        number = int(str(line)) if str(line).isdigit() else None
         looks.append(Look(safe(evidence.get("fact") or "log", 40), number, safe(evidence["text"])))
         seen.add((looks[0].fact, number))
     for where in verdict.where:
@@ -214,7 +212,9 @@ def github_annotation(verdict: Verdict, workspace: Path, link: str | None) -> st
 
 # Markdown: GitHub's job summary and Buildkite's annotation.
 
-MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")
+# Markdown's punctuation, but ``-``, ``+`` and ``.``: they act only at a line's start,
+# where untrusted text never is (a heading's or a list item's marker comes first).
+MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#!|~])")
 
 
 def markdown_text(text: str) -> str:

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from theow_client import config
-from theow_client.ci_output import show_verdict
 from theow_client.capture import Captured, HeadTail, capture, shell_join
+from theow_client.ci_output import show_verdict
 from theow_client.client import (
     DEFAULT_WAIT_TIMEOUT,
     TheowClient,
