@@ -48,6 +48,8 @@ from theow_client.verdict_text import format_verdict, prefixed
 MAX_LINE_CHARS = 500
 # The most lines to look at (the evidence and the worker's up to three ``where`` lines).
 MAX_LINES = 4
+# The most lines of what was done (actions, their outputs, the reason) in a summary.
+MAX_DONE_LINES = 10
 # Seconds ``buildkite-agent annotate`` may take before the build goes on without it.
 AGENT_TIMEOUT = 10.0
 SECTION_NAME = re.compile(r"[^A-Za-z0-9_.-]")
@@ -147,26 +149,37 @@ def what_was_done(verdict: Verdict) -> list[str]:
     """The plain block's ``action``, ``output``, ``done`` and ``reason`` lines, made safe."""
     shown = format_verdict(verdict).splitlines()
     kept = [line for line in shown if line.startswith(("action:", "output:", "done:", "reason:"))]
+    if len(kept) > MAX_DONE_LINES:  # a worker's outputs are many; the console has them all
+        kept[MAX_DONE_LINES - 1 :] = [f"... and {len(kept) - MAX_DONE_LINES + 1} more"]
     return [safe(" ".join(line.split())) for line in kept]
 
 
-def source_of(text: str, workspace: Path) -> tuple[str, int, int | None] | None:
+def source_of(
+    text: str, workspace: Path, cwd: Path | None = None
+) -> tuple[str, int, int | None] | None:
     """The checkout's file, line and column that ``text`` names, or None.
 
-    Only a file that exists inside ``workspace`` counts, named relative to it: a
-    ``registry.example.com:443`` or a path in site-packages is no place in the code.
+    A relative name is looked up from the step's directory ``cwd`` (a build run in a
+    subdirectory names its files from there), then from ``workspace``. Only a file that
+    exists inside ``workspace`` counts, named relative to it: a ``registry.example.com:443``,
+    a path in site-packages or ``../`` out of the checkout is no place in the code.
     """
+    try:
+        root = workspace.resolve()
+        bases = [root] if cwd is None else [cwd.resolve(), root]
+    except (OSError, RuntimeError):
+        return None
     for match in SOURCE_LINE.finditer(text):
         name = match["pyfile"] or match["file"]
         number = int(match["pyline"] or match["line"])
         column = int(match["col"]) if match["col"] else None
-        try:
-            root = workspace.resolve()
-            path = (root / name).resolve()
-            if number > 0 and path.is_file() and path.is_relative_to(root):
-                return path.relative_to(root).as_posix(), number, column
-        except (OSError, ValueError):  # a name no file system accepts
-            continue
+        for base in bases:
+            try:
+                path = (base / name).resolve()
+                if number > 0 and path.is_file() and path.is_relative_to(root):
+                    return path.relative_to(root).as_posix(), number, column
+            except (OSError, RuntimeError, ValueError):  # a name no file system accepts
+                continue
     return None
 
 
@@ -194,11 +207,13 @@ def annotation(level: str, properties: Mapping[str, str], message: str) -> str:
     return f"::{level}{' ' + props if props else ''}::{escape_data(message)}"
 
 
-def github_annotation(verdict: Verdict, workspace: Path, link: str | None) -> str:
+def github_annotation(
+    verdict: Verdict, workspace: Path, link: str | None, cwd: Path | None = None
+) -> str:
     looks = lines_to_look_at(verdict)
     properties: dict[str, str] = {}
     if looks:
-        source = source_of(looks[0].text, workspace)
+        source = source_of(looks[0].text, workspace, cwd)
         if source is not None:
             properties["file"], line, column = source[0], source[1], source[2]
             properties["line"] = str(line)
@@ -296,8 +311,9 @@ def show_verdict(
         return
     print(block, file=err, flush=True)
     if ci is CI.GITHUB:
-        workspace = Path(environ.get("GITHUB_WORKSPACE") or os.getcwd())
-        print(github_annotation(verdict, workspace, link), file=out, flush=True)
+        cwd = Path(os.getcwd())
+        workspace = Path(environ.get("GITHUB_WORKSPACE") or cwd)
+        print(github_annotation(verdict, workspace, link, cwd), file=out, flush=True)
         write_summary(environ.get("GITHUB_STEP_SUMMARY", ""), markdown(verdict, link), err)
     elif ci is CI.BUILDKITE:
         annotate_buildkite(markdown(verdict, link), environ, err)

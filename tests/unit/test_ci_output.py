@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from theow_client.ci_output import CI, ci_of, source_of
+from theow_client.ci_output import CI, MAX_DONE_LINES, MAX_LINE_CHARS, ci_of, markdown, source_of
+from theow_client.verdict import Status, Verdict, Where
 
 
 @pytest.fixture
@@ -37,6 +38,15 @@ def test_a_line_naming_a_file_of_the_checkout_points_at_it(
 
 def test_an_absolute_path_inside_the_checkout_is_named_relative_to_it(checkout: Path) -> None:
     assert source_of(f"{checkout}/src/foo.c:3: error", checkout) == ("src/foo.c", 3, None)
+
+
+def test_a_step_run_in_a_subdirectory_names_its_files_from_there(checkout: Path) -> None:
+    (checkout / "lib").mkdir()
+    (checkout / "lib" / "util.c").write_text("\n")
+    cwd = checkout / "lib"
+    assert source_of("util.c:9:1: error", checkout, cwd) == ("lib/util.c", 9, 1)
+    assert source_of("src/foo.c:2: error", checkout, cwd) == ("src/foo.c", 2, None)
+    assert source_of("util.c:9:1: error", checkout) is None
 
 
 @pytest.mark.parametrize(
@@ -77,3 +87,20 @@ def test_the_ci_is_read_from_its_own_variable_unless_theow_ci_output_chooses(
 def test_an_unknown_choice_is_an_error_naming_the_variable() -> None:
     with pytest.raises(ValueError, match="THEOW_CI_OUTPUT='teamcity' is not one of auto, plain"):
         ci_of({"THEOW_CI_OUTPUT": "teamcity"})
+
+
+def test_a_summary_is_bounded_however_long_the_lines_and_however_many_the_outputs() -> None:
+    verdict = Verdict(
+        failure_id="f-1",
+        status=Status.RESOLVED,
+        rule="clean_cache",
+        mode="fix",
+        outputs=tuple({"action": "clean", "output": "x" * 5_000} for _ in range(30)),
+        where=tuple(Where("log", n, "E" * 100_000) for n in range(1, 10)),
+    )
+    text = markdown(verdict, None)
+
+    items = [line for line in text.splitlines() if line.startswith("- ")]
+    assert len(items) == MAX_DONE_LINES and items[-1] == "- ... and 21 more"
+    assert all(len(line) <= MAX_LINE_CHARS + 20 for line in text.splitlines())
+    assert len(text) < 10_000
