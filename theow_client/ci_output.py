@@ -310,13 +310,16 @@ def show_verdict(
         print(gitlab_section(block, verdict, started, ended), file=err, flush=True)
         return
     print(block, file=err, flush=True)
-    if ci is CI.GITHUB:
-        cwd = Path(os.getcwd())
-        workspace = Path(environ.get("GITHUB_WORKSPACE") or cwd)
-        print(github_annotation(verdict, workspace, link, cwd), file=out, flush=True)
-        write_summary(environ.get("GITHUB_STEP_SUMMARY", ""), markdown(verdict, link), err)
-    elif ci is CI.BUILDKITE:
-        annotate_buildkite(markdown(verdict, link), environ, err)
+    try:
+        if ci is CI.GITHUB:
+            cwd = Path(os.getcwd())
+            workspace = Path(environ.get("GITHUB_WORKSPACE") or cwd)
+            print(github_annotation(verdict, workspace, link, cwd), file=out, flush=True)
+            write_summary(environ.get("GITHUB_STEP_SUMMARY", ""), markdown(verdict, link), err)
+        elif ci is CI.BUILDKITE:
+            annotate_buildkite(markdown(verdict, link), environ, err)
+    except Exception as exc:  # the block is shown; the CI's page must not cost the re-run
+        print(f"theow: {ci} output failed ({type(exc).__name__}: {exc})", file=err)
 
 
 def write_summary(path: str, text: str, err: TextIO) -> None:

@@ -141,6 +141,24 @@ def test_an_unexplained_failure_whose_line_names_no_file_of_the_checkout_is_anno
     )
 
 
+def test_a_summary_file_that_cannot_be_written_is_a_warning_and_the_annotation_still_shows(
+    resolver: FakeResolver,
+    checkout: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    on_github(monkeypatch, checkout)
+    missing = checkout.parent / "no-such-dir" / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(missing))
+    run(resolver, "gh-summary-unwritable", COMPILE)  # asserts exit code 1, the step's own
+
+    out, err = capfd.readouterr()
+    assert out.startswith("::error file=src/foo.c,line=12,col=3,")
+    assert err.splitlines()[-1] == (
+        f"theow: job summary not written ({missing}: No such file or directory)"
+    )
+
+
 def test_hostile_log_text_is_masked_and_escaped_and_cannot_leave_its_annotation_or_code_block(
     resolver: FakeResolver,
     checkout: Path,
