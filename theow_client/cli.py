@@ -35,6 +35,7 @@ from typing import Any
 
 from theow_client import config
 from theow_client.capture import Captured, HeadTail, capture, shell_join
+from theow_client.ci_output import show_verdict
 from theow_client.client import (
     DEFAULT_WAIT_TIMEOUT,
     TheowClient,
@@ -47,7 +48,7 @@ from theow_client.job import job_of
 from theow_client.mark import Rerun, should_rerun
 from theow_client.passing import report_passing
 from theow_client.verdict import Status, Verdict
-from theow_client.verdict_text import format_exploration, format_verdict, prefixed
+from theow_client.verdict_text import format_exploration, format_verdict
 
 __all__ = ["format_verdict", "main"]
 
@@ -225,8 +226,8 @@ def ask_theow(
             return None
         if args.json:
             print(json.dumps(verdict.to_dict()), file=sys.stderr)
-        else:
-            print(prefixed(format_verdict(verdict)), file=sys.stderr)
+        else:  # the plain block, and the CI's annotation, summary or section (ci_output)
+            show_verdict(verdict)
         if not rerun_left:
             return None
         return should_rerun(

@@ -39,6 +39,11 @@ ENV_CLIENT_WAIT = "THEOW_CLIENT_WAIT"
 ENV_AGENT_TOKEN = "THEOW_AGENT_TOKEN"
 # Where the client's env file is, when not $XDG_CONFIG_HOME/theow/client.env.
 ENV_CLIENT_ENV = "THEOW_CLIENT_ENV"
+# How `theow-client run` shows a verdict: ``auto`` (the CI's own forms, chosen from its
+# variables), ``plain`` (the plain block only), or one of ``github``, ``gitlab``, ``buildkite``.
+ENV_CI_OUTPUT = "THEOW_CI_OUTPUT"
+# The web console's address (``https://theow.internal``): CI summaries link a failure's page.
+ENV_CONSOLE_URL = "THEOW_CONSOLE_URL"
 
 DEFAULT_SPOOL_DIR = "~/.cache/theow/spool"
 DEFAULT_ACTIONS_DIR = "actions"
@@ -133,6 +138,25 @@ def agent_token(explicit: str | None = None) -> str | None:
     and says why, rather than the build losing its failure.
     """
     return explicit or os.environ.get(ENV_AGENT_TOKEN) or client_env().get(ENV_AGENT_TOKEN) or None
+
+
+def console_url(explicit: str | None = None) -> str | None:
+    """The console's base URL: ``explicit``, else $THEOW_CONSOLE_URL, else the env file's; None if none.
+
+    Only an ``http(s)://`` URL counts: it becomes a link in a CI page.
+
+    >>> console_url("https://theow.internal/"), console_url("javascript:alert(1)")
+    ('https://theow.internal', None)
+    """
+    raw = explicit or os.environ.get(ENV_CONSOLE_URL) or client_env().get(ENV_CONSOLE_URL) or ""
+    raw = raw.strip()
+    try:
+        parts = urlsplit(raw)
+    except ValueError:  # e.g. an unclosed [ of an IPv6 address: no link rather than a broken one
+        return None
+    if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
+        return None
+    return raw.rstrip("/")
 
 
 def safe_url(url: str) -> str:
