@@ -26,6 +26,8 @@ from theow_workers.core.explorer import InFlight
 from theow_workers.core.normal import passing_run
 from theow_workers.core.ports import OwnerTimeout
 from theow_workers.core.service import failure_id_of
+from theow_workers.core.explanation import InFlight as ExplainInFlight
+from theow_workers.explainer import after_verdict, explain_failure
 from theow_workers.explorer.run import explore_failure, record_explore_error
 from theow_workers.identity import (
     AGENT,
@@ -71,6 +73,7 @@ def resolve(self: Task, payload: Any = None, *_: Any, **__: Any) -> dict[str, An
     failure_id = payload["failure_id"]
     try:
         verdict = _resolve_delivered(self, rt, payload, failure_id, who.name)
+        verdict = after_verdict(rt, verdict, who.name)  # explain, after the verdict is recorded
         _deliver(rt, who.name, {requested, failure_id}, verdict)
         return verdict
     except StoreUnavailable as exc:
@@ -320,3 +323,32 @@ def passing(payload: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
     kept = rt.normals.learn(names.agent_job(who.name, job), lines)
     log.info("job %s: passing run learned, %d templates", job, kept)
     return {"learned": True, "job": job, "templates": kept}
+
+
+@app.task(
+    name=names.TASK_EXPLAIN,
+    bind=True,
+    autoretry_for=TRANSIENT,
+    retry_backoff=True,
+    max_retries=3,
+    soft_time_limit=int(4 * runtime.current().settings.llm_request_timeout + 60),
+)
+def explain(self: Task, request: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
+    """Explain one unexplained failure (``theow_workers.explainer``); internal, signed by a worker.
+
+    Whatever the model answers (or fails to), the failure's verdict records it;
+    a cause another worker is explaining is tried again once its answer is in.
+    """
+    rt = runtime.current()
+    try:
+        rt.verifier.verify(names.TASK_EXPLAIN, request, WORKER)
+    except Refused as refused:
+        count_refused(rt.redis, names.TASK_EXPLAIN)
+        return {"state": "refused", "reason": f"refused: {refused}"}
+    request = signing.unsigned(request)
+    try:
+        return explain_failure(rt, request)
+    except ExplainInFlight as waiting:
+        raise self.retry(
+            exc=waiting, countdown=IN_FLIGHT_RETRY_SECONDS, max_retries=IN_FLIGHT_MAX_RETRIES
+        ) from None
