@@ -220,9 +220,14 @@ def ask_theow(
                  f"`theow failures show {ticket.failure_id}`")  # fmt: skip
             return None
         # Deciding a re-run needs the verdict even when waiting is turned off.
+        started = time.monotonic()
         verdict = wait_for(ticket, args.wait_seconds or config.DEFAULT_RUN_WAIT)
         if verdict is None:  # already warned
             return None
+        if (verdict.explanation or {}).get("state") == "pending":
+            # explain runs after the verdict: shown if it comes within what is left of the wait.
+            left = args.wait_seconds - (time.monotonic() - started)
+            verdict = ticket.wait_explanation(left) or verdict
         if args.json:
             print(json.dumps(verdict.to_dict()), file=sys.stderr)
         else:

@@ -22,11 +22,11 @@ from theow_client.facts import FactsError
 from theow_workers import runtime
 from theow_workers.celery_app import app
 from theow_workers.config import ConfigError
+from theow_workers.core.explanation import InFlight as ExplainInFlight
 from theow_workers.core.explorer import InFlight
 from theow_workers.core.normal import passing_run
 from theow_workers.core.ports import OwnerTimeout
 from theow_workers.core.service import failure_id_of
-from theow_workers.core.explanation import InFlight as ExplainInFlight
 from theow_workers.explainer import after_verdict, explain_failure
 from theow_workers.explorer.run import explore_failure, record_explore_error
 from theow_workers.identity import (
