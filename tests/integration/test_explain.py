@@ -1,0 +1,182 @@
+"""explain on the embedded stack: one model call per cause, for the fleet, whatever the model does.
+
+Failures are resolved in this process through the resolve service and handed
+on exactly as the resolve task hands them (``explainer.after_verdict``: the
+verdict first, then a signed ``theow.explain`` task on the ``explain`` queue);
+the explain tasks run in a real Celery worker against real Redis, SQLite and
+a fake OpenAI-compatible (or Gemini) server on loopback, which counts the
+model calls. Resolving a thousand failures through Celery as well would only
+add minutes of the resolve path, which its own tests cover.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.conftest import wait_until
+from tests.integration.conftest import Explorers, Fleet, explorers_on
+from theow_client.verdict_text import format_verdict
+from theow_workers.config import Settings
+
+pytestmark = pytest.mark.integration
+
+WORDS = (
+    "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november"
+    " oscar papa quebec romeo sierra tango"
+).split()
+WRAPPER = """\
+name: tw_recipe_failed
+description: A make recipe failed; the wrapper names no cause.
+generic: true
+mode: track
+when:
+  - fact: log
+    regex: 'make: \\*\\*\\* \\[\\w+\\] Error \\d+'
+    examples: ["make: *** [all] Error 2"]
+"""
+
+
+def failure_log(word: str, run: int) -> str:
+    """A failure of cause ``word``: every run differs in its numbers, not in its cause."""
+    lines = [f"step {run}: building widget-{run}", f"took {run % 97}.{run % 10}s"]
+    lines.append(f"error: the frobnicator {word} refused request {uuid.uuid4().hex[:12]}")
+    if WORDS.index(word) % 2:  # half the causes end under a wrapper: status unexplained
+        lines.append("make: *** [all] Error 2")
+    return "\n".join(lines) + "\n"
+
+
+def explaining(model: str, body: dict[str, Any], wire: Any) -> dict[str, Any]:
+    """The fake model: explains the cause its prompt names (no prompt, no answer)."""
+    (prompt,) = wire.user_texts(body)
+    word = re.search(r"the frobnicator (\w+) refused", prompt)
+    assert word is not None, prompt[-800:]
+    answer = {
+        "explanation": f"The frobnicator {word.group(1)} refused the build's request.",
+        "cause": "infrastructure",
+        "next_step": f"Restart frobnicator {word.group(1)}.",
+    }
+    return wire.text(json.dumps(answer))
+
+
+@pytest.fixture
+def explainers(fleet: Fleet, monkeypatch: pytest.MonkeyPatch, minilm: Any) -> Iterator[Any]:
+    """The fake model server, a runtime in this process, and a way to start explain workers."""
+    found = explorers_on(fleet, monkeypatch, "openai")
+    monkeypatch.setenv("THEOW_EXPLAIN", "on")
+    (fleet.settings.rule_layers[-1] / "tw_recipe_failed.rule.yaml").write_text(WRAPPER)
+    yield _Stack(fleet, found, monkeypatch, minilm)
+    found.fake.stop()
+
+
+class _Stack:
+    def __init__(self, fleet: Fleet, found: Explorers, monkeypatch: Any, minilm: Any) -> None:
+        from theow_workers import celery_app
+        from theow_workers.runtime import Runtime
+
+        self.fleet, self.fake, self.wire = fleet, found.fake, found.fake.wire
+        self.settings = Settings.load()
+        self.runtime = Runtime(self.settings)
+        self.runtime._embedder = minilm  # the session's model, should the index need a sync
+        # Tasks go where this fleet's workers listen (the app was built at import).
+        monkeypatch.setattr(celery_app, "app", celery_app.make_app(self.settings))
+        self.project = f"explain-test-{uuid.uuid4().hex[:8]}"  # causes unknown to Redis
+
+    def start_workers(self, concurrency: int = 2) -> None:
+        self.fleet.stack.start_worker(["explain"], concurrency=concurrency, name="explainer")
+        self.fleet.wait_for_worker("explainer")
+
+    def submit(self, count: int, first: int = 0) -> list[tuple[str, str]]:
+        """``count`` failures, causes in turn; each resolved and handed to explain."""
+        from theow_workers.explainer import after_verdict
+
+        sent = []
+        for n in range(first, first + count):
+            word = WORDS[n % len(WORDS)]
+            failure_id = f"{self.project}-{n}"
+            facts = {"log": failure_log(word, n), "project": self.project}
+            verdict = self.runtime.service.resolve({"failure_id": failure_id, "facts": facts}, failure_id)
+            assert verdict.status in ("unmatched", "unexplained"), verdict
+            shown = after_verdict(self.runtime, verdict.to_dict(), None)
+            assert shown["explanation"] == {"state": "pending"}
+            sent.append((failure_id, word))
+        return sent
+
+    def explained(self, sent: list[tuple[str, str]], timeout: float = 240) -> dict[str, Any]:
+        """Each failure's explanation once every one of them has its own."""
+        store = self.fleet.store()
+
+        def every() -> dict[str, Any] | None:
+            found = {}
+            for fid, _ in sent:  # the first one still waiting ends this look
+                shown = store.verdict(fid).explanation
+                if not shown or shown.get("state") == "pending":
+                    return None
+                found[fid] = shown
+            return found
+
+        return wait_until(every, timeout, "every failure's explanation")
+
+
+def test_a_thousand_failures_of_twenty_causes_cost_twenty_model_calls_and_a_thousand_more_none(
+    explainers,
+):
+    stack = explainers
+    stack.fake.brain = lambda model, body: explaining(model, body, stack.wire)
+    stack.start_workers()
+    started = time.monotonic()
+    sent = stack.submit(1000)
+    explanations = stack.explained(sent)
+
+    assert len(stack.fake.requests) == 20  # counted where the model is: one call per cause
+    for failure_id, word in sent:
+        shown = explanations[failure_id]
+        assert shown["state"] == "explained", (failure_id, shown)
+        assert shown["text"] == f"The frobnicator {word} refused the build's request."
+        assert shown["cause"] == "infrastructure"
+        assert shown["next_step"] == f"Restart frobnicator {word}."
+    statuses = {stack.fleet.store().verdict(f).status for f, _ in sent}
+    assert statuses == {"unmatched", "unexplained"}  # no rule, and a wrapper only
+    # What the prompt held: the lines to look at, never the wrapper as the cause.
+    (prompt,) = stack.wire.user_texts(stack.fake.bodies()[0])
+    assert "Lines to look at" in prompt and "error: the frobnicator" in prompt
+
+    again = stack.submit(1000, first=1000)  # new ids, the same twenty causes
+    explanations = stack.explained(again)
+    assert len(stack.fake.requests) == 20
+    assert all(e["state"] == "explained" for e in explanations.values())
+    print(f"2,000 failures explained with 20 model calls in {time.monotonic() - started:.0f}s")
+
+
+def test_the_client_waiting_for_a_verdict_gets_its_explanation_when_it_comes_in_time(explainers):
+    """An agent's verdict is delivered ``pending`` and re-delivered with its explanation."""
+    from theow_client import names
+    from theow_client.client import Ticket
+    from theow_workers.explainer import after_verdict
+
+    stack = explainers
+    stack.fake.brain = lambda model, body: explaining(model, body, stack.wire)
+    stack.start_workers(concurrency=1)
+    client = stack.fleet.client()
+    failure_id = f"{stack.project}-agent"
+    facts = {"log": failure_log("kilo", 1), "project": stack.project}
+    verdict = stack.runtime.service.resolve({"failure_id": failure_id, "facts": facts}, failure_id)
+    shown = after_verdict(stack.runtime, verdict.to_dict(), client.agent)
+    key = names.verdict_key(client.agent, failure_id)
+    stack.runtime.redis.set(key, json.dumps(shown), ex=60)  # what the resolve task delivers
+
+    ticket = Ticket(failure_id, client=client, agent=client.agent)
+    first = ticket.wait(timeout=5)
+    assert first.explanation == {"state": "pending"}
+    assert "an explanation is being written" in format_verdict(first)
+    later = ticket.wait_explanation(60)
+    assert later is not None and later.explanation["state"] == "explained"
+    text = format_verdict(later)
+    assert "likely:  infrastructure: The frobnicator kilo refused the build's request." in text
+    assert "next:    Restart frobnicator kilo." in text
