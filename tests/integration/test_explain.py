@@ -180,3 +180,26 @@ def test_the_client_waiting_for_a_verdict_gets_its_explanation_when_it_comes_in_
     text = format_verdict(later)
     assert "likely:  infrastructure: The frobnicator kilo refused the build's request." in text
     assert "next:    Restart frobnicator kilo." in text
+
+
+def test_theow_client_run_prints_the_explanation_that_comes_within_its_wait(
+    explainers, capfd: pytest.CaptureFixture[str]
+):
+    """The whole path: a real resolver worker records the verdict and sends the explain task."""
+    from theow_client.cli import main
+
+    stack = explainers
+    stack.fake.brain = lambda model, body: explaining(model, body, stack.wire)
+    stack.fleet.start_worker()
+    stack.start_workers(concurrency=1)
+    log = failure_log("mike", 7).replace("\n", "; ")
+    command = f"echo '{log}' >&2; echo 'make: *** [all] Error 2' >&2; exit 1"
+    code = main(["run", "--wait-timeout", "60", "--fact", f"project={stack.project}",
+                 "--", "sh", "-c", command])  # fmt: skip
+
+    assert code == 1  # the build's own exit code, explanation or not
+    err = capfd.readouterr().err.splitlines()
+    assert "theow: status:  unexplained (wrapper: tw_recipe_failed)" in err
+    assert "theow: likely:  infrastructure: The frobnicator mike refused the build's request." in err
+    assert "theow: next:    Restart frobnicator mike." in err
+    assert len(stack.fake.requests) == 1
