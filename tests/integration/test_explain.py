@@ -22,6 +22,7 @@ import pytest
 
 from tests.conftest import wait_until
 from tests.integration.conftest import Explorers, Fleet, explorers_on
+from theow_client.names import key_llm
 from theow_client.verdict_text import format_verdict
 from theow_workers.config import Settings
 
@@ -203,3 +204,77 @@ def test_theow_client_run_prints_the_explanation_that_comes_within_its_wait(
     assert "theow: likely:  infrastructure: The frobnicator mike refused the build's request." in err
     assert "theow: next:    Restart frobnicator mike." in err
     assert len(stack.fake.requests) == 1
+
+
+# --- what the model does, in this process: one failure at a time --------------------
+
+
+def explain_one(stack: _Stack, word: str, run: int = 1) -> dict[str, Any]:
+    """Resolve one failure of cause ``word`` and run its explain task's work here."""
+    from theow_workers.explainer import explain_failure
+
+    failure_id = f"{stack.project}-{word}-{run}"
+    facts = {"log": failure_log(word, run), "project": stack.project}
+    stack.runtime.service.resolve({"failure_id": failure_id, "facts": facts}, failure_id)
+    result = explain_failure(stack.runtime, {"failure_id": failure_id})
+    assert stack.fleet.store().verdict(failure_id).explanation["state"] == result["state"]
+    return result
+
+
+@pytest.fixture
+def scripted(fleet: Fleet, monkeypatch: pytest.MonkeyPatch, minilm: Any) -> Iterator[_Stack]:
+    """explain in this process, quick to give up: 1 s request timeout, no rate-limit waits."""
+    found = explorers_on(fleet, monkeypatch, "openai")
+    monkeypatch.setenv("THEOW_EXPLAIN", "on")
+    monkeypatch.setenv("THEOW_LLM_REQUEST_TIMEOUT", "1")
+    monkeypatch.setenv("THEOW_LLM_MAX_WAIT_SECONDS", "0.5")
+    (fleet.settings.rule_layers[-1] / "tw_recipe_failed.rule.yaml").write_text(WRAPPER)
+    stack = _Stack(fleet, found, monkeypatch, minilm)
+    yield stack
+    found.fake.stop()
+    # A 429's back-off is the fleet's, in the session's Redis: not the next test's.
+    stack.runtime.redis.delete(*(key_llm(found.model, p) for p in ("backoff", "stopped")))
+
+
+def test_a_malformed_answer_is_recorded_as_such_and_its_cause_not_asked_again_today(scripted):
+    wire = scripted.wire
+    scripted.fake.script(
+        "local-model",
+        [wire.text("The frobnicator is sad, I think."), wire.Malformed(), wire.text("[1, 2]")],
+    )
+    first = explain_one(scripted, "alpha")
+    assert first["state"] == "malformed"
+    assert "not JSON" in first["reason"] and "frobnicator is sad" in first["reason"]
+    assert explain_one(scripted, "alpha", run=2)["state"] == "malformed"  # cached: no call
+    assert len(scripted.fake.requests) == 1
+
+    second = explain_one(scripted, "bravo")  # a 200 that is not a chat completion
+    assert second["state"] == "malformed" and "malformed answer" in second["reason"]
+    third = explain_one(scripted, "charlie")
+    assert third["state"] == "malformed" and "not an object" in third["reason"]
+    assert len(scripted.fake.requests) == 3
+
+
+def test_a_429_is_recorded_and_the_cause_rests_before_it_is_asked_again(scripted):
+    wire = scripted.wire
+    scripted.fake.script("local-model", [wire.quota_error(retry_delay="20s")])
+    first = explain_one(scripted, "delta")
+    assert first["state"] == "rate_limited"
+    assert "per-minute quota" in first["reason"]
+    # The same cause within its rest: the answer is the recorded one, no second call.
+    assert explain_one(scripted, "delta", run=2)["state"] == "rate_limited"
+    assert len(scripted.fake.requests) == 1
+    # The shared back-off holds every cause: no request is sent until it ends.
+    assert explain_one(scripted, "echo")["state"] == "rate_limited"
+    assert len(scripted.fake.requests) == 1
+
+
+def test_a_model_that_does_not_answer_in_time_is_recorded_as_failed(scripted):
+    wire = scripted.wire
+    scripted.fake.script("local-model", [wire.Slow(3), wire.Slow(3), wire.Slow(3)])
+    started = time.monotonic()
+    result = explain_one(scripted, "foxtrot")
+    assert result["state"] == "failed"
+    assert "timed out" in result["reason"].lower() or "timeout" in result["reason"].lower()
+    assert len(scripted.fake.requests) == 3  # the request and its two quick retries
+    assert time.monotonic() - started < 30

@@ -89,6 +89,7 @@ def gateway_from_settings(
             spend=spend,
             price=prices.get(f"{m.provider}/{m.model}", prices.get(m.model)),
             max_output_tokens=settings.llm_max_output_tokens,
+            max_wait=settings.llm_max_wait_seconds,
         )
         for m in configured_models(settings)
     ]

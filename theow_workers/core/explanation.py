@@ -331,9 +331,9 @@ class ExplainService:
         except QuotaExhausted as exc:
             return Explanation(RATE_LIMITED, reason=cut(self.mask(str(exc)), MAX_REASON))
         except ModelError as exc:
-            return Explanation(
-                FAILED, reason=cut(self.mask(f"the model failed: {exc}"), MAX_REASON)
-            )
+            # An answer that came but is not one (no content, not a completion) was paid for.
+            state = MALFORMED if "malformed answer" in str(exc) else FAILED
+            return Explanation(state, reason=cut(self.mask(f"the model failed: {exc}"), MAX_REASON))
         except Exception as exc:  # a misconfigured model: said on the failure, not a crash loop
             why = f"cannot ask the model: {type(exc).__name__}: {exc}"
             return Explanation(FAILED, reason=cut(self.mask(why), MAX_REASON))

@@ -108,6 +108,7 @@ class ToolLoop:
         spend: Spending | None = None,
         price: tuple[float, float] | None = None,
         max_output_tokens: int | None = None,
+        max_wait: float | None = None,
     ) -> None:
         """``interrupts``: exceptions that end the session whatever raises them (a task's
         soft time limit), never reported to the model as a tool's error. ``mask`` masks
@@ -116,11 +117,13 @@ class ToolLoop:
 
         ``spend``: the daily cap every request reserves its most from before it is
         sent (its estimated prompt and ``max_output_tokens`` at ``price``, dollars per
-        million tokens in and out); a model without a price costs nothing."""
+        million tokens in and out); a model without a price costs nothing. ``max_wait``:
+        seconds a one-shot request (``generate``) may wait on the rate limiter."""
         self.mask: Callable[[Any], Any] = mask or Masker()
         self.spend = spend
         self.price = price
         self.max_output_tokens = max_output_tokens
+        self.max_wait = Budget().max_wait_seconds if max_wait is None else max_wait
         self.gateway = gateway
         self.limiter = limiter
         self._sleep = sleep
@@ -190,7 +193,7 @@ class ToolLoop:
         max_output_tokens: int | None = None,
     ) -> dict[str, Any]:
         """One request; with ``schema``, the reply is JSON of that shape."""
-        session = _Session(SessionResult(Outcome.ERROR), _WaitBudget(Budget().max_wait_seconds))
+        session = _Session(SessionResult(Outcome.ERROR), _WaitBudget(self.max_wait))
         most = max_output_tokens or self.max_output_tokens
         request = ModelRequest([UserTurn((prompt,))], schema=schema, max_output_tokens=most)
         reply = self._turn(session, request, estimate_tokens(prompt) + TOKEN_MARGIN, record=False)
