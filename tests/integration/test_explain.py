@@ -28,10 +28,10 @@ from theow_workers.config import Settings
 
 pytestmark = pytest.mark.integration
 
-WORDS = (
-    "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november"
-    " oscar papa quebec romeo sierra tango"
-).split()
+WORDS = [
+    "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet",
+    "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango",
+]  # fmt: skip
 WRAPPER = """\
 name: tw_recipe_failed
 description: A make recipe failed; the wrapper names no cause.
@@ -102,7 +102,9 @@ class _Stack:
             word = WORDS[n % len(WORDS)]
             failure_id = f"{self.project}-{n}"
             facts = {"log": failure_log(word, n), "project": self.project}
-            verdict = self.runtime.service.resolve({"failure_id": failure_id, "facts": facts}, failure_id)
+            verdict = self.runtime.service.resolve(
+                {"failure_id": failure_id, "facts": facts}, failure_id
+            )
             assert verdict.status in ("unmatched", "unexplained"), verdict
             shown = after_verdict(self.runtime, verdict.to_dict(), None)
             assert shown["explanation"] == {"state": "pending"}
@@ -201,7 +203,9 @@ def test_theow_client_run_prints_the_explanation_that_comes_within_its_wait(
     assert code == 1  # the build's own exit code, explanation or not
     err = capfd.readouterr().err.splitlines()
     assert "theow: status:  unexplained (wrapper: tw_recipe_failed)" in err
-    assert "theow: likely:  infrastructure: The frobnicator mike refused the build's request." in err
+    assert (
+        "theow: likely:  infrastructure: The frobnicator mike refused the build's request." in err
+    )
     assert "theow: next:    Restart frobnicator mike." in err
     assert len(stack.fake.requests) == 1
 

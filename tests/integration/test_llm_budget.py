@@ -88,7 +88,8 @@ def budgeted(monkeypatch: pytest.MonkeyPatch, redis_client: Any) -> Any:
 
 
 def test_explain_stops_at_the_daily_budget_and_doctor_and_console_say_until_when(
-    budgeted, scripted  # noqa: F811
+    budgeted,
+    scripted,  # noqa: F811
 ) -> None:
     from theow_workers.ops.checks import Context, check_budget, check_redis
     from theow_workers.web.pages import budget_notice
@@ -103,7 +104,7 @@ def test_explain_stops_at_the_daily_budget_and_doctor_and_console_say_until_when
     explained = states.count("explained")
     assert explained >= 1 and "budget" in states
     assert len(stack.fake.requests) == explained  # a refused call is never sent
-    assert states[states.index("budget"):] == ["budget"] * (len(states) - states.index("budget"))
+    assert states[states.index("budget") :] == ["budget"] * (len(states) - states.index("budget"))
     spent = int(stack.runtime.redis.get(budgeted[0]) or 0)
     assert 0 < spent <= 0.0004 * MICRO
 

@@ -6,7 +6,13 @@ import pytest
 
 from theow_workers.core.gateway import ModelTurn, ToolCall
 from theow_workers.core.limits import InMemoryLimiter, InMemorySpend
-from theow_workers.core.llm import Budget, BudgetReached, FallbackGateway, Outcome, tool_from_callable
+from theow_workers.core.llm import (
+    Budget,
+    BudgetReached,
+    FallbackGateway,
+    Outcome,
+    tool_from_callable,
+)
 from theow_workers.core.session import ToolLoop
 
 PRICE = (1.0, 2.0)  # dollars per million tokens in and out
