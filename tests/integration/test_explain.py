@@ -282,3 +282,51 @@ def test_a_model_that_does_not_answer_in_time_is_recorded_as_failed(scripted):
     assert "timed out" in result["reason"].lower() or "timeout" in result["reason"].lower()
     assert len(scripted.fake.requests) == 3  # the request and its two quick retries
     assert time.monotonic() - started < 30
+
+
+def test_failures_show_and_the_console_show_the_explanation_as_text(scripted, monkeypatch):
+    import subprocess
+    import sys
+
+    from starlette.testclient import TestClient
+
+    from theow_workers.web.app import create_app
+
+    wire = scripted.wire
+    answer = {
+        "explanation": "The frobnicator <b>lima</b> refused\x1b[2J the request.",
+        "cause": "infrastructure",
+        "next_step": "Restart it with token ghp_" + "a1B2c3D4" * 4 + "e5F6.",
+    }
+    scripted.fake.script("local-model", [wire.text(json.dumps(answer))])
+    assert explain_one(scripted, "lima")["state"] == "explained"
+    failure_id = f"{scripted.project}-lima-1"
+
+    shown = subprocess.run(
+        [sys.executable, "-m", "theow_workers.cli", "failures", "show", failure_id],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert "likely:  infrastructure: The frobnicator <b>lima</b> refused" in shown.stdout
+    assert "\x1b" not in shown.stdout and "ghp_a1B2" not in shown.stdout  # masked by explain
+    as_json = subprocess.run(
+        [sys.executable, "-m", "theow_workers.cli", "failures", "show", failure_id, "--json"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    explanation = json.loads(as_json.stdout)["verdict"]["explanation"]
+    assert explanation["state"] == "explained" and explanation["model"] == "local-model"
+    # Stored as plain text: no escape sequence, the token masked, in SQL as everywhere.
+    assert "\x1b" not in explanation["text"] and "ghp_a1B2" not in explanation["next_step"]
+
+    monkeypatch.setenv("THEOW_WEB_PASSWORD", "console-reviewer-passphrase-7731")
+    with TestClient(create_app(Settings.load()), base_url="http://127.0.0.1") as http:
+        login = http.post(
+            "/login",
+            data={"name": "me", "password": "console-reviewer-passphrase-7731", "next": "/"},
+            headers={"origin": "http://127.0.0.1"},
+            follow_redirects=False,
+        )
+        assert login.status_code == 303, login.text
+        page = http.get(f"/failures/{failure_id}", headers={"accept": "text/html"}).text
+    assert "&lt;b&gt;lima&lt;/b&gt;" in page and "<b>lima</b>" not in page  # text, not markup
+    assert "(explained by local-model, not by a rule)" in page

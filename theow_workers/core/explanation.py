@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol
 
+from theow_client.terminal import printable
 from theow_client.verdict import Status, Verdict, Where
 from theow_workers.core.llm import BudgetReached, ModelError, QuotaExhausted, cut
 from theow_workers.core.redact import Masker
@@ -204,14 +205,15 @@ def parse_answer(
     accounting = {"model": model, "tokens_in": tokens[0], "tokens_out": tokens[1], "cost": cost}
     problem, answer = _answer(text)
     if problem:
-        shown = masked(cut(" ".join(text.split()), 200))
+        shown = masked(cut(" ".join(printable(text).split()), 200))
         reason = cut(f"malformed answer: {problem}: {shown!r}", MAX_REASON)
         return Explanation(MALFORMED, reason=reason, **accounting)  # type: ignore[arg-type]
+    # One line of plain text each: no escape sequence, control character or line break.
     return Explanation(
         EXPLAINED,
-        text=masked(cut(" ".join(answer["explanation"].split()), MAX_EXPLANATION)),
+        text=masked(cut(" ".join(printable(answer["explanation"]).split()), MAX_EXPLANATION)),
         cause=answer["cause"],
-        next_step=masked(cut(" ".join(answer["next_step"].split()), MAX_NEXT_STEP)),
+        next_step=masked(cut(" ".join(printable(answer["next_step"]).split()), MAX_NEXT_STEP)),
         **accounting,  # type: ignore[arg-type]
     )
 
