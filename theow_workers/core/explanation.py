@@ -205,8 +205,10 @@ def parse_answer(
     accounting = {"model": model, "tokens_in": tokens[0], "tokens_out": tokens[1], "cost": cost}
     problem, answer = _answer(text)
     if problem:
-        shown = masked(cut(" ".join(printable(text).split()), 200))
-        reason = cut(f"malformed answer: {problem}: {shown!r}", MAX_REASON)
+        # The start of what came, to recognise it by: masked whole, then cut.
+        start = " ".join(printable(text[:400]).split())
+        shown = masked(start)[:160] + ("…" if len(text) > 160 else "")
+        reason = f"malformed answer: {problem}: {shown!r}"[:MAX_REASON]
         return Explanation(MALFORMED, reason=reason, **accounting)  # type: ignore[arg-type]
     # One line of plain text each: no escape sequence, control character or line break.
     return Explanation(
