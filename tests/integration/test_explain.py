@@ -149,7 +149,13 @@ def test_a_thousand_failures_of_twenty_causes_cost_twenty_model_calls_and_a_thou
     # What the prompt held: the lines to look at, never the wrapper as the cause.
     (prompt,) = stack.wire.user_texts(stack.fake.bodies()[0])
     assert "Lines to look at" in prompt and "error: the frobnicator" in prompt
-    assert "make: ***" not in prompt.partition("## The failure's")[0]  # a wrapper is no cause
+    (wrapped,) = [
+        t for b in stack.fake.bodies() for t in stack.wire.user_texts(b) if " bravo " in t
+    ]
+    looked_at = wrapped.partition("## Lines to look at")[2].partition("## The failure's")[0]
+    assert (
+        "frobnicator bravo" in looked_at and "make: ***" not in looked_at
+    )  # a wrapper is no cause
     # One call, no tools, its answer bounded: what it may cost is known before it is sent.
     body = stack.fake.bodies()[0]
     assert "tools" not in body and body["max_tokens"] == 400
