@@ -125,6 +125,8 @@ class Verdict:
         data["also"] = list(self.also)
         data["seen_in_passing"] = list(self.seen_in_passing)
         data["where"] = [w.to_dict() for w in self.where]
+        if data["explanation"] is None:  # an older client would print "explanation: null"
+            del data["explanation"]
         return {**extra, **data}
 
     @classmethod
