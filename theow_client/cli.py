@@ -149,9 +149,13 @@ def cmd_submit(args: argparse.Namespace, client: TheowClient) -> int:
         else:
             print(ticket.failure_id)
         return 0
+    started = time.monotonic()
     verdict = wait_for(ticket, args.timeout)
     if verdict is None:
         return EXIT_NO_ANSWER
+    if (verdict.explanation or {}).get("state") == "pending":  # explain runs after the verdict
+        left = args.timeout - (time.monotonic() - started)
+        verdict = ticket.wait_explanation(left) or verdict
     exploration = None
     code = 0
     if verdict.status is Status.EXPLORING:

@@ -208,8 +208,8 @@ def test_theow_client_run_prints_the_explanation_that_comes_within_its_wait(
     stack.fake.brain = lambda model, body: explaining(model, body, stack.wire)
     stack.fleet.start_worker()
     stack.start_workers(concurrency=1)
-    log = failure_log("mike", 7).replace("\n", "; ")
-    command = f"echo '{log}' >&2; echo 'make: *** [all] Error 2' >&2; exit 1"
+    log = failure_log("mike", 7) + "make: *** [all] Error 2\n"
+    command = f"printf '%s' '{log}' >&2; exit 1"
     code = main(["run", "--wait-timeout", "60", "--fact", f"project={stack.project}",
                  "--", "sh", "-c", command])  # fmt: skip
 
@@ -220,6 +220,16 @@ def test_theow_client_run_prints_the_explanation_that_comes_within_its_wait(
         "theow: likely:  infrastructure: The frobnicator mike refused the build's request." in err
     )
     assert "theow: next:    Restart frobnicator mike." in err
+    assert len(stack.fake.requests) == 1
+
+    # `theow-client submit --wait` shows it too; the same cause costs no second call.
+    log_file = stack.fleet.home / "build.log"
+    log_file.write_text(failure_log("mike", 8) + "make: *** [all] Error 2\n")
+    code = main(["submit", "--wait", "--timeout", "60", "--fact", f"project={stack.project}",
+                 "--stderr-file", str(log_file)])  # fmt: skip
+    assert code == 0
+    out = capfd.readouterr().out.splitlines()
+    assert "likely:  infrastructure: The frobnicator mike refused the build's request." in out
     assert len(stack.fake.requests) == 1
 
 
