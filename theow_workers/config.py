@@ -107,6 +107,9 @@ class Settings(BaseModel):
     explain_max_output_tokens: int = 400
     # How long a failure's explain task waits for another worker explaining the same cause.
     explain_wait_seconds: float = 30.0
+    # A cause whose call failed (a 429, a timeout, a server error) rests this long, then its
+    # failures' explain tasks ask again (twice at most); a reached budget waits for the next day.
+    explain_retry_seconds: float = 300.0
     # Dollars per million tokens (input, output); estimates for cost reports.
     llm_prices: dict[str, tuple[float, float]] = {
         "gemini-2.5-flash": (0.30, 2.50),

@@ -73,12 +73,13 @@ def service(runtime: Runtime) -> ExplainService:
     # A killed worker's lock lasts as long as its call could: the request and its retries.
     hold = 3 * s.llm_request_timeout + s.llm_max_wait_seconds + 10
     return ExplainService(
-        cache=RedisExplanations(runtime.redis, hold=hold),
+        cache=RedisExplanations(runtime.redis, hold=hold, retry_after=s.explain_retry_seconds),
         store=ExplanationStore(runtime.store),
         ask=lambda: model(runtime).generate,
         mask=Masker(settings_secrets(s)).text,
         max_output_tokens=s.explain_max_output_tokens,
         wait_seconds=s.explain_wait_seconds,
+        retry_after=s.explain_retry_seconds,
     )
 
 

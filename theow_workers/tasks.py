@@ -48,6 +48,13 @@ IN_FLIGHT_MAX_RETRIES = 1800  # longer than any exploration's time limit
 # Worth retrying: the broker, the database or Milvus was briefly unreachable.
 TRANSIENT: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError, StoreUnavailable)
 STORE_RETRIES = 3
+# An explanation whose call failed for a while (a 429, a timeout): its task tries again.
+EXPLAIN_AGAIN = frozenset({"rate_limited", "failed"})
+EXPLAIN_RETRIES = 2
+_s = runtime.current().settings
+EXPLAIN_TIME_LIMIT = int(
+    3 * _s.llm_request_timeout + _s.llm_max_wait_seconds + _s.explain_wait_seconds + 60
+)
 
 
 @worker_process_init.connect
@@ -331,7 +338,10 @@ def passing(payload: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
     autoretry_for=TRANSIENT,
     retry_backoff=True,
     max_retries=3,
-    soft_time_limit=int(4 * runtime.current().settings.llm_request_timeout + 60),
+    # Past a request's three tries, the rate limiter's wait and another worker's lock; both
+    # set (the app's defaults are the resolver's, and a soft limit above them is refused).
+    soft_time_limit=EXPLAIN_TIME_LIMIT,
+    time_limit=EXPLAIN_TIME_LIMIT + 30,
 )
 def explain(self: Task, request: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
     """Explain one unexplained failure (``theow_workers.explainer``); internal, signed by a worker.
@@ -347,8 +357,13 @@ def explain(self: Task, request: Any = None, *_: Any, **__: Any) -> dict[str, An
         return {"state": "refused", "reason": f"refused: {refused}"}
     request = signing.unsigned(request)
     try:
-        return explain_failure(rt, request)
+        result = explain_failure(rt, request)
     except ExplainInFlight as waiting:
         raise self.retry(
             exc=waiting, countdown=IN_FLIGHT_RETRY_SECONDS, max_retries=IN_FLIGHT_MAX_RETRIES
         ) from None
+    if result.get("state") in EXPLAIN_AGAIN and int(self.request.retries or 0) < EXPLAIN_RETRIES:
+        # Recorded on the failure meanwhile; asked again once the cause's rest is over.
+        countdown = rt.settings.explain_retry_seconds + 1
+        raise self.retry(countdown=countdown, max_retries=EXPLAIN_RETRIES)
+    return result

@@ -353,3 +353,42 @@ def test_failures_show_and_the_console_show_the_explanation_as_text(scripted, mo
         page = http.get(f"/failures/{failure_id}", headers={"accept": "text/html"}).text
     assert "&lt;b&gt;lima&lt;/b&gt;" in page and "<b>lima</b>" not in page  # text, not markup
     assert "(explained by local-model, not by a rule)" in page
+
+
+def test_a_cause_whose_call_failed_is_asked_again_after_its_rest_and_its_failures_explained(
+    explainers, monkeypatch
+):
+    stack = explainers
+    wire = stack.wire
+    monkeypatch.setenv("THEOW_EXPLAIN_RETRY_SECONDS", "2")
+    stack.fake.script("local-model", [wire.server_error()] * 3)  # a request and its 2 retries
+    stack.fake.brain = lambda model, body: explaining(model, body, wire)
+    stack.start_workers()
+    (first,) = stack.submit(1)
+    store = stack.fleet.store()
+
+    def shown(failure_id: str) -> str:
+        return (store.verdict(failure_id).explanation or {}).get("state", "")
+
+    wait_until(lambda: shown(first[0]) == "failed", 60, "the failed call recorded")
+    (second,) = stack.submit(1, first=len(WORDS))  # the same cause, while it rests
+    wait_until(lambda: shown(first[0]) == shown(second[0]) == "explained", 60, "both explained")
+    assert len(stack.fake.requests) == 4  # three tries that failed, then the one that answered
+
+
+def test_a_second_worker_waits_for_the_first_one_s_answer_to_a_cause_and_pays_nothing(
+    explainers, monkeypatch
+):
+    stack = explainers
+    wire = stack.wire
+    monkeypatch.setenv("THEOW_EXPLAIN_WAIT_SECONDS", "0.5")  # then it comes back later
+    answer = {"explanation": "Slow but sure.", "cause": "flaky", "next_step": "Wait."}
+    stack.fake.script("local-model", [wire.Slow(4, then=wire.text(json.dumps(answer)))])
+    stack.start_workers(concurrency=2)
+    sent = stack.submit(1) + stack.submit(1, first=len(WORDS))  # one cause, two workers
+    explanations = stack.explained(sent, timeout=60)
+
+    assert [e["text"] for e in explanations.values()] == ["Slow but sure."] * 2
+    assert len(stack.fake.requests) == 1
+    log = stack.fleet.worker_log("explainer")
+    assert "is being explained by another worker" in log  # the second one came back for it
