@@ -150,9 +150,13 @@ def cmd_submit(args: argparse.Namespace, client: TheowClient) -> int:
         else:
             print(ticket.failure_id)
         return 0
+    started = time.monotonic()
     verdict = wait_for(ticket, args.timeout)
     if verdict is None:
         return EXIT_NO_ANSWER
+    if (verdict.explanation or {}).get("state") == "pending":  # explain runs after the verdict
+        left = args.timeout - (time.monotonic() - started)
+        verdict = ticket.wait_explanation(left) or verdict
     exploration = None
     code = 0
     if verdict.status is Status.EXPLORING:
@@ -221,9 +225,14 @@ def ask_theow(
                  f"`theow failures show {ticket.failure_id}`")  # fmt: skip
             return None
         # Deciding a re-run needs the verdict even when waiting is turned off.
+        started = time.monotonic()
         verdict = wait_for(ticket, args.wait_seconds or config.DEFAULT_RUN_WAIT)
         if verdict is None:  # already warned
             return None
+        if (verdict.explanation or {}).get("state") == "pending":
+            # explain runs after the verdict: shown if it comes within what is left of the wait.
+            left = args.wait_seconds - (time.monotonic() - started)
+            verdict = ticket.wait_explanation(left) or verdict
         if args.json:
             print(json.dumps(verdict.to_dict()), file=sys.stderr)
         else:  # the plain block, and the CI's annotation, summary or section (ci_output)

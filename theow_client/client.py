@@ -240,6 +240,28 @@ class Ticket:
             time.sleep(min(pause, left))
             pause = min(pause * 2, POLL_MOST)
 
+    def wait_explanation(self, timeout: float) -> Verdict | None:
+        """After a verdict whose explanation is ``pending``: the verdict once the explanation
+        (or why there is none) is in, or None when it is not within ``timeout`` seconds.
+
+        The workers write it under the same verdict key; a client without a token
+        (which reads its verdict as a task result) gets None at once.
+        """
+        if not (self.agent and self.client is not None) or timeout <= 0:
+            return None
+        key = names.verdict_key(self.agent, self.failure_id)
+        deadline, pause = time.monotonic() + timeout, POLL_MOST
+        while time.monotonic() < deadline:
+            time.sleep(min(pause, max(deadline - time.monotonic(), 0)))
+            try:
+                raw = self.client.app.backend.client.get(key)
+                verdict = self._read(json.loads(raw)) if raw is not None else None
+            except (*UNREACHABLE, ValueError):
+                return None  # the verdict is already shown; its explanation is a bonus
+            if verdict is not None and (verdict.explanation or {}).get("state") != "pending":
+                return verdict
+        return None
+
     def _no_verdict(self, timeout: float) -> str:
         return (
             f"no verdict for failure {self.failure_id} within {timeout:g}s "

@@ -59,6 +59,20 @@ Redis keys (all under ``theow:``):
 ``theow:explore:cache``
     Hash, proposal id → JSON {vector, rule_yaml, proposal_id}: the semantic
     session cache shared by every explorer worker.
+``theow:llm:spend:<day>``
+    Integer, micro-dollars reserved and spent on model calls that UTC day
+    (``YYYY-MM-DD``), by every worker; expires two days later. A call
+    reserves its most (``spend.lua``) and settles what it cost.
+``theow:llm:budget-reached:<day>``
+    String (why) set when a call was refused because the day's budget would
+    be exceeded; read by ``theow doctor`` and the console; expires with the day.
+``theow:explain:cause:<cause>``
+    JSON of the explanation of one cause (``core.explanation.cause_key``:
+    the project and the summary's basis), expires after ``EXPLAIN_TTL``: every
+    failure of the cause carries it; the SQL ``explanations`` table keeps it too.
+``theow:explain:flight:<cause>``
+    redis-py lock held while one worker asks the model about the cause: the
+    fleet pays once per cause, a second worker waits for the first's answer.
 ``theow:passing:sample:<job>``
     String with a TTL of the sampling interval, set with ``SET NX EX`` by the
     client that reports a passing run of that job: at most one passing run per
@@ -88,7 +102,9 @@ QUEUE_EXPLORE = "explore"
 QUEUE_REPLAY = "replay"
 # Passing runs to learn each job's normal from: sampled, low priority, never urgent.
 QUEUE_PASSING = "passing"
-QUEUES = (QUEUE_RESOLVE, QUEUE_EXPLORE, QUEUE_REPLAY, QUEUE_PASSING)
+# Plain-language explanations of unexplained failures: after the verdict, never before it.
+QUEUE_EXPLAIN = "explain"
+QUEUES = (QUEUE_RESOLVE, QUEUE_EXPLORE, QUEUE_REPLAY, QUEUE_PASSING, QUEUE_EXPLAIN)
 
 # Stable task names: clients send by name and never import worker code.
 TASK_RESOLVE = "theow.resolve"
@@ -99,6 +115,8 @@ TASK_REPLAY = "theow.replay"
 TASK_CLIENT_OUTCOME = "theow.client_outcome"
 # A passing run of a job: its log is mined into the job's normal.
 TASK_PASSING = "theow.passing"
+# One unexplained failure to explain (internal: sent by the resolve task).
+TASK_EXPLAIN = "theow.explain"
 
 TASK_ROUTES = {
     TASK_RESOLVE: {"queue": QUEUE_RESOLVE},
@@ -106,6 +124,7 @@ TASK_ROUTES = {
     TASK_REPLAY: {"queue": QUEUE_REPLAY},
     TASK_CLIENT_OUTCOME: {"queue": QUEUE_RESOLVE},
     TASK_PASSING: {"queue": QUEUE_PASSING},
+    TASK_EXPLAIN: {"queue": QUEUE_EXPLAIN},
 }
 
 # The embedded stack listens on 6479, not 6379: a developer's own Redis on the
@@ -179,6 +198,26 @@ def key_explore_flight(fingerprint: str) -> str:
 
 def key_explore_done(fingerprint: str) -> str:
     return f"{KEY_PREFIX}explore:done:{fingerprint}"
+
+
+def key_llm_spend(day: str) -> str:
+    """``day``: the UTC date, ``YYYY-MM-DD``."""
+    return f"{KEY_PREFIX}llm:spend:{day}"
+
+
+def key_llm_budget_reached(day: str) -> str:
+    return f"{KEY_PREFIX}llm:budget-reached:{day}"
+
+
+EXPLAIN_TTL = 30 * 24 * 3600
+
+
+def key_explanation(cause: str) -> str:
+    return f"{KEY_PREFIX}explain:cause:{cause}"
+
+
+def key_explain_flight(cause: str) -> str:
+    return f"{KEY_PREFIX}explain:flight:{cause}"
 
 
 def key_query_vector(model: str, digest: str) -> str:

@@ -105,6 +105,10 @@ class Verdict:
     where: tuple[Where, ...] = ()
     # The wrapper rule that matched when no specific rule did (status ``unexplained``).
     wrapper: str | None = None
+    # A plain-language explanation of a failure no specific rule explains (explain, when the
+    # workers run it): {state, text, cause, next_step, model, reason}; ``state`` is
+    # ``pending`` until it arrives, ``explained`` with an answer, else why there is none.
+    explanation: dict[str, Any] | None = None
     # Fields from a newer worker that this client does not know, kept as they came.
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -121,6 +125,8 @@ class Verdict:
         data["also"] = list(self.also)
         data["seen_in_passing"] = list(self.seen_in_passing)
         data["where"] = [w.to_dict() for w in self.where]
+        if data["explanation"] is None:  # an older client would print "explanation: null"
+            del data["explanation"]
         return {**extra, **data}
 
     @classmethod
@@ -147,6 +153,7 @@ class Verdict:
             captures={str(k): str(v) for k, v in dict(data.get("captures") or {}).items()},
             where=tuple(_wheres(data.get("where"))),
             wrapper=str(data["wrapper"]) if data.get("wrapper") else None,
+            explanation=_explanation(data.get("explanation")),
             extra={k: v for k, v in data.items() if k not in _FIELDS},
         )
 
@@ -165,6 +172,13 @@ def _wheres(value: object) -> list[Where]:
         except (KeyError, TypeError, ValueError):
             continue
     return kept
+
+
+def _explanation(value: object) -> dict[str, Any] | None:
+    """The explanation a worker sent, its fields as text; None when it is not one."""
+    if not isinstance(value, dict) or not isinstance(value.get("state"), str):
+        return None
+    return {str(k): str(v) for k, v in value.items() if isinstance(v, str | int | float)}
 
 
 def jsonable(value: Any) -> Any:

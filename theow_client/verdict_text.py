@@ -54,6 +54,7 @@ def format_verdict(verdict: Verdict) -> str:
     if verdict.captures:
         lines.append("captured: " + " ".join(f"{k}={v}" for k, v in verdict.captures.items()))
     lines += look_at(verdict.where)
+    lines += explained(verdict.explanation)
     for bound in verdict.actions:
         params = " ".join(f"{k}={json.dumps(v)}" for k, v in bound.params.items())
         where = " [client-side]" if bound.client_side else ""
@@ -83,6 +84,30 @@ def format_exploration(exploration: dict[str, Any]) -> str:
     if exploration.get("reason"):
         lines.append(f"why:     {exploration['reason']}")
     return printable("\n".join(lines))
+
+
+def explained(explanation: dict[str, Any] | None) -> list[str]:
+    """explain's answer (``likely:  dependency: PyYAML is missing.``), or why there is none.
+
+    >>> explained({"state": "explained", "cause": "dependency", "text": "PyYAML is missing.",
+    ...            "next_step": "pip install pyyaml", "model": "qwen"})
+    ['likely:  dependency: PyYAML is missing.', 'next:    pip install pyyaml', '         (explained by qwen, not by a rule)']
+    >>> explained({"state": "pending"})
+    ['likely:  (an explanation is being written)']
+    """
+    if not explanation:
+        return []
+    state = explanation.get("state")
+    if state == "explained":
+        cause = f"{explanation['cause']}: " if explanation.get("cause") else ""
+        lines = [f"likely:  {cause}{' '.join(str(explanation.get('text', '')).split())}"]
+        if explanation.get("next_step"):
+            lines.append(f"next:    {' '.join(str(explanation['next_step']).split())}")
+        by = f" by {explanation['model']}" if explanation.get("model") else ""
+        return [*lines, f"         (explained{by}, not by a rule)"]
+    if state == "pending":
+        return ["likely:  (an explanation is being written)"]
+    return [f"likely:  no explanation ({state}: {explanation.get('reason') or 'no reason given'})"]
 
 
 def evidence_line(evidence: dict[str, Any]) -> str:

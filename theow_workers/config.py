@@ -93,6 +93,23 @@ class Settings(BaseModel):
     explore_bwrap: str = "bwrap"
     # Python modules whose @tool functions are offered to the explorer.
     explore_tools: list[str] = []
+    # Seconds one model request may take before it counts as failed (a local model on a CPU
+    # answers slowly); the output tokens one explorer turn may write, which bound what the
+    # turn reserves of the daily budget.
+    llm_request_timeout: float = 300.0
+    llm_max_output_tokens: int = 8192
+    # Dollars every model call of the fleet may cost per UTC day, the explorer and explain
+    # together; each call reserves its most before it is sent (adapters/redis_state.py). 0: no cap.
+    llm_daily_budget: float = 0.0
+    # explain (core/explanation.py): for a failure no specific rule explains, one model call per
+    # new cause, cached per cause and project for the fleet. Off unless set (THEOW_EXPLAIN=on).
+    explain: bool = False
+    explain_max_output_tokens: int = 400
+    # How long a failure's explain task waits for another worker explaining the same cause.
+    explain_wait_seconds: float = 30.0
+    # A cause whose call failed (a 429, a timeout, a server error) rests this long, then its
+    # failures' explain tasks ask again (twice at most); a reached budget waits for the next day.
+    explain_retry_seconds: float = 300.0
     # Dollars per million tokens (input, output); estimates for cost reports.
     llm_prices: dict[str, tuple[float, float]] = {
         "gemini-2.5-flash": (0.30, 2.50),
@@ -225,6 +242,7 @@ class Settings(BaseModel):
             ) from None
         _check_urls(settings, origin)
         _check_prices(settings, origin)
+        _check_budget(settings, origin)
         return with_embedded_password(settings)
 
     @classmethod
@@ -305,6 +323,25 @@ def _check_prices(settings: Settings, origin: Mapping[str, str]) -> None:
                 f"bad {where} {price}: a price is two numbers, dollars per million input and"
                 " output tokens (e.g. 0.15,0.60; 0,0 for a model you run)"
             )
+
+
+def _check_budget(settings: Settings, origin: Mapping[str, str]) -> None:
+    """The daily budget is dollars, not negative; output bounds are positive.
+
+    >>> Settings.load(env={"THEOW_LLM_DAILY_BUDGET": "-1"}, path=Path("-"))
+    Traceback (most recent call last):
+    ...
+    theow_workers.config.ConfigError: bad THEOW_LLM_DAILY_BUDGET -1.0: dollars per UTC day, 0 for no cap
+    """
+    if settings.llm_daily_budget < 0:
+        where = origin.get("llm_daily_budget", "llm_daily_budget")
+        raise ConfigError(
+            f"bad {where} {settings.llm_daily_budget}: dollars per UTC day, 0 for no cap"
+        )
+    for name in ("llm_max_output_tokens", "explain_max_output_tokens", "llm_request_timeout"):
+        if getattr(settings, name) <= 0:
+            where = origin.get(name, name)
+            raise ConfigError(f"bad {where} {getattr(settings, name)}: must be more than 0")
 
 
 def _database_url_problem(url: str) -> str | None:

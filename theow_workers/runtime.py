@@ -172,6 +172,7 @@ class Runtime:
         self._redis: Any = None
         self._service: ResolveService | None = None
         self._explorer: Any = None
+        self._explainer: Any = None
         self._verifier: Any = None
         self._normals: Any = None
         self._knowledge: Knowledge | None = None  # the latest loaded
@@ -399,6 +400,16 @@ class Runtime:
 
                 self._explorer = service(self)
             return self._explorer
+
+    @property
+    def explainer(self) -> Any:
+        """explain's service (``theow_workers.explainer``): cache, store and model."""
+        with self._lock:
+            if self._explainer is None:
+                from theow_workers.explainer import service
+
+                self._explainer = service(self)
+            return self._explainer
 
 
 _runtime: Runtime | None = None

@@ -22,10 +22,12 @@ from theow_client.facts import FactsError
 from theow_workers import runtime
 from theow_workers.celery_app import app
 from theow_workers.config import ConfigError
+from theow_workers.core.explanation import InFlight as ExplainInFlight
 from theow_workers.core.explorer import InFlight
 from theow_workers.core.normal import passing_run
 from theow_workers.core.ports import OwnerTimeout
 from theow_workers.core.service import failure_id_of
+from theow_workers.explainer import after_verdict, explain_failure
 from theow_workers.explorer.run import explore_failure, record_explore_error
 from theow_workers.identity import (
     AGENT,
@@ -46,6 +48,13 @@ IN_FLIGHT_MAX_RETRIES = 1800  # longer than any exploration's time limit
 # Worth retrying: the broker, the database or Milvus was briefly unreachable.
 TRANSIENT: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError, StoreUnavailable)
 STORE_RETRIES = 3
+# An explanation whose call failed for a while (a 429, a timeout): its task tries again.
+EXPLAIN_AGAIN = frozenset({"rate_limited", "failed"})
+EXPLAIN_RETRIES = 2
+_s = runtime.current().settings
+EXPLAIN_TIME_LIMIT = int(
+    3 * _s.llm_request_timeout + _s.llm_max_wait_seconds + _s.explain_wait_seconds + 60
+)
 
 
 @worker_process_init.connect
@@ -71,6 +80,7 @@ def resolve(self: Task, payload: Any = None, *_: Any, **__: Any) -> dict[str, An
     failure_id = payload["failure_id"]
     try:
         verdict = _resolve_delivered(self, rt, payload, failure_id, who.name)
+        verdict = after_verdict(rt, verdict, who.name)  # explain, after the verdict is recorded
         _deliver(rt, who.name, {requested, failure_id}, verdict)
         return verdict
     except StoreUnavailable as exc:
@@ -320,3 +330,40 @@ def passing(payload: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
     kept = rt.normals.learn(names.agent_job(who.name, job), lines)
     log.info("job %s: passing run learned, %d templates", job, kept)
     return {"learned": True, "job": job, "templates": kept}
+
+
+@app.task(
+    name=names.TASK_EXPLAIN,
+    bind=True,
+    autoretry_for=TRANSIENT,
+    retry_backoff=True,
+    max_retries=3,
+    # Past a request's three tries, the rate limiter's wait and another worker's lock; both
+    # set (the app's defaults are the resolver's, and a soft limit above them is refused).
+    soft_time_limit=EXPLAIN_TIME_LIMIT,
+    time_limit=EXPLAIN_TIME_LIMIT + 30,
+)
+def explain(self: Task, request: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
+    """Explain one unexplained failure (``theow_workers.explainer``); internal, signed by a worker.
+
+    Whatever the model answers (or fails to), the failure's verdict records it;
+    a cause another worker is explaining is tried again once its answer is in.
+    """
+    rt = runtime.current()
+    try:
+        rt.verifier.verify(names.TASK_EXPLAIN, request, WORKER)
+    except Refused as refused:
+        count_refused(rt.redis, names.TASK_EXPLAIN)
+        return {"state": "refused", "reason": f"refused: {refused}"}
+    request = signing.unsigned(request)
+    try:
+        result = explain_failure(rt, request)
+    except ExplainInFlight as waiting:
+        raise self.retry(
+            exc=waiting, countdown=IN_FLIGHT_RETRY_SECONDS, max_retries=IN_FLIGHT_MAX_RETRIES
+        ) from None
+    if result.get("state") in EXPLAIN_AGAIN and int(self.request.retries or 0) < EXPLAIN_RETRIES:
+        # Recorded on the failure meanwhile; asked again once the cause's rest is over.
+        countdown = rt.settings.explain_retry_seconds + 1
+        raise self.retry(countdown=countdown, max_retries=EXPLAIN_RETRIES)
+    return result

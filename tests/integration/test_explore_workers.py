@@ -124,6 +124,21 @@ def test_a_per_day_quota_stops_exploring_and_says_why(fleet, any_explorers):
     assert len(fake.requests) == requests_after_first  # no request reached the model
 
 
+def test_the_daily_budget_stops_exploring_before_a_request_is_sent_and_says_until_when(
+    fleet, any_explorers, monkeypatch
+):
+    fake, start = any_explorers
+    fake.brain = proposing(fake.wire)
+    # Less than the first turn's most (its prompt and every output token it may write).
+    monkeypatch.setenv("THEOW_LLM_DAILY_BUDGET", "0.0005")
+    start()
+    outcome = fleet.client().submit(failure("alpha", 1), explore=True).wait_exploration(120)
+    assert outcome["outcome"] == "rate_limited"
+    assert "daily LLM budget of $0.0005 is reached" in outcome["reason"]
+    assert "no model call is sent until" in outcome["reason"]
+    assert fake.requests == []  # the call that would pass the budget was never sent
+
+
 def test_a_probabilistic_rule_runs_its_own_prompt_and_tools_and_succeeds_only_when_done(
     fleet, any_explorers
 ):

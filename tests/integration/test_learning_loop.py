@@ -1,8 +1,8 @@
 """The loop the product exists for: unknown failure → proposal → review → resolved without the LLM.
 
-Real resolver and explorer worker processes, the real google-genai client
-against a fake Gemini server, `theow review` and `theow meow` run as a user
-runs them.
+Real resolver and explorer worker processes, on each provider in turn: the real
+google-genai client against a fake Gemini server, the real openai client against
+a fake OpenAI-compatible one; `theow review` and `theow meow` run as a user runs them.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.gemini_server import function_call, function_responses, user_texts
 from theow_client import Status
 
 pytestmark = pytest.mark.integration
@@ -23,7 +22,6 @@ pytestmark = pytest.mark.integration
 # The acceptance path runs on PostgreSQL as well as SQLite.
 FLEET_DATABASES = ("sqlite", "postgresql")
 
-MODEL = "gemini-2.5-flash"
 FLUX = re.compile(r"component (\w+) failed: code=(\d+)")
 
 RESTART_ACTION = '''\
@@ -63,19 +61,24 @@ def rule_yaml(cause: str, action: str = "restart_component") -> str:
     )
 
 
-def brain(model: str, body: dict) -> dict:
-    cause = FLUX.search("\n".join(user_texts(body))).group(1)
-    if cause == "shadow":  # proposes a change to an existing action file
-        return function_call(
+def brain_of(wire):
+    """The model: proposes a rule for the cause its prompt names, through ``wire``'s provider."""
+
+    def brain(model: str, body: dict) -> dict:
+        cause = FLUX.search("\n".join(wire.user_texts(body))).group(1)
+        if cause == "shadow":  # proposes a change to an existing action file
+            return wire.function_call(
+                "submit_rule",
+                rule_yaml=rule_yaml(cause, "echo"),
+                actions=[{"name": "echo", "code": ECHO_CHANGED}],
+            )
+        return wire.function_call(
             "submit_rule",
-            rule_yaml=rule_yaml(cause, "echo"),
-            actions=[{"name": "echo", "code": ECHO_CHANGED}],
+            rule_yaml=rule_yaml(cause),
+            actions=[{"name": "restart_component", "code": RESTART_ACTION}],
         )
-    return function_call(
-        "submit_rule",
-        rule_yaml=rule_yaml(cause),
-        actions=[{"name": "restart_component", "code": RESTART_ACTION}],
-    )
+
+    return brain
 
 
 def failure(cause: str, code: int) -> dict:
@@ -103,10 +106,11 @@ def propose(fleet, cause: str, code: int = 1) -> str:
 
 
 def test_an_approved_proposal_resolves_the_same_cause_without_the_llm(
-    fleet, explorers, monkeypatch
+    fleet, any_explorers, monkeypatch
 ):
-    fake, start = explorers
-    fake.brain = brain
+    fake, start = any_explorers
+    fake.brain = brain_of(fake.wire)
+    model = any_explorers.model
     # The workers look at the rules directory on every failure, not every 0.5 s:
     # the first failure after the approval meets the new rule, no interval to wait out.
     monkeypatch.setenv("THEOW_RULES_POLL_SECONDS", "0")
@@ -129,13 +133,13 @@ def test_an_approved_proposal_resolves_the_same_cause_without_the_llm(
     again = theow("review", "approve", proposal_id)
     assert again.returncode == 0 and "already approved" in again.stdout
 
-    sessions_before = fake.sessions(MODEL)
+    sessions_before = fake.sessions(model)
     client = fleet.client()
     tickets = [client.submit(failure("flux", code), explore=True) for code in range(100, 110)]
     verdicts = [t.wait(60) for t in tickets]
     assert {(v.status, v.rule) for v in verdicts} == {(Status.RESOLVED, "component_flux_failure")}
     assert sorted(v.outputs[0]["output"]["after_code"] for v in verdicts) == list(range(100, 110))
-    assert fake.sessions(MODEL) == sessions_before  # no LLM call for any of the ten
+    assert fake.sessions(model) == sessions_before  # no LLM call for any of the ten
 
     stats = json.loads(theow("meow", "--json").stdout)
     rule = next(r for r in stats["top_rules"] if r["rule"] == "component_flux_failure")
@@ -148,9 +152,9 @@ def test_an_approved_proposal_resolves_the_same_cause_without_the_llm(
     assert "hit rate 0% before the last approval, 100% since" in theow("meow").stdout
 
 
-def test_rejecting_leaves_no_file_and_a_changed_target_is_refused(fleet, explorers):
-    fake, start = explorers
-    fake.brain = brain
+def test_rejecting_leaves_no_file_and_a_changed_target_is_refused(fleet, any_explorers):
+    fake, start = any_explorers
+    fake.brain = brain_of(fake.wire)
     start()
     rules_dir, actions_dir = Path(fleet.settings.rules_dir), Path(fleet.settings.actions_dir)
 
@@ -174,9 +178,9 @@ def test_rejecting_leaves_no_file_and_a_changed_target_is_refused(fleet, explore
     assert not (rules_dir / "component_shadow_failure.rule.yaml").exists()
 
 
-def test_failures_list_and_show_explain_what_happened(fleet, explorers):
-    fake, start = explorers
-    fake.brain = brain
+def test_failures_list_and_show_explain_what_happened(fleet, any_explorers):
+    fake, start = any_explorers
+    fake.brain = brain_of(fake.wire)
     start()
     propose(fleet, "flux", 3)
     rows = json.loads(theow("failures", "list", "--json").stdout)
@@ -184,4 +188,4 @@ def test_failures_list_and_show_explain_what_happened(fleet, explorers):
     detail = json.loads(theow("failures", "show", rows[0]["id"], "--json").stdout)
     assert detail["explorations"][0]["outcome"] == "proposal"
     assert any("component flux failed" in line for line in detail["error_lines"])
-    assert function_responses(fake.bodies(MODEL)[0]) == []
+    assert fake.wire.function_responses(fake.bodies(any_explorers.model)[0]) == []

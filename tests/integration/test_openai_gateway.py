@@ -187,8 +187,14 @@ def test_generate_asks_for_json_of_the_schema_and_parses_it(
 
     answer = loop(fake, limiter).generate("Why did it fail?", schema)
 
-    assert answer == {"text": '{"cause": "dns"}', "json": {"cause": "dns"}, "tokens_in": 30,
-                      "tokens_out": 5}  # fmt: skip
+    assert answer == {
+        "text": '{"cause": "dns"}',
+        "json": {"cause": "dns"},
+        "tokens_in": 30,
+        "tokens_out": 5,
+        "model": MODEL,
+        "cost": 0.0,
+    }  # fmt: skip (no price given)
     body = fake.bodies()[0]
     assert body["response_format"] == {
         "type": "json_schema",

@@ -2,8 +2,10 @@
 
 Real resolver, replay and explorer worker processes on Valkey, Milvus Lite and
 SQLite, with the shipped wrapper rules ``make_recipe_failed`` and
-``rake_aborted`` beside the fixture rules; the real google-genai client in the
-explorer talks to the fake Gemini server; ``theow replay`` runs as a user runs it.
+``rake_aborted`` beside the fixture rules; the explorer runs on each provider in
+turn (the real google-genai client against the fake Gemini server, the real
+openai client against the fake OpenAI-compatible one); ``theow replay`` runs as
+a user runs it.
 """
 
 from __future__ import annotations
@@ -15,13 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.gemini_server import function_call, user_texts
 from tests.integration.conftest_replay import *  # noqa: F403
 from tests.integration.conftest_replay import ReplayFleet
 
 pytestmark = pytest.mark.integration
 
-MODEL = "gemini-2.5-flash"
 SHIPPED = Path(__file__).resolve().parents[2] / "rules"
 WRAPPERS = ("make_recipe_failed", "rake_aborted")
 
@@ -91,37 +91,41 @@ def wrapped_history() -> list[dict[str, str]]:
     return lines
 
 
-def brain(model: str, body: dict) -> dict:
+def brain_of(wire):
     """Proposes, for the failure it is shown, a track rule whose regex covers every wording."""
-    text = "\n".join(user_texts(body))
-    for cause, (regex, _) in CAUSES.items():
-        if re.search(regex, text):
-            rule = (
-                f"name: wrapped_{cause}\n"
-                f"description: The {cause} failure that make or rake wrapped.\n"
-                "mode: track\n"
-                "when:\n"
-                "  - fact: stderr\n"
-                "    regex: '" + regex.replace("'", "''") + "'\n"
-            )
-            return function_call("submit_rule", rule_yaml=rule, actions=[])
-    return function_call("give_up", reason="no idea")
+
+    def brain(model: str, body: dict) -> dict:
+        text = "\n".join(wire.user_texts(body))
+        for cause, (regex, _) in CAUSES.items():
+            if re.search(regex, text):
+                rule = (
+                    f"name: wrapped_{cause}\n"
+                    f"description: The {cause} failure that make or rake wrapped.\n"
+                    "mode: track\n"
+                    "when:\n"
+                    "  - fact: stderr\n"
+                    "    regex: '" + regex.replace("'", "''") + "'\n"
+                )
+                return wire.function_call("submit_rule", rule_yaml=rule, actions=[])
+        return wire.function_call("give_up", reason="no idea")
+
+    return brain
 
 
 @pytest.fixture
-def stack(replay_fleet: ReplayFleet, explorers):
+def stack(replay_fleet: ReplayFleet, any_explorers):
     rules = Path(replay_fleet.fleet.settings.rules_dir)
     for name in WRAPPERS:  # before any worker starts: the wrappers are in every worker's rules
         shutil.copy(SHIPPED / f"{name}.rule.yaml", rules)
-    fake, start = explorers
-    fake.brain = brain
+    fake, start = any_explorers
+    fake.brain = brain_of(fake.wire)
     start()
     replay_fleet.start_replay_worker(concurrency=2)
-    return replay_fleet, fake
+    return replay_fleet, fake, any_explorers.model
 
 
 def test_failures_only_a_wrapper_matched_are_unexplained_and_each_cause_is_explored_once(stack):
-    replays, fake = stack
+    replays, fake, model = stack
     path = replays.write("wrapped.jsonl", wrapped_history())
 
     run = replays.cli(str(path), "--explore", "--budget", "5", "--json", timeout=600)
@@ -141,7 +145,7 @@ def test_failures_only_a_wrapper_matched_are_unexplained_and_each_cause_is_explo
         assert len(causes) == 1 and group["size"] == 200
 
     explored = report["explore_request"]
-    assert fake.sessions(MODEL) == 5 and explored["llm_sessions"] == 5
+    assert fake.sessions(model) == 5 and explored["llm_sessions"] == 5
     assert explored["proposals"] == 5
     assert [g["state"] for g in explored["groups"]] == ["explored"] * 5
     assert {g["rule_name"] for g in explored["groups"]} == {f"wrapped_{c}" for c in CAUSES}

@@ -180,3 +180,43 @@ def failure_page(failure_id: str) -> str:
         assert page.status_code == 200
         assert "masked" in page.text
         return page.text
+
+
+def test_no_secret_of_any_format_reaches_the_model_through_explain(
+    fleet, any_explorers, monkeypatch, minilm
+):
+    """explain's prompt is the failure's where lines and the lines around its error lines:
+    here every line of the masking corpus is an error line of some failure, one cause each,
+    and every request either fake server got is searched."""
+    from tests.integration.test_explain import _Stack
+    from theow_workers.explainer import explain_failure
+
+    fake = any_explorers.fake
+    wire = fake.wire
+    monkeypatch.setenv("THEOW_EXPLAIN", "on")
+    stack = _Stack(fleet, any_explorers, monkeypatch, minilm)
+    fake.brain = lambda model, body: wire.text(
+        '{"explanation": "A credential was rejected.", "cause": "infrastructure",'
+        ' "next_step": "Rotate it."}'
+    )
+    lines, secrets = [], []
+    for name, make in sorted(CORPUS.formats().items()):
+        line, found = make(random.Random(name))
+        lines.append(f"error: rejected: {line}")
+        secrets += found
+    lines.append(f"error: rejected: curl -H 'x-key: {integration.EXPLORE_KEY}' http://llm/v1")
+    secrets.append(integration.EXPLORE_KEY)
+    chunks = [lines[i : i + 3] for i in range(0, len(lines), 3)]
+    for n, chunk in enumerate(chunks):
+        failure_id = f"{stack.project}-secret-{n}"
+        log = "\n".join([f"step {n}", *chunk, f"error: deploy stage {n} failed"]) + "\n"
+        stack.runtime.service.resolve({"failure_id": failure_id, "facts": {"log": log}}, failure_id)
+        assert explain_failure(stack.runtime, {"failure_id": failure_id})["state"] == "explained"
+
+    prompts = [text for body in fake.bodies() for text in wire.user_texts(body)]
+    assert len(prompts) == len(chunks)  # one call per failure: each is a cause of its own
+    assert all("rejected:" in p for p in prompts)  # the secrets' lines were in each prompt
+    sent = json.dumps(fake.requests)
+    assert len(secrets) > 100
+    leaked = [s for s in secrets if s in sent]
+    assert leaked == [], f"{len(leaked)} secrets reached the model through explain: {leaked[:3]}"

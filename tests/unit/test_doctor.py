@@ -168,3 +168,21 @@ def test_the_command_exits_1_on_a_failure_and_never_prints_a_password(
         assert {c["check"] for c in report["checks"]} >= {"redis", "milvus", "sql", "rules"}
     else:
         assert "FAIL" in result.output and "check(s) failed" in result.output
+
+
+def test_the_explain_queue_is_checked_only_when_explain_is_on():
+    from theow_workers.ops.checks import _consumer_finding
+
+    off = _consumer_finding("explain", [], explore=False, explain=False)
+    assert off.status == SKIP and "THEOW_EXPLAIN is off" in off.detail
+    on = _consumer_finding("explain", [], explore=False, explain=True)
+    assert on.status == WARN and "no explanation" in on.detail and "--queues explain" in on.fix
+
+
+def test_no_budget_is_said_when_a_model_is_called_without_one():
+    from theow_workers.ops.checks import Context, check_budget
+
+    (finding,) = check_budget(Context(Settings.load(env={"THEOW_EXPLAIN": "on"}, path=Path("-"))))
+    assert finding.status == OK and "THEOW_LLM_DAILY_BUDGET unset" in finding.detail
+    (idle,) = check_budget(Context(Settings.load(env={}, path=Path("-"))))
+    assert idle.status == SKIP

@@ -48,6 +48,7 @@ class GeminiGateway:
         api_key: str,
         base_url: str | None = None,
         api_version: str = API_VERSION,
+        timeout: float = REQUEST_TIMEOUT_MS / 1000,
     ) -> None:
         if not api_key.strip():
             raise ConfigError("GEMINI_API_KEY is not set: exploring needs a Gemini API key")
@@ -58,7 +59,7 @@ class GeminiGateway:
             http_options=types.HttpOptions(
                 base_url=base_url or None,
                 api_version=api_version,
-                timeout=REQUEST_TIMEOUT_MS,
+                timeout=int(timeout * 1000),
                 # One attempt: retries (429 above all) are the core's, through the limiter.
                 retry_options=types.HttpRetryOptions(attempts=1),
             ),
@@ -119,12 +120,15 @@ class GeminiGateway:
 def _config(request: ModelRequest) -> types.GenerateContentConfig:
     if request.schema is not None:
         return types.GenerateContentConfig(
-            response_mime_type="application/json", response_json_schema=request.schema
+            response_mime_type="application/json",
+            response_json_schema=request.schema,
+            max_output_tokens=request.max_output_tokens,
         )
     declarations = [_declaration(t) for t in request.tools]
     return types.GenerateContentConfig(
         tools=[types.Tool(function_declarations=declarations)] if declarations else None,
         automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+        max_output_tokens=request.max_output_tokens,
     )
 
 

@@ -129,6 +129,9 @@ class OpenAIChatGateway:
 
 def _body(model: str, request: ModelRequest) -> dict[str, Any]:
     body: dict[str, Any] = {"model": model, "messages": _messages(request)}
+    if request.max_output_tokens is not None:
+        # ``max_tokens``: what vLLM, Ollama and llama.cpp's server all read.
+        body["max_tokens"] = request.max_output_tokens
     if request.schema is not None:
         schema = {"name": "answer", "schema": request.schema}
         body["response_format"] = {"type": "json_schema", "json_schema": schema}

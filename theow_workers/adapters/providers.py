@@ -22,7 +22,7 @@ from theow_client.config import port_problem, safe_url
 from theow_workers.config import ConfigError, Settings
 from theow_workers.core.gateway import ModelGateway
 from theow_workers.core.limits import InMemoryLimiter
-from theow_workers.core.llm import FallbackGateway, RateLimiter, split_model
+from theow_workers.core.llm import FallbackGateway, RateLimiter, Spending, split_model
 from theow_workers.core.redact import Masker, settings_secrets
 from theow_workers.core.session import ToolLoop
 
@@ -53,26 +53,44 @@ def configured_models(settings: Settings) -> list[ModelSetting]:
     return found
 
 
-def gateway_for(model: ModelSetting) -> ModelGateway:
-    """The provider's one-call gateway for a configured model."""
+def gateway_for(model: ModelSetting, timeout: float | None = None) -> ModelGateway:
+    """The provider's one-call gateway for a configured model; ``timeout``: seconds a request
+    may take (the provider's default when None)."""
     if model.provider == "openai":
-        from theow_workers.adapters.openai_chat import OpenAIChatGateway
+        from theow_workers.adapters.openai_chat import REQUEST_TIMEOUT, OpenAIChatGateway
 
-        return OpenAIChatGateway(model.model, model.base_url, model.api_key)
-    from theow_workers.adapters.gemini import GeminiGateway
+        return OpenAIChatGateway(
+            model.model, model.base_url, model.api_key, timeout or REQUEST_TIMEOUT
+        )
+    from theow_workers.adapters.gemini import REQUEST_TIMEOUT_MS, GeminiGateway
 
-    return GeminiGateway(model.model, model.api_key, model.base_url or None)
+    seconds = timeout or REQUEST_TIMEOUT_MS / 1000
+    return GeminiGateway(model.model, model.api_key, model.base_url or None, timeout=seconds)
 
 
 def gateway_from_settings(
-    settings: Settings, limiter: RateLimiter | None = None
+    settings: Settings, limiter: RateLimiter | None = None, spend: Spending | None = None
 ) -> FallbackGateway:
-    """The primary model (``llm``) with the optional secondary (``llm_secondary``)."""
+    """The primary model (``llm``) with the optional secondary (``llm_secondary``).
+
+    ``spend``: the fleet's daily cap (``llm_daily_budget``), which every request of
+    either model reserves its most from before it is sent.
+    """
     shared = limiter or InMemoryLimiter()
     mask = Masker(settings_secrets(settings))  # what tools return and turns record
+    prices = settings.model_prices
     # A task's soft time limit ends the session; a tool must not turn it into an answer.
     loops = [
-        ToolLoop(gateway_for(m), shared, interrupts=(SoftTimeLimitExceeded,), mask=mask)
+        ToolLoop(
+            gateway_for(m, settings.llm_request_timeout),
+            shared,
+            interrupts=(SoftTimeLimitExceeded,),
+            mask=mask,
+            spend=spend,
+            price=prices.get(f"{m.provider}/{m.model}", prices.get(m.model)),
+            max_output_tokens=settings.llm_max_output_tokens,
+            max_wait=settings.llm_max_wait_seconds,
+        )
         for m in configured_models(settings)
     ]
     return FallbackGateway(loops[0], loops[1] if len(loops) > 1 else None)

@@ -6,6 +6,7 @@
 * ``RedisExploreState``: single-flight per root cause, the record of finished
   explorations, the semantic session cache, and session budgets
   (``session_limit.lua``).
+* ``RedisSpend``: the daily spend cap every model call reserves from (``spend.lua``).
 
 Every key is named in ``theow_client.names``.
 """
@@ -21,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from theow_client import names
-from theow_workers.core.llm import QuotaExhausted
+from theow_workers.core.limits import MICRO, budget_reason, day_and_rest, micro
+from theow_workers.core.llm import BudgetReached, QuotaExhausted
 
 log = logging.getLogger("theow.limits")
 
@@ -152,3 +154,62 @@ class RedisExploreState:
 
     def cached(self) -> list[dict[str, Any]]:
         return [json.loads(v) for v in self.redis.hvals(names.KEY_EXPLORE_CACHE)]
+
+
+class RedisSpend:
+    """Dollars per UTC day for every model call of the fleet, explorer and explain together.
+
+    >>> spend = RedisSpend(redis, cap=5.0)            # doctest: +SKIP
+    >>> ticket = spend.reserve(0.02)                  # doctest: +SKIP
+    >>> spend.settle(ticket, 0.0031)                  # doctest: +SKIP
+
+    A reservation is atomic (``spend.lua``): however many workers reserve at
+    once, what is reserved and spent never passes the cap. A call is settled
+    at its real cost after it returns; one whose cost is unknown (a timeout)
+    keeps its reservation.
+
+    Warning: the day follows this machine's clock (UTC); workers whose clocks
+    disagree by minutes start the next day minutes apart.
+    """
+
+    def __init__(self, redis: Any, cap: float, clock: Any = time.time) -> None:
+        self.redis = redis
+        self.cap = cap
+        self._clock = clock
+        self._reserve = _script(redis, "spend.lua")
+
+    def reserve(self, dollars: float) -> str:
+        now = self._clock()
+        day, rest = day_and_rest(now)
+        amount = micro(dollars)
+        cap = micro(self.cap)
+        why = budget_reason(self.cap, cap, now + rest)
+        code, spent = self._reserve(
+            keys=[names.key_llm_spend(day), names.key_llm_budget_reached(day)],
+            args=[cap, amount, int(rest) + 1, why],
+        )
+        if int(code) != 0:
+            reason = budget_reason(self.cap, int(spent), now + rest)
+            # The script set the marker; this names what was spent when it was refused.
+            self.redis.set(names.key_llm_budget_reached(day), reason, ex=int(rest) + 1)
+            log.warning("LLM call not sent: %s", reason)
+            raise BudgetReached(reason, rest)
+        return f"{day}:{amount}"
+
+    def settle(self, ticket: str, dollars: float) -> None:
+        day, _, reserved = ticket.partition(":")
+        change = micro(dollars) - int(reserved)
+        if change:
+            self.redis.incrby(names.key_llm_spend(day), change)
+
+    def status(self) -> tuple[float, str | None]:
+        """Dollars spent or reserved today, and why calls stop (None while the budget holds)."""
+        day, _ = day_and_rest(self._clock())
+        spent = self.redis.get(names.key_llm_spend(day))
+        reached = self.redis.get(names.key_llm_budget_reached(day))
+        return int(spent or 0) / MICRO, reached.decode() if reached else None
+
+
+def spend_cap(redis: Any, cap: float) -> RedisSpend | None:
+    """The fleet's daily cap (``llm_daily_budget`` dollars), or None when there is none (0)."""
+    return RedisSpend(redis, cap) if cap > 0 else None

@@ -24,9 +24,21 @@ def refuse_to_explore_without(s: Settings) -> None:
         raise fail(f"not starting an explorer: {problem}", 2)
 
 
+def refuse_to_explain_without(s: Settings) -> None:
+    """Exit 2 when THEOW_EXPLAIN is on but the configured model cannot be built."""
+    from theow_workers.adapters.providers import configured_models
+    from theow_workers.config import ConfigError
+
+    try:
+        configured_models(s)
+    except ConfigError as exc:
+        raise fail(f"not starting an explainer: {exc}", 2) from None
+
+
 def worker(
     queues: Annotated[
-        str, typer.Option(help="Comma-separated queues: resolve, explore, replay, passing.")
+        str,
+        typer.Option(help="Comma-separated queues: resolve, explore, replay, passing, explain."),
     ] = "resolve",
     concurrency: Annotated[int | None, typer.Option(help="Worker processes.")] = None,
     loglevel: str = "INFO",
@@ -41,6 +53,8 @@ def worker(
     s = load_settings()
     if QUEUE_EXPLORE in wanted:
         refuse_to_explore_without(s)
+    if "explain" in wanted:
+        refuse_to_explain_without(s)
     argv = [
         sys.executable,
         "-m",
@@ -131,6 +145,8 @@ def up(
         s = s.model_copy(update={"milvus_uri": with_port(s.milvus_uri, milvus_port)})
     if s.explore:
         refuse_to_explore_without(s)
+    if s.explain:
+        refuse_to_explain_without(s)
     try:
         flower_cmd = flower_command(s, port=flower_port) if flower else None
     except FlowerError as exc:
@@ -163,6 +179,8 @@ def up(
         )  # fmt: skip
         if s.explore:  # THEOW_EXPLORE=1: one explorer process (prefetch 1, LLM-bound)
             stack.start_worker(["explore"], concurrency=1, name="explorer")
+        if s.explain:  # THEOW_EXPLAIN=on: its model calls never occupy the resolvers
+            stack.start_worker(["explain"], concurrency=2, name="explainer")
         if flower_cmd is not None:
             log_path = stack.home / "flower.log"
             stack.processes.append(("flower", flower_cmd.start(stack.environment(), log_path)))

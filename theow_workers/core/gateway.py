@@ -63,6 +63,9 @@ class ModelRequest:
     history: Sequence[Turn]  # starts with the user's prompt
     tools: Sequence[Tool] = ()
     schema: dict[str, Any] | None = None  # ask for a JSON answer of this shape
+    # The most output tokens the answer may have (the provider stops there): what bounds
+    # the call's cost, and so what it reserves of the daily budget. None: the model's own.
+    max_output_tokens: int | None = None
 
 
 class RateLimited(Exception):

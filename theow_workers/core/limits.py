@@ -1,4 +1,4 @@
-"""An in-memory rate limiter for one process: the stub of the shared Redis one.
+"""In-memory twins of the shared Redis limits: the rate limiter and the daily spend cap.
 
 It implements :class:`theow_workers.core.llm.RateLimiter` with a sliding
 one-minute window per model (requests and tokens), the back-off a 429 sets,
@@ -19,13 +19,15 @@ once the window is empty, rather than refused forever.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
-from theow_workers.core.llm import QuotaExhausted
+from theow_workers.core.llm import BudgetReached, QuotaExhausted
 
 WINDOW = 60.0
 
@@ -126,3 +128,71 @@ class InMemoryLimiter:
                 waits.append((until - now, "tokens per minute"))
         wait, why = max(waits)
         return wait, why
+
+
+MICRO = 1_000_000  # spend is counted in micro-dollars: whole numbers add up exactly
+DAY_SECONDS = 24 * 3600
+
+
+def micro(dollars: float) -> int:
+    """Whole micro-dollars, rounded up: a reservation never falls short of its cost."""
+    return max(0, math.ceil(round(dollars * MICRO, 6)))
+
+
+def day_and_rest(now: float) -> tuple[str, float]:
+    """The UTC day of ``now`` (epoch seconds) and the seconds left in it.
+
+    >>> day_and_rest(86_400 * 3 + 3600)
+    ('1970-01-04', 82800.0)
+    """
+    day = datetime.fromtimestamp(now, UTC)
+    return day.strftime("%Y-%m-%d"), float(DAY_SECONDS - (now % DAY_SECONDS))
+
+
+def budget_reason(cap: float, spent: int, until: float) -> str:
+    """Why a call was not sent, and until when (epoch seconds)."""
+    at = datetime.fromtimestamp(until, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        f"the daily LLM budget of ${cap:g} is reached (${spent / MICRO:.4f} spent or reserved"
+        f" today); no model call is sent until {at} (THEOW_LLM_DAILY_BUDGET)"
+    )
+
+
+class InMemorySpend:
+    """The daily spend cap for one process: the stub of ``adapters.redis_state.RedisSpend``.
+
+    >>> spend = InMemorySpend(0.01, clock=lambda: 0.0)
+    >>> ticket = spend.reserve(0.008)
+    >>> spend.settle(ticket, 0.002)
+    >>> spend.reserve(0.009)
+    Traceback (most recent call last):
+    ...
+    theow_workers.core.llm.BudgetReached: budget: the daily LLM budget of $0.01 is reached ($0.0020 spent or reserved today); no model call is sent until 1970-01-02 00:00 UTC (THEOW_LLM_DAILY_BUDGET)
+    """
+
+    def __init__(self, cap: float, *, clock: Callable[[], float] = time.time) -> None:
+        self.cap = cap
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._spent: dict[str, int] = {}
+
+    def reserve(self, dollars: float) -> str:
+        day, rest = day_and_rest(self._clock())
+        amount = micro(dollars)
+        with self._lock:
+            spent = self._spent.get(day, 0)
+            if spent + amount > micro(self.cap):
+                until = self._clock() + rest
+                raise BudgetReached(budget_reason(self.cap, spent, until), rest)
+            self._spent[day] = spent + amount
+        return f"{day}:{amount}"
+
+    def settle(self, ticket: str, dollars: float) -> None:
+        day, _, reserved = ticket.partition(":")
+        with self._lock:
+            self._spent[day] = self._spent.get(day, 0) + micro(dollars) - int(reserved)
+
+    def spent(self) -> float:
+        day, _ = day_and_rest(self._clock())
+        with self._lock:
+            return self._spent.get(day, 0) / MICRO

@@ -113,6 +113,41 @@ class QuotaExhausted(Exception):
         self.partial = partial
 
 
+class BudgetReached(QuotaExhausted):
+    """The day's spend cap would be exceeded by this call: it was not sent.
+
+    A per-day stop as a per-day 429 is (``daily=True``), so the explorer and
+    explain record it and stop the same way; ``retry_after`` runs to the end of
+    the UTC day.
+    """
+
+    def __init__(self, reason: str, retry_after: float, partial: SessionResult | None = None):
+        super().__init__("budget", reason, retry_after, daily=True, partial=partial)
+
+
+class Spending(Protocol):
+    """The fleet's daily spend cap on model calls (``adapters.redis_state.RedisSpend``).
+
+    A call reserves its most before it is sent and settles what it cost after;
+    a reservation that would pass the cap raises BudgetReached and nothing is sent.
+    """
+
+    def reserve(self, dollars: float) -> str:
+        """Reserve ``dollars``; a ticket for ``settle``. Raises BudgetReached."""
+        ...
+
+    def settle(self, ticket: str, dollars: float) -> None:
+        """The reserved call cost ``dollars`` (0: it was not charged)."""
+        ...
+
+
+def cost(price: tuple[float, float] | None, tokens_in: int, tokens_out: int) -> float:
+    """Dollars for the tokens at ``price`` (dollars per million, input and output)."""
+    if price is None:
+        return 0.0
+    return (tokens_in * price[0] + tokens_out * price[1]) / 1_000_000
+
+
 @dataclass(frozen=True)
 class Budget:
     """Limits of one session. Defaults are sized for real build logs (tens of KB)."""
@@ -176,7 +211,12 @@ class LLMGateway(Protocol):
         """Run a tool loop until a tool raises SessionEnd, the model stops, or the budget ends."""
         ...
 
-    def generate(self, prompt: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    def generate(
+        self,
+        prompt: str,
+        schema: dict[str, Any] | None = None,
+        max_output_tokens: int | None = None,
+    ) -> dict[str, Any]:
         """One request; with ``schema``, the reply is JSON of that shape."""
         ...
 
@@ -321,7 +361,7 @@ class FallbackGateway:
         try:
             return self.primary.tool_session(prompt, tools, budget)
         except (ModelError, QuotaExhausted) as exc:
-            if self.secondary is None:
+            if self.secondary is None or isinstance(exc, BudgetReached):
                 raise
             result = self.secondary.tool_session(prompt, tools, budget)
             partial = getattr(exc, "partial", None)
@@ -334,10 +374,17 @@ class FallbackGateway:
             result.reason = f"primary model failed ({exc}); {result.reason}".rstrip("; ")
             return result
 
-    def generate(self, prompt: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    def generate(
+        self,
+        prompt: str,
+        schema: dict[str, Any] | None = None,
+        max_output_tokens: int | None = None,
+    ) -> dict[str, Any]:
         try:
-            return self.primary.generate(prompt, schema)
+            return self.primary.generate(prompt, schema, max_output_tokens)
+        except BudgetReached:
+            raise  # the cap is the fleet's: the secondary would be refused too
         except (ModelError, QuotaExhausted):
             if self.secondary is None:
                 raise
-            return self.secondary.generate(prompt, schema)
+            return self.secondary.generate(prompt, schema, max_output_tokens)

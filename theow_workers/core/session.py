@@ -39,16 +39,19 @@ from theow_workers.core.llm import (
     MODEL_TEXT_LIMIT,
     TOOL_RESULT_LIMIT,
     Budget,
+    BudgetReached,
     ModelError,
     Outcome,
     QuotaExhausted,
     RateLimiter,
     SessionEnd,
     SessionResult,
+    Spending,
     Tool,
     ToolCallRecord,
     ToolError,
     call_tool,
+    cost,
     cut,
     estimate_tokens,
 )
@@ -58,6 +61,9 @@ DAY = 24 * 3600.0
 DEFAULT_RETRY_DELAY = 10.0  # a per-minute 429 without a retry delay
 MAX_QUOTA_RETRIES = 5  # per-minute 429s waited out for one turn
 TOKEN_MARGIN = 512  # added to each request's token estimate
+# Output tokens a request without its own bound reserves of the daily cap: Gemini 2.5's
+# most (thinking included), so an unbounded answer never costs more than was reserved.
+DEFAULT_OUTPUT_BOUND = 65_536
 TRANSCRIPT_LIMIT = 2048  # characters kept of each function response
 NUDGE = "Call a tool: submit_rule or give_up"
 WARNING = "You have {calls} tool calls / {tokens} tokens left: call submit_rule or give_up now."
@@ -99,12 +105,25 @@ class ToolLoop:
         sleep: Callable[[float], None] = time.sleep,
         interrupts: tuple[type[BaseException], ...] = (),
         mask: Callable[[Any], Any] | None = None,
+        spend: Spending | None = None,
+        price: tuple[float, float] | None = None,
+        max_output_tokens: int | None = None,
+        max_wait: float | None = None,
     ) -> None:
         """``interrupts``: exceptions that end the session whatever raises them (a task's
         soft time limit), never reported to the model as a tool's error. ``mask`` masks
         secrets in every tool result sent to the model and every transcript turn (by
-        default the secret rules; the worker adds its deployment's own secrets)."""
+        default the secret rules; the worker adds its deployment's own secrets).
+
+        ``spend``: the daily cap every request reserves its most from before it is
+        sent (its estimated prompt and ``max_output_tokens`` at ``price``, dollars per
+        million tokens in and out); a model without a price costs nothing. ``max_wait``:
+        seconds a one-shot request (``generate``) may wait on the rate limiter."""
         self.mask: Callable[[Any], Any] = mask or Masker()
+        self.spend = spend
+        self.price = price
+        self.max_output_tokens = max_output_tokens
+        self.max_wait = Budget().max_wait_seconds if max_wait is None else max_wait
         self.gateway = gateway
         self.limiter = limiter
         self._sleep = sleep
@@ -133,7 +152,10 @@ class ToolLoop:
             stop = _exhausted(result, budget) or _unaffordable(result, budget, estimate)
             if stop:
                 return _end(result, Outcome.BUDGET, reason=stop)
-            answer = self._turn(session, ModelRequest(list(session.history), tools), estimate)
+            request = ModelRequest(
+                list(session.history), tools, max_output_tokens=self.max_output_tokens
+            )
+            answer = self._turn(session, request, estimate)
             reply = _bounded(answer)
             session.history.append(reply)
             parts: list[str | ToolAnswer] = []
@@ -164,10 +186,16 @@ class ToolLoop:
             answered = reply.tokens_out if reply is answer else estimate_tokens(reply.text)
             estimate = reply.tokens_in + answered + added + TOKEN_MARGIN
 
-    def generate(self, prompt: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    def generate(
+        self,
+        prompt: str,
+        schema: dict[str, Any] | None = None,
+        max_output_tokens: int | None = None,
+    ) -> dict[str, Any]:
         """One request; with ``schema``, the reply is JSON of that shape."""
-        session = _Session(SessionResult(Outcome.ERROR), _WaitBudget(Budget().max_wait_seconds))
-        request = ModelRequest([UserTurn((prompt,))], schema=schema)
+        session = _Session(SessionResult(Outcome.ERROR), _WaitBudget(self.max_wait))
+        most = max_output_tokens or self.max_output_tokens
+        request = ModelRequest([UserTurn((prompt,))], schema=schema, max_output_tokens=most)
         reply = self._turn(session, request, estimate_tokens(prompt) + TOKEN_MARGIN, record=False)
         parsed: Any = None
         if schema is not None:
@@ -180,6 +208,8 @@ class ToolLoop:
             "json": parsed,
             "tokens_in": reply.tokens_in,
             "tokens_out": reply.tokens_out,
+            "model": self.gateway.model,
+            "cost": cost(self.price, reply.tokens_in, reply.tokens_out),
         }
 
     # --- one turn -------------------------------------------------------------
@@ -202,13 +232,22 @@ class ToolLoop:
             finally:
                 wait.spend(time.monotonic() - started)
             try:
+                ticket = self._reserve(request, estimate)
+            except BudgetReached as exc:
+                self.limiter.settle(model, estimate, 0)
+                self._record(partial, {"role": "event", "text": f"not sent: {exc.reason}"})
+                raise BudgetReached(exc.reason, exc.retry_after, partial) from None
+            try:
                 reply = self.gateway.send(request)
             except RateLimited as hit:
+                self._settle(ticket, 0.0)  # a 429 is not charged
                 self.limiter.settle(model, estimate, 0)
                 quota_hits += 1
                 self._quota_hit(hit, wait, partial, last=quota_hits > MAX_QUOTA_RETRIES)
                 continue
             except ModelUnavailable as exc:
+                # A timed-out request may still be charged: its reservation stays spent.
+                self._settle(ticket, None)
                 self.limiter.settle(model, estimate, 0)
                 if failures >= len(self.server_retry_delays):
                     raise ModelError(f"{model}: {exc}", partial) from exc
@@ -217,9 +256,14 @@ class ToolLoop:
                 failures += 1
                 continue
             except ModelError as exc:
+                self._settle(ticket, None)
                 self.limiter.settle(model, estimate, 0)
                 exc.partial = partial
                 raise
+            except BaseException:  # a time limit mid-request: what it cost is not known
+                self._settle(ticket, None)
+                raise
+            self._settle(ticket, cost(self.price, reply.tokens_in, reply.tokens_out))
             self.limiter.settle(model, estimate, reply.tokens_in + reply.tokens_out)
             result.turns += 1
             result.tokens_in += reply.tokens_in
@@ -229,6 +273,19 @@ class ToolLoop:
             if record:
                 self._record(result, _model_turn(model, reply))
             return reply
+
+    def _reserve(self, request: ModelRequest, estimate: int) -> str | None:
+        """Reserve the request's most from the daily cap: its prompt as estimated and every
+        output token it may write. None when nothing is capped (no cap, or no price)."""
+        if self.spend is None or self.price is None or self.price == (0.0, 0.0):
+            return None
+        most = request.max_output_tokens or self.max_output_tokens or DEFAULT_OUTPUT_BOUND
+        return self.spend.reserve(cost(self.price, estimate, most))
+
+    def _settle(self, ticket: str | None, dollars: float | None) -> None:
+        """What the reserved request cost; None keeps the whole reservation spent."""
+        if ticket is not None and self.spend is not None and dollars is not None:
+            self.spend.settle(ticket, dollars)
 
     def _quota_hit(
         self, hit: RateLimited, wait: _WaitBudget, result: SessionResult | None, last: bool

@@ -48,7 +48,7 @@ def default_session_id() -> str:
 
 def service(runtime: Runtime) -> ExploreService:
     from theow_workers.adapters.providers import gateway_from_settings
-    from theow_workers.adapters.redis_state import RedisExploreState, RedisLimiter
+    from theow_workers.adapters.redis_state import RedisExploreState, RedisLimiter, spend_cap
     from theow_workers.store.explore import ExploreStore
 
     s = runtime.settings
@@ -61,7 +61,9 @@ def service(runtime: Runtime) -> ExploreService:
     return ExploreService(
         state=RedisExploreState(runtime.redis),
         sink=ExploreStore(runtime.store),
-        gateway=lambda: gateway_from_settings(s, limiter),
+        gateway=lambda: gateway_from_settings(
+            s, limiter, spend_cap(runtime.redis, s.llm_daily_budget)
+        ),
         embed=lambda text: runtime.embedder.embed([text])[0],
         settings=ExploreSettings(
             budget=budget,

@@ -159,7 +159,8 @@ def check_consumers(ctx: Context) -> list[Finding]:
         return [Finding("consumers", FAIL, f"cannot read the workers' heartbeats: {exc}")]
     finally:
         client.close()
-    return [_consumer_finding(q, found[q], ctx.settings.explore) for q in names.QUEUES]
+    s = ctx.settings
+    return [_consumer_finding(q, found[q], s.explore, s.explain) for q in names.QUEUES]
 
 
 # What waits when a queue has no consumer, and how bad that is.
@@ -168,15 +169,20 @@ _STALLS = {
     names.QUEUE_EXPLORE: (FAIL, "no unknown failure is explored"),
     names.QUEUE_REPLAY: (WARN, "`theow replay` would wait"),
     names.QUEUE_PASSING: (WARN, "passing runs queue up unlearned"),
+    names.QUEUE_EXPLAIN: (WARN, "unexplained failures get no explanation"),
 }
 
 
-def _consumer_finding(queue: str, workers: list[str], explore: bool) -> Finding:
+def _consumer_finding(
+    queue: str, workers: list[str], explore: bool, explain: bool = False
+) -> Finding:
     check = f"consumers.{queue}"
     if workers:
         return Finding(check, OK, f"the {queue} queue is consumed by {', '.join(workers)}")
     if queue == names.QUEUE_EXPLORE and not explore:
         return Finding(check, SKIP, "THEOW_EXPLORE is off: nothing explores")
+    if queue == names.QUEUE_EXPLAIN and not explain:
+        return Finding(check, SKIP, "THEOW_EXPLAIN is off: nothing is explained")
     status, stall = _STALLS[queue]
     return Finding(
         check, status,
@@ -411,8 +417,8 @@ def check_llm(ctx: Context) -> list[Finding]:
     from theow_workers.config import ConfigError
 
     s = ctx.settings
-    if not s.explore:
-        return [Finding("llm", SKIP, "THEOW_EXPLORE is off: this process does not explore")]
+    if not s.explore and not s.explain:
+        return [Finding("llm", SKIP, "THEOW_EXPLORE and THEOW_EXPLAIN are off: no model is called")]
     try:
         models = configured_models(s)
     except ConfigError as exc:
@@ -443,6 +449,35 @@ def check_llm(ctx: Context) -> list[Finding]:
     return findings
 
 
+def check_budget(ctx: Context) -> list[Finding]:
+    """The daily LLM budget: what is spent today, and whether model calls stopped until midnight."""
+    import redis
+
+    from theow_workers.adapters.redis_state import RedisSpend
+
+    s = ctx.settings
+    if s.llm_daily_budget <= 0:
+        if s.explore or s.explain:
+            return [Finding("llm.budget", OK, "no daily budget (THEOW_LLM_DAILY_BUDGET unset)")]
+        return [Finding("llm.budget", SKIP, "no model is called (explore and explain are off)")]
+    if not ctx.found.get("redis"):
+        return [Finding("llm.budget", SKIP, "needs Redis")]
+    client = redis.Redis.from_url(
+        s.redis_url, socket_connect_timeout=TIMEOUT, socket_timeout=TIMEOUT
+    )
+    try:
+        spent, reached = RedisSpend(client, s.llm_daily_budget).status()
+    except redis.RedisError as exc:
+        return [Finding("llm.budget", FAIL, f"cannot read today's LLM spend: {exc}")]
+    finally:
+        client.close()
+    if reached:
+        fix = "raise THEOW_LLM_DAILY_BUDGET on every worker, or wait for the next UTC day"
+        return [Finding("llm.budget", FAIL, reached, fix)]
+    detail = f"${spent:.4f} of ${s.llm_daily_budget:g} spent or reserved today (UTC)"
+    return [Finding("llm.budget", OK, detail)]
+
+
 CHECKS: tuple[Callable[[Context], list[Finding]], ...] = (
     check_config,
     check_redis,
@@ -453,4 +488,5 @@ CHECKS: tuple[Callable[[Context], list[Finding]], ...] = (
     check_rules,
     check_index,
     check_llm,
+    check_budget,
 )

@@ -106,6 +106,7 @@ def detail(store: ExploreStore, failure_id: str) -> dict[str, Any] | None:
                 "seen_in_passing": verdict.seen_in_passing or [],
                 "where": verdict.where_lines or [],
                 "wrapper": verdict.wrapper,
+                "explanation": verdict.explanation,
             },
             "attempts": [
                 {

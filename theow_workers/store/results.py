@@ -367,6 +367,7 @@ def _stored_verdict(conn: Connection, failure_id: str) -> Verdict | None:
             "seen_in_passing": row.seen_in_passing or [],
             "where": row.where_lines or [],
             "wrapper": row.wrapper,
+            "explanation": row.explanation,
         }
     )
 
@@ -388,7 +389,7 @@ def verdict_values(v: Verdict) -> dict[str, Any]:
         "actions": data["actions"], "outputs": data["outputs"], "reason": v.reason,
         "attempts": v.attempts, "evidence": v.evidence, "also": list(v.also),
         "seen_in_passing": list(v.seen_in_passing), "where_lines": data["where"] or None,
-        "wrapper": v.wrapper, "decided_at": _now(),
+        "wrapper": v.wrapper, "explanation": v.explanation, "decided_at": _now(),
     }  # fmt: skip
 
 

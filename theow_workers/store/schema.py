@@ -115,6 +115,28 @@ class VerdictRow(Base):
     where_lines: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
     wrapper: Mapped[str | None] = mapped_column(String(256), nullable=True)
     decided_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, index=True)
+    # explain's answer for an unexplained failure ({state, text, cause, next_step, model,
+    # reason}), attached after the verdict; None: not explained (explain off, or not yet).
+    explanation: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+
+
+class ExplanationRow(Base):
+    """What the model answered for one cause (``core.explanation.cause_key``): paid once."""
+
+    __tablename__ = "explanations"
+
+    cause: Mapped[str] = mapped_column(String(64), primary_key=True)
+    project: Mapped[str] = mapped_column(String(200), default="", index=True)
+    state: Mapped[str] = mapped_column(String(16))
+    text: Mapped[str] = mapped_column(Text, default="")
+    cause_class: Mapped[str] = mapped_column(String(32), default="")
+    next_step: Mapped[str] = mapped_column(Text, default="")
+    model: Mapped[str] = mapped_column(String(200), default="")
+    reason: Mapped[str] = mapped_column(Text, default="")
+    tokens_in: Mapped[int] = mapped_column(Integer, default=0)
+    tokens_out: Mapped[int] = mapped_column(Integer, default=0)
+    cost: Mapped[float] = mapped_column(Float, default=0.0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
 
 
 class RuleStatsRow(Base):

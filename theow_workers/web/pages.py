@@ -246,9 +246,17 @@ def _failure_context(console: Console, failure_id: str) -> dict[str, Any] | None
         for k, v in facts.items()
         if not (isinstance(v, str) and ("\n" in v or len(v) > 300))
     }
+    explanation = (
+        verdict.get("explanation") if isinstance(verdict.get("explanation"), dict) else None
+    )
     return {
         "info": info,
         "verdict": verdict,
+        # A model's words: masked again, and shown as text (the template escapes them).
+        "explanation": {k: redact_text(str(v)) for k, v in explanation.items()}
+        if explanation
+        else None,
+        "budget": budget_notice(console.settings),
         "brief_facts": brief,
         "long_facts": [k for k in facts if k not in brief],
         "log_fact": shown or "log",
@@ -260,6 +268,26 @@ def _failure_context(console: Console, failure_id: str) -> dict[str, Any] | None
             if isinstance(w, dict)
         ],
     }
+
+
+def budget_notice(settings: Any) -> str | None:
+    """Why no model call is sent today (the daily LLM budget is reached), or None.
+
+    Read from Redis with a short time limit; a console whose Redis is away says nothing.
+    """
+    if settings.llm_daily_budget <= 0:
+        return None
+    import redis
+
+    from theow_workers.adapters.redis_state import RedisSpend
+
+    client = redis.Redis.from_url(settings.redis_url, socket_timeout=1, socket_connect_timeout=1)
+    try:
+        return RedisSpend(client, settings.llm_daily_budget).status()[1]
+    except redis.RedisError:
+        return None
+    finally:
+        client.close()
 
 
 def _kept_lines(info: dict[str, Any]) -> dict[str, LineMap]:
