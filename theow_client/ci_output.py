@@ -42,7 +42,7 @@ from theow_client import config
 from theow_client.redact import redact_text
 from theow_client.terminal import printable
 from theow_client.verdict import Status, Verdict
-from theow_client.verdict_text import format_verdict, prefixed
+from theow_client.verdict_text import explained, format_verdict, prefixed
 
 # A line of log text, once made safe: long enough for a compiler's message, short in a summary.
 MAX_LINE_CHARS = 500
@@ -256,6 +256,9 @@ def markdown(verdict: Verdict, link: str | None) -> str:
         parts += ["Lines to look at:", fenced([str(look) for look in looks])]
     else:
         parts.append("No line to look at.")
+    said = [safe(" ".join(line.split())) for line in explained(verdict.explanation)]
+    if said:  # a model's words: masked on the worker, escaped here like log text
+        parts.append("Explanation:\n\n" + "\n".join(f"- {markdown_text(s)}" for s in said))
     done = what_was_done(verdict)
     if done:
         parts.append("What was done:\n\n" + "\n".join(f"- {markdown_text(d)}" for d in done))

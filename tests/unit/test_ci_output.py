@@ -104,3 +104,23 @@ def test_a_summary_is_bounded_however_long_the_lines_and_however_many_the_output
     assert len(items) == MAX_DONE_LINES and items[-1] == "- ... and 21 more"
     assert all(len(line) <= MAX_LINE_CHARS + 20 for line in text.splitlines())
     assert len(text) < 10_000
+
+
+def test_the_summary_says_the_explanation_of_a_failure_no_rule_explains_in_escaped_words() -> None:
+    verdict = Verdict(
+        failure_id="f-2",
+        status=Status.UNMATCHED,
+        where=(Where("log", 12, "E: unable to locate package libfoo"),),
+        explanation={
+            "state": "explained",
+            "cause": "dependency",
+            "text": "The package <b>libfoo</b> is not in the image's sources.",
+            "next_step": "add its repository before `apt-get install`",
+            "model": "qwen",
+        },
+    )
+    text = markdown(verdict, None)
+
+    assert "- likely: dependency: The package &lt;b&gt;libfoo&lt;/b&gt;" in text
+    assert "<b>" not in text
+    assert "- next: add its repository before" in text
