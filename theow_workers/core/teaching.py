@@ -1,0 +1,547 @@
+"""Teaching by pointing: the lines a person marks as why a build failed, made into a rule.
+
+A reviewer sees in seconds which lines explain a failure; writing a general,
+safe regex with examples is what takes them half an hour. :func:`synthesize`
+does that part: from a failure's facts and a span of its log's lines it picks
+the telling line (not a wrapper's, not one the job's passing runs print, not a
+banner, a hint or a stack frame), generalizes what differs between runs of one
+cause (numbers, hashes, times, durations, paths, URLs, quoted names: the
+volatile parts :func:`~theow_workers.core.logtext.mask_volatile` masks) into
+character classes, names the subject (the first file or path ``file``, the
+first quoted name ``name``, a URL ``url``), keeps the message's words literal
+(so Hyperscan's one pass stays cheap), scopes the rule to the failure's
+``repo`` or ``job`` when the facts have one, and takes ``examples`` from the
+selected lines and ``counter_examples`` from the lines around them and the
+job's normal. The draft must match its own failure with its evidence inside
+the span and pass the checks ``theow rules check`` runs (examples, scanner,
+flag reading, no other specific rule winning its examples or it winning
+theirs); a line whose rule does not is passed over for the next.
+
+A taught rule is a rule file like any other: tagged ``taught``, mode
+``track`` unless told, its ``notes`` saying where it was taught and by whom.
+
+>>> log = "make all\\nsrc/x.c:12:3: frobnicate failed: bad widget 'w7'\\nmake: *** [all] Error 1\\n"
+>>> taught = synthesize({"log": log, "repo": "acme/app"}, 2, 3,
+...                     is_wrapper=lambda line: line.startswith("make: ***"))
+>>> taught.line, taught.rule.when[0].equals
+(2, 'acme/app')
+>>> print(taught.rule.when[1].regex)
+(?m)(?P<file>[^\\s:'"()\\[\\]<>,;]+):\\d+(?:[.,:]\\d+)*:[ \\t]+frobnicate[ \\t]+failed:[ \\t]+bad[ \\t]+widget[ \\t]+'[^\\n]*?'[ \\t]*\\r?$
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import regex
+import yaml
+
+from theow_workers.core.confusion import rule_confusions
+from theow_workers.core.examples import example_problems
+from theow_workers.core.logtext import ANNOTATION, LINE_STAMP, numbered_lines, strip_ansi
+from theow_workers.core.matching import evaluate
+from theow_workers.core.resolver import RuleBook, matching_facts
+from theow_workers.core.rules import NAME_PATTERN, Mode, Rule, RuleError, parse_rule
+from theow_workers.core.summary import BANNER, EXIT_NOTE, FRAME, HINT, tier_of
+
+LinePredicate = Callable[[str], bool]
+SCOPES = ("auto", "repo", "job", "global")
+TAUGHT_TAG = "taught"
+MAX_SPAN = 400  # lines a person may select: a teaching is a message, not a log
+MAX_EXAMPLE_CHARS = 400
+MAX_EXAMPLES = 4
+MAX_COUNTER_EXAMPLES = 4
+MAX_LITERAL = 64  # literal characters a pattern keeps: enough to be specific, short enough to recur
+MIN_LETTERS = 4  # a pattern states at least this many letters of the message
+MAX_NAME = 60
+MAX_QUOTED = 120
+
+# What a terminal shows as nothing: colour and cursor codes, and the bare "[31m" a log keeps.
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[=>]|\x1b[()][0-9A-Za-z]|\[\d{1,3}(?:;\d{1,3})*m|[\x00-\x08\x0b-\x1f\x7f]")
+ANSI_CLASS = r"(?:\x1b\[[0-9;?]*[A-Za-z]|\x1b[=>]|\[[0-9;]*m)*"
+SPACE_CLASS = r"[ \t]+"
+# The volatile parts of a message, tried in this order at each position: (kind, text, regex).
+_PATH_CHARS = r"[^\s:'\"()\[\]<>,;]+"
+_VOLATILE: tuple[tuple[str, re.Pattern[str], str], ...] = (
+    # A URL's scheme stays literal ("https://"): the rest is the subject.
+    ("url", re.compile(r"\b[a-zA-Z][\w+.-]*://[^\s'\"<>()\[\]{}]+"), r"[^\s'\"<>()\[\]{}]+"),  # fmt: skip
+    ("quoted", re.compile(r"'(?:[^'\n]|'(?=\w))+'|\"[^\"\n]+\"|`[^`\n]+`|‘[^’\n]+’|“[^”\n]+”"), ""),  # fmt: skip
+    ("uuid", re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"), r"[0-9a-fA-F-]{36}"),  # fmt: skip
+    ("date", re.compile(r"\b\d{4}[-/]\d\d[-/]\d\d(?:[T ]\d\d:\d\d(?::\d\d)?(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)?"), r"\d{4}[-/]\d\d[-/]\d\d(?:[T ]\d\d:\d\d(?::\d\d)?(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)?"),  # fmt: skip
+    ("time", re.compile(r"\b\d\d?:\d\d:\d\d(?:[.,]\d+)?\b"), r"\d\d?:\d\d:\d\d(?:[.,]\d+)?"),
+    ("path", re.compile(r"(?:[A-Za-z]:)?[\w.@+~$-]*(?:[/\\][\w.@+~$-]+)+[/\\]?"), _PATH_CHARS),
+    ("hex", re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,}\b"), r"[0-9a-f]+"),
+    ("duration", re.compile(r"\b\d+(?:\.\d+)?(?:ms|s|secs?|seconds?|mins?|minutes?|h)\b"), r"\d+(?:\.\d+)?[a-z]*"),  # fmt: skip
+    # Versions and codes that mix letters and digits: "v1.2.3", "x86_64", "E128", "1.0.0.rc.2".
+    ("mixed", re.compile(r"\b(?=[\w.-]*\d)(?=[\w.-]*[A-Za-z])\w+(?:[.-]\w+)*\b"), r"[\w.-]+"),
+    # A file or a dotted name: "Commands.md", "module.js", "Awesome.Order.check".
+    ("dotted", re.compile(r"\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+\b"), r"[\w.]+"),
+    ("number", re.compile(r"\d+(?:[.,:]\d+)*"), r"\d+(?:[.,:]\d+)*"),
+)
+_GROUP_OF = {"path": "file", "dotted": "file", "quoted": "name", "url": "url"}
+_WORD = re.compile(r"[A-Za-z]{2,}")
+_STOP = frozenset(
+    "a an the and or of to in on at for by with is are was were be been it this that "
+    "from as not no please use you your".split()
+)
+# A line that says where an error passed through, not what it is.
+_TRACE = re.compile(r"^(?:at |File \"|from |\(\w+\) |#\d+ |in |called from |\.\.\.)|^\s*\^+\s*$")
+
+
+class TeachError(ValueError):
+    """No rule can be made from the selected lines; the message says why."""
+
+
+@dataclass(frozen=True)
+class Token:
+    kind: str  # "literal", "space", "ansi", or a volatile kind
+    text: str
+
+    @property
+    def literal(self) -> bool:
+        return self.kind == "literal"
+
+
+@dataclass(frozen=True)
+class Draft:
+    """One line's pattern: the regex and how much of the message it states literally."""
+
+    pattern: str
+    letters: int  # literal letters
+    words: tuple[str, ...]  # the literal words, for a name and a description
+
+
+@dataclass(frozen=True)
+class Taught:
+    """A synthesized rule, with the line it was made from and what was tried before it."""
+
+    rule: Rule
+    rule_yaml: str
+    line: int  # the telling line, 1-based in the log
+    text: str  # as a person reads it
+    passed_over: tuple[str, ...] = ()  # "line N: why" for lines tried first
+    scope: str = "global"
+
+
+@dataclass
+class _Span:
+    log: str
+    lines: list[tuple[int, str, str]] = field(default_factory=list)  # (number, cleaned, raw segment)
+
+
+def synthesize(
+    facts: dict[str, Any],
+    first: int,
+    last: int,
+    *,
+    is_wrapper: LinePredicate | None = None,
+    is_normal: LinePredicate | None = None,
+    normal_lines: Sequence[str] = (),
+    scope: str = "auto",
+    mode: str = "track",
+    name: str | None = None,
+    taken: frozenset[str] | set[str] = frozenset(),
+    book: RuleBook | None = None,
+    origin: str = "",
+) -> Taught:
+    """The rule a reviewer would write for lines ``first``..``last`` of the failure's log.
+
+    ``is_wrapper`` and ``is_normal`` judge lines as the resolver does (the
+    book's wrappers, the job's normal); ``normal_lines`` (the job's passing
+    output, when known) become counter-examples the rule must not match.
+    ``book`` is the library the rule joins: no rule of it may win the new
+    rule's examples, nor the new rule theirs. ``taken`` names it must not
+    take. ``origin`` goes into the rule's notes ("failure X lines A-B, by Y").
+    Raises TeachError when no selected line makes a rule that passes.
+    """
+    if scope not in SCOPES:
+        raise TeachError(f"scope must be one of {', '.join(SCOPES)}, not {scope!r}")
+    if first < 1 or last < first:
+        raise TeachError(f"lines {first}-{last}: give the first and the last line, 1-based")
+    if last - first >= MAX_SPAN:
+        raise TeachError(f"lines {first}-{last}: select at most {MAX_SPAN} lines, the ones that say why")
+    facts = matching_facts(facts)
+    log = facts.get("log")
+    if not isinstance(log, str) or not log.strip():
+        raise TeachError("the failure has no log to teach from")
+    span = _span(log, first, last)
+    if not span.lines:
+        raise TeachError(f"lines {first}-{last} hold no text (the log has {log.count(chr(10)) + 1} lines)")
+    conditions, scope_used = _scope(facts, scope)
+    tried: list[str] = []
+    for number, text, raw in _telling(span, is_wrapper, is_normal, tried):
+        for level in (2, 1, 0):
+            draft = draft_pattern(raw, level)
+            if draft is None:
+                tried.append(f"line {number}: too little literal text to recognise it by")
+                break
+            problem, taught = _try(
+                draft, facts, span, number, text, conditions, scope_used,
+                normal_lines=normal_lines, mode=mode, name=name, taken=taken, book=book,
+                is_wrapper=is_wrapper, origin=origin or f"lines {first}-{last}",
+                passed_over=tuple(tried),
+            )  # fmt: skip
+            if taught is not None:
+                return taught
+            tried.append(f"line {number} (generalized {level}): {problem}")
+    why = "; ".join(tried[-4:]) or "every selected line is a wrapper, a banner or the job's normal"
+    raise TeachError(f"no rule made from lines {first}-{last}: {why}")
+
+
+def _span(log: str, first: int, last: int) -> _Span:
+    """The selected lines as a person reads them, each with the raw text a regex sees."""
+    physical = log.split("\n")
+    span = _Span(log)
+    for number, text in numbered_lines(log):
+        if number < first:
+            continue
+        if number > last:
+            break
+        span.lines.append((number, text, _raw_segment(physical[number - 1], text)))
+    return span
+
+
+def _raw_segment(line: str, text: str) -> str:
+    """The part of a raw log line (colour codes kept) that reads as ``text``."""
+    for segment in line.replace("\r\n", "\n").split("\r"):
+        cleaned = LINE_STAMP.sub("", strip_ansi(segment)).strip()
+        if cleaned == text:
+            return segment.rstrip("\n")
+    return line.rstrip("\r")
+
+
+def _telling(
+    span: _Span, is_wrapper: LinePredicate | None, is_normal: LinePredicate | None, tried: list[str]
+) -> list[tuple[int, str, str]]:
+    """The span's lines that could say why, most telling first.
+
+    An error marker's tier first (a runner's or compiler's own line before a
+    bare "error" word); among equals, the line stating more of the message
+    (up to a point), then the first.
+    """
+    ranked = []
+    for number, text, raw in span.lines:
+        message = ANNOTATION.sub("", text)
+        if is_wrapper is not None and is_wrapper(text):
+            tried.append(f"line {number}: a wrapper (says a step failed, not why)")
+            continue
+        if is_normal is not None and is_normal(text):
+            tried.append(f"line {number}: the job's passing runs print it too")
+            continue
+        if BANNER.match(message) or EXIT_NOTE.search(message) or HINT.search(message):
+            tried.append(f"line {number}: a banner, an exit note or a hint")
+            continue
+        if FRAME.match(message) or _TRACE.match(message):
+            tried.append(f"line {number}: a stack frame")
+            continue
+        tier = tier_of(message)
+        letters = sum(len(w) for w in _WORD.findall(message))
+        ranked.append(((9 if tier is None else tier), -min(letters, 24) // 8, number, text, raw))
+    ranked.sort(key=lambda r: r[:3])
+    return [(number, text, raw) for *_, number, text, raw in ranked]
+
+
+def tokens(raw: str) -> list[Token]:
+    """A raw log line as literal text, spaces, colour codes and volatile parts."""
+    found: list[Token] = []
+    at = 0
+    text_start = 0
+
+    def flush(end: int) -> None:
+        for piece in re.split(r"([ \t]+)", raw[text_start:end]):
+            if piece:
+                found.append(Token("space" if piece.isspace() else "literal", piece))
+
+    while at < len(raw):
+        ansi = _ANSI.match(raw, at)
+        if ansi is not None and ansi.end() > at:
+            flush(at)
+            found.append(Token("ansi", ansi.group()))
+            at = text_start = ansi.end()
+            continue
+        for kind, pattern, _ in _VOLATILE:
+            hit = pattern.match(raw, at)
+            if hit is None or (kind == "quoted" and len(hit.group()) > MAX_QUOTED + 2):
+                continue
+            if at > 0 and pattern.pattern.startswith(r"\b") is False and kind == "number":
+                if raw[at - 1].isalpha() or raw[at - 1] == "_":
+                    continue  # a digit inside a word ("utf8") is part of the word
+            flush(at)
+            if kind == "url":
+                scheme, rest = hit.group().split("://", 1)
+                found.append(Token("literal", scheme + "://"))
+                found.append(Token(kind, rest))
+            else:
+                found.append(Token(kind, hit.group()))
+            at = text_start = hit.end()
+            break
+        else:
+            at += 1
+    flush(len(raw))
+    return _merge_literals(found)
+
+
+def _merge_literals(found: list[Token]) -> list[Token]:
+    merged: list[Token] = []
+    for token in found:
+        if merged and token.literal and merged[-1].literal:
+            merged[-1] = Token("literal", merged[-1].text + token.text)
+        elif merged and token.kind == "ansi" and merged[-1].kind == "ansi":
+            merged[-1] = Token("ansi", merged[-1].text + token.text)
+        else:
+            merged.append(token)
+    return merged
+
+
+def draft_pattern(raw: str, level: int = 2) -> Draft | None:
+    """The regex for one raw line: literal words, volatile parts as classes.
+
+    ``level`` 2 generalizes every volatile part; 1 keeps paths, names and
+    quoted text literal (numbers, times and hashes still vary); 0 is the line
+    as it is. None when the line states too little literally to be told apart.
+
+    >>> draft_pattern("Error: Cannot find module './db.json' (took 12ms)").pattern
+    "Error:[ \\\\t]+Cannot[ \\\\t]+find[ \\\\t]+module[ \\\\t]+'(?P<name>[^\\\\n]*?)'[ \\\\t]+\\\\(took[ \\\\t]+\\\\d+(?:\\\\.\\\\d+)?[a-z]*\\\\)[ \\\\t]*\\\\r?$"
+    """
+    found = tokens(raw)
+    kept = {"number", "time", "date", "uuid", "hex", "duration"} if level == 1 else set()
+    if level < 2:
+        found = _merge_literals(
+            [Token("literal", t.text) if t.kind not in {"space", "ansi", *kept} else t for t in found]
+        )
+    if level == 0:
+        found = _merge_literals([Token("literal", t.text) if t.kind != "ansi" and t.kind != "space" else t for t in found])  # fmt: skip
+    # Leading colour codes, spaces and volatile parts say nothing; a subject with little
+    # else to go by (a test name before "FAIL") is kept.
+    # A subject just before the message ("src/a.c:3: error ...") is kept as a named group.
+    start = 0
+    while start < len(found) and not (found[start].literal and _WORD.search(found[start].text)):
+        start += 1
+    lead = found[:start]
+    body = found[start:]
+    subjects = [i for i, t in enumerate(lead) if t.kind in _GROUP_OF]
+    if subjects:
+        body = lead[subjects[-1] :] + body
+    # Cut after enough literal text: a long line's tail is where runs differ most.
+    kept_tokens: list[Token] = []
+    count = 0
+    cut = False
+    for token in body:
+        kept_tokens.append(token)
+        if token.literal:
+            count += len(token.text)
+            if count >= MAX_LITERAL:
+                cut = True
+                break
+    while kept_tokens and kept_tokens[-1].kind in {"space", "ansi"}:
+        kept_tokens.pop()
+    cut = cut and len(kept_tokens) < len(body)
+    while kept_tokens and not kept_tokens[-1].literal and kept_tokens[-1].kind not in _GROUP_OF:
+        kept_tokens.pop()
+        cut = True
+    words = tuple(w for t in kept_tokens if t.literal for w in _WORD.findall(t.text))
+    letters = sum(len(w) for w in words)
+    if letters < MIN_LETTERS or not kept_tokens:
+        return None
+    parts: list[str] = []
+    named: set[str] = set()
+    for token in kept_tokens:
+        parts.append(_regex_of(token, named))
+    pattern = "".join(parts)
+    if not cut:
+        pattern += r"[ \t]*" + ANSI_CLASS + r"[ \t]*\r?$" if _ends_with_ansi(found) else r"[ \t]*\r?$"
+    return Draft("(?m)" + pattern if pattern.endswith("$") else pattern, letters, words)
+
+
+def _ends_with_ansi(found: list[Token]) -> bool:
+    return any(t.kind == "ansi" for t in found[-3:])
+
+
+def _regex_of(token: Token, named: set[str]) -> str:
+    if token.literal:
+        return regex.escape(token.text, special_only=True, literal_spaces=True)
+    if token.kind == "space":
+        return SPACE_CLASS
+    if token.kind == "ansi":
+        return ANSI_CLASS
+    if token.kind == "quoted":
+        body = r"[^\n]*?"
+        inner = _named(body, "name", named)
+        opening, closing = token.text[0], token.text[-1]
+        return regex.escape(opening, special_only=True) + inner + regex.escape(closing, special_only=True)
+    shape = next(shape for kind, _, shape in _VOLATILE if kind == token.kind)
+    group = _GROUP_OF.get(token.kind)
+    return _named(shape, group, named) if group else shape
+
+
+def _named(shape: str, group: str | None, named: set[str]) -> str:
+    """``shape`` as a named group the first time ``group`` occurs, else as it is."""
+    if group is None or group in named:
+        return shape if group is None else f"(?:{shape})"
+    named.add(group)
+    return f"(?P<{group}>{shape})"
+
+
+def _scope(facts: dict[str, Any], scope: str) -> tuple[list[dict[str, Any]], str]:
+    """The conditions that keep a rule to the failure's project or job, and the scope used."""
+    from theow_client.job import job_fact
+
+    values = {"repo": facts.get("repo"), "job": job_fact(facts)}
+    order = ("repo", "job") if scope == "auto" else ((scope,) if scope != "global" else ())
+    for key in order:
+        value = values.get(key)
+        if isinstance(value, str) and value.strip():
+            return [{"fact": key, "equals": value}], key
+        if scope != "auto":
+            raise TeachError(f"scope {scope}: the failure has no {key!r} fact")
+    return [], "global"
+
+
+def _try(
+    draft: Draft,
+    facts: dict[str, Any],
+    span: _Span,
+    number: int,
+    text: str,
+    conditions: list[dict[str, Any]],
+    scope: str,
+    *,
+    normal_lines: Sequence[str],
+    mode: str,
+    name: str | None,
+    taken: frozenset[str] | set[str],
+    book: RuleBook | None,
+    is_wrapper: LinePredicate | None,
+    origin: str,
+    passed_over: tuple[str, ...],
+) -> tuple[str, Taught | None]:
+    """(why not, None) or ("", the rule) for one draft pattern."""
+    try:
+        compiled = regex.compile(draft.pattern, regex.MULTILINE | regex.DOTALL)
+    except regex.error as exc:  # pragma: no cover - every token is escaped or a fixed class
+        return f"pattern does not compile: {exc}", None
+    selected = [raw for n, _, raw in span.lines if n >= number]
+    examples = _bounded([raw for raw in selected if compiled.search(raw)])[:MAX_EXAMPLES]
+    if not examples:
+        return "the pattern does not match its own line", None
+    if any(compiled.search(line) for line in normal_lines):
+        return "it matches a line the job's passing runs print", None
+    counter = _counter_examples(span, compiled, normal_lines, text)
+    rule_name = _unique_name(name or _name_of(draft.words), taken, book)
+    data: dict[str, Any] = {
+        "name": rule_name,
+        "description": _description(text),
+        "tags": [TAUGHT_TAG],
+        "mode": mode,
+        "when": [
+            *conditions,
+            {"fact": "log", "regex": draft.pattern, "examples": examples, "counter_examples": counter},
+        ],
+        "notes": f"taught from {origin}; scope {scope} (widen by removing the {scope} condition)"
+        if conditions
+        else f"taught from {origin}; scope global",
+    }
+    rule_yaml = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
+    try:
+        rule = parse_rule(rule_yaml)
+    except RuleError as exc:
+        return exc.reason, None
+    if rule.mode is not Mode.TRACK and rule.mode is not Mode.RETRY:
+        return "a taught rule has no action to run: its mode is track or retry", None
+    match = evaluate(rule, facts, is_wrapper=is_wrapper)
+    if not match.ok or match.evidence is None:
+        return f"it does not match the failure: {match.reason}", None
+    if not span.lines[0][0] <= match.evidence.line <= span.lines[-1][0]:
+        return f"on the failure its evidence is line {match.evidence.line}, outside the selection", None
+    problems = [why for _, why in example_problems(rule)]
+    if book is not None:
+        problems += rule_confusions(rule, book)
+    if problems:
+        return problems[0], None
+    return "", Taught(rule, rule_yaml, number, text, passed_over, scope)
+
+
+def _bounded(lines: list[str]) -> list[str]:
+    seen: dict[str, None] = {}
+    for line in lines:
+        seen.setdefault(line[:MAX_EXAMPLE_CHARS].rstrip("\r"), None)
+    return list(seen)
+
+
+def _counter_examples(
+    span: _Span, compiled: regex.Pattern[str], normal_lines: Sequence[str], text: str
+) -> list[str]:
+    """Lines that look alike and are not it: the job's normal, then the lines around the span."""
+    words = set(w.lower() for w in _WORD.findall(text))
+    physical = span.log.split("\n")
+    first, last = span.lines[0][0], span.lines[-1][0]
+    around = [physical[i - 1] for i in range(max(1, first - 3), first)]
+    around += [physical[i - 1] for i in range(last + 1, min(len(physical), last + 3) + 1)]
+    pool = list(normal_lines) + around
+
+    def alike(line: str) -> int:
+        return len(words & {w.lower() for w in _WORD.findall(strip_ansi(line))})
+
+    chosen = [
+        line
+        for line in sorted(pool, key=alike, reverse=True)
+        if strip_ansi(line).strip() and not compiled.search(line[:MAX_EXAMPLE_CHARS])
+    ]
+    return _bounded(chosen)[:MAX_COUNTER_EXAMPLES]
+
+
+def _name_of(words: tuple[str, ...]) -> str:
+    picked = [w.lower() for w in words if w.lower() not in _STOP][:5] or ["taught"]
+    return "_".join(picked)[:MAX_NAME].strip("_") or "taught"
+
+
+def _unique_name(base: str, taken: frozenset[str] | set[str], book: RuleBook | None) -> str:
+    base = re.sub(r"[^A-Za-z0-9_.-]+", "_", base).strip("_.-") or "taught"
+    if not re.match(NAME_PATTERN, base):
+        base = f"taught_{base}"
+    name, n = base, 1
+    while name in taken or (book is not None and book.get(name) is not None):
+        n += 1
+        name = f"{base}_{n}"
+    return name
+
+
+def _description(text: str) -> str:
+    shown = text if len(text) <= 160 else text[:157] + "..."
+    return f"Taught: {shown}"
+
+
+def chunk_span(log: str, chunk: str) -> tuple[int, int] | None:
+    """The lines of ``log`` (1-based, first and last) that hold a labelled ``chunk``, if found.
+
+    Lines are compared as a person reads them (colour codes, time stamps and
+    spaces aside), so a chunk copied from a rendered log is found in the raw one.
+
+    >>> chunk_span("a\\nb\\n\\x1b[31mboom\\x1b[0m\\nc\\n", "boom\\nc")
+    (3, 4)
+    """
+    wanted = [_plain(line) for line in chunk.split("\n")]
+    wanted = [line for line in wanted if line]
+    if not wanted:
+        return None
+    numbered = [(n, _plain(text)) for n, text in numbered_lines(log)]
+    head = wanted[0]
+    for i, (number, text) in enumerate(numbered):
+        if text != head and not (len(head) >= 8 and head in text):
+            continue
+        end, j = number, i
+        for line in wanted[1:]:
+            if j + 1 < len(numbered) and (numbered[j + 1][1] == line or (len(line) >= 8 and line in numbered[j + 1][1])):
+                j += 1
+                end = numbered[j][0]
+            else:
+                break
+        return number, end
+    return None
+
+
+def _plain(line: str) -> str:
+    return " ".join(LINE_STAMP.sub("", strip_ansi(line)).split())
