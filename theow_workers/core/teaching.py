@@ -58,13 +58,16 @@ MAX_LITERAL = 64  # literal characters a pattern keeps: enough to be specific, s
 MIN_LETTERS = 4  # a pattern states at least this many letters of the message
 MAX_NAME = 60
 MAX_QUOTED = 120
+PLAIN_SPAN = 6  # a selection longer than this is taught from its marked lines only, if it has any
 
 # What a terminal shows as nothing: colour and cursor codes, and the bare "[31m" a log keeps.
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[=>]|\x1b[()][0-9A-Za-z]|\[\d{1,3}(?:;\d{1,3})*m|[\x00-\x08\x0b-\x1f\x7f]")
 ANSI_CLASS = r"(?:\x1b\[[0-9;?]*[A-Za-z]|\x1b[=>]|\[[0-9;]*m)*"
 SPACE_CLASS = r"[ \t]+"
 # The volatile parts of a message, tried in this order at each position: (kind, text, regex).
-_PATH_CHARS = r"[^\s:'\"()\[\]<>,;]+"
+# Each class keeps what made the part what it is: a path has a separator, a version a digit.
+_PATH_CHARS = r"[^\s:'\"()\[\]<>,;]"
+_PATH = f"{_PATH_CHARS}*[/\\\\]{_PATH_CHARS}*"
 _VOLATILE: tuple[tuple[str, re.Pattern[str], str], ...] = (
     # A URL's scheme stays literal ("https://"): the rest is the subject.
     ("url", re.compile(r"\b[a-zA-Z][\w+.-]*://[^\s'\"<>()\[\]{}]+"), r"[^\s'\"<>()\[\]{}]+"),  # fmt: skip
@@ -72,13 +75,13 @@ _VOLATILE: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ("uuid", re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"), r"[0-9a-fA-F-]{36}"),  # fmt: skip
     ("date", re.compile(r"\b\d{4}[-/]\d\d[-/]\d\d(?:[T ]\d\d:\d\d(?::\d\d)?(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)?"), r"\d{4}[-/]\d\d[-/]\d\d(?:[T ]\d\d:\d\d(?::\d\d)?(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)?"),  # fmt: skip
     ("time", re.compile(r"\b\d\d?:\d\d:\d\d(?:[.,]\d+)?\b"), r"\d\d?:\d\d:\d\d(?:[.,]\d+)?"),
-    ("path", re.compile(r"(?:[A-Za-z]:)?[\w.@+~$-]*(?:[/\\][\w.@+~$-]+)+[/\\]?"), _PATH_CHARS),
+    ("path", re.compile(r"(?:[A-Za-z]:)?[\w.@+~$-]*(?:[/\\][\w.@+~$-]+)+[/\\]?"), _PATH),
     ("hex", re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,}\b"), r"[0-9a-f]+"),
     ("duration", re.compile(r"\b\d+(?:\.\d+)?(?:ms|s|secs?|seconds?|mins?|minutes?|h)\b"), r"\d+(?:\.\d+)?[a-z]*"),  # fmt: skip
     # Versions and codes that mix letters and digits: "v1.2.3", "x86_64", "E128", "1.0.0.rc.2".
-    ("mixed", re.compile(r"\b(?=[\w.-]*\d)(?=[\w.-]*[A-Za-z])\w+(?:[.-]\w+)*\b"), r"[\w.-]+"),
+    ("mixed", re.compile(r"\b(?=[\w.-]*\d)(?=[\w.-]*[A-Za-z])\w+(?:[.-]\w+)*\b"), r"[\w.-]*\d[\w.-]*"),
     # A file or a dotted name: "Commands.md", "module.js", "Awesome.Order.check".
-    ("dotted", re.compile(r"\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+\b"), r"[\w.]+"),
+    ("dotted", re.compile(r"\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+\b"), r"\w+(?:\.\w+)+"),
     ("number", re.compile(r"\d+(?:[.,:]\d+)*"), r"\d+(?:[.,:]\d+)*"),
 )
 _GROUP_OF = {"path": "file", "dotted": "file", "quoted": "name", "url": "url"}
@@ -238,9 +241,17 @@ def _telling(
             tried.append(f"line {number}: a stack frame")
             continue
         tier = tier_of(message)
-        letters = sum(len(w) for w in _WORD.findall(message))
-        ranked.append(((9 if tier is None else tier), -min(letters, 24) // 8, number, text, raw))
+        draft = draft_pattern(raw)
+        if draft is None:
+            tried.append(f"line {number}: too little literal text to recognise it by")
+            continue
+        # The message's own words, not its paths and names, say how telling a line is.
+        ranked.append(((9 if tier is None else tier), -min(draft.letters, 24) // 8, number, text, raw))
     ranked.sort(key=lambda r: r[:3])
+    if len(ranked) > PLAIN_SPAN and any(r[0] < 9 for r in ranked):
+        # In a long selection (a whole step) the line that says why carries an error marker;
+        # its other lines are what the step prints every time.
+        ranked = [r for r in ranked if r[0] < 9]
     return [(number, text, raw) for *_, number, text, raw in ranked]
 
 
@@ -344,15 +355,17 @@ def draft_pattern(raw: str, level: int = 2) -> Draft | None:
         cut = True
     words = tuple(w for t in kept_tokens if t.literal for w in _WORD.findall(t.text))
     letters = sum(len(w) for w in words)
-    if letters < MIN_LETTERS or not kept_tokens:
-        return None
+    subject = any(t.kind in _GROUP_OF for t in kept_tokens)
+    if not kept_tokens or letters < (MIN_LETTERS if subject else 2 * MIN_LETTERS):
+        return None  # "... FAIL" alone is in too many lines to say which failure
     parts: list[str] = []
     named: set[str] = set()
     for token in kept_tokens:
         parts.append(_regex_of(token, named))
     pattern = "".join(parts)
     if not cut:
-        pattern += r"[ \t]*" + ANSI_CLASS + r"[ \t]*\r?$" if _ends_with_ansi(found) else r"[ \t]*\r?$"
+        # A line may end in colour codes, spaces and carriage returns ("\r\r\n" on Windows runners).
+        pattern += (r"[ \t]*" + ANSI_CLASS if _ends_with_ansi(found) else "") + r"[ \t\r]*$"
     return Draft("(?m)" + pattern if pattern.endswith("$") else pattern, letters, words)
 
 
@@ -523,7 +536,8 @@ def chunk_span(log: str, chunk: str) -> tuple[int, int] | None:
     >>> chunk_span("a\\nb\\n\\x1b[31mboom\\x1b[0m\\nc\\n", "boom\\nc")
     (3, 4)
     """
-    wanted = [_plain(line) for line in chunk.split("\n")]
+    # Read as the log is read: a CI system's own lines ("##[group]Run ...") are not looked for.
+    wanted = [_plain(line) for _, line in numbered_lines(chunk)]
     wanted = [line for line in wanted if line]
     if not wanted:
         return None
@@ -543,5 +557,11 @@ def chunk_span(log: str, chunk: str) -> tuple[int, int] | None:
     return None
 
 
+# What is left of a terminal code whose escape byte a copy dropped ("[?1h=", "[0K").
+_CODE_LEFT = re.compile(r"\[\??[\d;]*[A-Za-z]=?|^[=>]+")
+
+
 def _plain(line: str) -> str:
-    return " ".join(LINE_STAMP.sub("", strip_ansi(line)).split())
+    """A line as compared when finding a chunk: codes, even half-copied ones, and spaces aside."""
+    text = _CODE_LEFT.sub("", LINE_STAMP.sub("", strip_ansi(line)).strip())
+    return " ".join(_CODE_LEFT.sub("", text).split())
