@@ -21,12 +21,14 @@ A taught rule is a rule file like any other: tagged ``taught``, mode
 ``track`` unless told, its ``notes`` saying where it was taught and by whom.
 
 >>> log = "make all\\nsrc/x.c:12:3: frobnicate failed: bad widget 'w7'\\nmake: *** [all] Error 1\\n"
+>>> from theow_workers.core.matching import evaluate
 >>> taught = synthesize({"log": log, "repo": "acme/app"}, 2, 3,
 ...                     is_wrapper=lambda line: line.startswith("make: ***"))
 >>> taught.line, taught.rule.when[0].equals
 (2, 'acme/app')
->>> print(taught.rule.when[1].regex)
-(?m)(?P<file>[^\\s:'"()\\[\\]<>,;]+):\\d+(?:[.,:]\\d+)*:[ \\t]+frobnicate[ \\t]+failed:[ \\t]+bad[ \\t]+widget[ \\t]+'[^\\n]*?'[ \\t]*\\r?$
+>>> later = "cc -c src/y/z.c\\nsrc/y/z.c:7:1: frobnicate failed: bad widget 'q9'\\n"
+>>> sorted(evaluate(taught.rule, {"log": later, "repo": "acme/app"}).captures.named.items())
+[('file', 'src/y/z.c'), ('name', 'q9')]
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ MAX_LITERAL = 64  # literal characters a pattern keeps: enough to be specific, s
 MIN_LETTERS = 4  # a pattern states at least this many letters of the message
 MAX_NAME = 60
 MAX_QUOTED = 120
+ON_NORMAL = "it matches a line the job's passing runs print"
 PLAIN_SPAN = 6  # a selection longer than this is taught from its marked lines only, if it has any
 
 # What a terminal shows as nothing: colour and cursor codes, and the bare "[31m" a log keeps.
@@ -86,10 +89,12 @@ _VOLATILE: tuple[tuple[str, re.Pattern[str], str], ...] = (
 )
 _GROUP_OF = {"path": "file", "dotted": "file", "quoted": "name", "url": "url"}
 _WORD = re.compile(r"[A-Za-z]{2,}")
+_NAME_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]+")
 _STOP = frozenset(
     "a an the and or of to in on at for by with is are was were be been it this that "
-    "from as not no please use you your".split()
+    "from as please use you your".split()
 )
+_VAGUE = frozenset("error err fatal failed failure fail warning".split())
 # A line that says where an error passed through, not what it is.
 _TRACE = re.compile(r"^(?:at |File \"|from |\(\w+\) |#\d+ |in |called from |\.\.\.)|^\s*\^+\s*$")
 
@@ -190,6 +195,8 @@ def synthesize(
             if taught is not None:
                 return taught
             tried.append(f"line {number} (generalized {level}): {problem}")
+            if problem == ON_NORMAL:
+                break  # a more literal copy of a line the passing runs print is no better
     why = "; ".join(tried[-4:]) or "every selected line is a wrapper, a banner or the job's normal"
     raise TeachError(f"no rule made from lines {first}-{last}: {why}")
 
@@ -308,14 +315,14 @@ def _merge_literals(found: list[Token]) -> list[Token]:
 
 
 def draft_pattern(raw: str, level: int = 2) -> Draft | None:
-    """The regex for one raw line: literal words, volatile parts as classes.
+    r"""The regex for one raw line: literal words, volatile parts as classes.
 
     ``level`` 2 generalizes every volatile part; 1 keeps paths, names and
     quoted text literal (numbers, times and hashes still vary); 0 is the line
     as it is. None when the line states too little literally to be told apart.
 
-    >>> draft_pattern("Error: Cannot find module './db.json' (took 12ms)").pattern
-    "Error:[ \\\\t]+Cannot[ \\\\t]+find[ \\\\t]+module[ \\\\t]+'(?P<name>[^\\\\n]*?)'[ \\\\t]+\\\\(took[ \\\\t]+\\\\d+(?:\\\\.\\\\d+)?[a-z]*\\\\)[ \\\\t]*\\\\r?$"
+    >>> print(draft_pattern("Error: Cannot find module './db.json'").pattern)
+    (?m)Error:[ \t]+Cannot[ \t]+find[ \t]+module[ \t]+'(?P<name>[^\n]*?)'[ \t\r]*$
     """
     found = tokens(raw)
     kept = {"number", "time", "date", "uuid", "hex", "duration"} if level == 1 else set()
@@ -353,8 +360,8 @@ def draft_pattern(raw: str, level: int = 2) -> Draft | None:
     while kept_tokens and not kept_tokens[-1].literal and kept_tokens[-1].kind not in _GROUP_OF:
         kept_tokens.pop()
         cut = True
-    words = tuple(w for t in kept_tokens if t.literal for w in _WORD.findall(t.text))
-    letters = sum(len(w) for w in words)
+    letters = sum(len(w) for t in kept_tokens if t.literal for w in _WORD.findall(t.text))
+    words = tuple(w for t in kept_tokens if t.literal for w in _NAME_WORD.findall(t.text))
     subject = any(t.kind in _GROUP_OF for t in kept_tokens)
     if not kept_tokens or letters < (MIN_LETTERS if subject else 2 * MIN_LETTERS):
         return None  # "... FAIL" alone is in too many lines to say which failure
@@ -441,7 +448,7 @@ def _try(
     if not examples:
         return "the pattern does not match its own line", None
     if any(compiled.search(line) for line in normal_lines):
-        return "it matches a line the job's passing runs print", None
+        return ON_NORMAL, None
     counter = _counter_examples(span, compiled, normal_lines, text)
     rule_name = _unique_name(name or _name_of(draft.words), taken, book)
     data: dict[str, Any] = {
@@ -507,7 +514,10 @@ def _counter_examples(
 
 
 def _name_of(words: tuple[str, ...]) -> str:
-    picked = [w.lower() for w in words if w.lower() not in _STOP][:5] or ["taught"]
+    """The message's first words, as a name: "ref_not_found_ref_page_not_found"."""
+    picked = [w for w in dict.fromkeys(w.lower() for w in words) if w not in _STOP]
+    telling = [w for w in picked if w not in _VAGUE]
+    picked = (telling if len(telling) >= 2 else picked)[:6] or ["taught"]
     return "_".join(picked)[:MAX_NAME].strip("_") or "taught"
 
 
