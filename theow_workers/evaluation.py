@@ -358,7 +358,9 @@ def run(
                     if rule is None:
                         summary.not_learned.append(f"{ident}: {why}")
                     else:
-                        book = RuleBook((*book.rules, rule), f"{book.version}+{rule.name}", book.client_side)
+                        book = RuleBook(
+                            (*book.rules, rule), f"{book.version}+{rule.name}", book.client_side
+                        )
                         book.scanner  # noqa: B018 - compiled outside the clock, as a worker reloads
                         learned.add(rule.name)
                         summary.learned_rules.append(rule.name)
@@ -381,7 +383,7 @@ def teach_label(
     The failure is prepared as a worker receives it; the chunk's lines are
     found in its log (or, cut by bounding, taught from the chunk alone).
     """
-    from theow_workers.core.teaching import TeachError, chunk_span, synthesize
+    from theow_workers.core.teaching import MAX_SPAN, TeachError, chunk_span, synthesize
 
     payload = build_payload(facts, failure_id=ident)
     prepared = matching_facts(Submission.parse(payload, ident).facts)
@@ -392,6 +394,9 @@ def teach_label(
         span = chunk_span(chunk, chunk)
     if span is None:
         return None, "the label holds no text"
+    first, last = span
+    if last - first >= MAX_SPAN:  # a whole step labelled: a reviewer points at its end
+        span = (last - MAX_SPAN + 1, last)
     try:
         taught = synthesize(
             prepared, *span, is_wrapper=book.is_wrapper, is_normal=is_normal, book=book,

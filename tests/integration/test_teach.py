@@ -99,7 +99,11 @@ def test_a_taught_failure_is_known_the_next_time(workspace, tmp_path):
     assert listed.returncode == 0, listed.stderr
     (pending,) = json.loads(listed.stdout)
     assert pending["id"] == teaching["proposal_id"]
-    assert (pending["origin"], pending["taught_by"], pending["status"]) == ("taught", "ada", "pending")
+    assert (pending["origin"], pending["taught_by"], pending["status"]) == (
+        "taught",
+        "ada",
+        "pending",
+    )
 
     approved = theow(workspace, "review", "approve", teaching["proposal_id"])
     assert approved.returncode == 0, approved.stderr

@@ -109,7 +109,9 @@ def test_a_subject_before_a_short_message_is_a_named_group():
 
     assert draft is not None and "(?P<file>" in draft.pattern
     taught = teach("\x1b[?1h\x1b=\x1b[?1l\x1b>motions/line-end           FAIL\n", 1, 1)
-    later = evaluate(taught.rule, {"log": "x\n\x1b>visual-mode/orientation    FAIL\n", "repo": "acme/site"})
+    later = evaluate(
+        taught.rule, {"log": "x\n\x1b>visual-mode/orientation    FAIL\n", "repo": "acme/site"}
+    )
     assert later.ok and later.captures.named["file"] == "visual-mode/orientation"
     assert not evaluate(taught.rule, {"log": "... FAIL\n", "repo": "acme/site"}).ok
 
@@ -135,7 +137,9 @@ def test_a_taught_rule_joins_the_library_and_wins_its_failure():
 
 
 def test_a_chunk_is_found_in_the_raw_log_past_colour_codes_and_time_stamps():
-    log = "a\n2025-03-10T22:19:54.2440131Z \x1b[31mError: boom\x1b[0m\n2025-03-10T22:19:55Z next\nz\n"
+    log = (
+        "a\n2025-03-10T22:19:54.2440131Z \x1b[31mError: boom\x1b[0m\n2025-03-10T22:19:55Z next\nz\n"
+    )
 
     assert chunk_span(log, "Error: boom\nnext") == (2, 3)
     assert chunk_span(log, "[?1h=Error: boom") == (2, 2)  # a copy that dropped the escape byte

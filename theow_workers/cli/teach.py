@@ -33,15 +33,23 @@ def teach(
     ] = None,
     lines: Annotated[
         str | None,
-        typer.Option("--lines", help="The lines that explain it, first-last (as numbered in its log)."),
+        typer.Option(
+            "--lines", help="The lines that explain it, first-last (as numbered in its log)."
+        ),
     ] = None,
     scope: Annotated[
         str,
         typer.Option(help="repo, job or global; by default the failure's repo, else its job."),
     ] = "auto",
-    mode: Annotated[str, typer.Option(help="track (known, nothing to run) or retry (transient).")] = "track",
-    name: Annotated[str | None, typer.Option(help="The rule's name [default: from the message].")] = None,
-    by: Annotated[str | None, typer.Option(help="Who teaches [default: THEOW_REVIEWER or the user].")] = None,
+    mode: Annotated[
+        str, typer.Option(help="track (known, nothing to run) or retry (transient).")
+    ] = "track",
+    name: Annotated[
+        str | None, typer.Option(help="The rule's name [default: from the message].")
+    ] = None,
+    by: Annotated[
+        str | None, typer.Option(help="Who teaches [default: THEOW_REVIEWER or the user].")
+    ] = None,
     from_file: Annotated[
         Path | None,
         typer.Option(
@@ -70,7 +78,9 @@ def teach(
     if lines is None:
         raise fail("--lines A-B: which lines explain the failure (see `theow failures show ID`)", 2)
     first, last = parse_lines(lines)
-    teaching = _teach_one(store, book, settings, failure_id or "", first, last, who, scope, mode, name)
+    teaching = _teach_one(
+        store, book, settings, failure_id or "", first, last, who, scope, mode, name
+    )
     if as_json:
         print_json(teaching)
         return
@@ -132,7 +142,9 @@ def _taken(settings: Any) -> set[str]:
     return {name for layer in settings.rule_layers for name in defined_names(layer)}
 
 
-def _bulk(store: Any, book: Any, path: Path, who: str, scope: str, mode: str, as_json: bool) -> None:
+def _bulk(
+    store: Any, book: Any, path: Path, who: str, scope: str, mode: str, as_json: bool
+) -> None:
     """One proposal per distinct rule: a line whose rule is already filed in this run is skipped."""
     from theow_workers.cli.review import _full_id
     from theow_workers.core.teaching import TeachError, chunk_span
@@ -164,7 +176,9 @@ def _bulk(store: Any, book: Any, path: Path, who: str, scope: str, mode: str, as
             log = matching_facts(failure.facts).get("log")
             span = chunk_span(log, data["chunk"]) if isinstance(log, str) else None
         if span is None:
-            problems.append(f"{path}:{number}: no lines (give lines 'A-B' or a chunk found in the log)")
+            problems.append(
+                f"{path}:{number}: no lines (give lines 'A-B' or a chunk found in the log)"
+            )
             continue
         known = [
             r for r in book.rules if r.name in {f["rule"] for f in filed}
@@ -223,7 +237,10 @@ def _print(teaching: dict[str, Any]) -> None:
         f"[bold]proposal {teaching['proposal_id']}[/bold]  rule [bold]{teaching['rule']}[/bold]"
         f"  (pending, taught by {teaching['by']}, scope {teaching['scope']})"
     )
-    out.print(Text(f"from line {teaching['line']}: {visible(printable(teaching['text']))}"), highlight=False)
+    out.print(
+        Text(f"from line {teaching['line']}: {visible(printable(teaching['text']))}"),
+        highlight=False,
+    )
     for why in teaching["passed_over"]:
         out.print(Text(f"  passed over {why}", style="dim"), highlight=False)
     out.print(Syntax(visible(printable(teaching["rule_yaml"])), "yaml", theme="ansi_dark"))

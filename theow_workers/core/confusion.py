@@ -195,7 +195,11 @@ def rule_confusions(rule: Rule, book: RuleBook) -> list[str]:
             if not mine.ok or mine.evidence is None:
                 continue
             theirs = next(
-                (c for c in plan(book, facts, regex_timeout=EXAMPLE_TIMEOUT).attempts if c.rule == other.name),
+                (
+                    c
+                    for c in plan(book, facts, regex_timeout=EXAMPLE_TIMEOUT).attempts
+                    if c.rule == other.name
+                ),
                 None,
             )
             if theirs is not None and mine.evidence.position >= theirs.position:

@@ -47,7 +47,15 @@ from theow_workers.core.logtext import ANNOTATION, LINE_STAMP, numbered_lines, s
 from theow_workers.core.matching import evaluate
 from theow_workers.core.resolver import RuleBook, matching_facts
 from theow_workers.core.rules import NAME_PATTERN, Mode, Rule, RuleError, parse_rule
-from theow_workers.core.summary import BANNER, EXIT_NOTE, FRAME, HINT, tier_of
+from theow_workers.core.summary import (
+    BANNER,
+    EXIT_NOTE,
+    FRAME,
+    HINT,
+    STRONG_WINDOW,
+    summarize,
+    tier_of,
+)
 
 LinePredicate = Callable[[str], bool]
 SCOPES = ("auto", "repo", "job", "global")
@@ -61,10 +69,12 @@ MIN_LETTERS = 4  # a pattern states at least this many letters of the message
 MAX_NAME = 60
 MAX_QUOTED = 120
 ON_NORMAL = "it matches a line the job's passing runs print"
-PLAIN_SPAN = 6  # a selection longer than this is taught from its marked lines only, if it has any
+PLAIN_SPAN = 30  # a longer selection (a whole step) is taught from its marked lines near its end
 
 # What a terminal shows as nothing: colour and cursor codes, and the bare "[31m" a log keeps.
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[=>]|\x1b[()][0-9A-Za-z]|\[\d{1,3}(?:;\d{1,3})*m|[\x00-\x08\x0b-\x1f\x7f]")
+_ANSI = re.compile(
+    r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[=>]|\x1b[()][0-9A-Za-z]|\[\d{1,3}(?:;\d{1,3})*m|[\x00-\x08\x0b-\x1f\x7f]"
+)
 ANSI_CLASS = r"(?:\x1b\[[0-9;?]*[A-Za-z]|\x1b[=>]|\[[0-9;]*m)*"
 SPACE_CLASS = r"[ \t]+"
 # The volatile parts of a message, tried in this order at each position: (kind, text, regex).
@@ -73,16 +83,46 @@ _PATH_CHARS = r"[^\s:'\"()\[\]<>,;]"
 _PATH = f"{_PATH_CHARS}*[/\\\\]{_PATH_CHARS}*"
 _VOLATILE: tuple[tuple[str, re.Pattern[str], str], ...] = (
     # A URL's scheme stays literal ("https://"): the rest is the subject.
-    ("url", re.compile(r"\b[a-zA-Z][\w+.-]*://[^\s'\"<>()\[\]{}]+"), r"[^\s'\"<>()\[\]{}]+"),  # fmt: skip
-    ("quoted", re.compile(r"'(?:[^'\n]|'(?=\w))+'|\"[^\"\n]+\"|`[^`\n]+`|‘[^’\n]+’|“[^”\n]+”"), ""),  # fmt: skip
-    ("uuid", re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"), r"[0-9a-fA-F-]{36}"),  # fmt: skip
-    ("date", re.compile(r"\b\d{4}[-/]\d\d[-/]\d\d(?:[T ]\d\d:\d\d(?::\d\d)?(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)?"), r"\d{4}[-/]\d\d[-/]\d\d(?:[T ]\d\d:\d\d(?::\d\d)?(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)?"),  # fmt: skip
+    (
+        "url",
+        re.compile(r"\b[a-zA-Z][\w+.-]*://[^\s'\"<>()\[\]{}]+"),
+        r"[^\s'\"<>()\[\]{}]+",
+    ),
+    (
+        "quoted",
+        re.compile(
+            r"'(?:[^'\n]|'(?=\w))+'|\"[^\"\n]+\"|`[^`\n]+`|\u2018[^\u2019\n]+\u2019|\u201c[^\u201d\n]+\u201d"
+        ),
+        "",
+    ),
+    (
+        "uuid",
+        re.compile(
+            r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"
+        ),
+        r"[0-9a-fA-F-]{36}",
+    ),
+    (
+        "date",
+        re.compile(
+            r"\b\d{4}[-/]\d\d[-/]\d\d(?:[T ]\d\d:\d\d(?::\d\d)?(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)?"
+        ),
+        r"\d{4}[-/]\d\d[-/]\d\d(?:[T ]\d\d:\d\d(?::\d\d)?(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)?",
+    ),
     ("time", re.compile(r"\b\d\d?:\d\d:\d\d(?:[.,]\d+)?\b"), r"\d\d?:\d\d:\d\d(?:[.,]\d+)?"),
     ("path", re.compile(r"(?:[A-Za-z]:)?[\w.@+~$-]*(?:[/\\][\w.@+~$-]+)+[/\\]?"), _PATH),
     ("hex", re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,}\b"), r"[0-9a-f]+"),
-    ("duration", re.compile(r"\b\d+(?:\.\d+)?(?:ms|s|secs?|seconds?|mins?|minutes?|h)\b"), r"\d+(?:\.\d+)?[a-z]*"),  # fmt: skip
+    (
+        "duration",
+        re.compile(r"\b\d+(?:\.\d+)?(?:ms|s|secs?|seconds?|mins?|minutes?|h)\b"),
+        r"\d+(?:\.\d+)?[a-z]*",
+    ),
     # Versions and codes that mix letters and digits: "v1.2.3", "x86_64", "E128", "1.0.0.rc.2".
-    ("mixed", re.compile(r"\b(?=[\w.-]*\d)(?=[\w.-]*[A-Za-z])\w+(?:[.-]\w+)*\b"), r"[\w.-]*\d[\w.-]*"),
+    (
+        "mixed",
+        re.compile(r"\b(?=[\w.-]*\d)(?=[\w.-]*[A-Za-z])\w+(?:[.-]\w+)*\b"),
+        r"[\w.-]*\d[\w.-]*",
+    ),
     # A file or a dotted name: "Commands.md", "module.js", "Awesome.Order.check".
     ("dotted", re.compile(r"\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+\b"), r"\w+(?:\.\w+)+"),
     ("number", re.compile(r"\d+(?:[.,:]\d+)*"), r"\d+(?:[.,:]\d+)*"),
@@ -91,10 +131,12 @@ _GROUP_OF = {"path": "file", "dotted": "file", "quoted": "name", "url": "url"}
 _WORD = re.compile(r"[A-Za-z]{2,}")
 _NAME_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]+")
 _STOP = frozenset(
-    "a an the and or of to in on at for by with is are was were be been it this that "
-    "from as please use you your".split()
-)
-_VAGUE = frozenset("error err fatal failed failure fail warning".split())
+    {"a", "an", "the", "and", "or", "of", "to", "in", "on", "at", "for", "by", "with", "is", "are",
+     "was", "were", "be", "been", "it", "this", "that", "from", "as", "please", "use", "you", "your"}
+)  # fmt: skip
+_VAGUE = frozenset({"error", "err", "fatal", "failed", "failure", "fail", "warning"})
+# A command line echoed before it runs (npm's "> eslint --fix .", a shell's "+ make -j4").
+_COMMAND_ECHO = re.compile(r"^[>+$#]\s+[\w./@:-]+(?:\s+\S+)*?\s--?[A-Za-z][\w-]*")
 # A line that says where an error passed through, not what it is.
 _TRACE = re.compile(r"^(?:at |File \"|from |\(\w+\) |#\d+ |in |called from |\.\.\.)|^\s*\^+\s*$")
 
@@ -134,10 +176,26 @@ class Taught:
     scope: str = "global"
 
 
+# A line that informs or warns: printed by passing runs as much as by failed ones.
+_LEVEL = re.compile(
+    r"^\W*(?:[\w.-]+\s*\|\s*)?(?:[\d/:.,T-]{8,}\s+)*(?:\[[^\]\n]*\]\s*)?"
+    r"(?:info|debug|trace|notice|verbose|note|warn|warning)\b",
+    re.IGNORECASE,
+)  # the tool's own judgement ("updater | 2025/03/10 22:20:01 INFO ..."), whatever words follow
+_INFORMATIONAL = re.compile(r"warn(?:ing)?s?\b", re.IGNORECASE)  # "DeprecationWarning" too
+_FAILING = re.compile(r"\b(?:error|errors|fail|failed|failure|fatal|panic)\b", re.IGNORECASE)
+# GitHub Actions echoes a step's definition (its script, `with:` and `env:`) in a group
+# before the step runs: configuration, the same in passing runs, never why it failed.
+_STEP_ECHO = ("##[group]Run ", "##[endgroup]")
+
+
 @dataclass
 class _Span:
     log: str
-    lines: list[tuple[int, str, str]] = field(default_factory=list)  # (number, cleaned, raw segment)
+    lines: list[tuple[int, str, str]] = field(
+        default_factory=list
+    )  # (number, cleaned, raw segment)
+    echo: set[int] = field(default_factory=set)  # line numbers of a step's definition echoed
 
 
 def synthesize(
@@ -170,14 +228,18 @@ def synthesize(
     if first < 1 or last < first:
         raise TeachError(f"lines {first}-{last}: give the first and the last line, 1-based")
     if last - first >= MAX_SPAN:
-        raise TeachError(f"lines {first}-{last}: select at most {MAX_SPAN} lines, the ones that say why")
+        raise TeachError(
+            f"lines {first}-{last}: select at most {MAX_SPAN} lines, the ones that say why"
+        )
     facts = matching_facts(facts)
     log = facts.get("log")
     if not isinstance(log, str) or not log.strip():
         raise TeachError("the failure has no log to teach from")
     span = _span(log, first, last)
     if not span.lines:
-        raise TeachError(f"lines {first}-{last} hold no text (the log has {log.count(chr(10)) + 1} lines)")
+        raise TeachError(
+            f"lines {first}-{last} hold no text (the log has {log.count(chr(10)) + 1} lines)"
+        )
     conditions, scope_used = _scope(facts, scope)
     tried: list[str] = []
     for number, text, raw in _telling(span, is_wrapper, is_normal, tried):
@@ -204,7 +266,7 @@ def synthesize(
 def _span(log: str, first: int, last: int) -> _Span:
     """The selected lines as a person reads them, each with the raw text a regex sees."""
     physical = log.split("\n")
-    span = _Span(log)
+    span = _Span(log, echo=_echoed(physical, last))
     for number, text in numbered_lines(log):
         if number < first:
             continue
@@ -212,6 +274,21 @@ def _span(log: str, first: int, last: int) -> _Span:
             break
         span.lines.append((number, text, _raw_segment(physical[number - 1], text)))
     return span
+
+
+def _echoed(physical: list[str], last: int) -> set[int]:
+    """Line numbers (1-based, up to ``last``) inside GitHub Actions' echo of a step's definition."""
+    echoed: set[int] = set()
+    inside = False
+    for number, line in enumerate(physical[:last], start=1):
+        text = LINE_STAMP.sub("", line.lstrip("\ufeff")).lstrip()
+        if text.startswith(_STEP_ECHO[0]):
+            inside = True
+        elif text.startswith(_STEP_ECHO[1]):
+            inside = False
+        elif inside:
+            echoed.add(number)
+    return echoed
 
 
 def _raw_segment(line: str, text: str) -> str:
@@ -247,19 +324,52 @@ def _telling(
         if FRAME.match(message) or _TRACE.match(message):
             tried.append(f"line {number}: a stack frame")
             continue
+        if _COMMAND_ECHO.match(message):
+            tried.append(f"line {number}: a command echoed before it ran")
+            continue
+        if number in span.echo:
+            tried.append(f"line {number}: the step's definition, echoed before it ran")
+            continue
         tier = tier_of(message)
+        if _LEVEL.match(message) or (
+            _INFORMATIONAL.search(message) and not _FAILING.search(_INFORMATIONAL.sub("", message))
+        ):
+            tier = None  # a warning or a note is no error marker
         draft = draft_pattern(raw)
         if draft is None:
             tried.append(f"line {number}: too little literal text to recognise it by")
             continue
         # The message's own words, not its paths and names, say how telling a line is.
-        ranked.append(((9 if tier is None else tier), -min(draft.letters, 24) // 8, number, text, raw))
-    ranked.sort(key=lambda r: r[:3])
-    if len(ranked) > PLAIN_SPAN and any(r[0] < 9 for r in ranked):
+        ranked.append(
+            ((9 if tier is None else tier), -min(draft.letters, 24) // 8, number, text, raw)
+        )
+    if len(span.lines) > PLAIN_SPAN:
+        # A long selection (a whole step) is read as a failed log is read: its error lines
+        # near its end (the summary's pick) first, nearest the end first.
+        picked = _picked(span, is_wrapper, is_normal)
+        ranked.sort(key=lambda r: (r[2] not in picked, r[0], r[1], -r[2]))
+    else:
+        ranked.sort(key=lambda r: r[:3])  # a short one states its error first
+    if len(span.lines) > PLAIN_SPAN:
         # In a long selection (a whole step) the line that says why carries an error marker;
-        # its other lines are what the step prints every time.
-        ranked = [r for r in ranked if r[0] < 9]
+        # its other lines are what the step prints every time, and no rule is made from them.
+        # Far above its end, a step prints what it prints every time ("must be built because
+        # ... the last one failed"): its last lines are where a failure is stated.
+        near = {n for n, _, _ in span.lines[-STRONG_WINDOW:]}
+        ranked = [r for r in ranked if r[0] < 9 and r[2] in near]
+        if not ranked:
+            tried.append(f"no line near the end of a selection of {len(span.lines)} lines carries an error marker: select the lines that say why")  # fmt: skip
     return [(number, text, raw) for *_, number, text, raw in ranked]
+
+
+def _picked(
+    span: _Span, is_wrapper: LinePredicate | None, is_normal: LinePredicate | None
+) -> set[int]:
+    """Line numbers of the span's error lines, as :func:`~theow_workers.core.summary.summarize` picks them."""
+    first, last = span.lines[0][0], span.lines[-1][0]
+    text = "\n".join(span.log.split("\n")[first - 1 : last])
+    summary = summarize({"log": text}, is_wrapper=is_wrapper, is_normal=is_normal)
+    return {first + line.number - 1 for line in summary.errors}
 
 
 def tokens(raw: str) -> list[Token]:
@@ -284,9 +394,8 @@ def tokens(raw: str) -> list[Token]:
             hit = pattern.match(raw, at)
             if hit is None or (kind == "quoted" and len(hit.group()) > MAX_QUOTED + 2):
                 continue
-            if at > 0 and pattern.pattern.startswith(r"\b") is False and kind == "number":
-                if raw[at - 1].isalpha() or raw[at - 1] == "_":
-                    continue  # a digit inside a word ("utf8") is part of the word
+            if kind == "number" and at > 0 and (raw[at - 1].isalpha() or raw[at - 1] == "_"):
+                continue  # a digit inside a word ("utf8") is part of the word
             flush(at)
             if kind == "url":
                 scheme, rest = hit.group().split("://", 1)
@@ -328,7 +437,10 @@ def draft_pattern(raw: str, level: int = 2) -> Draft | None:
     kept = {"number", "time", "date", "uuid", "hex", "duration"} if level == 1 else set()
     if level < 2:
         found = _merge_literals(
-            [Token("literal", t.text) if t.kind not in {"space", "ansi", *kept} else t for t in found]
+            [
+                Token("literal", t.text) if t.kind not in {"space", "ansi", *kept} else t
+                for t in found
+            ]
         )
     if level == 0:
         found = _merge_literals([Token("literal", t.text) if t.kind != "ansi" and t.kind != "space" else t for t in found])  # fmt: skip
@@ -380,9 +492,13 @@ def _ends_with_ansi(found: list[Token]) -> bool:
     return any(t.kind == "ansi" for t in found[-3:])
 
 
+def _escape(text: str) -> str:
+    return str(regex.escape(text, special_only=True, literal_spaces=True))
+
+
 def _regex_of(token: Token, named: set[str]) -> str:
     if token.literal:
-        return regex.escape(token.text, special_only=True, literal_spaces=True)
+        return _escape(token.text)
     if token.kind == "space":
         return SPACE_CLASS
     if token.kind == "ansi":
@@ -391,7 +507,7 @@ def _regex_of(token: Token, named: set[str]) -> str:
         body = r"[^\n]*?"
         inner = _named(body, "name", named)
         opening, closing = token.text[0], token.text[-1]
-        return regex.escape(opening, special_only=True) + inner + regex.escape(closing, special_only=True)
+        return _escape(opening) + inner + _escape(closing)
     shape = next(shape for kind, _, shape in _VOLATILE if kind == token.kind)
     group = _GROUP_OF.get(token.kind)
     return _named(shape, group, named) if group else shape
@@ -458,7 +574,12 @@ def _try(
         "mode": mode,
         "when": [
             *conditions,
-            {"fact": "log", "regex": draft.pattern, "examples": examples, "counter_examples": counter},
+            {
+                "fact": "log",
+                "regex": draft.pattern,
+                "examples": examples,
+                "counter_examples": counter,
+            },
         ],
         "notes": f"taught from {origin}; scope {scope} (widen by removing the {scope} condition)"
         if conditions
@@ -475,7 +596,10 @@ def _try(
     if not match.ok or match.evidence is None:
         return f"it does not match the failure: {match.reason}", None
     if not span.lines[0][0] <= match.evidence.line <= span.lines[-1][0]:
-        return f"on the failure its evidence is line {match.evidence.line}, outside the selection", None
+        return (
+            f"on the failure its evidence is line {match.evidence.line}, outside the selection",
+            None,
+        )
     problems = [why for _, why in example_problems(rule)]
     if book is not None:
         problems += rule_confusions(rule, book)
@@ -552,19 +676,26 @@ def chunk_span(log: str, chunk: str) -> tuple[int, int] | None:
     if not wanted:
         return None
     numbered = [(n, _plain(text)) for n, text in numbered_lines(log)]
-    head = wanted[0]
+    best: tuple[int, int, int] | None = None  # (lines matched, first, last)
     for i, (number, text) in enumerate(numbered):
-        if text != head and not (len(head) >= 8 and head in text):
+        if not _same(text, wanted[0]):
             continue
-        end, j = number, i
+        j = i
         for line in wanted[1:]:
-            if j + 1 < len(numbered) and (numbered[j + 1][1] == line or (len(line) >= 8 and line in numbered[j + 1][1])):
+            if j + 1 < len(numbered) and _same(numbered[j + 1][1], line):
                 j += 1
-                end = numbered[j][0]
             else:
                 break
-        return number, end
-    return None
+        # A short first line ("with:") recurs: the place where most of the chunk follows wins.
+        if best is None or j - i + 1 > best[0]:
+            best = (j - i + 1, number, numbered[j][0])
+        if best[0] == len(wanted):
+            break
+    return None if best is None else (best[1], best[2])
+
+
+def _same(text: str, wanted: str) -> bool:
+    return text == wanted or (len(wanted) >= 8 and wanted in text)
 
 
 # What is left of a terminal code whose escape byte a copy dropped ("[?1h=", "[0K").

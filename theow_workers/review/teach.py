@@ -117,11 +117,16 @@ def teach(
         proposal_id=proposal_id,
         transcript=[
             {
-                "taught": {"by": by, "lines": [first, last], "line": taught.line,
-                           "text": taught.text, "passed_over": list(taught.passed_over)},
+                "taught": {
+                    "by": by,
+                    "lines": [first, last],
+                    "line": taught.line,
+                    "text": taught.text,
+                    "passed_over": list(taught.passed_over),
+                },
                 "tests": tests.to_dict(),
             }
-        ],  # fmt: skip
+        ],
     )
     store.add_exploration(
         exploration,
