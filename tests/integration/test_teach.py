@@ -142,3 +142,25 @@ def test_a_malformed_line_range_exits_2(workspace):
 
     assert refused.returncode == 2
     assert "--lines 'four'" in refused.stderr
+
+
+def test_teaching_in_bulk_files_one_proposal_per_distinct_rule(workspace, tmp_path):
+    examples = tmp_path / "known-issues.jsonl"
+    rows = [
+        {"failure_id": "f-first", "lines": "3-3"},
+        # The same kind again, given as the text a person copied: the first rule knows it.
+        {"failure_id": "f-older", "chunk": OLDER.splitlines()[2]},
+        {"failure_id": "f-other", "lines": "3-3"},
+        {"failure_id": "f-nowhere", "lines": "1-2"},
+    ]
+    examples.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+    result = theow(workspace, "teach", "--from", str(examples), "--json")
+
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert [item["failure_id"] for item in report["filed"]] == ["f-first", "f-other"]
+    assert report["problems"] == [f"{examples}:4: no failure 'f-nowhere'"]
+    listed = json.loads(theow(workspace, "review", "list", "--json").stdout)
+    assert sorted(p["failure_id"] for p in listed) == ["f-first", "f-other"]
+    assert {p["origin"] for p in listed} == {"taught"}

@@ -146,9 +146,9 @@ def _bulk(
     store: Any, book: Any, path: Path, who: str, scope: str, mode: str, as_json: bool
 ) -> None:
     """One proposal per distinct rule: a line whose rule is already filed in this run is skipped."""
-    from theow_workers.cli.review import _full_id
     from theow_workers.core.teaching import TeachError, chunk_span
     from theow_workers.evaluation import read_jsonl
+    from theow_workers.store import AmbiguousId
     from theow_workers.review.teach import teach as file_teaching
 
     filed: list[dict[str, Any]] = []
@@ -161,16 +161,19 @@ def _bulk(
             continue
         given = str(data.get("failure_id") or data.get("id") or "")
         try:
-            failure_id = _full_id(store, given, "failure")
-        except typer.Exit:
+            failure_id = store.full_id("failure", given) if given else None
+        except AmbiguousId as exc:
+            problems.append(f"{path}:{number}: {exc}")
+            continue
+        failure = store.failure(failure_id) if failure_id else None
+        if failure_id is None or failure is None:
             problems.append(f"{path}:{number}: no failure {given!r}")
             continue
-        failure = store.failure(failure_id)
         span: tuple[int, int] | None = None
         if isinstance(data.get("lines"), str):
             found = LINES.match(data["lines"])
             span = (int(found.group(1)), int(found.group(2) or found.group(1))) if found else None
-        elif isinstance(data.get("chunk"), str) and failure is not None:
+        elif isinstance(data.get("chunk"), str):
             from theow_workers.core.resolver import matching_facts
 
             log = matching_facts(failure.facts).get("log")
@@ -183,8 +186,7 @@ def _bulk(
         known = [
             r for r in book.rules if r.name in {f["rule"] for f in filed}
         ]  # rules filed in this run: a line they already match is not taught twice
-        facts = failure.facts if failure is not None else {}
-        if _explained(known, facts, span):
+        if _explained(known, failure.facts, span):
             continue
         try:
             teaching = file_teaching(
