@@ -148,8 +148,8 @@ def _bulk(
     """One proposal per distinct rule: a line whose rule is already filed in this run is skipped."""
     from theow_workers.core.teaching import TeachError, chunk_span
     from theow_workers.evaluation import read_jsonl
-    from theow_workers.store import AmbiguousId
     from theow_workers.review.teach import teach as file_teaching
+    from theow_workers.store import AmbiguousId
 
     filed: list[dict[str, Any]] = []
     problems: list[str] = []
