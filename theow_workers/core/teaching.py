@@ -91,7 +91,7 @@ _VOLATILE: tuple[tuple[str, re.Pattern[str], str], ...] = (
     (
         "quoted",
         re.compile(
-            r"'(?:[^'\n]|'(?=\w))+'|\"[^\"\n]+\"|`[^`\n]+`|\u2018[^\u2019\n]+\u2019|\u201c[^\u201d\n]+\u201d"
+            r"\\\"[^\"\\\n]+\\\"|'(?:[^'\n]|'(?=\w))+'|\"(?:[^\"\\\n]|\\.)+\"|`[^`\n]+`|\u2018[^\u2019\n]+\u2019|\u201c[^\u201d\n]+\u201d"
         ),
         "",
     ),
@@ -138,7 +138,10 @@ _VAGUE = frozenset({"error", "err", "fatal", "failed", "failure", "fail", "warni
 # A command line echoed before it runs (npm's "> eslint --fix .", a shell's "+ make -j4").
 _COMMAND_ECHO = re.compile(r"^[>+$#]\s+[\w./@:-]+(?:\s+\S+)*?\s--?[A-Za-z][\w-]*")
 # A line that says where an error passed through, not what it is.
-_TRACE = re.compile(r"^(?:at |File \"|from |\(\w+\) |#\d+ |in |called from |\.\.\.)|^\s*\^+\s*$")
+_TRACE = re.compile(
+    r"^(?:at |File \"|from |\(\w+\) |#\d+ |in |called from |\.\.\.)|^\s*\^+\s*$"
+    r"|^\S+:\d+:in [`'][^`'\n]*'$"  # Ruby's "lib/x.rb:12:in `run'", with no message after it
+)
 
 
 class TeachError(ValueError):
@@ -401,6 +404,12 @@ def tokens(raw: str) -> list[Token]:
                 scheme, rest = hit.group().split("://", 1)
                 found.append(Token("literal", scheme + "://"))
                 found.append(Token(kind, rest))
+            elif kind == "quoted" and hit.group()[0] == '"' and '\\"' in hit.group():
+                # A quoted message quoting names ("Words not in order \"a\" and \"b\""):
+                # its words are the message, the names inside vary.
+                found.append(Token("literal", hit.group()[0]))
+                found.extend(tokens(hit.group()[1:-1]))
+                found.append(Token("literal", hit.group()[-1]))
             else:
                 found.append(Token(kind, hit.group()))
             at = text_start = hit.end()
@@ -506,7 +515,8 @@ def _regex_of(token: Token, named: set[str]) -> str:
     if token.kind == "quoted":
         body = r"[^\n]*?"
         inner = _named(body, "name", named)
-        opening, closing = token.text[0], token.text[-1]
+        cut = 2 if token.text.startswith('\\"') else 1  # an escaped quote: \"name\"
+        opening, closing = token.text[:cut], token.text[-cut:]
         return _escape(opening) + inner + _escape(closing)
     shape = next(shape for kind, _, shape in _VOLATILE if kind == token.kind)
     group = _GROUP_OF.get(token.kind)
