@@ -47,9 +47,10 @@ from theow_client.verdict import Where
 from theow_workers.core.grading import grounded
 from theow_workers.core.normal import IsNormal, JobNormal, mine, run_lines
 from theow_workers.core.resolver import Candidate, Hints, RuleBook, matching_facts, plan
-from theow_workers.core.rules import Mode, Rule
+from theow_workers.core.rules import Mode
 from theow_workers.core.service import Submission
 from theow_workers.core.summary import WHERE_LINES, where_lines
+from theow_workers.core.teaching import MAX_SPAN, Taught, TeachError, chunk_span, synthesize
 from theow_workers.replay.reader import DEFAULT_MAX_LINE_BYTES, json_object, raw_lines
 
 FAILURES, PASSING = "failures", "passing"
@@ -308,6 +309,7 @@ def run(
     emit: Callable[[Outcome], None] = lambda outcome: None,
     progress: Callable[[], None] = lambda: None,
     learn: bool = False,
+    learned_to: Path | None = None,
 ) -> Summary:
     """Score ``book`` on the corpus; ``emit`` gets every outcome in input order.
 
@@ -316,7 +318,9 @@ def run(
     synthesizer (:mod:`theow_workers.core.teaching`), as ``theow teach``
     would, and the rule, when one passes the checks, joins the library for
     the failures after it (and for the passing logs). The taught failure
-    keeps the verdict it had before.
+    keeps the verdict it had before. ``learned_to``: a directory each learned
+    rule is written to, as an approval writes it (to read them, or to check them
+    with ``theow rules check``).
     """
     book.scanner  # noqa: B018 - compiled before the clock starts: start-up, not throughput
     summary = Summary(baseline=baseline is not None, learn=learn and labels is not None)
@@ -354,10 +358,14 @@ def run(
                 if not outcome.grounded and chunk:
                     outcome.taught = True
                     facts = {k: v for k, v in data.items() if k != "id"}
-                    rule, why = teach_label(book, facts, ident, chunk, learned, normal)
-                    if rule is None:
+                    taught, why = teach_label(book, facts, ident, chunk, learned, normal)
+                    if taught is None:
                         summary.not_learned.append(f"{ident}: {why}")
                     else:
+                        rule = taught.rule
+                        if learned_to is not None:
+                            path = learned_to / f"{rule.name}.rule.yaml"
+                            path.write_text(taught.rule_yaml, encoding="utf-8")
                         book = RuleBook(
                             (*book.rules, rule), f"{book.version}+{rule.name}", book.client_side
                         )
@@ -377,13 +385,12 @@ def teach_label(
     chunk: str,
     taken: set[str],
     is_normal: IsNormal | None = None,
-) -> tuple[Rule | None, str]:
+) -> tuple[Taught | None, str]:
     """The rule a reviewer approves for a failure taught from its labelled ``chunk``, or why none.
 
     The failure is prepared as a worker receives it; the chunk's lines are
     found in its log (or, cut by bounding, taught from the chunk alone).
     """
-    from theow_workers.core.teaching import MAX_SPAN, TeachError, chunk_span, synthesize
 
     payload = build_payload(facts, failure_id=ident)
     prepared = matching_facts(Submission.parse(payload, ident).facts)
@@ -404,7 +411,7 @@ def teach_label(
         )  # fmt: skip
     except TeachError as exc:
         return None, str(exc)
-    return taught.rule, ""
+    return taught, ""
 
 
 @dataclass

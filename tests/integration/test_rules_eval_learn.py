@@ -67,7 +67,7 @@ def test_each_miss_is_taught_once_and_the_failures_after_it_are_grounded(tmp_pat
         "--labels", str(write(tmp_path / "l.jsonl.gz", LABELS)),
         "--passing", str(write(tmp_path / "p.jsonl.gz", PASSING)),
         "--rules", str(rules), "--actions", str(FIXTURES / "actions"),
-        "--learn", "--out", str(out), "--json",
+        "--learn", "--learned", str(tmp_path / "learned"), "--out", str(out), "--json",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
@@ -87,6 +87,13 @@ def test_each_miss_is_taught_once_and_the_failures_after_it_are_grounded(tmp_pat
     assert report["learned_on_passing"] == 0
     assert report["grounded"] == 2  # = failures - taught, on a labelled corpus
     assert len(report["learning_curve"]) == 10
+    # The learned rules are rule files like any other: they pass `theow rules check`.
+    learned = sorted(p.name for p in (tmp_path / "learned").iterdir())
+    assert learned == sorted(f"{name}.rule.yaml" for name in report["learned_rules"])
+    for path in (tmp_path / "learned").iterdir():
+        (rules / path.name).write_text(path.read_text())
+    checked = theow("rules", "check", str(rules), "--actions", str(FIXTURES / "actions"))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
 def test_learn_without_labels_is_refused(tmp_path):

@@ -200,6 +200,10 @@ def rules_eval(
             "from its label (theow teach's synthesizer) and approves the rule for what follows.",
         ),
     ] = False,
+    learned: Annotated[
+        Path | None,
+        typer.Option(help="With --learn: write each learned rule here, as approving writes it."),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Score the rules on a corpus: found, grounded, precision, located, false alarms, logs/s.
@@ -210,6 +214,8 @@ def rules_eval(
     """
     if learn and labels is None:
         raise fail("--learn needs --labels: the reviewer teaches from the labelled lines", 2)
+    if learned is not None:
+        learned.mkdir(parents=True, exist_ok=True)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from theow_workers import evaluation
@@ -246,7 +252,7 @@ def rules_eval(
         task = bar.add_task("logs", total=total)
         summary = evaluation.run(
             knowledge.book, failures, passing=passing, labels=label_map, emit=emit,
-            progress=lambda: bar.advance(task), baseline=baseline, learn=learn,
+            progress=lambda: bar.advance(task), baseline=baseline, learn=learn, learned_to=learned,
         )  # fmt: skip
     if sink is not None:
         sink.close()
