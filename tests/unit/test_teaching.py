@@ -144,3 +144,63 @@ def test_a_chunk_is_found_in_the_raw_log_past_colour_codes_and_time_stamps():
     assert chunk_span(log, "Error: boom\nnext") == (2, 3)
     assert chunk_span(log, "[?1h=Error: boom") == (2, 2)  # a copy that dropped the escape byte
     assert chunk_span(log, "never printed") is None
+
+
+def test_a_quoted_message_keeps_its_words_and_generalizes_the_names_it_quotes():
+    log = '** (throw) "Words not in order \\"exos\\" and \\"ex_lttb\\""\n    check.exs:9: Awesome.check/1\n'
+
+    taught = teach(log, 1, 2)
+
+    later = '** (throw) "Words not in order \\"yuri\\" and \\"Crawly\\""\n'
+    assert evaluate(taught.rule, {"log": later, "repo": "acme/site"}).ok
+    other = '** (throw) "Duplicate links found"\n'
+    assert not evaluate(taught.rule, {"log": other, "repo": "acme/site"}).ok
+    assert (
+        taught.rule.description
+        == 'Taught: (throw) "Words not in order \\"<name>\\" and \\"<name>\\""'
+    )
+
+
+def test_in_a_whole_step_the_error_near_its_end_is_taught_not_the_steps_echo_or_warnings():
+    step = [
+        "##[group]Run npm run build",
+        "npm run build",
+        "env:",
+        "  FAILED_BUILDS_WEBHOOK: ***",
+        "##[endgroup]",
+        "> app@1.0.0 build",
+        "> webpack --mode production --bail",
+        "Warning: the last build failed to write its cache",
+        *[f"asset chunk-{i}.js {i * 3} KiB [emitted]" for i in range(40)],
+        "ERROR in ./src/index.js 3:0-27",
+        "Module not found: Error: Can't resolve './missing' in '/home/runner/work/app/src'",
+        "##[error]Process completed with exit code 1.",
+    ]
+    log = "\n".join(step) + "\n"
+
+    taught = synthesize({"log": log, "repo": "acme/app"}, 1, len(step), book=BOOK,
+                        is_wrapper=BOOK.is_wrapper)  # fmt: skip
+
+    assert "Module not found" in taught.text or taught.text.startswith("ERROR in")
+    reasons = " ".join(taught.passed_over)
+    assert "the step's definition, echoed before it ran" in reasons
+    assert "a command echoed before it ran" in reasons
+
+
+def test_a_whole_step_with_no_error_line_near_its_end_teaches_nothing():
+    step = ["compiling"] + [f"asset chunk-{i}.js {i} KiB [emitted]" for i in range(40)]
+
+    with pytest.raises(TeachError, match="carries an error marker"):
+        synthesize({"log": "\n".join(step)}, 1, len(step), book=BOOK)
+
+
+def test_a_ruby_stack_frame_is_not_the_telling_line():
+    log = (
+        "/gems/albacore-1.0/lib/albacore/support/failure.rb:12:in `fail_with_message'\n"
+        "xunit: 3 tests failed in Nancy.Tests\n"
+    )
+
+    taught = teach(log, 1, 2)
+
+    assert taught.line == 2
+    assert any("a stack frame" in why for why in taught.passed_over)

@@ -164,7 +164,8 @@ class Draft:
 
     pattern: str
     letters: int  # literal letters
-    words: tuple[str, ...]  # the literal words, for a name and a description
+    words: tuple[str, ...]  # the literal words, for a name
+    shown: str = ""  # the line as the pattern reads it: "Ref <name>: page not found"
 
 
 @dataclass(frozen=True)
@@ -494,7 +495,27 @@ def draft_pattern(raw: str, level: int = 2) -> Draft | None:
     if not cut:
         # A line may end in colour codes, spaces and carriage returns ("\r\r\n" on Windows runners).
         pattern += (r"[ \t]*" + ANSI_CLASS if _ends_with_ansi(found) else "") + r"[ \t\r]*$"
-    return Draft("(?m)" + pattern if pattern.endswith("$") else pattern, letters, words)
+    shown = "".join(_shown(token) for token in kept_tokens)
+    return Draft("(?m)" + pattern if pattern.endswith("$") else pattern, letters, words, shown)
+
+
+def _shown(token: Token) -> str:
+    if token.literal:
+        return token.text
+    if token.kind == "space":
+        return " "
+    if token.kind == "ansi":
+        return ""
+    placeholder = f"<{_GROUP_OF.get(token.kind, token.kind)}>"
+    if token.kind != "quoted":
+        return placeholder
+    cut = _quote_width(token.text)
+    return f"{token.text[:cut]}{placeholder}{token.text[-cut:]}"
+
+
+def _quote_width(text: str) -> int:
+    """1 for a quote, 2 for an escaped one (``\"name\"``)."""
+    return 2 if text.startswith('\\"') else 1
 
 
 def _ends_with_ansi(found: list[Token]) -> bool:
@@ -515,7 +536,7 @@ def _regex_of(token: Token, named: set[str]) -> str:
     if token.kind == "quoted":
         body = r"[^\n]*?"
         inner = _named(body, "name", named)
-        cut = 2 if token.text.startswith('\\"') else 1  # an escaped quote: \"name\"
+        cut = _quote_width(token.text)
         opening, closing = token.text[:cut], token.text[-cut:]
         return _escape(opening) + inner + _escape(closing)
     shape = next(shape for kind, _, shape in _VOLATILE if kind == token.kind)
@@ -579,7 +600,7 @@ def _try(
     rule_name = _unique_name(name or _name_of(draft.words), taken, book)
     data: dict[str, Any] = {
         "name": rule_name,
-        "description": _description(text),
+        "description": _description(draft.shown or text),
         "tags": [TAUGHT_TAG],
         "mode": mode,
         "when": [
@@ -595,7 +616,8 @@ def _try(
         if conditions
         else f"taught from {origin}; scope global",
     }
-    rule_yaml = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
+    # One line per regex and example: a reviewer reads them as the log printed them.
+    rule_yaml = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=4096)
     try:
         rule = parse_rule(rule_yaml)
     except RuleError as exc:
@@ -634,7 +656,9 @@ def _counter_examples(
     first, last = span.lines[0][0], span.lines[-1][0]
     around = [physical[i - 1] for i in range(max(1, first - 3), first)]
     around += [physical[i - 1] for i in range(last + 1, min(len(physical), last + 3) + 1)]
-    pool = list(normal_lines) + around
+    # The selected lines the rule leaves alone are nearby lines too.
+    unselected = [raw for _, _, raw in span.lines if not compiled.search(raw[:MAX_EXAMPLE_CHARS])]
+    pool = list(normal_lines) + unselected + around
 
     def alike(line: str) -> int:
         return len(words & {w.lower() for w in _WORD.findall(strip_ansi(line))})
