@@ -125,6 +125,7 @@ class Summary:
     learned_grounded: int = 0
     learned_on_passing: Counter[str] = field(default_factory=Counter)  # any mode
     not_learned: list[str] = field(default_factory=list)  # "id: why" for teachings with no rule
+    replaced: list[str] = field(default_factory=list)  # learned rules a wider one retired
     curve: list[bool] = field(default_factory=list)  # grounded, per failure in input order
 
     def add(self, outcome: Outcome, labelled: bool) -> None:
@@ -211,6 +212,7 @@ class Summary:
             "taught": self.taught,
             "taught_rate": _ratio(self.taught, self.failures),
             "learned_rules": self.learned_rules,
+            "replaced_rules": self.replaced,
             "learned_found": self.learned_found,
             "learned_grounded": self.learned_grounded,
             "learned_precision": _ratio(self.learned_grounded, self.learned_found),
@@ -363,7 +365,13 @@ def run(
                         summary.not_learned.append(f"{ident}: {why}")
                     else:
                         rule = taught.rule
+                        # A wider rule of the same cause: the reviewer retires the narrower one.
+                        kept = tuple(r for r in book.rules if r.name not in taught.replaces)
+                        book = RuleBook(kept, book.version, book.client_side)
+                        summary.replaced.extend(taught.replaces)
                         if learned_to is not None:
+                            for name in taught.replaces:
+                                (learned_to / f"{name}.rule.yaml").unlink(missing_ok=True)
                             path = learned_to / f"{rule.name}.rule.yaml"
                             path.write_text(taught.rule_yaml, encoding="utf-8")
                         book = RuleBook(
@@ -407,7 +415,7 @@ def teach_label(
     try:
         taught = synthesize(
             prepared, *span, is_wrapper=book.is_wrapper, is_normal=is_normal, book=book,
-            taken=taken, origin=f"failure {ident} (label)",
+            taken=taken, origin=f"failure {ident} (label)", replaceable=taken,
         )  # fmt: skip
     except TeachError as exc:
         return None, str(exc)

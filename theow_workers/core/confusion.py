@@ -158,16 +158,17 @@ def _short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def rule_confusions(rule: Rule, book: RuleBook) -> list[str]:
+def rule_confusions(rule: Rule, book: RuleBook) -> list[tuple[str, str]]:
     """The confusion check for one rule about to join ``book``, without rebuilding its scanner.
 
     Its examples must not be won (outranked or tied) by a specific rule of the
     book, and it must not win theirs; ``supersedes`` is honoured both ways.
-    What :func:`confusions` would report for this rule, in the same words.
+    What :func:`confusions` would report for this rule, in the same words, each
+    with the other rule: ``(other rule, problem)``.
     """
     from theow_workers.core.matching import evaluate
 
-    found: list[str] = []
+    found: list[tuple[str, str]] = []
     for i, j, facts in _example_facts(rule):
         own = evaluate(rule, facts, regex_timeout=EXAMPLE_TIMEOUT, is_wrapper=book.is_wrapper)
         if not own.ok or own.evidence is None:
@@ -178,7 +179,10 @@ def rule_confusions(rule: Rule, book: RuleBook) -> list[str]:
             if candidate.position >= own.evidence.position:
                 example = facts[rule.when[i].fact]
                 found.append(
-                    f"when[{i}].examples[{j}] of {rule.name} is won by {candidate.rule}: {_short(example)!r}"
+                    (
+                        candidate.rule,
+                        f"when[{i}].examples[{j}] of {rule.name} is won by {candidate.rule}: {_short(example)!r}",
+                    )
                 )
                 break
     patterns = [c.regex for c in rule.when if c.regex]
@@ -204,7 +208,10 @@ def rule_confusions(rule: Rule, book: RuleBook) -> list[str]:
             )
             if theirs is not None and mine.evidence.position >= theirs.position:
                 found.append(
-                    f"when[{i}].examples[{j}] of {other.name} is won by {rule.name}: {_short(str(text))!r}"
+                    (
+                        other.name,
+                        f"when[{i}].examples[{j}] of {other.name} is won by {rule.name}: {_short(str(text))!r}",
+                    )
                 )
     return found
 

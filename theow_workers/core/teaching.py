@@ -178,6 +178,7 @@ class Taught:
     text: str  # as a person reads it
     passed_over: tuple[str, ...] = ()  # "line N: why" for lines tried first
     scope: str = "global"
+    replaces: tuple[str, ...] = ()  # narrower rules (of ``replaceable``) this one covers
 
 
 # A line that informs or warns: printed by passing runs as much as by failed ones.
@@ -216,6 +217,7 @@ def synthesize(
     taken: frozenset[str] | set[str] = frozenset(),
     book: RuleBook | None = None,
     origin: str = "",
+    replaceable: frozenset[str] | set[str] = frozenset(),
 ) -> Taught:
     """The rule a reviewer would write for lines ``first``..``last`` of the failure's log.
 
@@ -225,6 +227,9 @@ def synthesize(
     ``book`` is the library the rule joins: no rule of it may win the new
     rule's examples, nor the new rule theirs. ``taken`` names it must not
     take. ``origin`` goes into the rule's notes ("failure X lines A-B, by Y").
+    ``replaceable``: rules the caller would retire for a wider one (earlier
+    taught rules of the same cause): the new rule may win their examples, and
+    ``Taught.replaces`` names them.
     Raises TeachError when no selected line makes a rule that passes.
     """
     if scope not in SCOPES:
@@ -256,7 +261,7 @@ def synthesize(
                 draft, facts, span, number, text, conditions, scope_used,
                 normal_lines=normal_lines, mode=mode, name=name, taken=taken, book=book,
                 is_wrapper=is_wrapper, origin=origin or f"lines {first}-{last}",
-                passed_over=tuple(tried),
+                passed_over=tuple(tried), replaceable=replaceable,
             )  # fmt: skip
             if taught is not None:
                 return taught
@@ -584,6 +589,7 @@ def _try(
     is_wrapper: LinePredicate | None,
     origin: str,
     passed_over: tuple[str, ...],
+    replaceable: frozenset[str] | set[str] = frozenset(),
 ) -> tuple[str, Taught | None]:
     """(why not, None) or ("", the rule) for one draft pattern."""
     try:
@@ -633,11 +639,16 @@ def _try(
             None,
         )
     problems = [why for _, why in example_problems(rule)]
+    replaces: set[str] = set()
     if book is not None:
-        problems += rule_confusions(rule, book)
+        for other, why in rule_confusions(rule, book):
+            if other in replaceable:
+                replaces.add(other)
+            else:
+                problems.append(why)
     if problems:
         return problems[0], None
-    return "", Taught(rule, rule_yaml, number, text, passed_over, scope)
+    return "", Taught(rule, rule_yaml, number, text, passed_over, scope, tuple(sorted(replaces)))
 
 
 def _bounded(lines: list[str]) -> list[str]:
