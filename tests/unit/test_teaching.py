@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from theow_workers.core.examples import example_problems
@@ -204,3 +206,25 @@ def test_a_ruby_stack_frame_is_not_the_telling_line():
 
     assert taught.line == 2
     assert any("a stack frame" in why for why in taught.passed_over)
+
+
+def test_a_wider_rule_may_retire_the_narrower_taught_rules_it_covers():
+    old_line = LOG.splitlines()[2]
+    old = parse_rule(
+        "name: old_ref\nmode: track\ntags: [taught]\nwhen:\n"
+        "  - {fact: repo, equals: acme/site}\n"
+        "  - fact: log\n    regex: 'ERROR[^\\n]*REF_NOT_FOUND: Ref \"/docs/4\\.3/intro\"'\n"
+        f"    examples: [{json.dumps(old_line)}]\n"
+    )
+    book = RuleBook((WRAPPER, old), "with a narrow taught rule")
+    later = {"log": LATER, "repo": "acme/site"}
+
+    kept = synthesize(later, 3, 3, is_wrapper=book.is_wrapper, book=book)
+    wider = synthesize(later, 3, 3, is_wrapper=book.is_wrapper, book=book, replaceable={"old_ref"})
+
+    # Not told it may retire the old rule, it stays out of its way: the names stay literal.
+    assert (
+        kept.replaces == () and not evaluate(kept.rule, {"log": old_line, "repo": "acme/site"}).ok
+    )
+    assert wider.replaces == ("old_ref",)
+    assert evaluate(wider.rule, {"log": old_line, "repo": "acme/site"}).ok
