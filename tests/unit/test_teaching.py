@@ -7,10 +7,11 @@ import json
 import pytest
 
 from theow_workers.core.examples import example_problems
+from theow_workers.core.generalize import draft_pattern
 from theow_workers.core.matching import evaluate
 from theow_workers.core.resolver import RuleBook, plan
 from theow_workers.core.rules import parse_rule
-from theow_workers.core.teaching import TeachError, chunk_span, draft_pattern, synthesize
+from theow_workers.core.teaching import TeachError, chunk_span, synthesize
 
 WRAPPER = parse_rule(
     "name: make_failed\nmode: track\ngeneric: true\n"
