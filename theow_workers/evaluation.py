@@ -50,6 +50,7 @@ from theow_workers.core.resolver import Candidate, Hints, RuleBook, matching_fac
 from theow_workers.core.rules import Mode
 from theow_workers.core.service import Submission
 from theow_workers.core.summary import WHERE_LINES, where_lines
+from theow_workers.core.teaching import MAX_SPAN, Taught, TeachError, chunk_span, synthesize
 from theow_workers.replay.reader import DEFAULT_MAX_LINE_BYTES, json_object, raw_lines
 
 FAILURES, PASSING = "failures", "passing"
@@ -75,6 +76,8 @@ class Outcome:
     over_new: bool = False  # ... although another rule had new evidence (must never happen)
     where: list[Where] = field(default_factory=list)  # the lines to look at, most telling first
     located: bool | None = None  # one of the where lines is in the labelled chunk
+    taught: bool = False  # --learn: taught from its label (its verdict is the one from before)
+    learned: bool = False  # the chosen rule was learned in this run
 
     def row(self) -> dict[str, Any]:
         return {
@@ -89,6 +92,8 @@ class Outcome:
             "grounded": self.grounded,
             "seen_in_passing": self.seen_in_passing,
             "where": [w.to_dict() for w in self.where],
+            "taught": self.taught,
+            "learned": self.learned,
         }
 
 
@@ -113,6 +118,15 @@ class Summary:
     won_on_normal: int = 0  # failures whose chosen rule matched normal lines only
     won_on_normal_over_new: int = 0
     seen_in_passing_by_rule: Counter[str] = field(default_factory=Counter)
+    learn: bool = False
+    taught: int = 0
+    learned_rules: list[str] = field(default_factory=list)
+    learned_found: int = 0  # failures whose chosen rule was learned in the run
+    learned_grounded: int = 0
+    learned_on_passing: Counter[str] = field(default_factory=Counter)  # any mode
+    not_learned: list[str] = field(default_factory=list)  # "id: why" for teachings with no rule
+    replaced: list[str] = field(default_factory=list)  # learned rules a wider one retired
+    curve: list[bool] = field(default_factory=list)  # grounded, per failure in input order
 
     def add(self, outcome: Outcome, labelled: bool) -> None:
         if outcome.error is not None:
@@ -128,7 +142,11 @@ class Summary:
                 self.by_rule[outcome.rule] += 1
             elif outcome.wrapper is not None:
                 self.unexplained += 1
+            self.taught += outcome.taught
+            self.learned_found += outcome.learned
+            self.learned_grounded += outcome.learned and bool(outcome.grounded)
             if labelled:
+                self.curve.append(bool(outcome.grounded))
                 self.grounded = (self.grounded or 0) + bool(outcome.grounded)
                 self.located = (self.located or 0) + bool(outcome.located)
                 if outcome.grounded and outcome.rule is not None:
@@ -137,6 +155,8 @@ class Summary:
         self.passing += 1
         if outcome.rule is None:
             return
+        if outcome.learned:
+            self.learned_on_passing[outcome.rule] += 1
         if outcome.mode == Mode.TRACK:
             self.track_on_passing += 1
             self.track_by_rule[outcome.rule] += 1
@@ -178,6 +198,28 @@ class Summary:
             "won_on_normal": self.won_on_normal,
             "won_on_normal_over_new": self.won_on_normal_over_new,
             "seen_in_passing_by_rule": dict(self.seen_in_passing_by_rule.most_common()),
+            **(self._learning() if self.learn else {}),
+        }
+
+    def _learning(self) -> dict[str, Any]:
+        """The simulated reviewer's figures: teachings, learned rules, the learning curve."""
+        tenths = []
+        n = len(self.curve)
+        for k in range(10):
+            part = self.curve[k * n // 10 : (k + 1) * n // 10]
+            tenths.append(_ratio(sum(part), len(part)) if part else None)
+        return {
+            "taught": self.taught,
+            "taught_rate": _ratio(self.taught, self.failures),
+            "learned_rules": self.learned_rules,
+            "replaced_rules": self.replaced,
+            "learned_found": self.learned_found,
+            "learned_grounded": self.learned_grounded,
+            "learned_precision": _ratio(self.learned_grounded, self.learned_found),
+            "learned_on_passing": sum(self.learned_on_passing.values()),
+            "learned_on_passing_by_rule": dict(self.learned_on_passing.most_common()),
+            "not_learned": self.not_learned[:50],
+            "learning_curve": tenths,
         }
 
 
@@ -268,10 +310,23 @@ def run(
     baseline: Path | None = None,
     emit: Callable[[Outcome], None] = lambda outcome: None,
     progress: Callable[[], None] = lambda: None,
+    learn: bool = False,
+    learned_to: Path | None = None,
 ) -> Summary:
-    """Score ``book`` on the corpus; ``emit`` gets every outcome in input order."""
+    """Score ``book`` on the corpus; ``emit`` gets every outcome in input order.
+
+    ``learn`` (with ``labels``): a simulated reviewer. Each failure whose
+    verdict is not grounded is taught from its labelled chunk through the
+    synthesizer (:mod:`theow_workers.core.teaching`), as ``theow teach``
+    would, and the rule, when one passes the checks, joins the library for
+    the failures after it (and for the passing logs). The taught failure
+    keeps the verdict it had before. ``learned_to``: a directory each learned
+    rule is written to, as an approval writes it (to read them, or to check them
+    with ``theow rules check``).
+    """
     book.scanner  # noqa: B018 - compiled before the clock starts: start-up, not throughput
-    summary = Summary(baseline=baseline is not None)
+    summary = Summary(baseline=baseline is not None, learn=learn and labels is not None)
+    learned: set[str] = set()
     normals = Baseline.read(baseline) if baseline is not None else None
     sources = [(FAILURES, failures)] + ([(PASSING, passing)] if passing is not None else [])
     for source, path in sources:
@@ -299,10 +354,72 @@ def run(
                 outcome.grounded = bool(chunk) and grounded(text, outcome.matched, chunk)
             elif labelled:
                 outcome.grounded = False
+            outcome.learned = outcome.rule in learned
+            if summary.learn and labelled and labels is not None and data is not None:
+                chunk = labels.get(outcome.id, "")
+                if not outcome.grounded and chunk:
+                    outcome.taught = True
+                    facts = {k: v for k, v in data.items() if k != "id"}
+                    taught, why = teach_label(book, facts, ident, chunk, learned, normal)
+                    if taught is None:
+                        summary.not_learned.append(f"{ident}: {why}")
+                    else:
+                        rule = taught.rule
+                        # A wider rule of the same cause: the reviewer retires the narrower one.
+                        kept = tuple(r for r in book.rules if r.name not in taught.replaces)
+                        book = RuleBook(kept, book.version, book.client_side)
+                        summary.replaced.extend(taught.replaces)
+                        if learned_to is not None:
+                            for name in taught.replaces:
+                                (learned_to / f"{name}.rule.yaml").unlink(missing_ok=True)
+                            path = learned_to / f"{rule.name}.rule.yaml"
+                            path.write_text(taught.rule_yaml, encoding="utf-8")
+                        book = RuleBook(
+                            (*book.rules, rule), f"{book.version}+{rule.name}", book.client_side
+                        )
+                        book.scanner  # noqa: B018 - compiled outside the clock, as a worker reloads
+                        learned.add(rule.name)
+                        summary.learned_rules.append(rule.name)
             summary.add(outcome, labelled)
             emit(outcome)
             progress()
     return summary
+
+
+def teach_label(
+    book: RuleBook,
+    facts: dict[str, Any],
+    ident: str,
+    chunk: str,
+    taken: set[str],
+    is_normal: IsNormal | None = None,
+) -> tuple[Taught | None, str]:
+    """The rule a reviewer approves for a failure taught from its labelled ``chunk``, or why none.
+
+    The failure is prepared as a worker receives it; the chunk's lines are
+    found in its log (or, cut by bounding, taught from the chunk alone).
+    """
+
+    payload = build_payload(facts, failure_id=ident)
+    prepared = matching_facts(Submission.parse(payload, ident).facts)
+    log = prepared.get("log")
+    span = chunk_span(log, chunk) if isinstance(log, str) else None
+    if span is None:  # the label lies in what bounding cut: the chunk is all there is
+        prepared = {**{k: v for k, v in prepared.items() if k != "log"}, "log": chunk}
+        span = chunk_span(chunk, chunk)
+    if span is None:
+        return None, "the label holds no text"
+    first, last = span
+    if last - first >= MAX_SPAN:  # a whole step labelled: a reviewer points at its end
+        span = (last - MAX_SPAN + 1, last)
+    try:
+        taught = synthesize(
+            prepared, *span, is_wrapper=book.is_wrapper, is_normal=is_normal, book=book,
+            taken=taken, origin=f"failure {ident} (label)", replaceable=taken,
+        )  # fmt: skip
+    except TeachError as exc:
+        return None, str(exc)
+    return taught, ""
 
 
 @dataclass

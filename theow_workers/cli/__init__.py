@@ -13,6 +13,7 @@ from theow_workers.cli.replay import replay_app
 from theow_workers.cli.review import failures_app, meow_command, review_app
 from theow_workers.cli.rules import rules_app
 from theow_workers.cli.stack import demo, up, web, worker
+from theow_workers.cli.teach import teach
 from theow_workers.cli.tokens import tokens_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
@@ -23,6 +24,7 @@ app.add_typer(review_app, name="review")
 app.add_typer(failures_app, name="failures")
 app.add_typer(tokens_app, name="tokens")
 app.command("meow")(meow_command)
+app.command("teach")(teach)
 app.command("doctor")(doctor)
 app.command("metrics")(metrics)
 app.command()(worker)

@@ -192,13 +192,30 @@ def rules_eval(
     out_file: Annotated[
         Path | None, typer.Option("--out", help="Write one JSON object per input line here.")
     ] = None,
+    learn: Annotated[
+        bool,
+        typer.Option(
+            "--learn",
+            help="With --labels: a simulated reviewer teaches each failure that is not grounded "
+            "from its label (theow teach's synthesizer) and approves the rule for what follows.",
+        ),
+    ] = False,
+    learned: Annotated[
+        Path | None,
+        typer.Option(help="With --learn: write each learned rule here, as approving writes it."),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Score the rules on a corpus: found, grounded, precision, located, false alarms, logs/s.
 
     No server needed: each log is bounded as theow-client bounds it and
-    matched by the same code a resolver worker runs.
+    matched by the same code a resolver worker runs. With --learn, also how
+    many teachings it took and how the learned rules did (the learning curve).
     """
+    if learn and labels is None:
+        raise fail("--learn needs --labels: the reviewer teaches from the labelled lines", 2)
+    if learned is not None:
+        learned.mkdir(parents=True, exist_ok=True)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from theow_workers import evaluation
@@ -235,7 +252,7 @@ def rules_eval(
         task = bar.add_task("logs", total=total)
         summary = evaluation.run(
             knowledge.book, failures, passing=passing, labels=label_map, emit=emit,
-            progress=lambda: bar.advance(task), baseline=baseline,
+            progress=lambda: bar.advance(task), baseline=baseline, learn=learn, learned_to=learned,
         )  # fmt: skip
     if sink is not None:
         sink.close()
@@ -280,6 +297,19 @@ def _print_eval(report: dict[str, Any]) -> None:
         summary.add_row(
             "... while another rule had new lines", str(report["won_on_normal_over_new"])
         )
+    if "taught" in report:
+        summary.add_row("taught (not grounded, taught from the label)",
+                        f"{report['taught']} ({report['taught_rate']:.1%})")  # fmt: skip
+        summary.add_row("rules learned", str(len(report["learned_rules"])))
+        summary.add_row(
+            "matches by learned rules, grounded",
+            f"{report['learned_found']}, {report['learned_grounded']} "
+            f"(precision {report['learned_precision']:.2f})",
+        )
+        if report["passing"]:
+            summary.add_row("learned rules on passing logs", str(report["learned_on_passing"]))
+        curve = " ".join("-" if v is None else f"{v:.0%}" for v in report["learning_curve"])
+        summary.add_row("grounded per tenth (learning curve)", curve)
     summary.add_row("errors", str(report["errors"]))
     summary.add_row("logs/s", str(report["logs_per_s"]))
     out.print(summary)

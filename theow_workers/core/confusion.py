@@ -156,3 +156,70 @@ def _short(text: str, limit: int = 80) -> str:
     """The start of ``text``, shown with ``repr`` (so newlines and escapes read as such)."""
     text = text.strip()
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def rule_confusions(rule: Rule, book: RuleBook) -> list[tuple[str, str]]:
+    """The confusion check for one rule about to join ``book``, without rebuilding its scanner.
+
+    Its examples must not be won (outranked or tied) by a specific rule of the
+    book, and it must not win theirs; ``supersedes`` is honoured both ways.
+    What :func:`confusions` would report for this rule, in the same words, each
+    with the other rule: ``(other rule, problem)``.
+    """
+    from theow_workers.core.matching import evaluate
+
+    found: list[tuple[str, str]] = []
+    for i, j, facts in _example_facts(rule):
+        own = evaluate(rule, facts, regex_timeout=EXAMPLE_TIMEOUT, is_wrapper=book.is_wrapper)
+        if not own.ok or own.evidence is None:
+            continue  # its own checks say so
+        for candidate in plan(book, facts, regex_timeout=EXAMPLE_TIMEOUT).attempts:
+            if candidate.generic or candidate.rule in rule.supersedes:
+                continue
+            if candidate.position >= own.evidence.position:
+                example = facts[rule.when[i].fact]
+                found.append(
+                    (
+                        candidate.rule,
+                        f"when[{i}].examples[{j}] of {rule.name} is won by {candidate.rule}: {_short(example)!r}",
+                    )
+                )
+                break
+    patterns = [c.regex for c in rule.when if c.regex]
+    for other in book.rules:
+        if other.generic or rule.name in other.supersedes:
+            continue
+        for i, j, facts in _example_facts(other):
+            text = facts.get(other.when[i].fact)
+            if patterns and not any(
+                isinstance(v, str) and _searches(p, v) for p in patterns for v in facts.values()
+            ):
+                continue
+            mine = evaluate(rule, facts, regex_timeout=EXAMPLE_TIMEOUT, is_wrapper=book.is_wrapper)
+            if not mine.ok or mine.evidence is None:
+                continue
+            theirs = next(
+                (
+                    c
+                    for c in plan(book, facts, regex_timeout=EXAMPLE_TIMEOUT).attempts
+                    if c.rule == other.name
+                ),
+                None,
+            )
+            if theirs is not None and mine.evidence.position >= theirs.position:
+                found.append(
+                    (
+                        other.name,
+                        f"when[{i}].examples[{j}] of {other.name} is won by {rule.name}: {_short(str(text))!r}",
+                    )
+                )
+    return found
+
+
+def _searches(pattern: str, text: str) -> bool:
+    from theow_workers.core.matching import compiled
+
+    try:
+        return compiled(pattern).search(text, timeout=EXAMPLE_TIMEOUT) is not None
+    except TimeoutError:
+        return True  # let the full check decide

@@ -319,9 +319,19 @@ def _restore(originals: dict[Path, str | None]) -> None:
             _write(path, content)
 
 
+def origin(exploration: ExplorationRecord | None) -> tuple[str, str | None]:
+    """(origin, by whom): ``taught`` by a person (``theow teach``), else ``explorer``."""
+    if exploration is not None and exploration.outcome == "taught":
+        return "taught", exploration.session_id.removeprefix("taught:") or None
+    return "explorer", None
+
+
 def summary(proposal: Proposal, exploration: ExplorationRecord | None) -> dict[str, Any]:
+    source, taught_by = origin(exploration)
     return {
         "id": proposal.id,
+        "origin": source,
+        "taught_by": taught_by,
         "rule": proposal.rule_name,
         "status": proposal.status,
         "failure_id": proposal.failure_id,

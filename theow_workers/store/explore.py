@@ -221,6 +221,16 @@ class ExploreStore:
         with self.session() as s:
             return [(fid, facts or {}) for fid, facts in s.execute(query).all()]
 
+    def verdict_rules(self, failure_ids: list[str]) -> dict[str, str | None]:
+        """The rule each failure's verdict named (None: none did), for the ids that have one."""
+        if not failure_ids:
+            return {}
+        query = select(VerdictRow.failure_id, VerdictRow.rule).where(
+            VerdictRow.failure_id.in_(failure_ids)
+        )
+        with self.session() as s:
+            return {fid: rule for fid, rule in s.execute(query).all()}
+
     def claim_proposal(self, proposal_id: str, by: str, stale: timedelta) -> bool:
         """Mark a pending proposal ``approving`` by ``by``; False if another review has it.
 

@@ -1,0 +1,189 @@
+"""``theow teach``: a stored failure's selected lines become a tested, pending proposal.
+
+The rule comes from the synthesizer (:mod:`theow_workers.core.teaching`); it
+is then tried where a reviewer wants to know: on the stored failures (how many
+it would explain, and which rule their verdicts named before) and on the
+job's normal (would its evidence be a line the job's passing runs print).
+The proposal goes into the review queue the explorer's proposals go to,
+approved or rejected the same way. Its origin is recorded as the exploration
+row every proposal hangs from: outcome ``taught``, the teacher in
+``session_id`` (``taught:<who>``), the lines and the test results in its
+transcript; no model, no tokens, no cost.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from theow_workers.core.explorer import Exploration
+from theow_workers.core.matching import evaluate
+from theow_workers.core.normal import IsNormal
+from theow_workers.core.resolver import RuleBook, matching_facts
+from theow_workers.core.rules import Rule
+from theow_workers.core.teaching import Taught, TeachError, synthesize
+from theow_workers.store.explore import ExploreStore
+
+TAUGHT = "taught"  # the exploration outcome, and a proposal's origin, when a person taught it
+PAGE = 500
+MAX_SCANNED = 20_000  # stored failures a rule is tried on; the newest are not favoured
+MAX_SHOWN = 20
+
+
+@dataclass(frozen=True)
+class RuleTests:
+    """How a taught rule does where a reviewer looks before approving."""
+
+    scanned: int  # stored failures tried
+    matches: int  # ... the rule matches (the taught one included)
+    before: dict[str, int]  # what their verdicts named before: rule name, or "(none)"
+    examples: list[dict[str, Any]] = field(default_factory=list)  # {failure_id, line, text, before}
+    evidence: dict[str, Any] | None = None  # on the taught failure
+    normal_known: bool = False  # the job's normal was there to try
+    fires_on_normal: bool = False  # its evidence on the taught failure is a normal line
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scanned": self.scanned,
+            "matches": self.matches,
+            "before": self.before,
+            "examples": self.examples,
+            "evidence": self.evidence,
+            "normal_known": self.normal_known,
+            "fires_on_normal": self.fires_on_normal,
+        }
+
+
+@dataclass(frozen=True)
+class Teaching:
+    """A filed proposal for a taught rule, with the tests it went through."""
+
+    proposal_id: str
+    failure_id: str
+    taught: Taught
+    tests: RuleTests
+    by: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "proposal_id": self.proposal_id,
+            "failure_id": self.failure_id,
+            "origin": TAUGHT,
+            "by": self.by,
+            "rule": self.taught.rule.name,
+            "rule_yaml": self.taught.rule_yaml,
+            "scope": self.taught.scope,
+            "line": self.taught.line,
+            "text": self.taught.text,
+            "passed_over": list(self.taught.passed_over),
+            "tests": self.tests.to_dict(),
+        }
+
+
+def teach(
+    store: ExploreStore,
+    book: RuleBook,
+    failure_id: str,
+    first: int,
+    last: int,
+    *,
+    by: str,
+    scope: str = "auto",
+    mode: str = "track",
+    name: str | None = None,
+    is_normal: IsNormal | None = None,
+    taken: frozenset[str] = frozenset(),
+) -> Teaching:
+    """Synthesize, test and file one taught rule; raises TeachError (nothing filed)."""
+    failure = store.failure(failure_id)
+    if failure is None:
+        raise TeachError(f"no failure {failure_id!r}")
+    pending = {_name_of(text) for _, text in store.pending_rules()}
+    taught = synthesize(
+        failure.facts, first, last, is_wrapper=book.is_wrapper, is_normal=is_normal,
+        scope=scope, mode=mode, name=name, taken=set(taken) | pending, book=book,
+        origin=f"failure {failure_id} lines {first}-{last}, by {by}",
+    )  # fmt: skip
+    tests = test_rule(store, taught.rule, failure_id, failure.facts, is_normal, book)
+    proposal_id = str(uuid.uuid4())
+    exploration = Exploration(
+        failure_id=failure_id,
+        fingerprint=failure.fingerprint,
+        outcome=TAUGHT,
+        reason=f"taught by {by}: lines {first}-{last}",
+        session_id=f"{TAUGHT}:{by}"[:200],
+        proposal_id=proposal_id,
+        transcript=[
+            {
+                "taught": {
+                    "by": by,
+                    "lines": [first, last],
+                    "line": taught.line,
+                    "text": taught.text,
+                    "passed_over": list(taught.passed_over),
+                },
+                "tests": tests.to_dict(),
+            }
+        ],
+    )
+    store.add_exploration(
+        exploration,
+        {
+            "id": proposal_id,
+            "rule_name": taught.rule.name,
+            "rule_yaml": taught.rule_yaml,
+            "diffs": [],
+            "status": "pending",
+        },
+    )
+    return Teaching(proposal_id, failure_id, taught, tests, by)
+
+
+def _name_of(rule_yaml: str) -> str:
+    import yaml
+
+    try:
+        data = yaml.safe_load(rule_yaml)
+    except yaml.YAMLError:
+        return ""
+    return str(data.get("name", "")) if isinstance(data, dict) else ""
+
+
+def test_rule(
+    store: ExploreStore,
+    rule: Rule,
+    failure_id: str,
+    facts: dict[str, Any],
+    is_normal: IsNormal | None,
+    book: RuleBook,
+) -> RuleTests:
+    """The rule tried on the stored failures and on the taught failure's job's normal."""
+    own = evaluate(rule, matching_facts(facts), is_wrapper=book.is_wrapper)
+    evidence = own.evidence.to_dict() if own.ok and own.evidence is not None else None
+    fires_on_normal = bool(
+        is_normal is not None and own.evidence is not None and is_normal(own.evidence.text)
+    )
+    matched: list[tuple[str, dict[str, Any]]] = []
+    scanned, after = 0, ""
+    while scanned < MAX_SCANNED:
+        page = store.failure_facts(after, PAGE)
+        if not page:
+            break
+        for fid, stored in page:
+            scanned += 1
+            match = evaluate(rule, matching_facts(stored), is_wrapper=book.is_wrapper)
+            if match.ok and match.evidence is not None:
+                matched.append((fid, {"line": match.evidence.line, "text": match.evidence.text}))
+        after = page[-1][0]
+    before_by_id = store.verdict_rules([fid for fid, _ in matched])
+    before = Counter(before_by_id.get(fid) or "(none)" for fid, _ in matched)
+    examples = [
+        {"failure_id": fid, **where, "before": before_by_id.get(fid)}
+        for fid, where in sorted(matched, key=lambda m: m[0] != failure_id)[:MAX_SHOWN]
+    ]
+    return RuleTests(
+        scanned, len(matched), dict(before.most_common()), examples, evidence,
+        is_normal is not None, fires_on_normal,
+    )  # fmt: skip
