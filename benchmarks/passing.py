@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from theow_client import TheowClient, names  # noqa: E402
 from theow_client.client import build_payload  # noqa: E402
+from theow_client.messages import SubmitRequest  # noqa: E402
 from theow_client.passing import report_passing  # noqa: E402
 
 JOBS = 20
@@ -150,7 +151,7 @@ def resolve_latency(url: str, failures: int = 300) -> dict[str, float]:
         for label, service in services.items():
             payload = build_payload({"log": log, "job": job}, failure_id=f"f-{label}-{i}")
             started = time.perf_counter()
-            service.resolve(payload, payload["failure_id"])
+            service.resolve(SubmitRequest.from_wire(payload), payload["failure_id"])
             times[label].append(time.perf_counter() - started)
     return {label: statistics.median(t) * 1000 for label, t in times.items()}
 

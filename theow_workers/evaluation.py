@@ -42,6 +42,7 @@ from typing import Any
 from theow_client.client import build_payload
 from theow_client.facts import loads_facts
 from theow_client.job import job_fact
+from theow_client.messages import SubmitRequest
 from theow_client.passing import build_passing_payload
 from theow_client.verdict import Where
 from theow_workers.core.grading import grounded
@@ -220,7 +221,7 @@ def decide(
     """
     payload = build_payload(facts, failure_id=fallback_id)
     started = time.perf_counter()
-    sub = Submission.parse(payload, fallback_id)
+    sub = Submission.parse(SubmitRequest.from_wire(payload), fallback_id)
     result = plan(book, sub.facts, Hints(), is_normal=is_normal)
     # A probabilistic rule needs an explorer; a worker without exploring skips it.
     tried = [c for c in result.attempts if not _probabilistic(c)]

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import free_port, unavailable
+from theow_client.messages import SubmitRequest
 from theow_client.verdict import Status, Verdict
 from theow_workers.config import Settings
 from theow_workers.core.explorer import Exploration
@@ -453,7 +454,7 @@ def cut_log_console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[s
         sql, rulebook=lambda: knowledge.book, actions=lambda: knowledge.actions
     )
     payload = build_payload({"log": "\n".join(lines) + "\n"}, failure_id="cut-1")
-    assert service.resolve(payload, "cut-1").status is Status.UNMATCHED
+    assert service.resolve(SubmitRequest.from_wire(payload), "cut-1").status is Status.UNMATCHED
     sql.dispose()
     settings = Settings.load(env={
         "THEOW_DATABASE_URL": url, "THEOW_RULES_DIR": str(FIXTURES / "rules"),

@@ -28,6 +28,7 @@ from theow_client import names, signing
 from theow_workers import runtime
 from theow_workers.celery_app import app
 from theow_workers.core.service import ResolveService
+from theow_workers.delivery import DeliveryPolicy
 from theow_workers.identity import WORKER, Refused, count_refused
 from theow_workers.replay.runner import ReplayRunner
 from theow_workers.store.replay import ReplayStore
@@ -115,7 +116,7 @@ def runner() -> ReplayRunner:
         ReplayStore(rt.store.engine),
         service_for,
         deliveries=_count,
-        max_deliveries=rt.settings.max_deliveries,
+        policy=DeliveryPolicy.replay(rt.settings.max_deliveries, rt.settings.resolve_time_limit),
         rules_version=lambda: rt.knowledge().book.version,
         time_budget=rt.settings.resolve_time_limit / 3,
     )
