@@ -97,7 +97,7 @@ def baseline() -> Any:
 
 def unknown_ids(items: list[tuple[str, dict[str, Any], str]]) -> tuple[set[str], set[str]]:
     """(no rule matched, no rule but wrapper rules matched): the ids of each population."""
-    from theow_workers.runtime import Knowledge
+    from theow_workers.core.knowledge import Knowledge
 
     book = Knowledge.load(ROOT / "rules", ROOT / "actions").book
     unmatched, unknown = set(), set()

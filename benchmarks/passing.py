@@ -120,10 +120,10 @@ def resolve_latency(url: str, failures: int = 300) -> dict[str, float]:
     import redis
 
     from theow_workers.adapters.normals import RedisNormals
+    from theow_workers.core.knowledge import Knowledge
     from theow_workers.core.memory import InMemoryStore
     from theow_workers.core.normal import mine
     from theow_workers.core.service import ResolveService
-    from theow_workers.runtime import Knowledge
 
     knowledge = Knowledge.load(ROOT / "rules", ROOT / "actions")
     # Every job learns the same shape of log (mined once), stored under its own key.

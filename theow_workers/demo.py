@@ -18,8 +18,9 @@ from rich.table import Table
 from theow_client import Status, TheowClient, Verdict
 from theow_workers.client_env import grant_broker_access
 from theow_workers.config import Settings
+from theow_workers.core.knowledge import Knowledge
 from theow_workers.replay.reader import check, json_object, raw_lines
-from theow_workers.runtime import Knowledge, Runtime, sync_index
+from theow_workers.runtime import Runtime, sync_index
 from theow_workers.stack import EmbeddedStack, StackError
 from theow_workers.store.tokens import TokenStore
 

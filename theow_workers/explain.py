@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from theow_client.facts import bound_facts
+from theow_workers.core.knowledge import Knowledge
 from theow_workers.core.memory import InMemoryIndex
 from theow_workers.core.ports import Embedder
 from theow_workers.core.query import similarity_text
 from theow_workers.core.resolver import Hints, plan
-from theow_workers.runtime import Knowledge
 
 # What the caller shows while a step waits: ``waiting("embedding 239 rules")``.
 Waiting = Callable[[str], AbstractContextManager[object]]

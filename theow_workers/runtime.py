@@ -5,7 +5,8 @@ must not be shared across a fork. ``Runtime`` builds each of them lazily in
 the process that uses it, and ``reset()`` (called after fork) drops whatever
 the parent built.
 
-``Runtime.knowledge()`` is how a worker notices a new rules version without a
+``Knowledge`` (the rules and actions loaded together) is the core's
+(``core.knowledge``); ``Runtime.knowledge()`` is how a worker notices a new rules version without a
 restart: at most every ``rules_poll_seconds`` it stats every rules and actions
 directory (``Settings.rule_layers``); when anything changed it reloads them and
 syncs the index under a Redis lock (one sync at a time, fleet-wide).
@@ -14,13 +15,11 @@ syncs the index under a Redis lock (one sync at a time, fleet-wide).
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
 import threading
 import time
 from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +28,13 @@ from redis.exceptions import LockError
 from theow_client import names
 from theow_workers import last_good
 from theow_workers.config import Settings
-from theow_workers.core.actions import ActionRegistry, load_action_layers
+from theow_workers.core.actions import ActionRegistry
+from theow_workers.core.knowledge import Knowledge
 from theow_workers.core.memory import cosine
-from theow_workers.core.ports import Deliveries, Embedder, IndexEntry, RuleIndex, SyncReport
+from theow_workers.core.ports import Deliveries, Embedder, RuleIndex, SyncReport
 from theow_workers.core.query import similarity_text
-from theow_workers.core.resolver import RuleBook, Similarity
-from theow_workers.core.rules import RuleError, RuleSet, load_rules
+from theow_workers.core.resolver import Similarity
+from theow_workers.core.rules import RuleError
 from theow_workers.core.service import ResolveService, ResolveSettings
 from theow_workers.served import ServedRules
 
@@ -50,67 +50,6 @@ class RulesInvalid(Exception):
     def __init__(self, errors: Sequence[RuleError]) -> None:
         self.errors = list(errors)
         super().__init__("; ".join(str(e) for e in errors[:5]))
-
-
-@dataclass(frozen=True)
-class Knowledge:
-    """Rules and actions loaded together: rules are checked against the actions."""
-
-    rules: RuleSet
-    actions: ActionRegistry
-    book: RuleBook
-
-    @classmethod
-    def configured(cls, settings: Settings) -> Knowledge:
-        """The rules and actions of every configured layer: how everything reads them."""
-        return cls.load(settings.rule_layers, settings.action_layers)
-
-    @classmethod
-    def load(cls, rules: Path | Sequence[Path], actions: Path | Sequence[Path]) -> Knowledge:
-        """These rule and action directories (each one, or layers earliest first)."""
-        layers = [actions] if isinstance(actions, Path) else list(actions)
-        return cls.with_actions(rules, load_action_layers(layers))
-
-    @classmethod
-    def with_actions(cls, rules: Path | Sequence[Path], actions: ActionRegistry) -> Knowledge:
-        loaded = load_rules(
-            rules,
-            known_actions=frozenset(actions.names()),
-            signatures={s.name: inspect.signature(s.func) for s in actions},
-        )
-        client_side = frozenset(s.name for s in actions if s.client_side)
-        return cls(loaded, actions, RuleBook(loaded.rules, loaded.version, client_side))
-
-    def index_entries(self, model_name: str) -> list[IndexEntry]:
-        entries = [
-            IndexEntry(
-                id=f"rule:{r.name}",
-                kind="rule",
-                name=r.name,
-                content_hash=r.content_hash(model_name),
-                text=r.embedding_text(),
-                equals=r.equals_facts(),
-            )
-            for r in self.rules.rules
-        ]
-        for spec in self.actions:
-            text = f"{spec.name}: {spec.signature}\n{spec.doc}"
-            entries.append(
-                IndexEntry(
-                    id=f"action:{spec.name}",
-                    kind="action",
-                    name=spec.name,
-                    content_hash=_sha(f"{model_name}\n{text}"),
-                    text=text,
-                )
-            )
-        return entries
-
-
-def _sha(text: str) -> str:
-    import hashlib
-
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def directory_signature(*directories: Path) -> tuple[tuple[str, int, int], ...]:

@@ -23,8 +23,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.conftest import free_port, wait_port
 from theow_client.messages import SubmitRequest
 from theow_workers.core.explorer import Exploration
+from theow_workers.core.knowledge import Knowledge
 from theow_workers.core.service import ResolveService, ResolveSettings
-from theow_workers.runtime import Knowledge
 from theow_workers.store.explore import ExploreStore
 from theow_workers.store.results import SqlStore
 from theow_workers.store.schema import migrate

@@ -11,13 +11,13 @@ from sqlalchemy import func, select
 
 from theow_client.messages import SubmitRequest
 from theow_client.verdict import Status, Verdict
+from theow_workers.core.knowledge import Knowledge
 from theow_workers.core.ports import FailureRecord
 from theow_workers.core.service import ResolveService, ResolveSettings
 from theow_workers.replay import report as reports
 from theow_workers.replay.jobs import replay_failure_id
 from theow_workers.replay.runner import ReplayRunner
 from theow_workers.replay.sources import StoredSource
-from theow_workers.runtime import Knowledge
 from theow_workers.store.replay import DONE, ItemRecord, ReplayStore
 from theow_workers.store.replay_chunk import ChunkStore
 from theow_workers.store.results import SqlStore

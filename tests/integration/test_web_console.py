@@ -440,8 +440,8 @@ BIG_LOG_LINES, KEY_ERROR_AT = 400_000, 399_990
 def cut_log_console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """A console over one unmatched failure whose 400,000-line log the client cut to 64 KB."""
     from theow_client.client import build_payload
+    from theow_workers.core.knowledge import Knowledge
     from theow_workers.core.service import ResolveService
-    from theow_workers.runtime import Knowledge
 
     root = tmp_path_factory.mktemp("web-cut")
     url = f"sqlite:///{root / 'theow.db'}"

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
+from theow_workers.core.knowledge import Knowledge
 from theow_workers.core.service import ResolveService, ResolveSettings
 from theow_workers.delivery import DeliveryPolicy
 from theow_workers.replay.runner import ReplayRunner
-from theow_workers.runtime import Knowledge
 from theow_workers.store.replay import COUNTER_OF, ReplayStore
 from theow_workers.store.replay_chunk import ChunkStore
 from theow_workers.store.results import SqlStore

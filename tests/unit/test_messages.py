@@ -10,10 +10,10 @@ from theow_client.client import build_payload
 from theow_client.messages import ExploreRequest, PassingRun, SubmitRequest
 from theow_client.passing import build_passing_payload
 from theow_client.verdict import Status
+from theow_workers.core.knowledge import Knowledge
 from theow_workers.core.memory import InMemoryStore
 from theow_workers.core.service import ResolveService, ResolveSettings
 from theow_workers.delivery import DeliveryPolicy
-from theow_workers.runtime import Knowledge
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -36,7 +36,9 @@ def test_an_older_clients_facts_object_and_a_newer_clients_fields_are_kept():
 
 
 def test_a_message_that_is_no_submission_says_why_and_never_raises():
-    assert SubmitRequest.from_wire("garbage").malformed == "submission must be a JSON object, got str"
+    assert (
+        SubmitRequest.from_wire("garbage").malformed == "submission must be a JSON object, got str"
+    )
     assert SubmitRequest.from_wire("garbage").preview() == "'garbage'"
     unreadable = SubmitRequest.from_wire({names.UNREADABLE: "nested too deeply"})
     assert unreadable.malformed == "nested too deeply"

@@ -19,11 +19,11 @@ import regex
 
 import theow_workers.explain as explain_module
 from theow_workers.core.actions import call_action
+from theow_workers.core.knowledge import Knowledge
 from theow_workers.core.matching import evaluate, required_literal
 from theow_workers.core.memory import HashingEmbedder
 from theow_workers.core.rules import REGEX_FLAGS, Mode, Rule
 from theow_workers.explain import explain
-from theow_workers.runtime import Knowledge
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES, ACTIONS = ROOT / "rules", ROOT / "actions"

@@ -7,9 +7,9 @@ import pytest
 
 from theow_client.messages import SubmitRequest
 from theow_client.verdict import Status
+from theow_workers.core.knowledge import Knowledge
 from theow_workers.core.memory import InMemoryStore
 from theow_workers.core.service import ResolveService, ResolveSettings
-from theow_workers.runtime import Knowledge
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"

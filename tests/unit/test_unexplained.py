@@ -15,11 +15,11 @@ from tests.conftest import prepared_database
 from theow_client.messages import SubmitRequest
 from theow_client.verdict import Status
 from theow_client.verdict_text import format_verdict
+from theow_workers.core.knowledge import Knowledge
 from theow_workers.core.memory import InMemoryStore
 from theow_workers.core.resolver import RuleBook
 from theow_workers.core.rules import parse_rule
 from theow_workers.core.service import ResolveService, ResolveSettings, Submission
-from theow_workers.runtime import Knowledge
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

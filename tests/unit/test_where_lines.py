@@ -14,9 +14,9 @@ from theow_client.facts import FactLimits, bound_facts_kept
 from theow_client.lines import original_line
 from theow_client.messages import SubmitRequest
 from theow_client.verdict import Status, Verdict, Where
+from theow_workers.core.knowledge import Knowledge
 from theow_workers.core.memory import InMemoryStore
 from theow_workers.core.service import ResolveService, ResolveSettings
-from theow_workers.runtime import Knowledge
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures"
 BIG = 400_000

@@ -18,7 +18,7 @@ from theow_workers.core.actions import ActionLoadError
 
 if TYPE_CHECKING:
     from theow_workers.config import Settings
-    from theow_workers.runtime import Knowledge
+    from theow_workers.core.knowledge import Knowledge
 
 rules_app = typer.Typer(no_args_is_help=True, help="Check, test and index rules.")
 
@@ -90,7 +90,7 @@ def _layers(
 
 def _knowledge(rule_dirs: Sequence[Path], action_dirs: Sequence[Path]) -> Knowledge:
     """The rules and actions of these directories; actions that do not load exit 1."""
-    from theow_workers.runtime import Knowledge
+    from theow_workers.core.knowledge import Knowledge
 
     try:
         return Knowledge.load(rule_dirs, action_dirs)
@@ -366,7 +366,8 @@ def _print_explanation(report: dict[str, Any], limit: int) -> None:
 @rules_app.command("sync")
 def rules_sync() -> None:
     """Sync the Milvus index with the rules and actions directories now."""
-    from theow_workers.runtime import Knowledge, Runtime, sync_index
+    from theow_workers.core.knowledge import Knowledge
+    from theow_workers.runtime import Runtime, sync_index
 
     rt = Runtime(load_settings())
     try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from theow_client import names
 from theow_client.job import job_fact
@@ -26,7 +26,36 @@ from theow_workers.explorer.sandbox import sandbox_problem
 from theow_workers.explorer.tools import Workspace, deployment_tools, read_log_tool
 
 if TYPE_CHECKING:
-    from theow_workers.runtime import Runtime
+    from redis import Redis
+
+    from theow_workers.adapters.normals import RedisNormals
+    from theow_workers.config import Settings
+    from theow_workers.core.knowledge import Knowledge
+    from theow_workers.core.ports import Embedder, RuleIndex
+    from theow_workers.store.results import SqlStore
+
+
+class Runtime(Protocol):
+    """What an exploration uses of its process's services (``runtime.Runtime``)."""
+
+    settings: Settings
+
+    @property
+    def redis(self) -> Redis: ...
+
+    @property
+    def store(self) -> SqlStore: ...
+
+    @property
+    def embedder(self) -> Embedder: ...
+
+    @property
+    def index(self) -> RuleIndex: ...
+
+    @property
+    def normals(self) -> RedisNormals: ...
+
+    def knowledge(self) -> Knowledge: ...
 
 
 def enqueue(runtime: Runtime, failure_id: str, rule: str | None, session_id: str | None) -> str:

@@ -24,12 +24,12 @@ from typing import Any
 
 import yaml
 
+from theow_workers.core.knowledge import Knowledge
 from theow_workers.core.matching import evaluate
 from theow_workers.core.patching import PatchError, apply_diff, sha256
 from theow_workers.core.rules import RULE_SUFFIX, RuleError, load_rules, parse_rule
 from theow_workers.review.risk import actions_in
 from theow_workers.review.validation import ActionCheckFailed, LoadedAction, load_in_child
-from theow_workers.runtime import Knowledge
 from theow_workers.store.explore import ExplorationRecord, ExploreStore, Proposal
 
 ACTION_FILE = re.compile(r"^[a-z][a-z0-9_]{0,63}\.py$")
