@@ -308,7 +308,7 @@ def rules_test(
     Runs no action and needs no server: the index is built in memory. Exit
     code 0 when a rule matched, 1 when none did, 2 for unreadable facts.
     """
-    from theow_workers.explain import explain
+    from theow_workers.rule_trial import trial
 
     s = load_settings()
     try:
@@ -320,7 +320,7 @@ def rules_test(
     if not isinstance(data, dict):
         raise fail(f"{facts}: facts must be a JSON object, got {type(data).__name__}", 2)
     try:
-        report = explain(data, *_layers(s, rules, actions), rule or [], tag or [], waiting=waiting)
+        report = trial(data, *_layers(s, rules, actions), rule or [], tag or [], waiting=waiting)
     except (ActionLoadError, ValueError) as exc:
         raise fail(str(exc)) from None
     if as_json:

@@ -1,4 +1,4 @@
-"""``theow rules test``: a dry run of the resolver on one failure, in process.
+"""``theow rules test``: a trial of the rules on one failure, in process (a dry run of the resolver).
 
 Loads the rules and actions, builds an in-memory index with the real MiniLM
 embedder, and plans exactly as a worker would, without running an action.
@@ -26,7 +26,7 @@ def quietly(message: str) -> AbstractContextManager[object]:
     return nullcontext()
 
 
-def explain(
+def trial(
     facts: dict[str, Any],
     rules_dir: Path | Sequence[Path],
     actions_dir: Path | Sequence[Path],
