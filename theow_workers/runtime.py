@@ -1,13 +1,14 @@
-"""The one place that builds clients, once per worker process, on first use.
+"""A process's services: ``build(settings, role)``, called once per process.
 
-Celery forks pool processes; sockets, database pools and the MiniLM model
-must not be shared across a fork. ``Runtime`` builds each of them lazily in
-the process that uses it, and ``reset()`` (called after fork) drops whatever
-the parent built.
+Workers reach theirs as ``self.services`` in a task (``worker.ServicesTask``),
+the console and the CLI call ``build`` themselves. Celery forks pool
+processes; sockets, database pools and the MiniLM model must not be shared
+across a fork. ``Runtime`` builds each client lazily in the process that
+uses it, and a forked pool process forgets its parent's services.
 
 ``Knowledge`` (the rules and actions loaded together) is the core's
-(``core.knowledge``); ``Runtime.knowledge()`` is how a worker notices a new rules version without a
-restart: at most every ``rules_poll_seconds`` it stats every rules and actions
+(``core.knowledge``); ``Runtime.knowledge()`` is how a worker notices a new
+rules version without a restart: at most every ``rules_poll_seconds`` it stats every rules and actions
 directory (``Settings.rule_layers``); when anything changed it reloads them and
 syncs the index under a Redis lock (one sync at a time, fleet-wide).
 """
@@ -21,7 +22,7 @@ import time
 from array import array
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from redis.exceptions import LockError
 
@@ -35,8 +36,18 @@ from theow_workers.core.ports import Deliveries, Embedder, RuleIndex, SyncReport
 from theow_workers.core.query import similarity_text
 from theow_workers.core.resolver import Similarity
 from theow_workers.core.rules import RuleError
-from theow_workers.core.service import ResolveService, ResolveSettings
+from theow_workers.core.service import ResolveService, ResolveSettings, Submission
 from theow_workers.served import ServedRules
+
+if TYPE_CHECKING:
+    from redis import Redis
+
+    from theow_workers.adapters.milvus_index import MilvusIndex
+    from theow_workers.adapters.normals import RedisNormals
+    from theow_workers.adapters.query_vectors import QueryVectors
+    from theow_workers.core.explorer import ExploreService
+    from theow_workers.identity import Verifier
+    from theow_workers.store.results import SqlStore
 
 log = logging.getLogger("theow.runtime")
 
@@ -72,7 +83,7 @@ def sync_index(
     knowledge: Knowledge,
     index: RuleIndex,
     embedder: Embedder,
-    redis: Any | None,
+    redis: Redis | None,
     wait: float = SYNC_LOCK_TIMEOUT,
 ) -> SyncReport:
     """Sync the index with the rules, one process at a time (Redis lock).
@@ -96,23 +107,37 @@ def sync_index(
     return report
 
 
+# Who builds the services: what a process does decides which of them it ever touches.
+Role = Literal["worker", "web", "cli", "replay"]
+
+
+def build(settings: Settings, role: Role) -> Runtime:
+    """A process's services, built once by the one function every process calls.
+
+    Workers (``worker.ServicesTask``), the console (``web.console``) and the CLI
+    call it; each client is made on first use, in the process that uses it.
+    """
+    return Runtime(settings, role)
+
+
 class Runtime:
-    def __init__(self, settings: Settings | None = None) -> None:
+    def __init__(self, settings: Settings | None = None, role: Role = "cli") -> None:
         self.settings = settings or Settings.load()
+        self.role = role
         self._lock = threading.RLock()
         self.reset()
 
     def reset(self) -> None:
         """Forget every client (after fork, or when settings change)."""
-        self._store: Any = None
-        self._index: Any = None
-        self._embedder: Any = None
-        self._query_vectors: Any = None
-        self._redis: Any = None
+        self._store: SqlStore | None = None
+        self._index: MilvusIndex | None = None
+        self._embedder: Embedder | None = None
+        self._query_vectors: QueryVectors | None = None
+        self._redis: Redis | None = None
         self._service: ResolveService | None = None
-        self._explorer: Any = None
-        self._verifier: Any = None
-        self._normals: Any = None
+        self._explorer: ExploreService | None = None
+        self._verifier: Verifier | None = None
+        self._normals: RedisNormals | None = None
         self._knowledge: Knowledge | None = None  # the latest loaded
         self._served: ServedRules[Knowledge] = ServedRules()
         self._signature: tuple[tuple[str, int, int], ...] = ()
@@ -121,7 +146,7 @@ class Runtime:
         self._vectors_version = ""
 
     @property
-    def store(self) -> Any:
+    def store(self) -> SqlStore:
         with self._lock:
             if self._store is None:
                 from theow_workers.store.results import SqlStore
@@ -130,7 +155,7 @@ class Runtime:
             return self._store
 
     @property
-    def index(self) -> Any:
+    def index(self) -> MilvusIndex:
         with self._lock:
             if self._index is None:
                 from theow_workers.adapters.milvus_index import MilvusIndex
@@ -139,7 +164,7 @@ class Runtime:
             return self._index
 
     @property
-    def embedder(self) -> Any:
+    def embedder(self) -> Embedder:
         with self._lock:
             if self._embedder is None:
                 from theow_workers.adapters.embedder import MiniLMEmbedder
@@ -150,7 +175,7 @@ class Runtime:
             return self._embedder
 
     @property
-    def query_vectors(self) -> Any:
+    def query_vectors(self) -> QueryVectors:
         """Failures' query vectors, shared by the fleet in Redis (``adapters.query_vectors``)."""
         with self._lock:
             if self._query_vectors is None:
@@ -160,7 +185,7 @@ class Runtime:
             return self._query_vectors
 
     @property
-    def redis(self) -> Any:
+    def redis(self) -> Redis:
         with self._lock:
             if self._redis is None:
                 import redis
@@ -176,7 +201,7 @@ class Runtime:
         return RedisDeliveries(self.redis, claim_ttl=self.settings.claim_ttl)
 
     @property
-    def normals(self) -> Any:
+    def normals(self) -> RedisNormals:
         """Each job's normal, learned from its passing runs (``adapters.normals``)."""
         with self._lock:
             if self._normals is None:
@@ -311,13 +336,13 @@ class Runtime:
                 )
             return self._service
 
-    def _enqueue_exploration(self, sub: Any, rule: str | None) -> str:
+    def _enqueue_exploration(self, sub: Submission, rule: str | None) -> str:
         from theow_workers.explorer.run import enqueue
 
         return enqueue(self, sub.failure_id, rule, sub.session_id)
 
     @property
-    def verifier(self) -> Any:
+    def verifier(self) -> Verifier:
         """Checks who sent each task message (``theow_workers.identity``)."""
         with self._lock:
             if self._verifier is None:
@@ -331,25 +356,10 @@ class Runtime:
             return self._verifier
 
     @property
-    def explorer(self) -> Any:
+    def explorer(self) -> ExploreService:
         with self._lock:
             if self._explorer is None:
                 from theow_workers.explorer.run import service
 
                 self._explorer = service(self)
             return self._explorer
-
-
-_runtime: Runtime | None = None
-
-
-def current() -> Runtime:
-    global _runtime
-    if _runtime is None:
-        _runtime = Runtime()
-    return _runtime
-
-
-def reset_after_fork() -> None:
-    if _runtime is not None:
-        _runtime.reset()

@@ -14,15 +14,12 @@ import logging
 from dataclasses import replace
 from typing import Any
 
-from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded
-from celery.signals import worker_process_init
 
 from theow_client import names, signing
 from theow_client.facts import FactsError
 from theow_client.messages import ExploreRequest, PassingRun, SubmitRequest
-from theow_workers import runtime
-from theow_workers.celery_app import app
+from theow_workers.celery_app import app, settings
 from theow_workers.config import ConfigError
 from theow_workers.core.explorer import InFlight
 from theow_workers.core.normal import passing_run
@@ -38,8 +35,9 @@ from theow_workers.identity import (
     refused_id,
     submission_id,
 )
-from theow_workers.runtime import RulesInvalid
+from theow_workers.runtime import RulesInvalid, Runtime
 from theow_workers.store import StoreUnavailable
+from theow_workers.worker import ServicesTask
 
 log = logging.getLogger("theow.tasks")
 
@@ -50,20 +48,14 @@ TRANSIENT: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError, Sto
 STORE_RETRIES = 3
 
 
-@worker_process_init.connect
-def _after_fork(**_: Any) -> None:
-    # Cheap on purpose (Celery allows 4 s here): only forget the parent's clients.
-    runtime.reset_after_fork()
-
-
-@app.task(name=names.TASK_RESOLVE, bind=True)
-def resolve(self: Task, payload: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
+@app.task(name=names.TASK_RESOLVE, base=ServicesTask, bind=True)
+def resolve(self: ServicesTask, payload: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
     """Resolve one failure; returns its Verdict as a dict.
 
     Any arguments are accepted: a malformed message is recorded as rejected, not
     failed in Celery's call with no outcome of its own.
     """
-    rt = runtime.current()
+    rt = self.services
     request = SubmitRequest.from_wire(
         signing.unsigned(payload) if isinstance(payload, dict) else payload
     )
@@ -88,7 +80,7 @@ def resolve(self: Task, payload: Any = None, *_: Any, **__: Any) -> dict[str, An
 
 
 def _as_sent_by(
-    rt: runtime.Runtime, who: Identity, request: SubmitRequest, requested: str
+    rt: Runtime, who: Identity, request: SubmitRequest, requested: str
 ) -> SubmitRequest:
     """The request with its failure id derived from the verified agent, the conflict noted.
 
@@ -113,7 +105,7 @@ def _as_sent_by(
 
 
 def _refused_submission(
-    rt: runtime.Runtime, payload: Any, request: SubmitRequest, refused: Refused, task_id: str
+    rt: Runtime, payload: Any, request: SubmitRequest, refused: Refused, task_id: str
 ) -> dict[str, Any]:
     """Record a submission whose sender is unverified as rejected, under an id of its own.
 
@@ -145,9 +137,7 @@ def _refused_submission(
     return verdict
 
 
-def _deliver(
-    rt: runtime.Runtime, agent: str, failure_ids: set[str], verdict: dict[str, Any]
-) -> None:
+def _deliver(rt: Runtime, agent: str, failure_ids: set[str], verdict: dict[str, Any]) -> None:
     """The verdict under the agent's verdict key(s): what its client polls."""
     text = json.dumps(verdict)
     for failure_id in failure_ids:
@@ -155,7 +145,7 @@ def _deliver(
 
 
 def _resolve_delivered(
-    self: Task, rt: runtime.Runtime, request: SubmitRequest, failure_id: str, agent: str
+    self: ServicesTask, rt: Runtime, request: SubmitRequest, failure_id: str, agent: str
 ) -> dict[str, Any]:
     with rt.deliveries.claim(failure_id) as claim:
         # A second message for the same failure (a duplicate submit) waits for the
@@ -173,7 +163,7 @@ def _resolve_delivered(
 
 
 def _resolve_claimed(
-    self: Task, rt: runtime.Runtime, request: SubmitRequest, failure_id: str, agent: str
+    self: ServicesTask, rt: Runtime, request: SubmitRequest, failure_id: str, agent: str
 ) -> dict[str, Any]:
     delivery = rt.deliveries.count(failure_id)
     policy = DeliveryPolicy.live(rt.settings.max_deliveries, rt.settings.resolve_time_limit)
@@ -200,20 +190,21 @@ def _resolve_claimed(
 
 @app.task(
     name=names.TASK_EXPLORE,
+    base=ServicesTask,
     bind=True,
-    time_limit=runtime.current().settings.explore_time_limit,
-    soft_time_limit=max(1, runtime.current().settings.explore_time_limit - 30),
+    time_limit=settings.explore_time_limit,
+    soft_time_limit=max(1, settings.explore_time_limit - 30),
     autoretry_for=TRANSIENT,
     retry_backoff=True,
     max_retries=3,
 )
-def explore(self: Task, request: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
+def explore(self: ServicesTask, request: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
     """Explore one unmatched failure; returns the exploration's summary.
 
     Internal: only a message signed with the workers' secret is explored
     (a forged one could otherwise name any failure and any session budget).
     """
-    rt = runtime.current()
+    rt = self.services
     try:
         rt.verifier.verify(names.TASK_EXPLORE, request, WORKER)
     except Refused as refused:
@@ -240,9 +231,14 @@ def explore(self: Task, request: Any = None, *_: Any, **__: Any) -> dict[str, An
 
 
 @app.task(
-    name=names.TASK_CLIENT_OUTCOME, autoretry_for=TRANSIENT, retry_backoff=True, max_retries=3
+    name=names.TASK_CLIENT_OUTCOME,
+    base=ServicesTask,
+    bind=True,
+    autoretry_for=TRANSIENT,
+    retry_backoff=True,
+    max_retries=3,
 )
-def client_outcome(report: Any) -> dict[str, Any]:
+def client_outcome(self: ServicesTask, report: Any) -> dict[str, Any]:
     """What a build agent's client-side fix did; counts the rule's success or failure.
 
     ``report``: ``{"failure_id", "rule", "outcome": "success" | "error",
@@ -253,7 +249,7 @@ def client_outcome(report: Any) -> dict[str, Any]:
     report for anything else counts nothing and says why. Only the agent that
     sent the failure may report on it.
     """
-    rt = runtime.current()
+    rt = self.services
     try:
         who = rt.verifier.verify(names.TASK_CLIENT_OUTCOME, report, AGENT)
     except Refused as refused:
@@ -292,15 +288,22 @@ def client_outcome(report: Any) -> dict[str, Any]:
     return {"counted": True, "reason": ""}
 
 
-@app.task(name=names.TASK_PASSING, autoretry_for=TRANSIENT, retry_backoff=True, max_retries=3)
-def passing(payload: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
+@app.task(
+    name=names.TASK_PASSING,
+    base=ServicesTask,
+    bind=True,
+    autoretry_for=TRANSIENT,
+    retry_backoff=True,
+    max_retries=3,
+)
+def passing(self: ServicesTask, payload: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
     """A passing run of a job: its lines are mined into the job's normal.
 
     ``payload``: ``{"job", "run_id", "facts_json"}`` (``theow_client.passing``).
     A malformed one is dropped with the reason: a passing run is never owed anything.
     It teaches the normal of the sending agent's own job (``names.agent_job``).
     """
-    rt = runtime.current()
+    rt = self.services
     try:
         who = rt.verifier.verify(names.TASK_PASSING, payload, AGENT)
     except Refused as refused:

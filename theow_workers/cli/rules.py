@@ -367,9 +367,9 @@ def _print_explanation(report: dict[str, Any], limit: int) -> None:
 def rules_sync() -> None:
     """Sync the Milvus index with the rules and actions directories now."""
     from theow_workers.core.knowledge import Knowledge
-    from theow_workers.runtime import Runtime, sync_index
+    from theow_workers.runtime import build, sync_index
 
-    rt = Runtime(load_settings())
+    rt = build(load_settings(), "cli")
     try:
         knowledge = Knowledge.configured(rt.settings)
     except ActionLoadError as exc:

@@ -22,6 +22,7 @@ the rules' track record alone.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -30,6 +31,8 @@ from typing import Any
 from theow_client.lines import FIELD as KEPT_LINES
 from theow_client.messages import SubmitRequest
 from theow_client.verdict import Status, Verdict
+from theow_workers.config import Settings
+from theow_workers.core.ports import Deliveries
 from theow_workers.core.service import ResolveService
 from theow_workers.delivery import Delivered, DeliveryPolicy
 from theow_workers.replay.grouping import error_summary
@@ -37,6 +40,7 @@ from theow_workers.replay.jobs import replay_failure_id
 from theow_workers.store import StoreError
 from theow_workers.store.replay import CANCELLED, INVALID, ItemRecord, Job, ReplayStore
 from theow_workers.store.replay_chunk import ChunkStore
+from theow_workers.store.results import SqlStore
 
 log = logging.getLogger("theow.replay")
 
@@ -171,3 +175,38 @@ class ReplayRunner:
                 + str(verdict.evidence["text"])[:450]
             )
         return ItemRecord(key, str(verdict.status), **fields)
+
+
+def replay_runner(
+    sql: SqlStore,
+    live: ResolveService,
+    deliveries: Deliveries,
+    settings: Settings,
+    rules_version: Callable[[], str],
+) -> ReplayRunner:
+    """A runner on a worker's clients: the live service's rules, actions and settings,
+    each chunk's writes going into a ``ChunkStore`` (one per dry-run flag)."""
+    services: dict[bool, tuple[ResolveService, ChunkStore]] = {}
+
+    def service_for(dry_run: bool) -> tuple[ResolveService, ChunkStore]:
+        if dry_run not in services:
+            writes = ChunkStore(sql, count_rules=not dry_run)
+            service = ResolveService(
+                writes,
+                rulebook=live.rulebook,
+                actions=live.actions,
+                similarity=live.similarity,
+                settings=dataclasses.replace(live.settings, dry_run=dry_run),
+                normals=live.normals,  # a replayed failure meets its job's normal too
+            )
+            services[dry_run] = (service, writes)
+        return services[dry_run]
+
+    return ReplayRunner(
+        ReplayStore(sql.engine),
+        service_for,
+        deliveries=deliveries.count,
+        policy=DeliveryPolicy.replay(settings.max_deliveries, settings.resolve_time_limit),
+        rules_version=rules_version,
+        time_budget=settings.resolve_time_limit / 3,
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -22,6 +22,9 @@ from theow_workers.web.insight import insight_data
 from theow_workers.web.library import Library
 from theow_workers.web.snapshot import Snapshot
 from theow_workers.web.throttle import LoginThrottle
+
+if TYPE_CHECKING:
+    from theow_workers.runtime import Runtime
 
 HERE = Path(__file__).resolve().parent
 FLASH = "theow_flash"
@@ -53,7 +56,7 @@ class Console:
         bases = BasisCache(wrappers=self._wrappers)
         self.insight = Snapshot(lambda: insight_data(store, bases))
         self.activity = Snapshot(lambda: queries.rule_activity(store))
-        self._runtime: Any = None
+        self._runtime: Runtime | None = None
         self._runtime_lock = threading.Lock()
 
     def library(self) -> Library:
@@ -67,13 +70,13 @@ class Console:
             return "", None
         return book.version, book.is_wrapper
 
-    def runtime(self) -> Any:
-        """One runtime for the index syncs after approvals: the model is loaded once."""
+    def runtime(self) -> Runtime:
+        """The console's services, for the index syncs after approvals: the model loads once."""
         with self._runtime_lock:
             if self._runtime is None:
-                from theow_workers.runtime import Runtime
+                from theow_workers.runtime import build
 
-                self._runtime = Runtime(self.settings)
+                self._runtime = build(self.settings, "web")
             return self._runtime
 
     def render(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
