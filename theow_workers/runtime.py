@@ -125,6 +125,8 @@ class Runtime:
         self.settings = settings or Settings.load()
         self.role = role
         self._lock = threading.RLock()
+        # Last good rules versions this process wrote to disk (``last_good.restore``).
+        self._restored: dict[str, tuple[Path, ...]] = {}
         self.reset()
 
     def reset(self) -> None:
@@ -272,7 +274,7 @@ class Runtime:
         return kept
 
     def _restore_last_good(self, actions: ActionRegistry) -> Knowledge | None:
-        layers = last_good.restore(self.redis)
+        layers = last_good.restore(self.redis, self._restored)
         if layers is None:
             return None
         kept = Knowledge.with_actions(layers, actions)

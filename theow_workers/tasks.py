@@ -89,7 +89,8 @@ def _as_sent_by(
     same key (another agent's, or this agent's with other facts) is a failure
     of its own, with the others noted under ``notes.conflict``.
     """
-    failure_id, key = submission_id(who.name, request, requested), request.idempotency_key
+    failure_id = submission_id(who.name, request, requested)
+    key = request.idempotency_key
     notes = dict(request.notes) if isinstance(request.notes, dict) else {}
     notes.pop("conflict", None)  # the worker's to say, not the agent's
     if key is not None:

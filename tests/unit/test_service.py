@@ -260,3 +260,28 @@ def test_what_ran_before_a_time_limit_is_recorded_with_the_verdict_that_gives_up
     (ran,) = store.attempts
     assert (ran.rule, ran.outcome) == ("tf_explode", "error")
     assert store.stats["tf_explode"].failures == 1
+
+
+def test_facts_seen_before_are_prepared_once_per_service_and_a_new_service_starts_afresh(
+    knowledge, store, monkeypatch
+):
+    def service_of() -> ResolveService:
+        return ResolveService(
+            store, rulebook=lambda: knowledge.book, actions=lambda: knowledge.actions
+        )
+
+    import theow_workers.core.service as service_module
+
+    real, masked = service_module.redact, []
+
+    def counted(facts):
+        masked.append(facts)
+        return real(facts)
+
+    monkeypatch.setattr(service_module, "redact", counted)
+    first = service_of()
+    for failure_id in ("a", "b"):
+        submit(first, {"stderr": "ECHO twice", "job": "j"}, failure_id=failure_id)
+    assert len(masked) == 1
+    submit(service_of(), {"stderr": "ECHO twice", "job": "j"}, failure_id="c")
+    assert len(masked) == 2

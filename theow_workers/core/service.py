@@ -94,6 +94,7 @@ class Submission:
         fallback_id: str,
         fact_limit: int = DEFAULT_FACT_LIMIT,
         agent: str | None = None,
+        seen: PreparedFacts | None = None,
     ) -> Submission:
         """Read a submission's facts, notes and hints; FactsError says what is malformed.
 
@@ -105,7 +106,7 @@ class Submission:
         # Facts come as one JSON text (parsed here, under limits) or, from older
         # clients and in-process callers, as an object.
         raw = request.facts_json if request.facts_json is not None else request.facts
-        facts, truncated, print_, cut_here = _prepare(raw, fact_limit)
+        facts, truncated, print_, cut_here = _prepare(raw, fact_limit, seen)
         notes, _ = bound_facts(request.notes or {}, limits=SIDE_LIMITS, where="notes")
         hints, _ = bound_facts(request.hints or {}, limits=SIDE_LIMITS, where="hints")
         if truncated:
@@ -135,23 +136,35 @@ class Submission:
         )
 
 
-# Facts seen before, already bounded, masked and fingerprinted: a fleet sends the
-# same failure many times, and masking and fingerprinting a 64 KB log costs ms.
 _Prepared = tuple[dict[str, Any], dict[str, Any], str, dict[str, LineMap]]
-_PREPARED: OrderedDict[str, _Prepared] = OrderedDict()
 PREPARED_CACHE_SIZE = 256
 
 
-def _prepare(raw: Any, fact_limit: int) -> _Prepared:
+class PreparedFacts:
+    """Facts seen before, already bounded, masked and fingerprinted, the latest kept.
+
+    A fleet sends the same failure many times, and masking and fingerprinting
+    a 64 KB log costs ms. Each ``ResolveService`` owns one (a replay's shares
+    its worker's), so nothing of it outlives the service.
+    """
+
+    def __init__(self, size: int = PREPARED_CACHE_SIZE) -> None:
+        self.size = size
+        self.items: OrderedDict[str, _Prepared] = OrderedDict()
+
+
+def _prepare(raw: Any, fact_limit: int, seen: PreparedFacts | None = None) -> _Prepared:
     """Facts bounded and masked, notes of what was cut, the fingerprint, the cuts' line maps."""
-    try:
-        text = raw if isinstance(raw, str) else json.dumps(raw, sort_keys=True)
-        key = hashlib.sha256(f"{fact_limit}\n{text}".encode()).hexdigest()
-    except (TypeError, ValueError, RecursionError, UnicodeError):
-        key = ""  # not JSON (bytes from an in-process caller): prepare without caching
-    if key and key in _PREPARED:
-        _PREPARED.move_to_end(key)
-        facts, truncated, print_, cut = _PREPARED[key]
+    key = ""
+    if seen is not None:
+        try:
+            text = raw if isinstance(raw, str) else json.dumps(raw, sort_keys=True)
+            key = hashlib.sha256(f"{fact_limit}\n{text}".encode()).hexdigest()
+        except (TypeError, ValueError, RecursionError, UnicodeError):
+            key = ""  # not JSON (bytes from an in-process caller): prepare without caching
+    if seen is not None and key and key in seen.items:
+        seen.items.move_to_end(key)
+        facts, truncated, print_, cut = seen.items[key]
         # Copies: an action may change its facts.
         return dict(facts), dict(truncated), print_, dict(cut)
     if isinstance(raw, str):
@@ -160,10 +173,10 @@ def _prepare(raw: Any, fact_limit: int) -> _Prepared:
     facts = redact(facts)
     cut = {fact: pieces for fact, pieces in cut.items() if fact in facts}
     prepared = (facts, dict(truncated), fingerprint(facts), cut)
-    if key:
-        _PREPARED[key] = prepared
-        if len(_PREPARED) > PREPARED_CACHE_SIZE:
-            _PREPARED.popitem(last=False)
+    if seen is not None and key:
+        seen.items[key] = prepared
+        if len(seen.items) > seen.size:
+            seen.items.popitem(last=False)
     return prepared
 
 
@@ -185,6 +198,7 @@ class ResolveService:
         settings: ResolveSettings = ResolveSettings(),
         explore: Callable[[Submission, str | None], str] | None = None,
         normals: Callable[[str], JobNormal | None] | None = None,
+        prepared: PreparedFacts | None = None,
     ) -> None:
         """``explore(submission, rule_name)`` hands a failure to an explorer and says how.
 
@@ -199,6 +213,7 @@ class ResolveService:
         self.actions = actions
         self.similarity = similarity
         self.settings = settings
+        self.prepared = prepared if prepared is not None else PreparedFacts()
         # Plans for facts seen before: a fleet sends the same failure many times.
         self._plans: OrderedDict[str, Plan] = OrderedDict()
         self._stats: dict[str, RuleStats] | None = None
@@ -220,7 +235,9 @@ class ResolveService:
         that stops this resolve (a time limit) hands them to :meth:`give_up`.
         """
         try:
-            sub = Submission.parse(request, fallback_id, self.settings.fact_limit, agent)
+            sub = Submission.parse(
+                request, fallback_id, self.settings.fact_limit, agent, self.prepared
+            )
         except Exception as exc:  # whatever a message holds, it gets an outcome
             return self._reject(request, fallback_id, _why(exc), agent)
 
@@ -264,7 +281,9 @@ class ResolveService:
         (its ``ran`` list); they are recorded with the verdict.
         """
         try:
-            sub = Submission.parse(request, fallback_id, self.settings.fact_limit, agent)
+            sub = Submission.parse(
+                request, fallback_id, self.settings.fact_limit, agent, self.prepared
+            )
         except Exception as exc:  # whatever a message holds, it gets an outcome
             return self._reject(request, fallback_id, _why(exc), agent)
         existing = self._record(sub)

@@ -198,6 +198,7 @@ def replay_runner(
                 similarity=live.similarity,
                 settings=dataclasses.replace(live.settings, dry_run=dry_run),
                 normals=live.normals,  # a replayed failure meets its job's normal too
+                prepared=live.prepared,
             )
             services[dry_run] = (service, writes)
         return services[dry_run]
