@@ -50,6 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from theow_client.client import build_payload  # noqa: E402
+from theow_client.messages import SubmitRequest  # noqa: E402
 from theow_workers.core.resolver import Hints, plan  # noqa: E402
 from theow_workers.core.service import Submission  # noqa: E402
 from theow_workers.replay import grouping  # noqa: E402
@@ -72,7 +73,9 @@ def prepared(rows: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any], str]
     out = []
     for row in rows:
         facts = {k: v for k, v in row.items() if k != "id"}
-        sub = Submission.parse(build_payload(facts, failure_id=row["id"]), row["id"])
+        sub = Submission.parse(
+            SubmitRequest.from_wire(build_payload(facts, failure_id=row["id"])), row["id"]
+        )
         out.append((row["id"], sub.facts, sub.fingerprint))
     return out
 
@@ -94,7 +97,7 @@ def baseline() -> Any:
 
 def unknown_ids(items: list[tuple[str, dict[str, Any], str]]) -> tuple[set[str], set[str]]:
     """(no rule matched, no rule but wrapper rules matched): the ids of each population."""
-    from theow_workers.runtime import Knowledge
+    from theow_workers.core.knowledge import Knowledge
 
     book = Knowledge.load(ROOT / "rules", ROOT / "actions").book
     unmatched, unknown = set(), set()

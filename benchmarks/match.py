@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from theow_client.facts import bound_facts  # noqa: E402
+from theow_client.messages import SubmitRequest  # noqa: E402
 from theow_workers.core.resolver import RuleBook, plan  # noqa: E402
 from theow_workers.core.rules import Rule, load_rules, parse_rule  # noqa: E402
 from theow_workers.core.service import Submission  # noqa: E402
@@ -95,7 +96,7 @@ def prepared_logs() -> list[dict[str, Any]]:
             data = json.loads(line)
             data.pop("id", None)
             facts, _ = bound_facts(data)
-            logs.append(Submission.parse({"facts": facts}, str(number)).facts)
+            logs.append(Submission.parse(SubmitRequest(facts=facts), str(number)).facts)
     return logs
 
 

@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from theow_client import TheowClient, names  # noqa: E402
 from theow_client.client import build_payload  # noqa: E402
+from theow_client.messages import SubmitRequest  # noqa: E402
 from theow_client.passing import report_passing  # noqa: E402
 
 JOBS = 20
@@ -119,10 +120,10 @@ def resolve_latency(url: str, failures: int = 300) -> dict[str, float]:
     import redis
 
     from theow_workers.adapters.normals import RedisNormals
+    from theow_workers.core.knowledge import Knowledge
     from theow_workers.core.memory import InMemoryStore
     from theow_workers.core.normal import mine
     from theow_workers.core.service import ResolveService
-    from theow_workers.runtime import Knowledge
 
     knowledge = Knowledge.load(ROOT / "rules", ROOT / "actions")
     # Every job learns the same shape of log (mined once), stored under its own key.
@@ -150,7 +151,7 @@ def resolve_latency(url: str, failures: int = 300) -> dict[str, float]:
         for label, service in services.items():
             payload = build_payload({"log": log, "job": job}, failure_id=f"f-{label}-{i}")
             started = time.perf_counter()
-            service.resolve(payload, payload["failure_id"])
+            service.resolve(SubmitRequest.from_wire(payload), payload["failure_id"])
             times[label].append(time.perf_counter() - started)
     return {label: statistics.median(t) * 1000 for label, t in times.items()}
 

@@ -56,6 +56,7 @@ from sqlalchemy.engine import make_url
 
 from theow_client import TheowClient, Verdict, names
 from theow_client.client import build_payload
+from theow_client.messages import SubmitRequest
 from theow_workers import runtime as runtime_mod
 from theow_workers.config import Settings
 from theow_workers.core import resolver as resolver_mod
@@ -403,7 +404,7 @@ def profile(rt: TimedRuntime, failures: list[dict]) -> dict:
     try:
         start = time.perf_counter()
         for payload, fid in payloads:
-            svc.resolve(payload, fid)
+            svc.resolve(SubmitRequest.from_wire(payload), fid)
         total = time.perf_counter() - start
     finally:
         for p in patches:

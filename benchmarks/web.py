@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 from sqlalchemy import func, insert, select  # noqa: E402
 
 from theow_workers.config import Settings  # noqa: E402
-from theow_workers.runtime import Knowledge  # noqa: E402
+from theow_workers.core.knowledge import Knowledge  # noqa: E402
 from theow_workers.store.replay import ReplayStore  # noqa: E402
 from theow_workers.store.results import SqlStore  # noqa: E402
 from theow_workers.store.schema import (  # noqa: E402

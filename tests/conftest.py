@@ -86,6 +86,15 @@ def _client_env_file(
     )
 
 
+@pytest.fixture(autouse=True)
+def _fresh_services() -> Iterator[None]:
+    """No test sees the services a task of an earlier test built (``worker.ServicesTask``)."""
+    yield
+    worker = sys.modules.get("theow_workers.worker")
+    if worker is not None:
+        worker.ServicesTask.forget_services()
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
     url = os.environ.get("THEOW_TEST_REDIS_URL")

@@ -34,8 +34,8 @@ from redis.exceptions import RedisError
 from theow_client import config, names, signing
 from theow_client.facts import bound_facts_kept, dumps_facts
 from theow_client.job import job_fact
-from theow_client.lines import FIELD as KEPT_LINES
 from theow_client.lines import to_wire
+from theow_client.messages import SubmitRequest
 from theow_client.redact import redact, summary
 from theow_client.spool import Spool, SpoolError
 from theow_client.verdict import Status, Verdict, jsonable
@@ -104,28 +104,27 @@ def build_payload(
     if failure_id is None or idempotency_key is not None:
         # The id the worker will derive from the verified agent: where the verdict comes back.
         failure_id = signing.failure_id(agent, job, idempotency_key, facts_json, nonce=nonce)
-    payload: dict[str, Any] = {
-        "failure_id": failure_id,
-        "job": job,
-        "idempotency_key": idempotency_key,
-        "nonce": nonce,
-        "facts_json": facts_json,
-        "explore": bool(explore),
-        "source": source,
-        "submitted_at": datetime.now(UTC).isoformat(),
-        "hints": {
+    # Which lines of each cut log were kept: line numbers shown count in the build's own log.
+    kept = {fact: pieces for fact, pieces in kept.items() if fact in bounded}
+    request = SubmitRequest(
+        failure_id=failure_id,
+        job=job,
+        idempotency_key=idempotency_key,
+        nonce=nonce,
+        facts_json=facts_json,
+        explore=bool(explore),
+        source=source,
+        extra={"submitted_at": datetime.now(UTC).isoformat()},
+        hints={
             "rules": list(rules or []),
             "tags": list(tags or []),
             "fallback": bool(fallback),
             "max_retries": int(max_retries),
         },
-        "notes": {"truncated": truncated},
-    }
-    # Which lines of each cut log were kept: line numbers shown count in the build's own log.
-    kept = {fact: pieces for fact, pieces in kept.items() if fact in bounded}
-    if kept:
-        payload[KEPT_LINES] = to_wire(kept)
-    return payload
+        notes={"truncated": truncated},
+        kept_lines=to_wire(kept) if kept else None,
+    )
+    return request.to_wire()
 
 
 def _agent_token(text: str | None) -> signing.AgentToken | None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from theow_client import names
 from theow_client.facts import PASSING_LIMITS, bound_facts, dumps_facts
+from theow_client.messages import PassingRun
 from theow_client.redact import redact
 
 log = logging.getLogger("theow.client")
@@ -43,12 +44,13 @@ def passing_interval(explicit: float | None = None) -> float:
 def build_passing_payload(facts: dict[str, Any], *, job: str) -> dict[str, Any]:
     """The argument of ``theow.passing``: the run's facts bounded and masked, and its job."""
     bounded, _ = bound_facts(facts, limits=PASSING_LIMITS)
-    return {
-        "job": job,
-        "run_id": str(uuid.uuid4()),
-        "facts_json": dumps_facts(redact(bounded)),
-        "submitted_at": datetime.now(UTC).isoformat(),
-    }
+    run = PassingRun(
+        job=job,
+        run_id=str(uuid.uuid4()),
+        facts_json=dumps_facts(redact(bounded)),
+        submitted_at=datetime.now(UTC).isoformat(),
+    )
+    return run.to_wire()
 
 
 def report_passing(

@@ -18,8 +18,9 @@ from rich.table import Table
 from theow_client import Status, TheowClient, Verdict
 from theow_workers.client_env import grant_broker_access
 from theow_workers.config import Settings
+from theow_workers.core.knowledge import Knowledge
 from theow_workers.replay.reader import check, json_object, raw_lines
-from theow_workers.runtime import Knowledge, Runtime, sync_index
+from theow_workers.runtime import build, sync_index
 from theow_workers.stack import EmbeddedStack, StackError
 from theow_workers.store.tokens import TokenStore
 
@@ -57,7 +58,7 @@ def run_demo(settings: Settings, path: Path, timeout: float, console: Console) -
             stack.start()
         with console.status("indexing rules and actions (loads MiniLM)…"):
             settings = stack.settings  # with the password the stack gave its Valkey
-            rt = Runtime(settings)
+            rt = build(settings, "cli")
             knowledge = Knowledge.configured(settings)
             report = sync_index(knowledge, rt.index, rt.embedder, rt.redis)
             rt.index.close()

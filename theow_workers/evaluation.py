@@ -42,6 +42,7 @@ from typing import Any
 from theow_client.client import build_payload
 from theow_client.facts import loads_facts
 from theow_client.job import job_fact
+from theow_client.messages import SubmitRequest
 from theow_client.passing import build_passing_payload
 from theow_client.verdict import Where
 from theow_workers.core.grading import grounded
@@ -262,7 +263,7 @@ def decide(
     """
     payload = build_payload(facts, failure_id=fallback_id)
     started = time.perf_counter()
-    sub = Submission.parse(payload, fallback_id)
+    sub = Submission.parse(SubmitRequest.from_wire(payload), fallback_id)
     result = plan(book, sub.facts, Hints(), is_normal=is_normal)
     # A probabilistic rule needs an explorer; a worker without exploring skips it.
     tried = [c for c in result.attempts if not _probabilistic(c)]
@@ -401,7 +402,7 @@ def teach_label(
     """
 
     payload = build_payload(facts, failure_id=ident)
-    prepared = matching_facts(Submission.parse(payload, ident).facts)
+    prepared = matching_facts(Submission.parse(SubmitRequest.from_wire(payload), ident).facts)
     log = prepared.get("log")
     span = chunk_span(log, chunk) if isinstance(log, str) else None
     if span is None:  # the label lies in what bounding cut: the chunk is all there is

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from theow_client import names
 from theow_client.verdict import Verdict
@@ -32,7 +32,29 @@ from theow_workers.core.redact import Masker, settings_secrets
 from theow_workers.core.summary import wrapper_predicate
 
 if TYPE_CHECKING:
-    from theow_workers.runtime import Runtime
+    from redis import Redis
+
+    from theow_workers.config import Settings
+    from theow_workers.core.knowledge import Knowledge
+    from theow_workers.core.service import ResolveService
+    from theow_workers.store.results import SqlStore
+
+
+class Runtime(Protocol):
+    """What explain uses of its process's services (``runtime.Runtime``)."""
+
+    settings: Settings
+
+    @property
+    def redis(self) -> Redis: ...
+    @property
+    def store(self) -> SqlStore: ...
+    @property
+    def service(self) -> ResolveService: ...
+    @property
+    def explainer(self) -> ExplainService: ...
+    def knowledge(self) -> Knowledge: ...
+
 
 log = logging.getLogger("theow.explain")
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from theow_client import names, signing
+from theow_client.messages import SubmitRequest
 from theow_workers.store.tokens import TokenStore
 
 log = logging.getLogger("theow.identity")
@@ -90,18 +91,16 @@ class Verifier:
         return Identity(name, scope)
 
 
-def submission_id(agent: str, body: dict[str, Any], requested: str) -> tuple[str, str | None]:
-    """A verified submission's failure id (``signing.failure_id``) and idempotency key."""
-    key = body.get("idempotency_key")
-    key = str(key)[:200] if key is not None else None
-    job = body.get("job") if isinstance(body.get("job"), str) else None
-    raw = body.get("facts_json")
+def submission_id(agent: str, request: SubmitRequest, requested: str) -> str:
+    """A verified submission's failure id (``signing.failure_id``)."""
+    raw = request.facts_json
     try:
-        facts_json = raw if isinstance(raw, str) else json.dumps(body.get("facts"), default=str)
+        facts_json = raw if raw is not None else json.dumps(request.facts, default=str)
     except (ValueError, RecursionError):  # the resolve path refuses such facts, with the reason
         facts_json = ""
-    nonce = str(body.get("nonce") or requested)[:200]
-    return signing.failure_id(agent, job, key, facts_json, nonce), key
+    nonce = (request.nonce or requested)[:200]
+    key = request.idempotency_key
+    return signing.failure_id(agent, request.job, key, facts_json, nonce)
 
 
 def refused_id(task_id: str) -> str:

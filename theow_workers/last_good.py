@@ -28,8 +28,6 @@ from theow_workers.core.rules import RULE_SUFFIX
 
 log = logging.getLogger("theow.runtime")
 
-_restored: dict[str, tuple[Path, ...]] = {}  # version -> layers this process wrote it to
-
 
 def remember(redis: Any, layers: Sequence[Path], version: str) -> None:
     """Store the rule files of a valid version (once per version) and clear any error."""
@@ -51,14 +49,21 @@ def remember(redis: Any, layers: Sequence[Path], version: str) -> None:
         log.warning("could not keep rules version %s as the last good one: %s", version[:12], exc)
 
 
-def restore(redis: Any) -> tuple[Path, ...] | None:
-    """Directories holding the last valid rule files, one per layer; None if none was stored."""
+def restore(
+    redis: Any, written: dict[str, tuple[Path, ...]] | None = None
+) -> tuple[Path, ...] | None:
+    """Directories holding the last valid rule files, one per layer; None if none was stored.
+
+    ``written``: version -> the layers this caller already wrote it to (its own
+    record, kept by its services), so a version is written to disk once.
+    """
+    written = {} if written is None else written
     try:
         version = _text(redis.hget(names.KEY_RULES_LAST_GOOD, "version"))
         if not version:
             return None
-        if version in _restored:
-            return _restored[version]
+        if version in written:
+            return written[version]
         raw = _text(redis.hget(names.KEY_RULES_LAST_GOOD, "layers"))
         # A snapshot stored before layers held one directory's files under "files".
         snapshot = (
@@ -79,7 +84,7 @@ def restore(redis: Any) -> tuple[Path, ...] | None:
                 continue  # written by us from relative paths; anything else is not ours
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
-    _restored[version] = layers
+    written[version] = layers
     return layers
 
 

@@ -1,12 +1,14 @@
-"""The one place that builds clients, once per worker process, on first use.
+"""A process's services: ``build(settings, role)``, called once per process.
 
-Celery forks pool processes; sockets, database pools and the MiniLM model
-must not be shared across a fork. ``Runtime`` builds each of them lazily in
-the process that uses it, and ``reset()`` (called after fork) drops whatever
-the parent built.
+Workers reach theirs as ``self.services`` in a task (``worker.ServicesTask``),
+the console and the CLI call ``build`` themselves. Celery forks pool
+processes; sockets, database pools and the MiniLM model must not be shared
+across a fork. ``Runtime`` builds each client lazily in the process that
+uses it, and a forked pool process forgets its parent's services.
 
-``Runtime.knowledge()`` is how a worker notices a new rules version without a
-restart: at most every ``rules_poll_seconds`` it stats every rules and actions
+``Knowledge`` (the rules and actions loaded together) is the core's
+(``core.knowledge``); ``Runtime.knowledge()`` is how a worker notices a new
+rules version without a restart: at most every ``rules_poll_seconds`` it stats every rules and actions
 directory (``Settings.rule_layers``); when anything changed it reloads them and
 syncs the index under a Redis lock (one sync at a time, fleet-wide).
 """
@@ -14,29 +16,39 @@ syncs the index under a Redis lock (one sync at a time, fleet-wide).
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
 import threading
 import time
 from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from redis.exceptions import LockError
 
 from theow_client import names
 from theow_workers import last_good
 from theow_workers.config import Settings
-from theow_workers.core.actions import ActionRegistry, load_action_layers
+from theow_workers.core.actions import ActionRegistry
+from theow_workers.core.knowledge import Knowledge
 from theow_workers.core.memory import cosine
-from theow_workers.core.ports import Deliveries, Embedder, IndexEntry, RuleIndex, SyncReport
+from theow_workers.core.ports import Deliveries, Embedder, RuleIndex, SyncReport
 from theow_workers.core.query import similarity_text
-from theow_workers.core.resolver import RuleBook, Similarity
-from theow_workers.core.rules import RuleError, RuleSet, load_rules
-from theow_workers.core.service import ResolveService, ResolveSettings
+from theow_workers.core.resolver import Similarity
+from theow_workers.core.rules import RuleError
+from theow_workers.core.service import ResolveService, ResolveSettings, Submission
 from theow_workers.served import ServedRules
+
+if TYPE_CHECKING:
+    from redis import Redis
+
+    from theow_workers.adapters.milvus_index import MilvusIndex
+    from theow_workers.adapters.normals import RedisNormals
+    from theow_workers.adapters.query_vectors import QueryVectors
+    from theow_workers.core.explanation import ExplainService
+    from theow_workers.core.explorer import ExploreService
+    from theow_workers.identity import Verifier
+    from theow_workers.store.results import SqlStore
 
 log = logging.getLogger("theow.runtime")
 
@@ -50,67 +62,6 @@ class RulesInvalid(Exception):
     def __init__(self, errors: Sequence[RuleError]) -> None:
         self.errors = list(errors)
         super().__init__("; ".join(str(e) for e in errors[:5]))
-
-
-@dataclass(frozen=True)
-class Knowledge:
-    """Rules and actions loaded together: rules are checked against the actions."""
-
-    rules: RuleSet
-    actions: ActionRegistry
-    book: RuleBook
-
-    @classmethod
-    def configured(cls, settings: Settings) -> Knowledge:
-        """The rules and actions of every configured layer: how everything reads them."""
-        return cls.load(settings.rule_layers, settings.action_layers)
-
-    @classmethod
-    def load(cls, rules: Path | Sequence[Path], actions: Path | Sequence[Path]) -> Knowledge:
-        """These rule and action directories (each one, or layers earliest first)."""
-        layers = [actions] if isinstance(actions, Path) else list(actions)
-        return cls.with_actions(rules, load_action_layers(layers))
-
-    @classmethod
-    def with_actions(cls, rules: Path | Sequence[Path], actions: ActionRegistry) -> Knowledge:
-        loaded = load_rules(
-            rules,
-            known_actions=frozenset(actions.names()),
-            signatures={s.name: inspect.signature(s.func) for s in actions},
-        )
-        client_side = frozenset(s.name for s in actions if s.client_side)
-        return cls(loaded, actions, RuleBook(loaded.rules, loaded.version, client_side))
-
-    def index_entries(self, model_name: str) -> list[IndexEntry]:
-        entries = [
-            IndexEntry(
-                id=f"rule:{r.name}",
-                kind="rule",
-                name=r.name,
-                content_hash=r.content_hash(model_name),
-                text=r.embedding_text(),
-                equals=r.equals_facts(),
-            )
-            for r in self.rules.rules
-        ]
-        for spec in self.actions:
-            text = f"{spec.name}: {spec.signature}\n{spec.doc}"
-            entries.append(
-                IndexEntry(
-                    id=f"action:{spec.name}",
-                    kind="action",
-                    name=spec.name,
-                    content_hash=_sha(f"{model_name}\n{text}"),
-                    text=text,
-                )
-            )
-        return entries
-
-
-def _sha(text: str) -> str:
-    import hashlib
-
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def directory_signature(*directories: Path) -> tuple[tuple[str, int, int], ...]:
@@ -133,7 +84,7 @@ def sync_index(
     knowledge: Knowledge,
     index: RuleIndex,
     embedder: Embedder,
-    redis: Any | None,
+    redis: Redis | None,
     wait: float = SYNC_LOCK_TIMEOUT,
 ) -> SyncReport:
     """Sync the index with the rules, one process at a time (Redis lock).
@@ -157,24 +108,40 @@ def sync_index(
     return report
 
 
+# Who builds the services: what a process does decides which of them it ever touches.
+Role = Literal["worker", "web", "cli", "replay"]
+
+
+def build(settings: Settings, role: Role) -> Runtime:
+    """A process's services, built once by the one function every process calls.
+
+    Workers (``worker.ServicesTask``), the console (``web.console``) and the CLI
+    call it; each client is made on first use, in the process that uses it.
+    """
+    return Runtime(settings, role)
+
+
 class Runtime:
-    def __init__(self, settings: Settings | None = None) -> None:
+    def __init__(self, settings: Settings | None = None, role: Role = "cli") -> None:
         self.settings = settings or Settings.load()
+        self.role = role
         self._lock = threading.RLock()
+        # Last good rules versions this process wrote to disk (``last_good.restore``).
+        self._restored: dict[str, tuple[Path, ...]] = {}
         self.reset()
 
     def reset(self) -> None:
         """Forget every client (after fork, or when settings change)."""
-        self._store: Any = None
-        self._index: Any = None
-        self._embedder: Any = None
-        self._query_vectors: Any = None
-        self._redis: Any = None
+        self._store: SqlStore | None = None
+        self._index: MilvusIndex | None = None
+        self._embedder: Embedder | None = None
+        self._query_vectors: QueryVectors | None = None
+        self._redis: Redis | None = None
         self._service: ResolveService | None = None
-        self._explorer: Any = None
-        self._explainer: Any = None
-        self._verifier: Any = None
-        self._normals: Any = None
+        self._explorer: ExploreService | None = None
+        self._explainer: ExplainService | None = None
+        self._verifier: Verifier | None = None
+        self._normals: RedisNormals | None = None
         self._knowledge: Knowledge | None = None  # the latest loaded
         self._served: ServedRules[Knowledge] = ServedRules()
         self._signature: tuple[tuple[str, int, int], ...] = ()
@@ -183,7 +150,7 @@ class Runtime:
         self._vectors_version = ""
 
     @property
-    def store(self) -> Any:
+    def store(self) -> SqlStore:
         with self._lock:
             if self._store is None:
                 from theow_workers.store.results import SqlStore
@@ -192,7 +159,7 @@ class Runtime:
             return self._store
 
     @property
-    def index(self) -> Any:
+    def index(self) -> MilvusIndex:
         with self._lock:
             if self._index is None:
                 from theow_workers.adapters.milvus_index import MilvusIndex
@@ -201,7 +168,7 @@ class Runtime:
             return self._index
 
     @property
-    def embedder(self) -> Any:
+    def embedder(self) -> Embedder:
         with self._lock:
             if self._embedder is None:
                 from theow_workers.adapters.embedder import MiniLMEmbedder
@@ -212,7 +179,7 @@ class Runtime:
             return self._embedder
 
     @property
-    def query_vectors(self) -> Any:
+    def query_vectors(self) -> QueryVectors:
         """Failures' query vectors, shared by the fleet in Redis (``adapters.query_vectors``)."""
         with self._lock:
             if self._query_vectors is None:
@@ -222,7 +189,7 @@ class Runtime:
             return self._query_vectors
 
     @property
-    def redis(self) -> Any:
+    def redis(self) -> Redis:
         with self._lock:
             if self._redis is None:
                 import redis
@@ -238,7 +205,7 @@ class Runtime:
         return RedisDeliveries(self.redis, claim_ttl=self.settings.claim_ttl)
 
     @property
-    def normals(self) -> Any:
+    def normals(self) -> RedisNormals:
         """Each job's normal, learned from its passing runs (``adapters.normals``)."""
         with self._lock:
             if self._normals is None:
@@ -309,7 +276,7 @@ class Runtime:
         return kept
 
     def _restore_last_good(self, actions: ActionRegistry) -> Knowledge | None:
-        layers = last_good.restore(self.redis)
+        layers = last_good.restore(self.redis, self._restored)
         if layers is None:
             return None
         kept = Knowledge.with_actions(layers, actions)
@@ -373,13 +340,13 @@ class Runtime:
                 )
             return self._service
 
-    def _enqueue_exploration(self, sub: Any, rule: str | None) -> str:
+    def _enqueue_exploration(self, sub: Submission, rule: str | None) -> str:
         from theow_workers.explorer.run import enqueue
 
         return enqueue(self, sub.failure_id, rule, sub.session_id)
 
     @property
-    def verifier(self) -> Any:
+    def verifier(self) -> Verifier:
         """Checks who sent each task message (``theow_workers.identity``)."""
         with self._lock:
             if self._verifier is None:
@@ -393,7 +360,7 @@ class Runtime:
             return self._verifier
 
     @property
-    def explorer(self) -> Any:
+    def explorer(self) -> ExploreService:
         with self._lock:
             if self._explorer is None:
                 from theow_workers.explorer.run import service
@@ -402,7 +369,7 @@ class Runtime:
             return self._explorer
 
     @property
-    def explainer(self) -> Any:
+    def explainer(self) -> ExplainService:
         """explain's service (``theow_workers.explainer``): cache, store and model."""
         with self._lock:
             if self._explainer is None:
@@ -410,18 +377,3 @@ class Runtime:
 
                 self._explainer = service(self)
             return self._explainer
-
-
-_runtime: Runtime | None = None
-
-
-def current() -> Runtime:
-    global _runtime
-    if _runtime is None:
-        _runtime = Runtime()
-    return _runtime
-
-
-def reset_after_fork() -> None:
-    if _runtime is not None:
-        _runtime.reset()

@@ -11,22 +11,21 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from typing import Any
 
-from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded
-from celery.signals import worker_process_init
 
 from theow_client import names, signing
 from theow_client.facts import FactsError
-from theow_workers import runtime
-from theow_workers.celery_app import app
+from theow_client.messages import ExploreRequest, PassingRun, SubmitRequest
+from theow_workers.celery_app import app, settings
 from theow_workers.config import ConfigError
 from theow_workers.core.explanation import InFlight as ExplainInFlight
 from theow_workers.core.explorer import InFlight
 from theow_workers.core.normal import passing_run
 from theow_workers.core.ports import OwnerTimeout
-from theow_workers.core.service import failure_id_of
+from theow_workers.delivery import DeliveryPolicy
 from theow_workers.explainer import after_verdict, explain_failure
 from theow_workers.explorer.run import explore_failure, record_explore_error
 from theow_workers.identity import (
@@ -38,8 +37,9 @@ from theow_workers.identity import (
     refused_id,
     submission_id,
 )
-from theow_workers.runtime import RulesInvalid
+from theow_workers.runtime import RulesInvalid, Runtime
 from theow_workers.store import StoreUnavailable
+from theow_workers.worker import ServicesTask
 
 log = logging.getLogger("theow.tasks")
 
@@ -51,35 +51,34 @@ STORE_RETRIES = 3
 # An explanation whose call failed for a while (a 429, a timeout): its task tries again.
 EXPLAIN_AGAIN = frozenset({"rate_limited", "failed"})
 EXPLAIN_RETRIES = 2
-_s = runtime.current().settings
 EXPLAIN_TIME_LIMIT = int(
-    3 * _s.llm_request_timeout + _s.llm_max_wait_seconds + _s.explain_wait_seconds + 60
+    3 * settings.llm_request_timeout
+    + settings.llm_max_wait_seconds
+    + settings.explain_wait_seconds
+    + 60
 )
 
 
-@worker_process_init.connect
-def _after_fork(**_: Any) -> None:
-    # Cheap on purpose (Celery allows 4 s here): only forget the parent's clients.
-    runtime.reset_after_fork()
-
-
-@app.task(name=names.TASK_RESOLVE, bind=True)
-def resolve(self: Task, payload: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
+@app.task(name=names.TASK_RESOLVE, base=ServicesTask, bind=True)
+def resolve(self: ServicesTask, payload: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
     """Resolve one failure; returns its Verdict as a dict.
 
     Any arguments are accepted: a malformed message is recorded as rejected, not
     failed in Celery's call with no outcome of its own.
     """
-    rt = runtime.current()
-    requested = failure_id_of(payload, str(self.request.id))
+    rt = self.services
+    request = SubmitRequest.from_wire(
+        signing.unsigned(payload) if isinstance(payload, dict) else payload
+    )
+    requested = request.failure_id_or(str(self.request.id))
     try:
         who = rt.verifier.verify(names.TASK_RESOLVE, payload, AGENT)
     except Refused as refused:
-        return _refused_submission(rt, payload, requested, refused, str(self.request.id))
-    payload = _as_sent_by(rt, who, payload, requested)
-    failure_id = payload["failure_id"]
+        return _refused_submission(rt, payload, request, refused, str(self.request.id))
+    request = _as_sent_by(rt, who, request, requested)
+    failure_id = request.failure_id_or(requested)
     try:
-        verdict = _resolve_delivered(self, rt, payload, failure_id, who.name)
+        verdict = _resolve_delivered(self, rt, request, failure_id, who.name)
         verdict = after_verdict(rt, verdict, who.name)  # explain, after the verdict is recorded
         _deliver(rt, who.name, {requested, failure_id}, verdict)
         return verdict
@@ -93,18 +92,18 @@ def resolve(self: Task, payload: Any = None, *_: Any, **__: Any) -> dict[str, An
 
 
 def _as_sent_by(
-    rt: runtime.Runtime, who: Identity, payload: dict[str, Any], requested: str
-) -> dict[str, Any]:
-    """The payload with its failure id derived from the verified agent, the conflict noted.
+    rt: Runtime, who: Identity, request: SubmitRequest, requested: str
+) -> SubmitRequest:
+    """The request with its failure id derived from the verified agent, the conflict noted.
 
     The id is ``signing.failure_id`` of the agent, the job, the idempotency key
     and the facts as sent: never what the message names. Another use of the
     same key (another agent's, or this agent's with other facts) is a failure
     of its own, with the others noted under ``notes.conflict``.
     """
-    body = signing.unsigned(payload)
-    failure_id, key = submission_id(who.name, body, requested)
-    notes = dict(body["notes"]) if isinstance(body.get("notes"), dict) else {}
+    failure_id = submission_id(who.name, request, requested)
+    key = request.idempotency_key
+    notes = dict(request.notes) if isinstance(request.notes, dict) else {}
     notes.pop("conflict", None)  # the worker's to say, not the agent's
     if key is not None:
         others = rt.store.same_key(key, but=failure_id)
@@ -115,11 +114,11 @@ def _as_sent_by(
                 "why": "the same idempotency key was sent before by another agent or job, "
                 "or with other facts: recorded as a failure of its own",
             }
-    return {**body, "failure_id": failure_id, "idempotency_key": key, "notes": notes}
+    return replace(request, failure_id=failure_id, notes=notes)
 
 
 def _refused_submission(
-    rt: runtime.Runtime, payload: Any, requested: str, refused: Refused, task_id: str
+    rt: Runtime, payload: Any, request: SubmitRequest, refused: Refused, task_id: str
 ) -> dict[str, Any]:
     """Record a submission whose sender is unverified as rejected, under an id of its own.
 
@@ -133,11 +132,13 @@ def _refused_submission(
     # Its own id, from the message's task id: never another failure's, and one row however
     # often the message is delivered.
     own_id = refused_id(task_id)
-    kept = {"failure_id": own_id, "claimed": {"failure_id": requested, "agent": refused.claimed}}
-    body = {**(payload if isinstance(payload, dict) else {"payload": payload}), **kept}
-    body.pop(signing.AUTH, None)
+    requested = request.failure_id_or(task_id)
+    claimed = {"failure_id": requested, "agent": refused.claimed}
+    if not isinstance(payload, dict):  # kept as sent, for a person to look at
+        request = SubmitRequest.from_wire({"payload": payload})
+    request = replace(request, failure_id=own_id, extra={**request.extra, "claimed": claimed})
     reason = str(payload[names.UNREADABLE])[:500] if unreadable else f"refused: {refused}"
-    verdict = rt.service.reject(body, own_id, reason).to_dict()
+    verdict = rt.service.reject(request, own_id, reason).to_dict()
     found = signing.signed_by(payload)
     if found is not None and signing.NAME.match(found.name):
         answer = {**verdict, "failure_id": requested}
@@ -149,9 +150,7 @@ def _refused_submission(
     return verdict
 
 
-def _deliver(
-    rt: runtime.Runtime, agent: str, failure_ids: set[str], verdict: dict[str, Any]
-) -> None:
+def _deliver(rt: Runtime, agent: str, failure_ids: set[str], verdict: dict[str, Any]) -> None:
     """The verdict under the agent's verdict key(s): what its client polls."""
     text = json.dumps(verdict)
     for failure_id in failure_ids:
@@ -159,7 +158,7 @@ def _deliver(
 
 
 def _resolve_delivered(
-    self: Task, rt: runtime.Runtime, payload: Any, failure_id: str, agent: str
+    self: ServicesTask, rt: Runtime, request: SubmitRequest, failure_id: str, agent: str
 ) -> dict[str, Any]:
     with rt.deliveries.claim(failure_id) as claim:
         # A second message for the same failure (a duplicate submit) waits for the
@@ -170,34 +169,22 @@ def _resolve_delivered(
             )
         except OwnerTimeout:
             reason = "another worker held this failure too long"
-            return rt.service.give_up(payload, failure_id, reason, agent=agent).to_dict()
+            return rt.service.give_up(request, failure_id, reason, agent=agent).to_dict()
         if decided is not None:
             return decided.to_dict()
-        return _resolve_claimed(self, rt, payload, failure_id, agent)
+        return _resolve_claimed(self, rt, request, failure_id, agent)
 
 
 def _resolve_claimed(
-    self: Task, rt: runtime.Runtime, payload: Any, failure_id: str, agent: str
+    self: ServicesTask, rt: Runtime, request: SubmitRequest, failure_id: str, agent: str
 ) -> dict[str, Any]:
     delivery = rt.deliveries.count(failure_id)
-    if delivery > rt.settings.max_deliveries:
-        reason = (
-            f"delivered {delivery} times without a verdict (worker crashed or was killed each time)"
-        )
-        # Not give_up: reading the facts may be what killed the worker each time.
-        return rt.service.dead_letter(payload, failure_id, reason, agent).to_dict()
+    policy = DeliveryPolicy.live(rt.settings.max_deliveries, rt.settings.resolve_time_limit)
     try:
-        return rt.service.resolve(payload, failure_id, delivery, agent).to_dict()
+        return policy.resolve(rt.service, request, failure_id, delivery, agent).verdict.to_dict()
     except StoreUnavailable:
         rt.deliveries.uncount(failure_id)  # the store failed, not this delivery
         raise
-    except SoftTimeLimitExceeded as exc:
-        limit = rt.settings.resolve_time_limit
-        reason = (
-            f"resolution ran past its soft time limit ({max(1, limit - 15)}s: "
-            f"THEOW_RESOLVE_TIME_LIMIT={limit}s less 15s to record the outcome)"
-        )
-        return rt.service.give_up(payload, failure_id, reason, exc, agent).to_dict()
     except RulesInvalid as exc:
         # No valid rules version was ever loaded: an error verdict now would be final for
         # a failure that valid rules may resolve, so the failure waits for them instead.
@@ -206,7 +193,7 @@ def _resolve_claimed(
         pause = rt.settings.rules_wait_seconds
         if retries >= most:
             reason = f"rules are invalid and no valid version was ever loaded: {exc}"
-            return rt.service.give_up(payload, failure_id, reason, agent=agent).to_dict()
+            return rt.service.give_up(request, failure_id, reason, agent=agent).to_dict()
         log.error(
             "failure %s waits for valid rules (try %d of %d, next in %ds): %s",
             failure_id, retries + 1, most, pause, exc,
@@ -216,49 +203,55 @@ def _resolve_claimed(
 
 @app.task(
     name=names.TASK_EXPLORE,
+    base=ServicesTask,
     bind=True,
-    time_limit=runtime.current().settings.explore_time_limit,
-    soft_time_limit=max(1, runtime.current().settings.explore_time_limit - 30),
+    time_limit=settings.explore_time_limit,
+    soft_time_limit=max(1, settings.explore_time_limit - 30),
     autoretry_for=TRANSIENT,
     retry_backoff=True,
     max_retries=3,
 )
-def explore(self: Task, request: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
+def explore(self: ServicesTask, request: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
     """Explore one unmatched failure; returns the exploration's summary.
 
     Internal: only a message signed with the workers' secret is explored
     (a forged one could otherwise name any failure and any session budget).
     """
-    rt = runtime.current()
+    rt = self.services
     try:
         rt.verifier.verify(names.TASK_EXPLORE, request, WORKER)
     except Refused as refused:
         count_refused(rt.redis, names.TASK_EXPLORE)
         log.warning("explore request refused: %s", refused)
         return {"outcome": "refused", "proposal_id": None, "reason": f"refused: {refused}"}
-    request = signing.unsigned(request)
+    wanted = ExploreRequest.from_wire(signing.unsigned(request))
     try:
-        return explore_failure(rt, request, rt.explorer).summary()
+        return explore_failure(rt, wanted, rt.explorer).summary()
     except InFlight as waiting:
         # The same root cause is being explored elsewhere: come back for its outcome
         # instead of holding this worker process (prefetch 1) while we wait.
-        log.info("failure %s: %s; retrying later", request.get("failure_id"), waiting)
+        log.info("failure %s: %s; retrying later", wanted.failure_id, waiting)
         raise self.retry(
             exc=waiting, countdown=IN_FLIGHT_RETRY_SECONDS, max_retries=IN_FLIGHT_MAX_RETRIES
         ) from None
     except SoftTimeLimitExceeded:
         reason = f"exploration exceeded {rt.settings.explore_time_limit}s"
-        return record_explore_error(rt, request, reason)
+        return record_explore_error(rt, wanted, reason)
     except ConfigError as exc:
         # No retry can fix a missing key or a bad model name: record why, once.
-        log.error("failure %s: cannot explore: %s", request.get("failure_id"), exc)
-        return record_explore_error(rt, request, f"this explorer cannot explore: {exc}")
+        log.error("failure %s: cannot explore: %s", wanted.failure_id, exc)
+        return record_explore_error(rt, wanted, f"this explorer cannot explore: {exc}")
 
 
 @app.task(
-    name=names.TASK_CLIENT_OUTCOME, autoretry_for=TRANSIENT, retry_backoff=True, max_retries=3
+    name=names.TASK_CLIENT_OUTCOME,
+    base=ServicesTask,
+    bind=True,
+    autoretry_for=TRANSIENT,
+    retry_backoff=True,
+    max_retries=3,
 )
-def client_outcome(report: Any) -> dict[str, Any]:
+def client_outcome(self: ServicesTask, report: Any) -> dict[str, Any]:
     """What a build agent's client-side fix did; counts the rule's success or failure.
 
     ``report``: ``{"failure_id", "rule", "outcome": "success" | "error",
@@ -269,7 +262,7 @@ def client_outcome(report: Any) -> dict[str, Any]:
     report for anything else counts nothing and says why. Only the agent that
     sent the failure may report on it.
     """
-    rt = runtime.current()
+    rt = self.services
     try:
         who = rt.verifier.verify(names.TASK_CLIENT_OUTCOME, report, AGENT)
     except Refused as refused:
@@ -308,22 +301,29 @@ def client_outcome(report: Any) -> dict[str, Any]:
     return {"counted": True, "reason": ""}
 
 
-@app.task(name=names.TASK_PASSING, autoretry_for=TRANSIENT, retry_backoff=True, max_retries=3)
-def passing(payload: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
+@app.task(
+    name=names.TASK_PASSING,
+    base=ServicesTask,
+    bind=True,
+    autoretry_for=TRANSIENT,
+    retry_backoff=True,
+    max_retries=3,
+)
+def passing(self: ServicesTask, payload: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
     """A passing run of a job: its lines are mined into the job's normal.
 
     ``payload``: ``{"job", "run_id", "facts_json"}`` (``theow_client.passing``).
     A malformed one is dropped with the reason: a passing run is never owed anything.
     It teaches the normal of the sending agent's own job (``names.agent_job``).
     """
-    rt = runtime.current()
+    rt = self.services
     try:
         who = rt.verifier.verify(names.TASK_PASSING, payload, AGENT)
     except Refused as refused:
         count_refused(rt.redis, names.TASK_PASSING)
         return {"learned": False, "reason": f"refused: {refused}"}
     try:
-        job, lines = passing_run(signing.unsigned(payload))
+        job, lines = passing_run(PassingRun.from_wire(signing.unsigned(payload)))
     except (FactsError, TypeError, ValueError) as exc:
         log.warning("passing run dropped: %s", str(exc)[:300])
         return {"learned": False, "reason": str(exc)[:500]}
@@ -334,6 +334,7 @@ def passing(payload: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
 
 @app.task(
     name=names.TASK_EXPLAIN,
+    base=ServicesTask,
     bind=True,
     autoretry_for=TRANSIENT,
     retry_backoff=True,
@@ -343,13 +344,13 @@ def passing(payload: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
     soft_time_limit=EXPLAIN_TIME_LIMIT,
     time_limit=EXPLAIN_TIME_LIMIT + 30,
 )
-def explain(self: Task, request: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
+def explain(self: ServicesTask, request: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
     """Explain one unexplained failure (``theow_workers.explainer``); internal, signed by a worker.
 
     Whatever the model answers (or fails to), the failure's verdict records it;
     a cause another worker is explaining is tried again once its answer is in.
     """
-    rt = runtime.current()
+    rt = self.services
     try:
         rt.verifier.verify(names.TASK_EXPLAIN, request, WORKER)
     except Refused as refused:

@@ -21,7 +21,7 @@ from theow_client import FactsError, TheowClient, names, signing
 from theow_client.client import build_payload
 from theow_client.config import celery_app
 from theow_client.facts import DEFAULT_LIMITS
-from theow_workers.core.service import failure_id_of
+from theow_client.messages import SubmitRequest
 from theow_workers.identity import refused_id, submission_id
 from theow_workers.store.results import SqlStore
 from theow_workers.store.schema import FailureRow, VerdictRow
@@ -114,7 +114,8 @@ def recorded_id(client: TheowClient, payload: Any, task_id: str) -> str:
     readable = not deeper_than([[payload], {}, {}], MAX_MESSAGE_DEPTH)  # as the message's body
     if readable and isinstance(payload, dict) and (signing.AUTH in payload or "nonce" in payload):
         body = signing.unsigned(payload)
-        return submission_id(client.agent, body, failure_id_of(body, task_id))[0]
+        request = SubmitRequest.from_wire(body)
+        return submission_id(client.agent, request, request.failure_id_or(task_id))
     return refused_id(task_id)
 
 

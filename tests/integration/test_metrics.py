@@ -21,9 +21,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import free_port, wait_port
+from theow_client.messages import SubmitRequest
 from theow_workers.core.explorer import Exploration
+from theow_workers.core.knowledge import Knowledge
 from theow_workers.core.service import ResolveService, ResolveSettings
-from theow_workers.runtime import Knowledge
 from theow_workers.store.explore import ExploreStore
 from theow_workers.store.results import SqlStore
 from theow_workers.store.schema import migrate
@@ -78,7 +79,10 @@ def resolve(store: SqlStore, failures: list[dict[str, str]], source: str = "ci")
     )
     for facts in failures:
         failure_id = f"f-{time.monotonic_ns()}"
-        service.resolve({"failure_id": failure_id, "facts": facts, "source": source}, failure_id)
+        service.resolve(
+            SubmitRequest.from_wire({"failure_id": failure_id, "facts": facts, "source": source}),
+            failure_id,
+        )
 
 
 def record_explorations(store: SqlStore) -> None:
@@ -188,9 +192,17 @@ def test_dead_letters_and_rejections_are_counted_apart(store, tmp_path):
     service = ResolveService(
         store, rulebook=lambda: knowledge.book, actions=lambda: knowledge.actions
     )
-    service.dead_letter({"facts_json": "{}"}, "poison-1", "delivered 4 times without a verdict")
-    service.resolve({"facts_json": "[" * 5000}, "bad-1")  # rejected, not dead
-    service.resolve({"facts": {"stderr": "ECHO fine", "job": "j"}}, "fine-1")
+    service.dead_letter(
+        SubmitRequest.from_wire({"facts_json": "{}"}),
+        "poison-1",
+        "delivered 4 times without a verdict",
+    )
+    service.resolve(
+        SubmitRequest.from_wire({"facts_json": "[" * 5000}), "bad-1"
+    )  # rejected, not dead
+    service.resolve(
+        SubmitRequest.from_wire({"facts": {"stderr": "ECHO fine", "job": "j"}}), "fine-1"
+    )
     proc, port = serve(store.url, tmp_path)
     try:
         samples = scrape(port)

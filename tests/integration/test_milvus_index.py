@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.conftest import worker_runtime
+from theow_client.messages import SubmitRequest
 from theow_workers.adapters.milvus_index import MilvusIndex
 
 pytestmark = pytest.mark.integration
@@ -32,7 +33,9 @@ def test_a_validating_rule_is_found_by_a_worker_even_when_it_ranks_below_top_k(
         "name: right\nmode: track\ndescription: zebra quartz violin\nwhen:\n  - {fact: stderr, contains: ERESOLVE}\n"
     )
     runtime = worker_runtime(tmp_path, redis_url, milvus_uri, collection, minilm)
-    verdict = runtime.service.resolve({"failure_id": "f", "facts": {"stderr": stderr}}, "f")
+    verdict = runtime.service.resolve(
+        SubmitRequest.from_wire({"failure_id": "f", "facts": {"stderr": stderr}}), "f"
+    )
 
     vector = runtime.embedder.embed([similarity_text({"stderr": stderr})])[0]
     top_10 = [h.name for h in runtime.index.search(vector, limit=10)]
@@ -72,7 +75,9 @@ def test_two_rules_level_on_evidence_are_ordered_by_the_indexed_similarity(
     runtime = worker_runtime(tmp_path, redis_url, milvus_uri, collection, minilm)
     facts = {"stderr": stderr}
 
-    verdict = runtime.service.resolve({"failure_id": "f", "facts": facts}, "f")
+    verdict = runtime.service.resolve(
+        SubmitRequest.from_wire({"failure_id": "f", "facts": facts}), "f"
+    )
 
     assert (verdict.status, verdict.rule) == (Status.TRACKED, "npm_peer_conflict")
     assert verdict.also == ("unrelated",)

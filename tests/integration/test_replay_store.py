@@ -9,14 +9,15 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
+from theow_client.messages import SubmitRequest
 from theow_client.verdict import Status, Verdict
+from theow_workers.core.knowledge import Knowledge
 from theow_workers.core.ports import FailureRecord
 from theow_workers.core.service import ResolveService, ResolveSettings
 from theow_workers.replay import report as reports
 from theow_workers.replay.jobs import replay_failure_id
 from theow_workers.replay.runner import ReplayRunner
 from theow_workers.replay.sources import StoredSource
-from theow_workers.runtime import Knowledge
 from theow_workers.store.replay import DONE, ItemRecord, ReplayStore
 from theow_workers.store.replay_chunk import ChunkStore
 from theow_workers.store.results import SqlStore
@@ -85,7 +86,7 @@ def test_two_deliveries_of_one_chunk_flushing_the_same_rows_write_them_once(runn
     payload = {"failure_id": fid, "facts": {"stderr": "ECHO hi", "job": "j"}}
     for _ in range(2):
         writes.begin([fid])
-        verdict = service.resolve(payload, fid)
+        verdict = service.resolve(SubmitRequest.from_wire(payload), fid)
         jobs.record(job.id, [ItemRecord("1", verdict.status.value, line=1, failure_id=fid, rule=verdict.rule)], writes.flush)  # fmt: skip
     assert (rows(sql, VerdictRow), rows(sql, AttemptRow), jobs.get(job.id).processed) == (1, 1, 1)
     assert sql.rule_stats()["tf_echo"].successes == 1

@@ -88,7 +88,7 @@ def test_the_last_good_rules_keep_their_layers_so_an_override_survives_a_restore
 ):
     from theow_client import names
     from theow_workers import last_good
-    from theow_workers.runtime import Knowledge
+    from theow_workers.core.knowledge import Knowledge
 
     lower, mine = tmp_path / "lower", tmp_path / "mine"
     lower.mkdir()

@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import wait_until
 from tests.integration.conftest import worker_runtime
+from theow_client.messages import SubmitRequest
 from theow_client.verdict import Status
 from theow_workers.core import resolver
 from theow_workers.core.scanner import Scanner
@@ -39,7 +40,9 @@ def test_a_failure_right_after_a_rule_change_is_answered_while_the_new_scanner_b
     )
 
     def resolve(failure_id: str):
-        return runtime.service.resolve({"failure_id": failure_id, "facts": FAILURE}, failure_id)
+        return runtime.service.resolve(
+            SubmitRequest.from_wire({"failure_id": failure_id, "facts": FAILURE}), failure_id
+        )
 
     assert resolve("before").status is Status.UNMATCHED
 

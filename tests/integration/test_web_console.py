@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import free_port, unavailable
+from theow_client.messages import SubmitRequest
 from theow_client.verdict import Status, Verdict
 from theow_workers.config import Settings
 from theow_workers.core.explorer import Exploration
@@ -439,8 +440,8 @@ BIG_LOG_LINES, KEY_ERROR_AT = 400_000, 399_990
 def cut_log_console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """A console over one unmatched failure whose 400,000-line log the client cut to 64 KB."""
     from theow_client.client import build_payload
+    from theow_workers.core.knowledge import Knowledge
     from theow_workers.core.service import ResolveService
-    from theow_workers.runtime import Knowledge
 
     root = tmp_path_factory.mktemp("web-cut")
     url = f"sqlite:///{root / 'theow.db'}"
@@ -453,7 +454,7 @@ def cut_log_console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[s
         sql, rulebook=lambda: knowledge.book, actions=lambda: knowledge.actions
     )
     payload = build_payload({"log": "\n".join(lines) + "\n"}, failure_id="cut-1")
-    assert service.resolve(payload, "cut-1").status is Status.UNMATCHED
+    assert service.resolve(SubmitRequest.from_wire(payload), "cut-1").status is Status.UNMATCHED
     sql.dispose()
     settings = Settings.load(env={
         "THEOW_DATABASE_URL": url, "THEOW_RULES_DIR": str(FIXTURES / "rules"),

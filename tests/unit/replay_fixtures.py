@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
+from theow_workers.core.knowledge import Knowledge
 from theow_workers.core.service import ResolveService, ResolveSettings
+from theow_workers.delivery import DeliveryPolicy
 from theow_workers.replay.runner import ReplayRunner
-from theow_workers.runtime import Knowledge
 from theow_workers.store.replay import COUNTER_OF, ReplayStore
 from theow_workers.store.replay_chunk import ChunkStore
 from theow_workers.store.results import SqlStore
@@ -63,7 +64,9 @@ def runner(sql, jobs, knowledge) -> ReplayRunner:
         counts[key] = counts.get(key, 0) + 1
         return counts[key]
 
-    return ReplayRunner(jobs, service_for, deliveries=deliveries, max_deliveries=2)
+    return ReplayRunner(
+        jobs, service_for, deliveries=deliveries, policy=DeliveryPolicy.replay(2, time_limit=300)
+    )
 
 
 def count(store, model, **where) -> int:

@@ -8,11 +8,11 @@ import pytest
 
 from tests.unit.replay_fixtures import *  # noqa: F403
 from tests.unit.replay_fixtures import FIXTURES
+from theow_workers.core.knowledge import Knowledge
 from theow_workers.replay import report as reports
-from theow_workers.runtime import Knowledge
 from theow_workers.store.explore import ExploreStore
 from theow_workers.web.groups import BasisCache
-from theow_workers.web.pages import insight_data
+from theow_workers.web.insight import insight_data
 
 PRICING = reports.Pricing("m", 1, 1, 0.0, 0.0)
 NO_RAKEFILE = "rake aborted!\nNo Rakefile found (looking for: rakefile, Rakefile)\n(See full trace by running task with --trace)\n"

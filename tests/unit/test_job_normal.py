@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from theow_client.job import job_of
+from theow_client.messages import PassingRun
 from theow_workers import evaluation
 from theow_workers.adapters.normals import MemoryNormals
 from theow_workers.core.normal import MAX_TEMPLATES, JobNormal, mask, mine, passing_run
@@ -160,7 +161,9 @@ def test_the_job_comes_from_the_job_fact_or_the_ci_systems_variables():
 def test_a_passing_run_payload_gives_its_job_and_lines():
     from theow_client.passing import build_passing_payload
 
-    job, lines = passing_run(build_passing_payload({"log": passing(1)}, job="j"))
+    job, lines = passing_run(
+        PassingRun.from_wire(build_passing_payload({"log": passing(1)}, job="j"))
+    )
     assert job == "j" and any("bc: command not found" in ln for ln in lines)
     store = MemoryNormals()
     store.learn(job, lines)

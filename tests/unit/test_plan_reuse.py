@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from theow_client.messages import SubmitRequest
 from theow_client.verdict import Status
 from theow_workers.core import service as service_mod
 from theow_workers.core.memory import InMemoryStore
@@ -44,8 +45,12 @@ def test_a_repeat_ordered_by_specificity_gets_the_same_verdict_without_a_second_
     scans = counting_scans(book)
     service = service_for(book, InMemoryStore())
 
-    first = service.resolve({"failure_id": "a", "facts": {"log": LOG}}, "a")
-    again = service.resolve({"failure_id": "b", "facts": {"log": LOG}}, "b")
+    first = service.resolve(
+        SubmitRequest.from_wire({"failure_id": "a", "facts": {"log": LOG}}), "a"
+    )
+    again = service.resolve(
+        SubmitRequest.from_wire({"failure_id": "b", "facts": {"log": LOG}}), "b"
+    )
 
     assert (first.status, first.rule, first.also) == (
         Status.TRACKED,
@@ -64,9 +69,13 @@ def test_a_tie_decided_by_track_records_is_decided_again_when_they_move(monkeypa
     store = InMemoryStore()
     service = service_for(book, store, similarity=lambda facts: lambda names: sims)
 
-    first = service.resolve({"failure_id": "a", "facts": {"log": LOG}}, "a")
+    first = service.resolve(
+        SubmitRequest.from_wire({"failure_id": "a", "facts": {"log": LOG}}), "a"
+    )
     store.stats.update(npm_peer=RuleStats(0, 9), npm_lock=RuleStats(9, 0))
-    again = service.resolve({"failure_id": "b", "facts": {"log": LOG}}, "b")
+    again = service.resolve(
+        SubmitRequest.from_wire({"failure_id": "b", "facts": {"log": LOG}}), "b"
+    )
 
     assert (first.rule, again.rule) == ("npm_peer", "npm_lock")
 
@@ -78,6 +87,8 @@ def test_different_facts_are_planned_afresh(facts):
     )
     scans = counting_scans(book)
     service = service_for(book, InMemoryStore())
-    service.resolve({"failure_id": "a", "facts": {"log": LOG, "job": "x"}}, "a")
-    service.resolve({"failure_id": "b", "facts": facts}, "b")
+    service.resolve(
+        SubmitRequest.from_wire({"failure_id": "a", "facts": {"log": LOG, "job": "x"}}), "a"
+    )
+    service.resolve(SubmitRequest.from_wire({"failure_id": "b", "facts": facts}), "b")
     assert len(scans) == 2

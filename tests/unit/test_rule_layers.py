@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from theow_workers.config import ConfigError, Settings
-from theow_workers.runtime import Knowledge
+from theow_workers.core.knowledge import Knowledge
 
 ROOT = Path(__file__).resolve().parents[2]
 NO_FILE = Path("/nonexistent/theow.yaml")

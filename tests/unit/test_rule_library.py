@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 import regex
 
-import theow_workers.explain as explain_module
+import theow_workers.rule_trial as trial_module
 from theow_workers.core.actions import call_action
+from theow_workers.core.knowledge import Knowledge
 from theow_workers.core.matching import evaluate, required_literal
 from theow_workers.core.memory import HashingEmbedder
 from theow_workers.core.rules import REGEX_FLAGS, Mode, Rule
-from theow_workers.explain import explain
-from theow_workers.runtime import Knowledge
+from theow_workers.rule_trial import trial
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES, ACTIONS = ROOT / "rules", ROOT / "actions"
@@ -435,15 +435,15 @@ def test_a_rule_recognises_its_failure_as_other_tools_print_it(rules, name, log)
     assert others == []
 
 
-def test_the_explainer_picks_each_rule_for_its_first_example(knowledge, rules, monkeypatch):
-    # explain() loads the library on every call; loading it once keeps the test fast.
+def test_rules_test_picks_each_rule_for_its_first_example(knowledge, rules, monkeypatch):
+    # trial() loads the library on every call; loading it once keeps the test fast.
     monkeypatch.setattr(
-        explain_module, "Knowledge", SimpleNamespace(load=lambda rules_dir, actions_dir: knowledge)
+        trial_module, "Knowledge", SimpleNamespace(load=lambda rules_dir, actions_dir: knowledge)
     )
     embedder = HashingEmbedder()
     wrong = {}
     for name, rule in rules.items():
-        report = explain(first_example(rule), RULES, ACTIONS, embedder=embedder)
+        report = trial(first_example(rule), RULES, ACTIONS, embedder=embedder)
         unbound = [s for a in report["actions"] for s in strings(a["params"]) if "{" in s]
         # A wrapper's own example is unexplained: the wrapper is named, no rule is.
         named = report["wrapper"] if rule.generic else report["rule"]

@@ -5,10 +5,11 @@ from pathlib import Path
 
 import pytest
 
+from theow_client.messages import SubmitRequest
 from theow_client.verdict import Status
+from theow_workers.core.knowledge import Knowledge
 from theow_workers.core.memory import InMemoryStore
 from theow_workers.core.service import ResolveService, ResolveSettings
-from theow_workers.runtime import Knowledge
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -38,7 +39,8 @@ def service(knowledge, store) -> ResolveService:
 
 def submit(service, facts, failure_id="f1", **extra):
     return service.resolve(
-        {"failure_id": failure_id, "facts": facts, **extra}, fallback_id=failure_id
+        SubmitRequest.from_wire({"failure_id": failure_id, "facts": facts, **extra}),
+        fallback_id=failure_id,
     )
 
 
@@ -57,7 +59,9 @@ def test_a_matching_rule_runs_its_action_and_the_verdict_carries_the_output(serv
 
 
 def test_facts_that_are_not_an_object_are_rejected_and_recorded(service, store):
-    verdict = service.resolve({"failure_id": "bad", "facts": ["not", "an", "object"]}, "bad")
+    verdict = service.resolve(
+        SubmitRequest.from_wire({"failure_id": "bad", "facts": ["not", "an", "object"]}), "bad"
+    )
     assert verdict.status is Status.REJECTED
     assert "facts must be a JSON object, got list" in verdict.reason
     assert "bad" in store.failures
@@ -65,7 +69,7 @@ def test_facts_that_are_not_an_object_are_rejected_and_recorded(service, store):
 
 
 def test_a_payload_that_is_not_an_object_is_recorded_under_the_task_id(service, store):
-    verdict = service.resolve("garbage", fallback_id="task-1")
+    verdict = service.resolve(SubmitRequest.from_wire("garbage"), fallback_id="task-1")
     assert verdict.status is Status.REJECTED
     assert store.failures["task-1"].notes["payload_preview"] == "'garbage'"
 
@@ -201,18 +205,25 @@ def test_secrets_in_facts_never_reach_the_store(service, store):
 
 def test_facts_sent_as_one_json_text_are_parsed_under_limits(service, store):
     text = '{"stderr": "ECHO wire", "job": "b", "n": ' + "[" * 5000 + "]" * 5000 + "}"
-    rejected = service.resolve({"failure_id": "deep", "facts_json": text}, fallback_id="deep")
+    rejected = service.resolve(
+        SubmitRequest.from_wire({"failure_id": "deep", "facts_json": text}), fallback_id="deep"
+    )
     assert rejected.status is Status.REJECTED
     assert rejected.reason == "facts: nested too deeply to parse"
     ok = service.resolve(
-        {"failure_id": "ok", "facts_json": '{"stderr": "ECHO wire", "job": "b"}'}, "ok"
+        SubmitRequest.from_wire(
+            {"failure_id": "ok", "facts_json": '{"stderr": "ECHO wire", "job": "b"}'}
+        ),
+        "ok",
     )
     assert (ok.status, ok.rule) == (Status.RESOLVED, "tf_echo")
 
 
 def test_a_dead_letter_is_recorded_without_reading_its_facts(service, store):
     payload = {"failure_id": "poison", "facts_json": '{"stderr": "ECHO never read"}'}
-    verdict = service.dead_letter(payload, "poison", "delivered 4 times without a verdict")
+    verdict = service.dead_letter(
+        SubmitRequest.from_wire(payload), "poison", "delivered 4 times without a verdict"
+    )
     assert verdict.status is Status.ERROR and "delivered 4 times" in verdict.reason
     assert store.failures["poison"].facts == {}
     assert store.failures["poison"].notes["dead_letter"] == "delivered 4 times without a verdict"
@@ -238,13 +249,39 @@ def test_what_ran_before_a_time_limit_is_recorded_with_the_verdict_that_gives_up
         return real(*args, **kwargs)
 
     monkeypatch.setattr(service_module, "call_action", second_call_hits_the_limit)
-    payload = {"failure_id": "f1", "facts": {"stderr": "EXPLODE 42"}}
-    with pytest.raises(TimeLimit) as stopped:
-        service.resolve(payload, fallback_id="f1")
+    request = SubmitRequest.from_wire({"failure_id": "f1", "facts": {"stderr": "EXPLODE 42"}})
+    ran = []
+    with pytest.raises(TimeLimit):
+        service.resolve(request, fallback_id="f1", ran=ran)
 
-    verdict = service.give_up(payload, "f1", "resolution exceeded the time limit", stopped.value)
+    verdict = service.give_up(request, "f1", "resolution exceeded the time limit", ran)
 
     assert (verdict.status, verdict.attempts) == (Status.ERROR, 1)
     (ran,) = store.attempts
     assert (ran.rule, ran.outcome) == ("tf_explode", "error")
     assert store.stats["tf_explode"].failures == 1
+
+
+def test_facts_seen_before_are_prepared_once_per_service_and_a_new_service_starts_afresh(
+    knowledge, store, monkeypatch
+):
+    def service_of() -> ResolveService:
+        return ResolveService(
+            store, rulebook=lambda: knowledge.book, actions=lambda: knowledge.actions
+        )
+
+    import theow_workers.core.service as service_module
+
+    real, masked = service_module.redact, []
+
+    def counted(facts):
+        masked.append(facts)
+        return real(facts)
+
+    monkeypatch.setattr(service_module, "redact", counted)
+    first = service_of()
+    for failure_id in ("a", "b"):
+        submit(first, {"stderr": "ECHO twice", "job": "j"}, failure_id=failure_id)
+    assert len(masked) == 1
+    submit(service_of(), {"stderr": "ECHO twice", "job": "j"}, failure_id="c")
+    assert len(masked) == 2

@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import prepared_database
+from theow_client.messages import SubmitRequest
 from theow_client.verdict import Status
 from theow_client.verdict_text import format_verdict
+from theow_workers.core.knowledge import Knowledge
 from theow_workers.core.memory import InMemoryStore
 from theow_workers.core.resolver import RuleBook
 from theow_workers.core.rules import parse_rule
 from theow_workers.core.service import ResolveService, ResolveSettings, Submission
-from theow_workers.runtime import Knowledge
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -81,7 +82,7 @@ def service_for(knowledge: Knowledge, store, explored: list[str] | None = None) 
 
 def submit(service: ResolveService, stderr: str, failure_id: str = "f1", **extra):
     payload = {"failure_id": failure_id, "facts": {"stderr": stderr, "job": "build-7"}, **extra}
-    return service.resolve(payload, fallback_id=failure_id)
+    return service.resolve(SubmitRequest.from_wire(payload), fallback_id=failure_id)
 
 
 def test_only_a_wrapper_matched_is_unexplained_names_the_wrapper_and_runs_nothing(knowledge, store):

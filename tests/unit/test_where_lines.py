@@ -12,10 +12,11 @@ import pytest
 from theow_client.client import build_payload
 from theow_client.facts import FactLimits, bound_facts_kept
 from theow_client.lines import original_line
+from theow_client.messages import SubmitRequest
 from theow_client.verdict import Status, Verdict, Where
+from theow_workers.core.knowledge import Knowledge
 from theow_workers.core.memory import InMemoryStore
 from theow_workers.core.service import ResolveService, ResolveSettings
-from theow_workers.runtime import Knowledge
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures"
 BIG = 400_000
@@ -61,7 +62,7 @@ def test_a_log_short_enough_to_send_whole_carries_no_line_map():
 
 
 def test_the_last_error_of_a_400000_line_log_is_reported_at_its_own_line(service):
-    verdict = service.resolve(build_payload({"log": big_log()}), "f-big")
+    verdict = service.resolve(SubmitRequest.from_wire(build_payload({"log": big_log()})), "f-big")
     assert verdict.status is Status.UNMATCHED
     assert verdict.where[0].line == ERROR_AT
     assert verdict.where[0].text == "KeyError: 'DATABASE_URL'"
@@ -69,7 +70,8 @@ def test_the_last_error_of_a_400000_line_log_is_reported_at_its_own_line(service
 
 def test_the_evidence_of_a_matched_rule_counts_in_the_original_log(service):
     verdict = service.resolve(
-        build_payload({"stderr": big_log("ECHO hello"), "job": "build-7"}), "f-echo"
+        SubmitRequest.from_wire(build_payload({"stderr": big_log("ECHO hello"), "job": "build-7"})),
+        "f-echo",
     )
     assert verdict.rule == "tf_echo"
     assert verdict.evidence["line"] == ERROR_AT
@@ -87,7 +89,7 @@ def test_a_log_cut_by_the_client_and_again_by_the_worker_still_counts_in_the_ori
         actions=lambda: knowledge.actions,
         settings=ResolveSettings(fact_limit=8 * 1024),
     )
-    verdict = small.resolve(build_payload({"log": big_log()}), "f-twice")
+    verdict = small.resolve(SubmitRequest.from_wire(build_payload({"log": big_log()})), "f-twice")
     assert verdict.where[0].line == ERROR_AT
 
 
@@ -95,7 +97,7 @@ def test_an_older_client_without_line_maps_gets_lines_counted_as_received(servic
     payload = build_payload({"log": big_log()})
     bounded = bound_facts_kept({"log": big_log()})[0]["log"].split("\n")
     del payload["kept_lines"]
-    verdict = service.resolve(payload, "f-old")
+    verdict = service.resolve(SubmitRequest.from_wire(payload), "f-old")
     assert verdict.where[0].line == bounded.index("KeyError: 'DATABASE_URL'") + 1
 
 
@@ -114,7 +116,7 @@ def test_an_older_client_without_line_maps_gets_lines_counted_as_received(servic
 def test_a_malformed_line_map_is_ignored_with_a_note_never_a_crash(service, kept):
     payload = build_payload({"log": "building\nKeyError: 'DATABASE_URL'\n"})
     payload["kept_lines"] = kept
-    verdict = service.resolve(payload, "f-bad")
+    verdict = service.resolve(SubmitRequest.from_wire(payload), "f-bad")
     assert verdict.status is Status.UNMATCHED
     assert verdict.where[0] == Where("log", 2, "KeyError: 'DATABASE_URL'")
     notes = service.store.failures[verdict.failure_id].notes
@@ -130,7 +132,9 @@ def test_an_unmatched_failure_shows_its_error_line_instead_of_nothing(service):
         "    url = os.environ['DATABASE_URL']\n"
         "KeyError: 'DATABASE_URL'\n"
     )
-    verdict = service.resolve({"failure_id": "f-u", "facts": {"log": log}}, "f-u")
+    verdict = service.resolve(
+        SubmitRequest.from_wire({"failure_id": "f-u", "facts": {"log": log}}), "f-u"
+    )
     assert verdict.status is Status.UNMATCHED
     assert verdict.where and verdict.where[0].line == 5
     assert verdict.where[0].text == "KeyError: 'DATABASE_URL'"
@@ -140,7 +144,7 @@ def test_an_unmatched_failure_shows_its_error_line_instead_of_nothing(service):
 
 def test_a_log_sent_as_stdout_and_stderr_points_into_the_stream_with_the_line(service):
     facts = {"stdout": "installing\nrunning\n", "stderr": "Traceback\nKeyError: 'HOME'\n"}
-    verdict = service.resolve({"failure_id": "f-s", "facts": facts}, "f-s")
+    verdict = service.resolve(SubmitRequest.from_wire({"failure_id": "f-s", "facts": facts}), "f-s")
     assert (verdict.where[0].fact, verdict.where[0].line) == ("stderr", 2)
 
 
@@ -154,7 +158,9 @@ def test_nested_text_cut_by_bounding_sends_no_map_for_what_is_not_a_fact():
 
 def test_a_failure_given_up_on_still_says_which_line_to_look_at(service):
     payload = build_payload({"log": "compiling\nerror: linker ran out of memory\n"})
-    verdict = service.give_up(payload, "f-g", "resolution exceeded the time limit")
+    verdict = service.give_up(
+        SubmitRequest.from_wire(payload), "f-g", "resolution exceeded the time limit"
+    )
     assert verdict.status is Status.ERROR
     assert verdict.where[0] == Where("log", 2, "error: linker ran out of memory")
 
@@ -163,5 +169,5 @@ def test_a_whole_log_sent_by_an_older_client_is_cut_here_and_still_counts_in_the
     service,
 ):
     payload = {"failure_id": "f-whole", "facts": {"log": big_log()}}
-    verdict = service.resolve(payload, "f-whole")
+    verdict = service.resolve(SubmitRequest.from_wire(payload), "f-whole")
     assert (verdict.where[0].line, verdict.where[0].text) == (ERROR_AT, "KeyError: 'DATABASE_URL'")

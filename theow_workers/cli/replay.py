@@ -139,7 +139,8 @@ def _rules(settings: Settings) -> tuple[list[str], str]:
     under the rule and action files' signature (names, sizes, mtimes, as the
     workers notice changes), so the next replay of unchanged rules starts at once.
     """
-    from theow_workers.runtime import Knowledge, directory_signature
+    from theow_workers.core.knowledge import Knowledge
+    from theow_workers.runtime import directory_signature
 
     signature = [
         list(f) for f in directory_signature(*settings.rule_layers, *settings.action_layers)

@@ -18,7 +18,7 @@ from theow_workers.core.actions import ActionLoadError
 
 if TYPE_CHECKING:
     from theow_workers.config import Settings
-    from theow_workers.runtime import Knowledge
+    from theow_workers.core.knowledge import Knowledge
 
 rules_app = typer.Typer(no_args_is_help=True, help="Check, test and index rules.")
 
@@ -90,7 +90,7 @@ def _layers(
 
 def _knowledge(rule_dirs: Sequence[Path], action_dirs: Sequence[Path]) -> Knowledge:
     """The rules and actions of these directories; actions that do not load exit 1."""
-    from theow_workers.runtime import Knowledge
+    from theow_workers.core.knowledge import Knowledge
 
     try:
         return Knowledge.load(rule_dirs, action_dirs)
@@ -338,7 +338,7 @@ def rules_test(
     Runs no action and needs no server: the index is built in memory. Exit
     code 0 when a rule matched, 1 when none did, 2 for unreadable facts.
     """
-    from theow_workers.explain import explain
+    from theow_workers.rule_trial import trial
 
     s = load_settings()
     try:
@@ -350,7 +350,7 @@ def rules_test(
     if not isinstance(data, dict):
         raise fail(f"{facts}: facts must be a JSON object, got {type(data).__name__}", 2)
     try:
-        report = explain(data, *_layers(s, rules, actions), rule or [], tag or [], waiting=waiting)
+        report = trial(data, *_layers(s, rules, actions), rule or [], tag or [], waiting=waiting)
     except (ActionLoadError, ValueError) as exc:
         raise fail(str(exc)) from None
     if as_json:
@@ -396,9 +396,10 @@ def _print_explanation(report: dict[str, Any], limit: int) -> None:
 @rules_app.command("sync")
 def rules_sync() -> None:
     """Sync the Milvus index with the rules and actions directories now."""
-    from theow_workers.runtime import Knowledge, Runtime, sync_index
+    from theow_workers.core.knowledge import Knowledge
+    from theow_workers.runtime import build, sync_index
 
-    rt = Runtime(load_settings())
+    rt = build(load_settings(), "cli")
     try:
         knowledge = Knowledge.configured(rt.settings)
     except ActionLoadError as exc:

@@ -90,7 +90,7 @@ def teach(
 def _context() -> tuple[Any, Any, Any]:
     from theow_workers.cli.review import _context as review_context
     from theow_workers.core.actions import ActionLoadError
-    from theow_workers.runtime import Knowledge
+    from theow_workers.core.knowledge import Knowledge
 
     settings, store = review_context()
     try:

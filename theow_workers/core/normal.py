@@ -30,10 +30,9 @@ import hashlib
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from theow_client.facts import PASSING_LIMITS, bound_facts, loads_facts
-from theow_client.job import MAX_JOB_CHARS
+from theow_client.messages import PassingRun
 from theow_workers.core.logtext import LINE_STAMP, mask_volatile, strip_ansi
 from theow_workers.core.summary import LOG_FACTS
 
@@ -67,16 +66,11 @@ def run_lines(facts: dict[str, object]) -> list[str]:
     return lines
 
 
-def passing_run(payload: Any) -> tuple[str, list[str]]:
-    """(job, lines) of a ``theow.passing`` payload; ValueError says what is wrong."""
-    if not isinstance(payload, dict):
-        raise ValueError(f"passing run must be a JSON object, got {type(payload).__name__}")
-    job = payload.get("job")
-    if not isinstance(job, str) or not job.strip() or len(job) > MAX_JOB_CHARS:
-        raise ValueError(f"passing run without a usable job: {job!r}"[:300])
-    raw = payload.get("facts_json", payload.get("facts"))
-    facts, _ = bound_facts(loads_facts(raw) if isinstance(raw, str) else raw, limits=PASSING_LIMITS)
-    return job.strip(), run_lines(facts)
+def passing_run(run: PassingRun) -> tuple[str, list[str]]:
+    """(job, lines) of a passing run; FactsError or ValueError says what is wrong."""
+    raw = loads_facts(run.facts_json) if run.facts_json is not None else run.facts
+    facts, _ = bound_facts(raw, limits=PASSING_LIMITS)
+    return run.job, run_lines(facts)
 
 
 def mine(lines: Iterable[str], templates: Iterable[str] = ()) -> list[str]:

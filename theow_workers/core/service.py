@@ -21,10 +21,9 @@ import contextlib
 import hashlib
 import json
 import logging
-import reprlib
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -41,6 +40,7 @@ from theow_client.facts import (
 from theow_client.job import job_fact
 from theow_client.lines import FIELD as KEPT_LINES
 from theow_client.lines import LineMap, LineMapError, compose, parse_kept_lines, to_wire
+from theow_client.messages import SubmitRequest
 from theow_client.verdict import BoundAction, Status, Verdict, jsonable
 from theow_workers.core.actions import ActionError, ActionRegistry, ActionTimeout, call_action
 from theow_workers.core.matching import DEFAULT_REGEX_TIMEOUT, shown_captures
@@ -90,30 +90,29 @@ class Submission:
     @classmethod
     def parse(
         cls,
-        payload: Any,
+        request: SubmitRequest,
         fallback_id: str,
         fact_limit: int = DEFAULT_FACT_LIMIT,
         agent: str | None = None,
+        seen: PreparedFacts | None = None,
     ) -> Submission:
-        """Read a task payload; FactsError says what is malformed.
+        """Read a submission's facts, notes and hints; FactsError says what is malformed.
 
         ``agent`` is the sender verified by the task (never read from the
-        payload): it sets the failure's source, and its idempotency key is kept.
+        request): it sets the failure's source, and its idempotency key is kept.
         """
-        if not isinstance(payload, dict):
-            raise FactsError(f"submission must be a JSON object, got {type(payload).__name__}")
-        if names.UNREADABLE in payload:
-            raise FactsError(str(payload[names.UNREADABLE])[:500])
+        if request.malformed is not None:
+            raise FactsError(request.malformed)
         # Facts come as one JSON text (parsed here, under limits) or, from older
         # clients and in-process callers, as an object.
-        raw = payload["facts_json"] if "facts_json" in payload else payload.get("facts")
-        facts, truncated, print_, cut_here = _prepare(raw, fact_limit)
-        notes, _ = bound_facts(payload.get("notes") or {}, limits=SIDE_LIMITS, where="notes")
-        hints, _ = bound_facts(payload.get("hints") or {}, limits=SIDE_LIMITS, where="hints")
+        raw = request.facts_json if request.facts_json is not None else request.facts
+        facts, truncated, print_, cut_here = _prepare(raw, fact_limit, seen)
+        notes, _ = bound_facts(request.notes or {}, limits=SIDE_LIMITS, where="notes")
+        hints, _ = bound_facts(request.hints or {}, limits=SIDE_LIMITS, where="hints")
         if truncated:
             notes.setdefault("truncated", {}).update(truncated)
         try:
-            lines = parse_kept_lines(payload.get(KEPT_LINES), facts)
+            lines = parse_kept_lines(request.kept_lines, facts)
         except LineMapError as exc:  # line numbers then count in the facts as received
             notes[f"{KEPT_LINES}_ignored"] = str(exc)[:300]
             lines = {}
@@ -121,48 +120,51 @@ class Submission:
             lines[fact] = compose(lines[fact], pieces) if fact in lines else pieces
         if lines:  # kept with the failure: its stored log is shown numbered as the build's
             notes[KEPT_LINES] = to_wire(lines)
-        key = payload.get("idempotency_key") if agent is not None else None
-        source = f"agent:{agent}" if agent is not None else payload.get("source")
+        source = f"agent:{agent}" if agent is not None else request.source
         return cls(
-            failure_id=failure_id_of(payload, fallback_id),
+            failure_id=request.failure_id_or(fallback_id),
             facts=facts,
             fingerprint=print_,
             agent=agent,
-            idempotency_key=str(key)[:200] if key is not None else None,
-            explore=bool(payload.get("explore", False)),
+            idempotency_key=request.idempotency_key if agent is not None else None,
+            explore=request.explore,
             source=str(source or "unknown")[:200],
             hints=Hints.from_dict(hints),
             notes=notes,
-            session_id=str(payload["session_id"]) if payload.get("session_id") else None,
+            session_id=request.session_id,
             lines=lines,
         )
 
 
-# Facts seen before, already bounded, masked and fingerprinted: a fleet sends the
-# same failure many times, and masking and fingerprinting a 64 KB log costs ms.
 _Prepared = tuple[dict[str, Any], dict[str, Any], str, dict[str, LineMap]]
-_PREPARED: OrderedDict[str, _Prepared] = OrderedDict()
 PREPARED_CACHE_SIZE = 256
 
 
-def failure_id_of(payload: Any, fallback_id: str) -> str:
-    """The payload's failure id when it is a plausible one, else the task's id."""
-    given = payload.get("failure_id") if isinstance(payload, dict) else None
-    if isinstance(given, str) and 0 < len(given) <= 64:
-        return given
-    return str(fallback_id)[:64]
+class PreparedFacts:
+    """Facts seen before, already bounded, masked and fingerprinted, the latest kept.
+
+    A fleet sends the same failure many times, and masking and fingerprinting
+    a 64 KB log costs ms. Each ``ResolveService`` owns one (a replay's shares
+    its worker's), so nothing of it outlives the service.
+    """
+
+    def __init__(self, size: int = PREPARED_CACHE_SIZE) -> None:
+        self.size = size
+        self.items: OrderedDict[str, _Prepared] = OrderedDict()
 
 
-def _prepare(raw: Any, fact_limit: int) -> _Prepared:
+def _prepare(raw: Any, fact_limit: int, seen: PreparedFacts | None = None) -> _Prepared:
     """Facts bounded and masked, notes of what was cut, the fingerprint, the cuts' line maps."""
-    try:
-        text = raw if isinstance(raw, str) else json.dumps(raw, sort_keys=True)
-        key = hashlib.sha256(f"{fact_limit}\n{text}".encode()).hexdigest()
-    except (TypeError, ValueError, RecursionError, UnicodeError):
-        key = ""  # not JSON (bytes from an in-process caller): prepare without caching
-    if key and key in _PREPARED:
-        _PREPARED.move_to_end(key)
-        facts, truncated, print_, cut = _PREPARED[key]
+    key = ""
+    if seen is not None:
+        try:
+            text = raw if isinstance(raw, str) else json.dumps(raw, sort_keys=True)
+            key = hashlib.sha256(f"{fact_limit}\n{text}".encode()).hexdigest()
+        except (TypeError, ValueError, RecursionError, UnicodeError):
+            key = ""  # not JSON (bytes from an in-process caller): prepare without caching
+    if seen is not None and key and key in seen.items:
+        seen.items.move_to_end(key)
+        facts, truncated, print_, cut = seen.items[key]
         # Copies: an action may change its facts.
         return dict(facts), dict(truncated), print_, dict(cut)
     if isinstance(raw, str):
@@ -171,10 +173,10 @@ def _prepare(raw: Any, fact_limit: int) -> _Prepared:
     facts = redact(facts)
     cut = {fact: pieces for fact, pieces in cut.items() if fact in facts}
     prepared = (facts, dict(truncated), fingerprint(facts), cut)
-    if key:
-        _PREPARED[key] = prepared
-        if len(_PREPARED) > PREPARED_CACHE_SIZE:
-            _PREPARED.popitem(last=False)
+    if seen is not None and key:
+        seen.items[key] = prepared
+        if len(seen.items) > seen.size:
+            seen.items.popitem(last=False)
     return prepared
 
 
@@ -196,6 +198,7 @@ class ResolveService:
         settings: ResolveSettings = ResolveSettings(),
         explore: Callable[[Submission, str | None], str] | None = None,
         normals: Callable[[str], JobNormal | None] | None = None,
+        prepared: PreparedFacts | None = None,
     ) -> None:
         """``explore(submission, rule_name)`` hands a failure to an explorer and says how.
 
@@ -210,6 +213,7 @@ class ResolveService:
         self.actions = actions
         self.similarity = similarity
         self.settings = settings
+        self.prepared = prepared if prepared is not None else PreparedFacts()
         # Plans for facts seen before: a fleet sends the same failure many times.
         self._plans: OrderedDict[str, Plan] = OrderedDict()
         self._stats: dict[str, RuleStats] | None = None
@@ -218,13 +222,24 @@ class ResolveService:
         self._wrappers: tuple[str | None, Callable[[str], bool]] = (None, lambda line: False)
 
     def resolve(
-        self, payload: Any, fallback_id: str, delivery: int = 1, agent: str | None = None
+        self,
+        request: SubmitRequest,
+        fallback_id: str,
+        delivery: int = 1,
+        agent: str | None = None,
+        ran: list[AttemptRecord] | None = None,
     ) -> Verdict:
-        """Decide one failure; ``agent``: its verified sender (see Submission.parse)."""
+        """Decide one failure; ``agent``: its verified sender (see Submission.parse).
+
+        ``ran``, when given, is filled with each attempt as it is made: a caller
+        that stops this resolve (a time limit) hands them to :meth:`give_up`.
+        """
         try:
-            sub = Submission.parse(payload, fallback_id, self.settings.fact_limit, agent)
+            sub = Submission.parse(
+                request, fallback_id, self.settings.fact_limit, agent, self.prepared
+            )
         except Exception as exc:  # whatever a message holds, it gets an outcome
-            return self._reject(payload, fallback_id, _why(exc), agent)
+            return self._reject(request, fallback_id, _why(exc), agent)
 
         normal = self.normal_for(sub)
         if normal is not None:
@@ -234,20 +249,15 @@ class ResolveService:
         if existing is not None:
             log.info("failure %s already decided: %s", sub.failure_id, existing.status)
             return existing
-        attempts: list[AttemptRecord] = []
-        try:
-            verdict = self._decide(sub, delivery, normal, attempts)
-            verdict = self._pointed(sub, verdict, normal)
-            attempts[:] = [
-                replace(a, evidence=evidence_in_sent_log(a.evidence, sub.facts, sub.lines))
-                for a in attempts
-            ]
-        except BaseException as exc:
-            # Attempts are written with the verdict; one that gives up on this
-            # failure (a time limit) records what already ran from here.
-            with contextlib.suppress(AttributeError, TypeError):
-                exc.theow_attempts = list(attempts)  # type: ignore[attr-defined]
-            raise
+        # Attempts are written with the verdict; a caller that gives up on this
+        # failure (a time limit) records what already ran from ``ran``.
+        attempts: list[AttemptRecord] = ran if ran is not None else []
+        verdict = self._decide(sub, delivery, normal, attempts)
+        verdict = self._pointed(sub, verdict, normal)
+        attempts[:] = [
+            replace(a, evidence=evidence_in_sent_log(a.evidence, sub.facts, sub.lines))
+            for a in attempts
+        ]
         stored = self.store.record_outcome(verdict, attempts)
         log.info(
             "failure %s: %s%s",
@@ -259,41 +269,42 @@ class ResolveService:
 
     def give_up(
         self,
-        payload: Any,
+        request: SubmitRequest,
         fallback_id: str,
         reason: str,
-        cause: BaseException | None = None,
+        ran: Sequence[AttemptRecord] = (),
         agent: str | None = None,
     ) -> Verdict:
         """Record an error verdict without trying again (poison message, hard limit).
 
-        ``cause``, the exception that stopped :meth:`resolve`, carries the
-        attempts that already ran: they are recorded with the verdict.
+        ``ran``: the attempts that already ran in a :meth:`resolve` this stops
+        (its ``ran`` list); they are recorded with the verdict.
         """
         try:
-            sub = Submission.parse(payload, fallback_id, self.settings.fact_limit, agent)
+            sub = Submission.parse(
+                request, fallback_id, self.settings.fact_limit, agent, self.prepared
+            )
         except Exception as exc:  # whatever a message holds, it gets an outcome
-            return self._reject(payload, fallback_id, _why(exc), agent)
+            return self._reject(request, fallback_id, _why(exc), agent)
         existing = self._record(sub)
         if existing is not None:
             return existing
-        ran: list[AttemptRecord] = list(getattr(cause, "theow_attempts", ()))
         attempts = len(ran)
         verdict = Verdict(sub.failure_id, Status.ERROR, reason=reason, attempts=attempts)
         with contextlib.suppress(Exception):  # the lines help; an error verdict is kept without
             verdict = self._pointed(sub, verdict, None)
-        return self.store.record_outcome(verdict, ran)
+        return self.store.record_outcome(verdict, list(ran))
 
     def dead_letter(
-        self, payload: Any, fallback_id: str, reason: str, agent: str | None = None
+        self, request: SubmitRequest, fallback_id: str, reason: str, agent: str | None = None
     ) -> Verdict:
         """Record an error verdict without reading the facts: the message itself is suspect.
 
         For a message that was delivered too many times: parsing its facts
         may be what killed the worker, so only a bounded preview is kept.
         """
-        failure_id = failure_id_of(payload, fallback_id)
-        record = self._bare_record(payload, failure_id, {"dead_letter": reason}, agent)
+        failure_id = request.failure_id_or(fallback_id)
+        record = self._bare_record(request, failure_id, {"dead_letter": reason}, agent)
         existing = self.store.record_failure(record)
         if existing is not None:
             return existing
@@ -317,35 +328,37 @@ class ResolveService:
         )
 
     def reject(
-        self, payload: Any, fallback_id: str, reason: str, agent: str | None = None
+        self, request: SubmitRequest, fallback_id: str, reason: str, agent: str | None = None
     ) -> Verdict:
         """Record the submission as ``rejected`` with ``reason``; never resolved."""
-        return self._reject(payload, fallback_id, reason, agent)
+        return self._reject(request, fallback_id, reason, agent)
 
     def _reject(
-        self, payload: Any, fallback_id: str, reason: str, agent: str | None = None
+        self, request: SubmitRequest, fallback_id: str, reason: str, agent: str | None = None
     ) -> Verdict:
-        failure_id = failure_id_of(payload, fallback_id)
+        failure_id = request.failure_id_or(fallback_id)
         log.warning("failure %s rejected: %s", failure_id, reason)
-        record = self._bare_record(payload, failure_id, {"rejected": reason}, agent)
+        record = self._bare_record(request, failure_id, {"rejected": reason}, agent)
         return self.store.record_failure(record) or self.store.record_outcome(
             Verdict(failure_id, Status.REJECTED, reason=reason)
         )
 
     def _bare_record(
-        self, payload: Any, failure_id: str, notes: dict[str, Any], agent: str | None = None
+        self,
+        request: SubmitRequest,
+        failure_id: str,
+        notes: dict[str, Any],
+        agent: str | None = None,
     ) -> FailureRecord:
-        source = f"agent:{agent}" if agent else None
-        if source is None and isinstance(payload, dict):
-            source = payload.get("source")
+        source = f"agent:{agent}" if agent else request.source
         return FailureRecord(
             id=failure_id,
             fingerprint="",
             facts={},
             problem_type=None,
-            source=str(source)[:200] if isinstance(source, str) else "unknown",
+            source=source[:200] if source else "unknown",
             received_at=datetime.now(UTC),
-            notes={**notes, "payload_preview": redact_text(_preview(payload))},
+            notes={**notes, "payload_preview": redact_text(request.preview())},
             agent=agent,
         )
 
@@ -605,18 +618,6 @@ def _why(exc: Exception) -> str:
     if isinstance(exc, FactsError):
         return str(exc)[:2000]
     return f"unreadable submission ({type(exc).__name__}: {str(exc)[:500]})"
-
-
-def _preview(payload: Any, limit: int = 2000) -> str:
-    """The start of a payload for a person to look at; never fails, never large."""
-    if isinstance(payload, dict) and isinstance(payload.get("facts_json"), str):
-        return str(payload["facts_json"])[:limit]
-    shape = reprlib.Repr()
-    shape.maxlevel, shape.maxstring, shape.maxother = 4, limit, 200
-    try:
-        return shape.repr(payload)[:limit]
-    except Exception:  # a preview must never be the thing that fails
-        return f"<{type(payload).__name__}>"
 
 
 def _text_or_none(value: Any) -> str | None:

@@ -1,8 +1,8 @@
 """Wiring one exploration request to the services of this worker process.
 
-The ``theow.explore`` task calls :func:`explore_failure` with
-``{"failure_id": ..., "rule": name-or-None, "session_id": ...}``; the failure's
-facts come from SQL (the resolver recorded them, secrets masked).
+The ``theow.explore`` task calls :func:`explore_failure` with the
+``ExploreRequest`` it read (``theow_client.messages``); the failure's facts
+come from SQL (the resolver recorded them, secrets masked).
 """
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from theow_client import names
 from theow_client.job import job_fact
+from theow_client.messages import ExploreRequest
 from theow_workers.core.explore import ExplorationContext
 from theow_workers.core.explorer import Exploration, ExploreService, ExploreSettings
 from theow_workers.core.llm import Budget, Outcome, offered
@@ -25,7 +26,36 @@ from theow_workers.explorer.sandbox import sandbox_problem
 from theow_workers.explorer.tools import Workspace, deployment_tools, read_log_tool
 
 if TYPE_CHECKING:
-    from theow_workers.runtime import Runtime
+    from redis import Redis
+
+    from theow_workers.adapters.normals import RedisNormals
+    from theow_workers.config import Settings
+    from theow_workers.core.knowledge import Knowledge
+    from theow_workers.core.ports import Embedder, RuleIndex
+    from theow_workers.store.results import SqlStore
+
+
+class Runtime(Protocol):
+    """What an exploration uses of its process's services (``runtime.Runtime``)."""
+
+    settings: Settings
+
+    @property
+    def redis(self) -> Redis: ...
+
+    @property
+    def store(self) -> SqlStore: ...
+
+    @property
+    def embedder(self) -> Embedder: ...
+
+    @property
+    def index(self) -> RuleIndex: ...
+
+    @property
+    def normals(self) -> RedisNormals: ...
+
+    def knowledge(self) -> Knowledge: ...
 
 
 def enqueue(runtime: Runtime, failure_id: str, rule: str | None, session_id: str | None) -> str:
@@ -33,7 +63,7 @@ def enqueue(runtime: Runtime, failure_id: str, rule: str | None, session_id: str
     from theow_workers.celery_app import app
     from theow_workers.tokens import signed_internal
 
-    request = {"failure_id": failure_id, "rule": rule, "session_id": session_id}
+    request = ExploreRequest(failure_id, rule, session_id).to_wire()
     task_id = names.explore_task_id(failure_id)
     signed = signed_internal(runtime.settings, names.TASK_EXPLORE, request)  # internal task
     app.send_task(names.TASK_EXPLORE, args=[signed], task_id=task_id, queue=names.QUEUE_EXPLORE)
@@ -132,11 +162,11 @@ def _between(base: Path, path: Path) -> list[Path]:
 
 
 def explore_failure(
-    runtime: Runtime, request: dict[str, Any], explorer: ExploreService
+    runtime: Runtime, request: ExploreRequest, explorer: ExploreService
 ) -> Exploration:
     from theow_workers.store.explore import ExploreStore
 
-    failure_id = str(request["failure_id"])
+    failure_id = request.failure_id
     failure = ExploreStore(runtime.store).failure(failure_id)
     if failure is None:
         raise LookupError(f"failure {failure_id} is not in the database")
@@ -149,7 +179,7 @@ def explore_failure(
         return exploration
 
     knowledge = runtime.knowledge()
-    rule = knowledge.book.get(request["rule"]) if request.get("rule") else None
+    rule = knowledge.book.get(request.rule) if request.rule else None
     actions_dir = s.user_actions_dir.resolve()
     repo = Repository(
         rule_names=frozenset(r.name for r in knowledge.rules.rules),
@@ -177,24 +207,19 @@ def explore_failure(
             facts,
             context,
             query_text(facts),
-            session_id=request.get("session_id") or default_session_id(),
+            session_id=request.session_id or default_session_id(),
             rule=rule,
-            session_limit=_limit(request.get("session_limit")),
+            session_limit=request.session_limit,
         )
     finally:
         workspace.close()
 
 
-def _limit(value: Any) -> int | None:
-    """A request's own session limit (a replay's budget), if it carries a sane one."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-def record_explore_error(runtime: Runtime, request: dict[str, Any], reason: str) -> dict[str, Any]:
+def record_explore_error(runtime: Runtime, request: ExploreRequest, reason: str) -> dict[str, Any]:
     """Record an exploration that could not finish, so the failure keeps one outcome."""
     from theow_workers.store.explore import ExploreStore
 
-    failure_id = str(request["failure_id"])
+    failure_id = request.failure_id
     store = ExploreStore(runtime.store)
     failure = store.failure(failure_id)
     exploration = Exploration(

@@ -344,7 +344,7 @@ def check_model(ctx: Context) -> list[Finding]:
 
 
 def check_rules(ctx: Context) -> list[Finding]:
-    from theow_workers.runtime import Knowledge
+    from theow_workers.core.knowledge import Knowledge
 
     s = ctx.settings
     where = ", ".join(map(str, s.rule_layers))

@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from theow_client.messages import ExploreRequest
 from theow_workers.replay.grouping import Group, group_unmatched
 from theow_workers.replay.jobs import with_basis
 from theow_workers.store.replay import UNKNOWN, Job, ReplayStore
@@ -234,11 +235,5 @@ class ReplayExplorer:
         )  # fmt: skip
 
     def _send(self, job: Job, failure_id: str, budget: int) -> None:
-        request = {
-            "failure_id": failure_id,
-            "rule": None,
-            "session_id": session_id(job),
-            "session_limit": budget,
-        }
-        self.send(request)
+        self.send(ExploreRequest(failure_id, None, session_id(job), budget).to_wire())
         self.explorations.mark_sent(job.id, failure_id)

@@ -22,26 +22,31 @@ the rules' track record alone.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
-from celery.exceptions import SoftTimeLimitExceeded
-
 from theow_client.lines import FIELD as KEPT_LINES
+from theow_client.messages import SubmitRequest
 from theow_client.verdict import Status, Verdict
+from theow_workers.config import Settings
+from theow_workers.core.ports import Deliveries
 from theow_workers.core.service import ResolveService
+from theow_workers.delivery import Delivered, DeliveryPolicy
 from theow_workers.replay.grouping import error_summary
 from theow_workers.replay.jobs import replay_failure_id
 from theow_workers.store import StoreError
 from theow_workers.store.replay import CANCELLED, INVALID, ItemRecord, Job, ReplayStore
 from theow_workers.store.replay_chunk import ChunkStore
+from theow_workers.store.results import SqlStore
 
 log = logging.getLogger("theow.replay")
 
 # Errors of the database or the network: the chunk fails whole and is sent again.
 TRANSIENT: tuple[type[BaseException], ...] = (StoreError, ConnectionError, TimeoutError)
+DEFAULT_POLICY = DeliveryPolicy.replay(max_deliveries=3, time_limit=300)
 # A service resolving into a ChunkStore, for a dry run (True) or not.
 ServiceFor = Callable[[bool], tuple[ResolveService, ChunkStore]]
 
@@ -52,7 +57,7 @@ class ReplayRunner:
         store: ReplayStore,
         service_for: ServiceFor,
         deliveries: Callable[[str], int] | None = None,
-        max_deliveries: int = 3,
+        policy: DeliveryPolicy = DEFAULT_POLICY,
         rules_version: Callable[[], str] = lambda: "",
         time_budget: float = 100.0,
     ) -> None:
@@ -62,7 +67,7 @@ class ReplayRunner:
         self.time_budget = time_budget
         self.service_for = service_for
         self.deliveries = deliveries or (lambda _: 1)
-        self.max_deliveries = max_deliveries
+        self.policy = policy
         self.rules_version = rules_version
 
     def run(self, chunk: dict[str, Any], delivery: int = 1) -> dict[str, Any]:
@@ -116,33 +121,27 @@ class ReplayRunner:
                 problem = f"stored failure {item['ref']} no longer exists"
                 return ItemRecord(key, INVALID, line=line, sample=problem), False
         failure_id = replay_failure_id(job.id, key)
-        payload = {
-            "failure_id": failure_id,
-            **({"facts_json": item["facts_json"]} if "facts_json" in item else {"facts": facts}),
-            "source": f"replay:{job.id}",
-            "explore": False,  # exploration of a replay goes per group, under its budget
-            "notes": {**(item.get("notes") or {}), "replay": {"job": job.id, "key": key}},
-            **({KEPT_LINES: item[KEPT_LINES]} if KEPT_LINES in item else {}),
-        }
+        raw = item.get("facts_json")
+        request = SubmitRequest(
+            failure_id=failure_id,
+            facts_json=raw if isinstance(raw, str) else None,
+            facts=facts if "facts_json" not in item else (None if isinstance(raw, str) else raw),
+            source=f"replay:{job.id}",
+            explore=False,  # exploration of a replay goes per group, under its budget
+            notes={**(item.get("notes") or {}), "replay": {"job": job.id, "key": key}},
+            kept_lines=item.get(KEPT_LINES),
+        )
         delivery = self.deliveries(failure_id) if careful else 1
-        timed_out = False
-        if delivery > self.max_deliveries:
-            reason = f"delivered {delivery} times without a verdict (a worker died each time)"
-            verdict = service.give_up(payload, failure_id, reason)
-        else:
-            try:
-                verdict = service.resolve(payload, failure_id, delivery)
-            except SoftTimeLimitExceeded:
-                timed_out = True
-                reason = "replay chunk exceeded its time limit on this failure"
-                verdict = service.give_up(payload, failure_id, reason)
-            except TRANSIENT:
-                raise  # the whole chunk is redelivered
-            except Exception as exc:  # this line's own outcome; the chunk's others go on
-                log.exception("replay %s line %s: cannot be decided", job.id, key)
-                reason = f"cannot be decided: {type(exc).__name__}: {str(exc)[:300]}"
-                verdict = service.give_up(payload, failure_id, reason)
-        return self._record_for(key, line, verdict, writes, service), timed_out
+        try:
+            delivered = self.policy.resolve(service, request, failure_id, delivery)
+        except TRANSIENT:
+            raise  # the whole chunk is redelivered
+        except Exception as exc:  # this line's own outcome; the chunk's others go on
+            log.exception("replay %s line %s: cannot be decided", job.id, key)
+            reason = f"cannot be decided: {type(exc).__name__}: {str(exc)[:300]}"
+            delivered = Delivered(service.give_up(request, failure_id, reason))
+        record = self._record_for(key, line, delivered.verdict, writes, service)
+        return record, delivered.timed_out
 
     def _record_for(
         self,
@@ -176,3 +175,39 @@ class ReplayRunner:
                 + str(verdict.evidence["text"])[:450]
             )
         return ItemRecord(key, str(verdict.status), **fields)
+
+
+def replay_runner(
+    sql: SqlStore,
+    live: ResolveService,
+    deliveries: Deliveries,
+    settings: Settings,
+    rules_version: Callable[[], str],
+) -> ReplayRunner:
+    """A runner on a worker's clients: the live service's rules, actions and settings,
+    each chunk's writes going into a ``ChunkStore`` (one per dry-run flag)."""
+    services: dict[bool, tuple[ResolveService, ChunkStore]] = {}
+
+    def service_for(dry_run: bool) -> tuple[ResolveService, ChunkStore]:
+        if dry_run not in services:
+            writes = ChunkStore(sql, count_rules=not dry_run)
+            service = ResolveService(
+                writes,
+                rulebook=live.rulebook,
+                actions=live.actions,
+                similarity=live.similarity,
+                settings=dataclasses.replace(live.settings, dry_run=dry_run),
+                normals=live.normals,  # a replayed failure meets its job's normal too
+                prepared=live.prepared,
+            )
+            services[dry_run] = (service, writes)
+        return services[dry_run]
+
+    return ReplayRunner(
+        ReplayStore(sql.engine),
+        service_for,
+        deliveries=deliveries.count,
+        policy=DeliveryPolicy.replay(settings.max_deliveries, settings.resolve_time_limit),
+        rules_version=rules_version,
+        time_budget=settings.resolve_time_limit / 3,
+    )

@@ -14,32 +14,43 @@ from __future__ import annotations
 
 import contextlib
 import cProfile
-import dataclasses
 import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
-
-from celery import Task
-from celery.signals import worker_process_init
+from typing import Any, ClassVar
 
 from theow_client import names, signing
-from theow_workers import runtime
 from theow_workers.celery_app import app
-from theow_workers.core.service import ResolveService
 from theow_workers.identity import WORKER, Refused, count_refused
-from theow_workers.replay.runner import ReplayRunner
-from theow_workers.store.replay import ReplayStore
-from theow_workers.store.replay_chunk import ChunkStore
+from theow_workers.replay.runner import ReplayRunner, replay_runner
+from theow_workers.runtime import Runtime
+from theow_workers.worker import ServicesTask
 
 log = logging.getLogger("theow.replay")
 
-_runner: ReplayRunner | None = None
+
+class ReplayTask(ServicesTask):
+    """A task with its process's replay runner too, built on the services it has."""
+
+    # The runner and the services it was built on: forgetting them (a fork) forgets it.
+    _runner: ClassVar[tuple[Runtime, ReplayRunner] | None] = None
+
+    @property
+    def runner(self) -> ReplayRunner:
+        rt = self.services
+        if ReplayTask._runner is None or ReplayTask._runner[0] is not rt:
+
+            def version() -> str:
+                return rt.knowledge().book.version
+
+            runner = replay_runner(rt.store, rt.service, rt.deliveries, rt.settings, version)
+            ReplayTask._runner = (rt, runner)
+        return ReplayTask._runner[1]
 
 
-@app.task(name=names.TASK_REPLAY, bind=True)
-def replay(self: Task, chunk: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
+@app.task(name=names.TASK_REPLAY, base=ReplayTask, bind=True)
+def replay(self: ReplayTask, chunk: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
     """Replay one chunk of a job's items; returns how many were recorded.
 
     Only a chunk signed with the workers' secret (the operator's CLI shares it) is replayed.
@@ -48,7 +59,7 @@ def replay(self: Task, chunk: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
         # See theow_workers.wire; the driver sends the items again.
         log.error("replay chunk %s unreadable: %s", self.request.id, chunk[names.UNREADABLE])
         return {"recorded": 0, "unreadable": str(chunk[names.UNREADABLE])}
-    rt = runtime.current()
+    rt = self.services
     try:
         rt.verifier.verify(names.TASK_REPLAY, chunk, WORKER)
     except Refused as refused:
@@ -56,8 +67,8 @@ def replay(self: Task, chunk: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
         log.error("replay chunk %s refused: %s", self.request.id, refused)
         return {"recorded": 0, "refused": str(refused)}
     chunk = signing.unsigned(chunk)
-    run = runner()
-    delivery = _count(f"replay-chunk:{self.request.id}")
+    run = self.runner
+    delivery = rt.deliveries.count(f"replay-chunk:{self.request.id}")
     if not PROFILE_DIR:
         return run.run(chunk, delivery=delivery)
     with _profiled(str(chunk.get("job_id"))):
@@ -80,49 +91,3 @@ def _profiled(job_id: str) -> Iterator[None]:
     finally:
         profile.disable()
         profile.dump_stats(Path(PROFILE_DIR) / f"replay-{job_id}-{os.getpid()}.prof")
-
-
-def _count(delivery_id: str) -> int:
-    """How many times this delivery id was started (Redis, expires after a day)."""
-    return runtime.current().deliveries.count(delivery_id)
-
-
-def runner() -> ReplayRunner:
-    """This process's runner, built on the runtime's clients (after the fork)."""
-    global _runner
-    if _runner is not None:
-        return _runner
-    rt = runtime.current()
-    services: dict[bool, tuple[ResolveService, ChunkStore]] = {}
-
-    def service_for(dry_run: bool) -> tuple[ResolveService, ChunkStore]:
-        """The live service's rules, actions and settings, writing into a ChunkStore."""
-        if dry_run not in services:
-            live = rt.service
-            writes = ChunkStore(rt.store, count_rules=not dry_run)
-            service = ResolveService(
-                writes,
-                rulebook=live.rulebook,
-                actions=live.actions,
-                similarity=live.similarity,
-                settings=dataclasses.replace(live.settings, dry_run=dry_run),
-                normals=live.normals,  # a replayed failure meets its job's normal too
-            )
-            services[dry_run] = (service, writes)
-        return services[dry_run]
-
-    _runner = ReplayRunner(
-        ReplayStore(rt.store.engine),
-        service_for,
-        deliveries=_count,
-        max_deliveries=rt.settings.max_deliveries,
-        rules_version=lambda: rt.knowledge().book.version,
-        time_budget=rt.settings.resolve_time_limit / 3,
-    )
-    return _runner
-
-
-@worker_process_init.connect
-def _after_fork(**_: Any) -> None:
-    global _runner
-    _runner = None

@@ -20,17 +20,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from theow_workers.core.knowledge import Knowledge
 from theow_workers.core.matching import evaluate
 from theow_workers.core.patching import PatchError, apply_diff, sha256
 from theow_workers.core.rules import RULE_SUFFIX, RuleError, load_rules, parse_rule
 from theow_workers.review.risk import actions_in
 from theow_workers.review.validation import ActionCheckFailed, LoadedAction, load_in_child
-from theow_workers.runtime import Knowledge
 from theow_workers.store.explore import ExplorationRecord, ExploreStore, Proposal
+
+if TYPE_CHECKING:
+    from theow_workers.config import Settings
+    from theow_workers.runtime import Runtime
 
 ACTION_FILE = re.compile(r"^[a-z][a-z0-9_]{0,63}\.py$")
 NOT_ACTIONS = frozenset({"conftest.py", "setup.py", "sitecustomize.py", "usercustomize.py"})
@@ -286,7 +290,7 @@ def reject(store: ExploreStore, proposal_id: str, reason: str, by: str | None = 
     return proposal
 
 
-def sync_after_approval(settings: Any, runtime: Any = None) -> tuple[bool, str]:
+def sync_after_approval(settings: Settings, runtime: Runtime | None = None) -> tuple[bool, str]:
     """Sync the index now: (synced, one line saying what happened).
 
     When Milvus or Redis is down the files are written all the same and the
@@ -294,10 +298,10 @@ def sync_after_approval(settings: Any, runtime: Any = None) -> tuple[bool, str]:
     long-lived caller (the web console) passes its own ``runtime``, so the
     model and the clients are built once, not per approval.
     """
-    from theow_workers.runtime import Runtime, sync_index
+    from theow_workers.runtime import build, sync_index
 
     try:
-        runtime = runtime or Runtime(settings)
+        runtime = runtime or build(settings, "cli")
         report = sync_index(
             Knowledge.configured(settings),
             runtime.index,

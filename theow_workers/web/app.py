@@ -18,10 +18,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -32,24 +30,16 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.templating import Jinja2Templates
 
 from theow_workers.config import Settings
-from theow_workers.core.summary import LinePredicate
-from theow_workers.store import console as queries
 from theow_workers.store.explore import ExploreStore
 from theow_workers.store.results import SqlStore
 from theow_workers.web import pages
-from theow_workers.web.affected import AffectedCounter
-from theow_workers.web.auth import COOKIE, NAME_CHARS, SESSION_SECONDS, Keys, Session, Sessions
-from theow_workers.web.groups import BasisCache
-from theow_workers.web.hosts import AllowedHosts, same_origin
-from theow_workers.web.library import Library
+from theow_workers.web.auth import COOKIE, NAME_CHARS, SESSION_SECONDS
+from theow_workers.web.console import HERE, Console
+from theow_workers.web.hosts import same_origin
 from theow_workers.web.render import stylesheet
-from theow_workers.web.snapshot import Snapshot
-from theow_workers.web.throttle import LoginThrottle
 
-HERE = Path(__file__).resolve().parent
 OPEN_PATHS = ("/login", "/healthz", "/static/")
 # No page runs a script (there is none): even a value that escaped escaping could not run.
 HEADERS = {
@@ -60,69 +50,7 @@ HEADERS = {
     "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
-FLASH = "theow_flash"
 log = logging.getLogger("theow.web")
-
-
-def templates() -> Jinja2Templates:
-    found = Jinja2Templates(directory=str(HERE / "templates"))
-    found.env.autoescape = True  # every value escaped, whatever the template's name
-    return found
-
-
-class Console:
-    """What every page needs: settings, the store, the keys, templates, the counter."""
-
-    def __init__(self, settings: Settings, store: ExploreStore, bound: str = "") -> None:
-        self.settings = settings
-        self.store = store
-        self.keys = Keys.for_deployment(
-            settings.web_password.get_secret_value(),
-            settings.web_readonly_password.get_secret_value(),
-            settings.home,
-        )
-        self.sessions = Sessions()
-        self.throttle = LoginThrottle()
-        self.hosts = AllowedHosts.of(settings.web_allowed_hosts, bound)
-        self.templates = templates()
-        self.affected = AffectedCounter(store)
-        self._library = Library(settings.rule_layers, settings.action_layers)
-        bases = BasisCache(wrappers=self._wrappers)
-        self.insight = Snapshot(lambda: pages.insight_data(store, bases))
-        self.activity = Snapshot(lambda: queries.rule_activity(store))
-        self._runtime: Any = None
-        self._runtime_lock = threading.Lock()
-
-    def library(self) -> Library:
-        return self._library
-
-    def _wrappers(self) -> tuple[str, LinePredicate | None]:
-        """The rule library's wrapper test and version (none when its rules do not load)."""
-        try:
-            book = self._library.knowledge().book
-        except Exception:  # a broken rules directory: group without wrappers, never fail
-            return "", None
-        return book.version, book.is_wrapper
-
-    def runtime(self) -> Any:
-        """One runtime for the index syncs after approvals: the model is loaded once."""
-        with self._runtime_lock:
-            if self._runtime is None:
-                from theow_workers.runtime import Runtime
-
-                self._runtime = Runtime(self.settings)
-            return self._runtime
-
-    def render(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
-        session: Session = request.state.session
-        flash = request.cookies.get(FLASH, "")
-        response = self.templates.TemplateResponse(
-            request, name, {"session": session, "csrf": self.keys.csrf_token(session),
-                            "flash": flash, **context}, status_code=status,
-        )  # fmt: skip
-        if flash:
-            response.delete_cookie(FLASH)
-        return response
 
 
 class AuthMiddleware(BaseHTTPMiddleware):

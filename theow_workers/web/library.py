@@ -14,7 +14,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from theow_workers.runtime import Knowledge, directory_signature
+from theow_workers.core.knowledge import Knowledge
+from theow_workers.runtime import directory_signature
 from theow_workers.store import console as queries
 from theow_workers.store.explore import ExploreStore
 from theow_workers.web.render import code

@@ -23,17 +23,14 @@ from theow_workers.core.rules import RuleError, parse_rule
 from theow_workers.review.flags import called_actions, proposal_flags
 from theow_workers.review.proposals import ReviewError, approve, reject, sync_after_approval
 from theow_workers.review.risk import NOT_A_VERDICT, visible
-from theow_workers.review.stats import meow
 from theow_workers.store import console as queries
 from theow_workers.store import failures as failure_queries
-from theow_workers.store.explore import ExploreStore
 from theow_workers.web import charts
-from theow_workers.web.groups import BasisCache, unknown_groups
 from theow_workers.web.render import code, log_lines
 from theow_workers.web.transcript import test_rule_results, turns
 
 if TYPE_CHECKING:
-    from theow_workers.web.app import Console
+    from theow_workers.web.console import Console
 
 
 PLACEHOLDER = re.compile(r"&lt;U\+[0-9A-F]{4,6}&gt;")  # risk.visible's, once escaped
@@ -320,16 +317,6 @@ async def rule_page(request: Request) -> Response:
     if context is None:
         return _missing(request, "rule")
     return console.render(request, "rule.html", **context)
-
-
-def insight_data(store: ExploreStore, bases: BasisCache | None = None) -> dict[str, Any]:
-    """Everything the insight page shows: totals, per-day series, groups of unknown failures.
-
-    The groups are a replay's groups (``web.groups``); ``bases`` keeps each
-    failure's basis between refreshes.
-    """
-    groups = unknown_groups(store, bases if bases is not None else BasisCache())
-    return {"stats": meow(store.sql), "days": queries.series(store), "groups": groups}
 
 
 def _insight_context(console: Console) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""``theow rules test``: a dry run of the resolver on one failure, in process.
+"""``theow rules test``: a trial of the rules on one failure, in process (a dry run of the resolver).
 
 Loads the rules and actions, builds an in-memory index with the real MiniLM
 embedder, and plans exactly as a worker would, without running an action.
@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from theow_client.facts import bound_facts
+from theow_workers.core.knowledge import Knowledge
 from theow_workers.core.memory import InMemoryIndex
 from theow_workers.core.ports import Embedder
 from theow_workers.core.query import similarity_text
 from theow_workers.core.resolver import Hints, plan
-from theow_workers.runtime import Knowledge
 
 # What the caller shows while a step waits: ``waiting("embedding 239 rules")``.
 Waiting = Callable[[str], AbstractContextManager[object]]
@@ -26,7 +26,7 @@ def quietly(message: str) -> AbstractContextManager[object]:
     return nullcontext()
 
 
-def explain(
+def trial(
     facts: dict[str, Any],
     rules_dir: Path | Sequence[Path],
     actions_dir: Path | Sequence[Path],

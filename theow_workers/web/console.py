@@ -1,0 +1,91 @@
+"""What every page of the console needs, built once per app (``app.create_app``)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.templating import Jinja2Templates
+
+from theow_workers.config import Settings
+from theow_workers.core.summary import LinePredicate
+from theow_workers.store import console as queries
+from theow_workers.store.explore import ExploreStore
+from theow_workers.web.affected import AffectedCounter
+from theow_workers.web.auth import Keys, Session, Sessions
+from theow_workers.web.groups import BasisCache
+from theow_workers.web.hosts import AllowedHosts
+from theow_workers.web.insight import insight_data
+from theow_workers.web.library import Library
+from theow_workers.web.snapshot import Snapshot
+from theow_workers.web.throttle import LoginThrottle
+
+if TYPE_CHECKING:
+    from theow_workers.runtime import Runtime
+
+HERE = Path(__file__).resolve().parent
+FLASH = "theow_flash"
+
+
+def templates() -> Jinja2Templates:
+    found = Jinja2Templates(directory=str(HERE / "templates"))
+    found.env.autoescape = True  # every value escaped, whatever the template's name
+    return found
+
+
+class Console:
+    """What every page needs: settings, the store, the keys, templates, the counter."""
+
+    def __init__(self, settings: Settings, store: ExploreStore, bound: str = "") -> None:
+        self.settings = settings
+        self.store = store
+        self.keys = Keys.for_deployment(
+            settings.web_password.get_secret_value(),
+            settings.web_readonly_password.get_secret_value(),
+            settings.home,
+        )
+        self.sessions = Sessions()
+        self.throttle = LoginThrottle()
+        self.hosts = AllowedHosts.of(settings.web_allowed_hosts, bound)
+        self.templates = templates()
+        self.affected = AffectedCounter(store)
+        self._library = Library(settings.rule_layers, settings.action_layers)
+        bases = BasisCache(wrappers=self._wrappers)
+        self.insight = Snapshot(lambda: insight_data(store, bases))
+        self.activity = Snapshot(lambda: queries.rule_activity(store))
+        self._runtime: Runtime | None = None
+        self._runtime_lock = threading.Lock()
+
+    def library(self) -> Library:
+        return self._library
+
+    def _wrappers(self) -> tuple[str, LinePredicate | None]:
+        """The rule library's wrapper test and version (none when its rules do not load)."""
+        try:
+            book = self._library.knowledge().book
+        except Exception:  # a broken rules directory: group without wrappers, never fail
+            return "", None
+        return book.version, book.is_wrapper
+
+    def runtime(self) -> Runtime:
+        """The console's services, for the index syncs after approvals: the model loads once."""
+        with self._runtime_lock:
+            if self._runtime is None:
+                from theow_workers.runtime import build
+
+                self._runtime = build(self.settings, "web")
+            return self._runtime
+
+    def render(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
+        session: Session = request.state.session
+        flash = request.cookies.get(FLASH, "")
+        response = self.templates.TemplateResponse(
+            request, name, {"session": session, "csrf": self.keys.csrf_token(session),
+                            "flash": flash, **context}, status_code=status,
+        )  # fmt: skip
+        if flash:
+            response.delete_cookie(FLASH)
+        return response

@@ -1,0 +1,20 @@
+"""What the insight page shows, read from the store (``pages.insight``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from theow_workers.review.stats import meow
+from theow_workers.store import console as queries
+from theow_workers.store.explore import ExploreStore
+from theow_workers.web.groups import BasisCache, unknown_groups
+
+
+def insight_data(store: ExploreStore, bases: BasisCache | None = None) -> dict[str, Any]:
+    """Everything the insight page shows: totals, per-day series, groups of unknown failures.
+
+    The groups are a replay's groups (``web.groups``); ``bases`` keeps each
+    failure's basis between refreshes.
+    """
+    groups = unknown_groups(store, bases if bases is not None else BasisCache())
+    return {"stats": meow(store.sql), "days": queries.series(store), "groups": groups}
