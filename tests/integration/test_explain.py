@@ -22,6 +22,7 @@ import pytest
 
 from tests.conftest import wait_until
 from tests.integration.conftest import Explorers, Fleet, explorers_on
+from theow_client.messages import SubmitRequest
 from theow_client.names import key_llm
 from theow_client.verdict_text import format_verdict
 from theow_workers.config import Settings
@@ -103,7 +104,7 @@ class _Stack:
             failure_id = f"{self.project}-{n}"
             facts = {"log": failure_log(word, n), "project": self.project}
             verdict = self.runtime.service.resolve(
-                {"failure_id": failure_id, "facts": facts}, failure_id
+                SubmitRequest(failure_id=failure_id, facts=facts), failure_id
             )
             assert verdict.status in ("unmatched", "unexplained"), verdict
             shown = after_verdict(self.runtime, verdict.to_dict(), None)
@@ -182,7 +183,9 @@ def test_the_client_waiting_for_a_verdict_gets_its_explanation_when_it_comes_in_
     client = stack.fleet.client()
     failure_id = f"{stack.project}-agent"
     facts = {"log": failure_log("kilo", 1), "project": stack.project}
-    verdict = stack.runtime.service.resolve({"failure_id": failure_id, "facts": facts}, failure_id)
+    verdict = stack.runtime.service.resolve(
+        SubmitRequest(failure_id=failure_id, facts=facts), failure_id
+    )
     shown = after_verdict(stack.runtime, verdict.to_dict(), client.agent)
     key = names.verdict_key(client.agent, failure_id)
     stack.runtime.redis.set(key, json.dumps(shown), ex=60)  # what the resolve task delivers
@@ -242,7 +245,7 @@ def explain_one(stack: _Stack, word: str, run: int = 1) -> dict[str, Any]:
 
     failure_id = f"{stack.project}-{word}-{run}"
     facts = {"log": failure_log(word, run), "project": stack.project}
-    stack.runtime.service.resolve({"failure_id": failure_id, "facts": facts}, failure_id)
+    stack.runtime.service.resolve(SubmitRequest(failure_id=failure_id, facts=facts), failure_id)
     result = explain_failure(stack.runtime, {"failure_id": failure_id})
     assert stack.fleet.store().verdict(failure_id).explanation["state"] == result["state"]
     return result
