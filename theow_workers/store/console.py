@@ -20,13 +20,8 @@ from sqlalchemy import func, select
 
 from theow_client.verdict import Status
 from theow_workers.store.explore import ExploreStore
-from theow_workers.store.failure_list import (
-    Cursor,
-    FailureFilter,
-    _common,
-    aware,
-    failure_page,
-)
+from theow_workers.store.failure_list import Cursor, _common, aware, failure_page
+from theow_workers.store.failure_list import FailureFilter as FailureFilter  # the pages' name
 from theow_workers.store.figures import LLM_OUTCOMES, MATCHED
 from theow_workers.store.schema import ExplorationRow, FailureRow, ProposalRow, VerdictRow
 
