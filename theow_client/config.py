@@ -39,6 +39,9 @@ ENV_CLIENT_WAIT = "THEOW_CLIENT_WAIT"
 ENV_AGENT_TOKEN = "THEOW_AGENT_TOKEN"
 # Where the client's env file is, when not $XDG_CONFIG_HOME/theow/client.env.
 ENV_CLIENT_ENV = "THEOW_CLIENT_ENV"
+# The web intake's base URL (``https://theow.example/``): when set, failures go over HTTPS with
+# the agent token, never through the broker (``theow_client.intake``).
+ENV_INTAKE_URL = "THEOW_INTAKE_URL"
 
 DEFAULT_SPOOL_DIR = "~/.cache/theow/spool"
 DEFAULT_ACTIONS_DIR = "actions"
@@ -133,6 +136,11 @@ def agent_token(explicit: str | None = None) -> str | None:
     and says why, rather than the build losing its failure.
     """
     return explicit or os.environ.get(ENV_AGENT_TOKEN) or client_env().get(ENV_AGENT_TOKEN) or None
+
+
+def intake_url(explicit: str | None = None) -> str | None:
+    """The HTTP intake's base URL: ``explicit``, else $THEOW_INTAKE_URL, else the env file's."""
+    return explicit or os.environ.get(ENV_INTAKE_URL) or client_env().get(ENV_INTAKE_URL) or None
 
 
 def safe_url(url: str) -> str:
