@@ -50,7 +50,7 @@ AGENT_SCOPES = ("agent",)
 PAGE, MOST = 50, 200
 FILTER_CHARS = 200
 TOKEN_CHARS = 200  # a token is ~60 characters; a longer header is not one
-BURST = 60
+BURST = 60  # requests a token may make at once, within its rate
 
 
 class Api:
@@ -60,7 +60,8 @@ class Api:
         settings = console.settings
         self.console = console
         self.tokens = TokenStore(console.store.sql.engine)
-        self.reads = TokenBuckets(settings.api_requests_per_minute, BURST)
+        self.reads = TokenBuckets(settings.api_requests_per_minute,
+                                 min(BURST, settings.api_requests_per_minute))  # fmt: skip
         self.document = schema.openapi()
 
 

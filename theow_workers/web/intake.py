@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from theow_workers.web.console import Console
 
 log = logging.getLogger("theow.web.intake")
-BURST = 30
+BURST = 30  # submissions an agent may make at once (a matrix build failing)
 SEND_TIMEOUT = 5.0
 
 
@@ -67,7 +67,8 @@ class Intake:
         settings: Settings = console.settings
         self.console = console
         self.max_bytes = settings.intake_max_bytes
-        self.submissions = TokenBuckets(settings.intake_per_minute, BURST)
+        self.submissions = TokenBuckets(settings.intake_per_minute,
+                                        min(BURST, settings.intake_per_minute))  # fmt: skip
         self._app: Any = None
         self._lock = threading.Lock()
 
