@@ -28,10 +28,31 @@ from typing import Any
 from sqlalchemy import and_, func, literal_column, or_, select
 
 from theow_workers.store.explore import ExploreStore
-from theow_workers.store.failures import LIVE, from_source
+from theow_workers.store.figures import REPLAY_SOURCE
 from theow_workers.store.schema import FailureRow, VerdictRow
 
 CURSOR_CHARS = 400  # a cursor is a time and an id: anything longer is not one of ours
+
+# Where failures came from: ``live`` (build agents, the demo, anything but a replay),
+# ``replay`` (a replay's, source ``replay:<job>``) or ``all``.
+LIVE, REPLAY, ALL = "live", "replay", "all"
+SOURCES = (LIVE, REPLAY, ALL)
+
+
+class UnknownSource(ValueError):
+    def __init__(self, given: str) -> None:
+        super().__init__(f"source {given!r}: use {', '.join(SOURCES)}")
+
+
+def from_source(source: str) -> Any:
+    """The condition on failures that keeps those of ``source`` (None: all of them)."""
+    if source == LIVE:
+        return FailureRow.source.not_like(REPLAY_SOURCE)
+    if source == REPLAY:
+        return FailureRow.source.like(REPLAY_SOURCE)
+    if source == ALL:
+        return None
+    raise UnknownSource(source)
 
 
 def aware(value: datetime | None) -> datetime | None:
@@ -143,14 +164,14 @@ def failure_page(
         query = query.where(job == where.job)
     if where.rule:
         query = query.where(VerdictRow.rule == where.rule)
-    common = _common if store.sql.engine.dialect.name == "sqlite" else (lambda c: c)
-    if where.mode:
-        query = query.where(common(VerdictRow.mode == where.mode))
-    if where.outcome:
-        query = query.where(common(VerdictRow.status == where.outcome))
     if where.q:
         query = query.where(FailureRow.id.startswith(where.q.strip(), autoescape=True))
     with store.session() as s:
+        common = _common if s.get_bind().dialect.name == "sqlite" else (lambda c: c)
+        if where.mode:
+            query = query.where(common(VerdictRow.mode == where.mode))
+        if where.outcome:
+            query = query.where(common(VerdictRow.status == where.outcome))
         rows = s.execute(query).all()
     page = [
         {"id": fid, "received_at": aware(at), "source": source, "problem_type": ptype,
