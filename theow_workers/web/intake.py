@@ -25,6 +25,7 @@ agent's id answers 404, exactly as an unknown one does.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -94,6 +95,8 @@ class Intake:
                 retry=False, ignore_result=True, argsrepr=summary([body]), kwargsrepr="{}",
             )  # fmt: skip
         except Exception:
+            with contextlib.suppress(Exception):  # not queued: its verdict is not to be awaited
+                redis.delete(names.intake_key(agent, failure_id))
             with self._lock:  # a half-connected app is never reused
                 app, self._app = self._app, None
             if app is not None:
