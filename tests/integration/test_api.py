@@ -253,8 +253,24 @@ def test_failures_inserted_during_a_walk_neither_repeat_nor_hide_the_ones_there_
             record(deployment.sql, fid, at, "job-late", "acme/late", Status.UNMATCHED)
             inserted.append(fid)
 
-    seen, pages = walk(deployment, "source=all&limit=9", between=insert)
-    assert pages > 5 and inserted
+    stop = threading.Event()
+
+    def keep_inserting() -> None:  # and others, truly at the same time as the walk
+        n = 0
+        while not stop.is_set():
+            at = datetime.now(UTC) - timedelta(days=n % 30, seconds=n)
+            record(deployment.sql, f"busy-{n:04d}", at, "job-busy", "acme/busy", Status.UNMATCHED)
+            inserted.append(f"busy-{n:04d}")
+            n += 1
+
+    writer = threading.Thread(target=keep_inserting)
+    writer.start()
+    try:
+        seen, pages = walk(deployment, "source=all&limit=9", between=insert)
+    finally:
+        stop.set()
+        writer.join()
+    assert pages > 5 and any(i.startswith("busy-") for i in inserted)
     assert len(seen) == len(set(seen)), "a failure came twice"
     assert set(before) <= set(seen), f"missed: {sorted(set(before) - set(seen))[:5]}"
     assert set(seen) - set(before) <= set(inserted)
