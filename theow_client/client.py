@@ -33,6 +33,7 @@ from redis.exceptions import RedisError
 
 from theow_client import config, names, signing
 from theow_client.facts import bound_facts_kept, dumps_facts
+from theow_client.intake import HttpIntake, IntakeRefused, IntakeUnavailable
 from theow_client.job import job_fact
 from theow_client.lines import to_wire
 from theow_client.messages import SubmitRequest
@@ -46,6 +47,7 @@ DEFAULT_SOURCE = "theow-client"
 DEFAULT_WAIT_TIMEOUT = 60.0
 # How often a waiting client reads its verdict key: quickly at first, then calmly.
 POLL_FIRST, POLL_MOST = 0.02, 0.25
+POLL_HTTP_FIRST, POLL_HTTP_MOST = 0.1, 1.0
 
 # What "the broker is unreachable" looks like from here. RuntimeError is how
 # Celery's Redis result backend reports a failed reconnect.
@@ -171,6 +173,8 @@ class Ticket:
     agent: str = ""
     # The submission's signature: a refusal of this very message is kept under it.
     signature: str = field(default="", repr=False)
+    # Why the HTTP intake refused it (its answer, final): the verdict is that refusal.
+    refused: str = ""
 
     @property
     def spooled(self) -> bool:
@@ -188,6 +192,8 @@ class Ticket:
         status ``error``; no answer in time raises ``TimeoutError``; losing
         the broker while waiting raises TheowUnavailable.
         """
+        if self.refused:
+            return Verdict(failure_id=self.failure_id, status=Status.REJECTED, reason=self.refused)
         if self.spooled or (self.result is None and self.client is None):
             cause = self.spooled_for
             why = one_line(cause) if cause and not isinstance(cause, UNREACHABLE) else ""
@@ -196,6 +202,8 @@ class Ticket:
                 status=Status.SPOOLED,
                 reason=f"{why or 'broker unreachable'}; spooled to {self.spool_path}",
             )
+        if self.client is not None and self.client.intake is not None:
+            return self._poll_http(self.client.intake, timeout)
         if self.agent and self.client is not None:
             return self._poll(self.client, timeout)
         try:
@@ -260,6 +268,24 @@ class Ticket:
             if verdict is not None and (verdict.explanation or {}).get("state") != "pending":
                 return verdict
         return None
+
+    def _poll_http(self, intake: HttpIntake, timeout: float) -> Verdict:
+        """Ask the HTTP intake for the verdict until there is one (calmer than Redis: a request)."""
+        deadline, pause = time.monotonic() + timeout, POLL_HTTP_FIRST
+        while True:
+            try:
+                found = intake.verdict(self.failure_id)
+            except (IntakeUnavailable, IntakeRefused) as exc:
+                raise TheowUnavailable(
+                    f"lost the intake while waiting for failure {self.failure_id}: {one_line(exc)}"
+                ) from exc
+            if found is not None:
+                return self._read(found)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(self._no_verdict(timeout))
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, POLL_HTTP_MOST)
 
     def _no_verdict(self, timeout: float) -> str:
         return (
@@ -326,9 +352,12 @@ class TheowClient:
         *,
         url_name: str = "redis_url",
         token: str | None = None,
+        intake_url: str | None = None,
     ) -> None:
         self._token_arg = token
         self._token: signing.AgentToken | None = None
+        # With an intake URL every failure goes over HTTP(S), never through the broker.
+        self.intake_url = config.intake_url(intake_url)
         self.redis_url = config.redis_url(redis_url)
         # How messages name the URL's origin: ``url_name`` (e.g. --redis-url) when given.
         self.url_source = config.redis_url_source(redis_url, url_name)
@@ -342,6 +371,13 @@ class TheowClient:
         if self._token is None:
             self._token = _agent_token(config.agent_token(self._token_arg))
         return self._token
+
+    @property
+    def intake(self) -> HttpIntake | None:
+        """The HTTP intake when ``THEOW_INTAKE_URL`` (or ``intake_url``) names one."""
+        if not self.intake_url:
+            return None
+        return HttpIntake(self.intake_url, self.token, self.timeout)
 
     @property
     def agent(self) -> str:
@@ -410,6 +446,8 @@ class TheowClient:
             fallback=fallback,
             max_retries=max_retries,
         )
+        if self.intake_url:
+            return self._submit_http(payload)
         signed = self.signed(names.TASK_RESOLVE, payload)
         try:
             result = self._publish(signed)
@@ -423,8 +461,29 @@ class TheowClient:
             signature=signature.sig if signature else "",
         )  # fmt: skip
 
+    def _submit_http(self, payload: dict[str, Any]) -> Ticket:
+        """Post to the HTTP intake; spool what cannot be sent, answer a refusal at once."""
+        try:
+            intake = self.intake
+            assert intake is not None
+            failure_id = intake.submit(payload)
+        except IntakeRefused as exc:
+            log.warning("theow: failure %s: %s", payload["failure_id"], exc)
+            return Ticket(payload["failure_id"], client=self, agent=self.agent, refused=str(exc))
+        except Exception as exc:  # unreachable, a bad URL, a bug: kept all the same
+            path = self._spool(payload, exc)
+            return Ticket(payload["failure_id"], spool_path=path, spooled_for=exc)
+        return Ticket(failure_id, client=self, agent=self.agent)
+
     def send(self, payload: dict[str, Any]) -> Any:
-        """Sign and publish a ready payload; raise one of UNREACHABLE if that fails."""
+        """Sign and publish a ready payload; raise one of UNREACHABLE if that fails.
+
+        With an HTTP intake the payload is posted there (the intake signs it for the
+        bearer agent); IntakeRefused when the intake will never take it.
+        """
+        intake = self.intake
+        if intake is not None:
+            return intake.submit(payload)
         # Signed as it leaves (a spooled failure is signed when flushed): the time is now.
         return self._publish(self.signed(names.TASK_RESOLVE, payload))
 
@@ -517,10 +576,18 @@ class TheowClient:
                 payload["facts"] = redact(payload["facts"])
             try:
                 self.send(payload)
+            except IntakeRefused as exc:  # an answer, not an outage: sending again won't help
+                self.spool.set_aside(path, reason=str(exc))
+                continue
             except config.RedisURLError:
                 raise
             except UNREACHABLE as exc:
-                log.warning("theow: broker unreachable at %s (%s)", self.safe_url, one_line(exc))
+                where = (
+                    f"intake unreachable at {self.intake_url}"
+                    if self.intake_url
+                    else (f"broker unreachable at {self.safe_url}")
+                )
+                log.warning("theow: %s (%s)", where, one_line(exc))
                 break
             except Exception as exc:
                 log.warning("theow: could not send %s (%s: %s)", path, type(exc).__name__,
@@ -540,6 +607,8 @@ class TheowClient:
         failure_id = payload["failure_id"]
         if isinstance(exc, config.RedisURLError):
             why, later = str(exc), "fix the URL, then run `theow-client flush`"
+        elif isinstance(exc, (IntakeUnavailable, ValueError)) and self.intake_url:
+            why, later = f"intake: {one_line(exc)}", "run `theow-client flush` later"
         elif isinstance(exc, UNREACHABLE):
             why = f"broker unreachable at {self.safe_url} ({one_line(exc)})"
             later = "run `theow-client flush` later"

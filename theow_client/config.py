@@ -44,6 +44,9 @@ ENV_CLIENT_ENV = "THEOW_CLIENT_ENV"
 ENV_CI_OUTPUT = "THEOW_CI_OUTPUT"
 # The web console's address (``https://theow.internal``): CI summaries link a failure's page.
 ENV_CONSOLE_URL = "THEOW_CONSOLE_URL"
+# The web intake's base URL (``https://theow.example/``): when set, failures go over HTTPS with
+# the agent token, never through the broker (``theow_client.intake``).
+ENV_INTAKE_URL = "THEOW_INTAKE_URL"
 
 DEFAULT_SPOOL_DIR = "~/.cache/theow/spool"
 DEFAULT_ACTIONS_DIR = "actions"
@@ -157,6 +160,11 @@ def console_url(explicit: str | None = None) -> str | None:
     if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
         return None
     return raw.rstrip("/")
+
+
+def intake_url(explicit: str | None = None) -> str | None:
+    """The HTTP intake's base URL: ``explicit``, else $THEOW_INTAKE_URL, else the env file's."""
+    return explicit or os.environ.get(ENV_INTAKE_URL) or client_env().get(ENV_INTAKE_URL) or None
 
 
 def safe_url(url: str) -> str:

@@ -38,6 +38,10 @@ Redis keys (all under ``theow:``):
     refused (a wrong or revoked token), under the refused message's own
     signature, which only its sender knows: a forger's refusal can never
     stand in for another message's verdict.
+``theow:intake:<agent>:<failure_id>``
+    String ("queued"), same TTL: the web intake (``theow_workers.web.intake``)
+    queued this failure for that agent; until a verdict is stored it answers
+    the agent's ``GET /api/v1/failures/<id>/verdict`` with 202, not 404.
 ``theow:refused``
     Hash, task name -> how many messages of that task were refused because
     their sender could not be verified (``theow_workers.identity``);
@@ -169,6 +173,10 @@ VERDICT_TTL = 24 * 3600
 
 def verdict_key(agent: str, failure_id: str) -> str:
     return f"{KEY_PREFIX}verdict:{agent}:{failure_id}"
+
+
+def intake_key(agent: str, failure_id: str) -> str:
+    return f"{KEY_PREFIX}intake:{agent}:{failure_id}"
 
 
 def refusal_key(agent: str, failure_id: str, signature: str) -> str:

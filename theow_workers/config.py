@@ -171,6 +171,11 @@ class Settings(BaseModel):
     web_readonly_password: SecretStr = SecretStr("")
     web_port: int = 8808
     web_allowed_hosts: list[str] = []
+    # The JSON API and the agents' HTTP intake on the web process (web/api.py, web/intake.py):
+    # requests a minute per token, and the largest submission body accepted.
+    api_requests_per_minute: int = 600
+    intake_per_minute: int = 120
+    intake_max_bytes: int = 4 * 1024 * 1024
 
     @property
     def model_prices(self) -> dict[str, tuple[float, float]]:

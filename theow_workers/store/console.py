@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, literal_column, select
+from sqlalchemy import func, select
 
 from theow_client.verdict import Status
 from theow_workers.store.explore import ExploreStore
-from theow_workers.store.failures import LIVE, from_source
+from theow_workers.store.failure_list import Cursor, _common, aware, failure_page
+from theow_workers.store.failure_list import FailureFilter as FailureFilter  # the pages' name
 from theow_workers.store.figures import LLM_OUTCOMES, MATCHED
 from theow_workers.store.schema import ExplorationRow, FailureRow, ProposalRow, VerdictRow
 
@@ -34,13 +35,6 @@ UNKNOWN = (str(Status.UNMATCHED), str(Status.UNEXPLAINED), str(Status.EXPLORING)
 QUIET = timedelta(days=14)
 
 
-def aware(value: datetime | None) -> datetime | None:
-    """SQLite gives naive datetimes back; they are UTC."""
-    if value is not None and value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value
-
-
 @dataclass(frozen=True)
 class UnknownFailure:
     id: str
@@ -48,74 +42,17 @@ class UnknownFailure:
     received_at: datetime | None
 
 
-@dataclass(frozen=True)
-class FailureFilter:
-    repo: str = ""
-    job: str = ""
-    rule: str = ""
-    mode: str = ""
-    outcome: str = ""
-    q: str = ""  # a failure id or its prefix
-    source: str = LIVE  # live, replay or all (failures.SOURCES)
-
-    def active(self) -> dict[str, str]:
-        """The filters that differ from a bare /failures (live failures, any of the rest)."""
-        return {k: v for k, v in self.__dict__.items() if v and not (k == "source" and v == LIVE)}
-
-
-def _common(condition: Any) -> Any:
-    """Tell SQLite's planner a condition holds for many rows.
-
-    Without it, ``status = 'unmatched'`` picks the status index and sorts
-    every unmatched failure to show the newest 50; walking ``received_at``
-    newest first and stopping at 50 is what stays fast with 100,000.
-    """
-    return func.likelihood(condition, literal_column("0.5"))
-
-
 def failures_page(
     store: ExploreStore, where: FailureFilter, before: datetime | None = None, limit: int = PAGE
 ) -> tuple[list[dict[str, Any]], datetime | None]:
-    """One page of failures, newest first, and the cursor of the next page (or None).
+    """One page of failures, newest first, and the time cursor of the next page (or None).
 
-    Raises UnknownSource for a ``where.source`` other than live, replay or all.
+    The list the JSON API reads too (``failure_list.failure_page``), paged here by time
+    alone as the console always did. Raises UnknownSource for an unknown ``where.source``.
     """
-    repo = FailureRow.facts["repo"].as_string()
-    job = FailureRow.facts["job"].as_string()
-    query = (
-        select(FailureRow.id, FailureRow.received_at, FailureRow.source, FailureRow.problem_type,
-               repo, job, VerdictRow.status, VerdictRow.rule, VerdictRow.mode)
-        .outerjoin(VerdictRow, VerdictRow.failure_id == FailureRow.id)
-        .order_by(FailureRow.received_at.desc())
-        .limit(limit + 1)
-    )  # fmt: skip
-    if before is not None:
-        query = query.where(FailureRow.received_at < before)
-    from_this_source = from_source(where.source)
-    if from_this_source is not None:
-        query = query.where(from_this_source)
-    if where.repo:
-        query = query.where(repo == where.repo)
-    if where.job:
-        query = query.where(job == where.job)
-    if where.rule:
-        query = query.where(VerdictRow.rule == where.rule)
-    common = _common if store.sql.engine.dialect.name == "sqlite" else (lambda c: c)
-    if where.mode:
-        query = query.where(common(VerdictRow.mode == where.mode))
-    if where.outcome:
-        query = query.where(common(VerdictRow.status == where.outcome))
-    if where.q:
-        query = query.where(FailureRow.id.startswith(where.q.strip(), autoescape=True))
-    with store.session() as s:
-        rows = s.execute(query).all()
-    page = [
-        {"id": fid, "received_at": aware(at), "source": source, "problem_type": ptype,
-         "repo": r or "", "job": j or "", "outcome": status, "rule": rule, "mode": mode}
-        for fid, at, source, ptype, r, j, status, rule, mode in rows[:limit]
-    ]  # fmt: skip
-    more = len(rows) > limit
-    return page, (page[-1]["received_at"] if more and page else None)
+    after = Cursor(before) if before is not None else None
+    page, more = failure_page(store, where, after, limit)
+    return page, (more.at if more is not None else None)
 
 
 def rule_activity(store: ExploreStore) -> dict[str, dict[str, Any]]:

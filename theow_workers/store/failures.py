@@ -10,29 +10,21 @@ from sqlalchemy import select
 from theow_workers.core.query import error_lines
 from theow_workers.core.summary import summarize
 from theow_workers.store.explore import ExploreStore
-from theow_workers.store.figures import REPLAY_SOURCE
+from theow_workers.store.failure_list import (
+    ALL,
+    LIVE,
+    REPLAY,
+    SOURCES,
+    FailureFilter,
+    UnknownSource,
+    Window,
+    failure_page,
+    from_source,
+)
 from theow_workers.store.schema import AttemptRow, ExplorationRow, FailureRow, VerdictRow
 
-# Where failures came from: ``live`` (build agents, the demo, anything but a replay),
-# ``replay`` (a replay's, source ``replay:<job>``) or ``all``.
-LIVE, REPLAY, ALL = "live", "replay", "all"
-SOURCES = (LIVE, REPLAY, ALL)
-
-
-class UnknownSource(ValueError):
-    def __init__(self, given: str) -> None:
-        super().__init__(f"source {given!r}: use {', '.join(SOURCES)}")
-
-
-def from_source(source: str) -> Any:
-    """The condition on failures that keeps those of ``source`` (None: all of them)."""
-    if source == LIVE:
-        return FailureRow.source.not_like(REPLAY_SOURCE)
-    if source == REPLAY:
-        return FailureRow.source.like(REPLAY_SOURCE)
-    if source == ALL:
-        return None
-    raise UnknownSource(source)
+# Where failures came from (live, replay, all): named in ``failure_list``, read here by the CLI.
+__all__ = ["ALL", "LIVE", "REPLAY", "SOURCES", "UnknownSource", "detail", "from_source", "recent"]
 
 
 def recent(
@@ -42,34 +34,20 @@ def recent(
     limit: int = 50,
     source: str = LIVE,
 ) -> list[dict[str, Any]]:
-    """The newest failures of ``source`` (live, replay or all); UnknownSource for another."""
-    query = (
-        select(FailureRow, VerdictRow)
-        .outerjoin(VerdictRow, VerdictRow.failure_id == FailureRow.id)
-        .order_by(FailureRow.received_at.desc())
-        .limit(limit)
-    )
-    condition = from_source(source)
-    if condition is not None:
-        query = query.where(condition)
-    if status is not None:
-        query = query.where(VerdictRow.status == status)
-    if since is not None:
-        query = query.where(FailureRow.received_at >= datetime.now(UTC) - since)
-    with store.session() as s:
-        return [
-            {
-                "id": failure.id,
-                "received_at": failure.received_at.isoformat(),
-                "problem_type": failure.problem_type,
-                "source": failure.source,
-                "status": verdict.status if verdict else None,
-                "rule": verdict.rule if verdict else None,
-                "wrapper": verdict.wrapper if verdict else None,
-                "reason": verdict.reason if verdict else None,
-            }
-            for failure, verdict in s.execute(query).all()
-        ]
+    """The newest failures of ``source`` (live, replay or all); UnknownSource for another.
+
+    The first page of the one failure list (``failure_list.failure_page``), in the
+    CLI's words: the console and the JSON API read the same list.
+    """
+    where = FailureFilter(outcome=status or "", source=source)
+    window = Window(since=datetime.now(UTC) - since if since is not None else None)
+    rows, _ = failure_page(store, where, None, limit, window)
+    return [
+        {"id": r["id"], "received_at": r["received_at"].isoformat(),
+         "problem_type": r["problem_type"], "source": r["source"], "status": r["outcome"],
+         "rule": r["rule"], "wrapper": r["wrapper"], "reason": r["reason"]}
+        for r in rows
+    ]  # fmt: skip
 
 
 def detail(store: ExploreStore, failure_id: str) -> dict[str, Any] | None:

@@ -34,13 +34,14 @@ from starlette.staticfiles import StaticFiles
 from theow_workers.config import Settings
 from theow_workers.store.explore import ExploreStore
 from theow_workers.store.results import SqlStore
-from theow_workers.web import pages
+from theow_workers.web import api, intake, pages
 from theow_workers.web.auth import COOKIE, NAME_CHARS, SESSION_SECONDS
 from theow_workers.web.console import HERE, Console
 from theow_workers.web.hosts import same_origin
 from theow_workers.web.render import stylesheet
 
-OPEN_PATHS = ("/login", "/healthz", "/static/")
+# The JSON API authenticates each request with a token of its own (web/api.py), never the cookie.
+OPEN_PATHS = ("/login", "/healthz", "/static/", "/api/")
 # No page runs a script (there is none): even a value that escaped escaping could not run.
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self' data:; "
@@ -178,8 +179,11 @@ def create_app(settings: Settings, store: ExploreStore | None = None, bound: str
         Route("/logout", logout, methods=["POST"]),
         Route("/static/pygments.css", pygments_css),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+        *intake.routes(),
+        *api.routes(),
         *pages.routes(),
     ]
     app = Starlette(routes=routes, middleware=[Middleware(AuthMiddleware)], lifespan=lifespan)
     app.state.console = console
+    app.state.api, app.state.intake = api.Api(console), intake.Intake(console)
     return app

@@ -1,0 +1,110 @@
+"""Sending failures over HTTPS to the web intake, for agents that hold no broker login.
+
+With ``THEOW_INTAKE_URL`` (and an agent token), ``TheowClient`` posts the
+payload it would have sent through Redis to ``<url>/api/v1/failures`` and
+polls ``<url>/api/v1/failures/<id>/verdict``. Standard library only: a build
+agent installs nothing more for it. What cannot be sent (no answer, a 5xx,
+a 429) is spooled exactly as a broker outage is; a refusal (400, 401, 403,
+413) is an answer, not an outage, and is never sent again.
+
+>>> HttpIntake("https://theow.example/", token=None).submit_url
+'https://theow.example/api/v1/failures'
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from theow_client import signing
+
+API = "/api/v1"
+# A verdict is small; anything larger than this from the intake is not one.
+MOST_ANSWER_BYTES = 1024 * 1024
+REFUSALS = (400, 401, 403, 404, 405, 413)
+
+
+class IntakeUnavailable(ConnectionError):
+    """The intake could not take the failure now (unreachable, busy, failing): spool it."""
+
+
+class IntakeRefused(ValueError):
+    """The intake refused the failure for good (its message says why): sending again won't help."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(f"the intake refused it ({status}): {reason}")
+        self.status = status
+
+
+class HttpIntake:
+    def __init__(self, url: str, token: signing.AgentToken | None, timeout: float = 5.0) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"THEOW_INTAKE_URL {url[:200]!r} is not an http(s) URL")
+        self.base = url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    @property
+    def submit_url(self) -> str:
+        return f"{self.base}{API}/failures"
+
+    def verdict_url(self, failure_id: str) -> str:
+        return f"{self.base}{API}/failures/{quote(failure_id, safe='')}/verdict"
+
+    def submit(self, payload: dict[str, Any]) -> str:
+        """Send one payload; the failure id the intake answers with.
+
+        Raises IntakeUnavailable when it could not be sent now, IntakeRefused
+        when it never will be.
+        """
+        status, body = self._call("POST", self.submit_url, json.dumps(payload).encode())
+        if status == 202 and isinstance(body.get("failure_id"), str):
+            return str(body["failure_id"])
+        raise IntakeUnavailable(f"unexpected answer {status} from {self.submit_url}")
+
+    def verdict(self, failure_id: str) -> dict[str, Any] | None:
+        """The failure's verdict, or None while there is none yet (also while not yet known)."""
+        try:
+            status, body = self._call("GET", self.verdict_url(failure_id))
+        except IntakeRefused as refused:
+            if refused.status == 404:
+                return None
+            raise
+        return body if status == 200 else None
+
+    def _call(self, method: str, url: str, data: bytes | None = None) -> tuple[int, dict[str, Any]]:
+        if self.token is None:
+            raise IntakeUnavailable(
+                "the HTTP intake needs an agent token ($THEOW_AGENT_TOKEN); none is set"
+            )
+        request = urllib.request.Request(url, data=data, method=method)
+        request.add_header("Authorization", f"Bearer {self.token}")
+        request.add_header("Accept", "application/json")
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return response.status, _json(response.read(MOST_ANSWER_BYTES + 1))
+        except urllib.error.HTTPError as exc:
+            with exc:
+                body = _json(exc.read(MOST_ANSWER_BYTES + 1))
+            reason = str(body.get("error") or exc.reason)[:500]
+            if exc.code in REFUSALS:
+                raise IntakeRefused(exc.code, reason) from None
+            raise IntakeUnavailable(f"{exc.code} from {url}: {reason}") from None
+        except (OSError, ValueError) as exc:  # URLError, timeouts, resets, a bad answer
+            raise IntakeUnavailable(f"{url} unreachable ({exc})") from None
+
+
+def _json(raw: bytes) -> dict[str, Any]:
+    if len(raw) > MOST_ANSWER_BYTES:
+        return {}
+    try:
+        value = json.loads(raw or b"{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -1,0 +1,240 @@
+"""The read-only JSON API under ``/api/v1``: failures, verdicts, rules, insight, replays.
+
+For dashboards and bots. Every request carries a token of the token store
+(``theow tokens add NAME --scope api-read``) as ``Authorization: Bearer
+<token>``; the console's cookie login plays no part here, and no route
+writes: any method but GET (and HEAD) is answered 405. The agents' intake
+(``POST /api/v1/failures`` and the verdict read) is ``intake.py``'s, behind
+agent tokens; an ``api-read`` token there is refused with 403, as an agent
+token is on these lists.
+
+The answers are the CLI's and the console's own views: the failure list is
+``store.failure_list.failure_page`` (the console's failure page reads it
+too), one failure is ``store.failures.detail`` (``theow failures show
+--json``), rules are the console's catalogue, insight its snapshot, replays
+the replay store's jobs. Each answer goes through its model in
+``api_schema``, which also writes the OpenAPI document served at
+``/api/v1/openapi.json`` (no token needed: it holds no data).
+
+Each token may make ``api_requests_per_minute`` requests a minute (``rate.py``);
+past it, 429 with ``Retry-After``.
+
+>>> # curl -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:8808/api/v1/failures?job=build&limit=20"
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, date, datetime
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from theow_workers.store.failure_list import Cursor, FailureFilter, Window, failure_page
+from theow_workers.store.failures import LIVE, SOURCES, UnknownSource, detail
+from theow_workers.store.tokens import TokenInfo, TokenStore
+from theow_workers.web import api_schema as schema
+from theow_workers.web.rate import TokenBuckets
+
+if TYPE_CHECKING:
+    from theow_workers.web.console import Console
+
+API = schema.API
+READ_SCOPES = ("api-read", "operator")
+AGENT_SCOPES = ("agent",)
+PAGE, MOST = 50, 200
+FILTER_CHARS = 200
+TOKEN_CHARS = 200  # a token is ~60 characters; a longer header is not one
+BURST = 60  # requests a token may make at once, within its rate
+
+
+class Api:
+    """What the API's routes share: the token store and the per-token request buckets."""
+
+    def __init__(self, console: Console) -> None:
+        settings = console.settings
+        self.console = console
+        self.tokens = TokenStore(console.store.sql.engine)
+        self.reads = TokenBuckets(settings.api_requests_per_minute,
+                                 min(BURST, settings.api_requests_per_minute))  # fmt: skip
+        self.document = schema.openapi()
+
+
+def problem(status: int, error: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": error}, status_code=status, headers=headers)
+
+
+def answer(model: type[BaseModel], value: Any, status: int = 200) -> Response:
+    """``value`` as ``model`` says it is (the document's promise), as JSON."""
+    body = model.model_validate(plain(value)).model_dump(mode="json", exclude_none=False)
+    return JSONResponse(body, status_code=status)
+
+
+def plain(value: Any) -> Any:
+    """Dates and times as ISO 8601 text, everything else as JSON has it."""
+
+    def default(v: Any) -> Any:
+        if isinstance(v, (datetime, date)):
+            return v.isoformat()
+        return str(v)
+
+    return json.loads(json.dumps(value, default=default))
+
+
+def api_of(request: Request) -> Api:
+    api: Api = request.app.state.api
+    return api
+
+
+def presented(request: Request) -> str | None:
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not value.strip() or len(value) > TOKEN_CHARS:
+        return None
+    return value.strip()
+
+
+async def authorize(
+    request: Request, scopes: tuple[str, ...], buckets: TokenBuckets | None = None
+) -> TokenInfo | Response:
+    """The live token of this request, of one of ``scopes``; else the response refusing it."""
+    api = api_of(request)
+    text = presented(request)
+    if text is None:
+        return problem(401, "a token is required: Authorization: Bearer <token>",
+                       {"WWW-Authenticate": 'Bearer realm="theow"'})  # fmt: skip
+    token = await run_in_threadpool(api.tokens.find, text)
+    if token is None:
+        return problem(401, "this token is unknown or revoked",
+                       {"WWW-Authenticate": 'Bearer realm="theow", error="invalid_token"'})  # fmt: skip
+    if token.scope not in scopes:
+        why = (
+            "an api-read token is read-only: only agent tokens submit"
+            if token.scope in READ_SCOPES and request.method != "GET"
+            else f"a token of scope {token.scope!r} cannot use this route "
+            f"(it needs {' or '.join(scopes)})"
+        )
+        return problem(403, why)
+    wait = (buckets or api.reads).take(token.name)
+    if wait > 0:
+        seconds = max(1, math.ceil(wait))
+        return problem(429, f"too many requests for token {token.name!r}; retry in {seconds} s",
+                       {"Retry-After": str(seconds)})  # fmt: skip
+    return token
+
+
+def _when(text: str, name: str) -> datetime | None:
+    """An ISO 8601 time (UTC unless it says otherwise); ValueError naming the parameter."""
+    if not text:
+        return None
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{name}={text[:40]!r} is not an ISO 8601 time") from None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def _limit(text: str) -> int:
+    if not text:
+        return PAGE
+    if not text.isdigit() or not 1 <= int(text) <= MOST:
+        raise ValueError(f"limit={text[:20]!r}: use a number from 1 to {MOST}")
+    return int(text)
+
+
+async def failures(request: Request) -> Response:
+    token = await authorize(request, READ_SCOPES)
+    if not isinstance(token, TokenInfo):
+        return token
+    params = request.query_params
+    given = {k: params.get(k, "").strip()[:FILTER_CHARS] for k in
+             ("repo", "job", "rule", "mode", "status", "source", "since", "until", "limit",
+              "cursor")}  # fmt: skip
+    try:
+        where = FailureFilter(repo=given["repo"], job=given["job"], rule=given["rule"],
+                              mode=given["mode"], outcome=given["status"],
+                              source=given["source"] or LIVE)  # fmt: skip
+        if where.source not in SOURCES:
+            raise UnknownSource(where.source)
+        window = Window(_when(given["since"], "since"), _when(given["until"], "until"))
+        limit = _limit(given["limit"])
+    except ValueError as exc:
+        return problem(400, str(exc))
+    after = None
+    if given["cursor"]:
+        after = Cursor.decode(given["cursor"])
+        if after is None or after.id is None:
+            return problem(400, "cursor is not one this API gave (pass a page's `next` as is)")
+    rows, more = await run_in_threadpool(
+        failure_page, api_of(request).console.store, where, after, limit, window
+    )
+    listed = [{**{k: v for k, v in r.items() if k != "outcome"}, "status": r["outcome"]}
+              for r in rows]  # fmt: skip
+    return answer(schema.FailurePage,
+                  {"failures": listed, "next": more.encode() if more else None})  # fmt: skip
+
+
+async def failure(request: Request) -> Response:
+    token = await authorize(request, READ_SCOPES)
+    if not isinstance(token, TokenInfo):
+        return token
+    fid = request.path_params["fid"][:FILTER_CHARS]
+    info = await run_in_threadpool(detail, api_of(request).console.store, fid)
+    if info is None:
+        return problem(404, f"no failure {fid!r}")
+    return answer(schema.FailureDetail, info)
+
+
+async def rules(request: Request) -> Response:
+    token = await authorize(request, READ_SCOPES)
+    if not isinstance(token, TokenInfo):
+        return token
+    console = api_of(request).console
+    activity = await run_in_threadpool(console.activity.get)
+    view = await run_in_threadpool(console.library().overview, console.store, activity)
+    view = {**view, "stopped": [r["name"] for r in view["stopped"]]}
+    return answer(schema.RuleList, view)
+
+
+async def insight(request: Request) -> Response:
+    token = await authorize(request, READ_SCOPES)
+    if not isinstance(token, TokenInfo):
+        return token
+    taken = await run_in_threadpool(api_of(request).console.insight.get)
+    return answer(schema.Insight, {**taken.value, "as_of": taken.at})
+
+
+async def replays(request: Request) -> Response:
+    from theow_workers.store.replay import ReplayStore
+
+    token = await authorize(request, READ_SCOPES)
+    if not isinstance(token, TokenInfo):
+        return token
+    jobs = await run_in_threadpool(ReplayStore(api_of(request).console.store.sql.engine).recent, 50)
+    return answer(schema.ReplayList, {"replays": [j.to_dict() for j in jobs]})
+
+
+async def openapi(request: Request) -> Response:
+    return JSONResponse(api_of(request).document)
+
+
+async def not_found(request: Request) -> Response:
+    return problem(404, f"no route {request.url.path[:FILTER_CHARS]!r} (see {API}/openapi.json)")
+
+
+def routes() -> list[Route]:
+    """After ``intake.routes()`` (POST /failures, the verdict): see the catch-all below."""
+    return [
+        Route(f"{API}/openapi.json", openapi, methods=["GET"]),
+        Route(f"{API}/failures", failures, methods=["GET"]),
+        Route(f"{API}/failures/{{fid}}", failure, methods=["GET"]),
+        Route(f"{API}/rules", rules, methods=["GET"]),
+        Route(f"{API}/insight", insight, methods=["GET"]),
+        Route(f"{API}/replays", replays, methods=["GET"]),
+        # GET only: a POST to a read route must stay a 405, not become this 404.
+        Route(API + "/{rest:path}", not_found, methods=["GET"]),
+    ]

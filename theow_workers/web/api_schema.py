@@ -1,0 +1,283 @@
+"""The JSON API's OpenAPI 3.1 description, written from the pydantic models of its answers.
+
+Starlette generates none, so the document is built here: every answer is a
+pydantic model whose JSON Schema (2020-12, which OpenAPI 3.1 uses as is)
+goes under ``components.schemas``, and each route names its model. The
+routes (``api.py``, ``intake.py``) serialize through the same models, so the
+document cannot drift from what is served without a test noticing
+(``tests/integration/test_api.py`` validates it with openapi-spec-validator
+and checks answers against it).
+
+>>> doc = openapi()
+>>> doc["openapi"], sorted(doc["paths"])[:2]
+('3.1.0', ['/api/v1/failures', '/api/v1/failures/{id}'])
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import models_json_schema
+
+API = "/api/v1"
+VERSION = "1"
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Problem(Model):
+    error: str = Field(description="What was wrong, in one line.")
+
+
+class FailureSummary(Model):
+    id: str
+    received_at: str = Field(description="ISO 8601, UTC.")
+    source: str
+    problem_type: str | None = None
+    repo: str = ""
+    job: str = ""
+    status: str | None = Field(None, description="The verdict's status; null before one.")
+    rule: str | None = None
+    mode: str | None = None
+    reason: str | None = None
+    wrapper: str | None = None
+
+
+class FailurePage(Model):
+    failures: list[FailureSummary]
+    next: str | None = Field(
+        description="Opaque cursor of the next page (pass as ?cursor=); null on the last page."
+    )
+
+
+class WhereLine(Model):
+    fact: str | None = None
+    line: int | None = None
+    text: str | None = None
+
+
+class Explanation(Model):
+    state: str = Field(
+        description="explained, pending, or why there is none (malformed, failed, budget, ...)."
+    )
+    cause: str | None = Field(None, description="code, test, dependency, infrastructure or flaky.")
+    text: str | None = Field(None, description="The explanation: plain text, masked.")
+    next_step: str | None = None
+    model: str | None = None
+    reason: str | None = None
+
+
+class VerdictView(Model):
+    status: str
+    rule: str | None = None
+    mode: str | None = None
+    reason: str = ""
+    evidence: dict[str, Any] | None = None
+    also: list[str] = []
+    where: list[WhereLine] = []
+    wrapper: str | None = None
+    explanation: Explanation | None = Field(
+        None, description="explain's answer for a failure no specific rule explains."
+    )
+    actions: list[dict[str, Any]] = []
+    outputs: list[dict[str, Any]] = []
+
+
+class FailureDetail(Model):
+    id: str
+    received_at: str
+    source: str
+    fingerprint: str | None = None
+    facts: dict[str, Any] = Field(description="The stored facts: bounded and masked.")
+    error_lines: list[Any] = []
+    verdict: VerdictView | None = None
+    attempts: list[dict[str, Any]] = []
+    explorations: list[dict[str, Any]] = []
+
+
+class RuleFigures(Model):
+    name: str
+    mode: str
+    tags: list[str] = []
+    generic: bool = False
+    hits: int = Field(description="Verdicts naming the rule.")
+    last_match: str | None = None
+    success_ratio: float | None = None
+    attempts: int = 0
+
+
+class RuleList(Model):
+    rules: list[RuleFigures]
+    stopped: list[str] = Field(description="Rules that matched before and not lately.")
+    never: int = Field(description="Rules that never matched.")
+    gone: list[str] = Field(description="Rules verdicts name that the library no longer has.")
+    errors: list[str]
+    as_of: str
+
+
+class Insight(Model):
+    stats: dict[str, Any] = Field(description="The figures of `theow meow`.")
+    days: dict[str, Any] = Field(description="Per-day series over the last 30 days.")
+    groups: list[dict[str, Any]] = Field(description="The largest groups of unknown failures.")
+    as_of: str
+
+
+class ReplayJob(Model):
+    id: str
+    kind: str
+    status: str
+    source: str
+    total: int | None = None
+    processed: int
+    matched: int
+    hit_rate: float
+    created_at: str
+    finished_at: str | None = None
+
+
+class ReplayList(Model):
+    replays: list[ReplayJob]
+
+
+class Accepted(Model):
+    failure_id: str = Field(description="Where the verdict will be: GET .../{id}/verdict.")
+    verdict: str = Field(description="The URL path of the verdict.")
+
+
+class Pending(Model):
+    failure_id: str
+    status: str = "pending"
+
+
+class Verdict(Model):
+    """The client's Verdict (``theow_client.verdict``), as the resolve task returns it."""
+
+    failure_id: str
+    status: str
+    rule: str | None = None
+    reason: str = ""
+
+
+MODELS: tuple[type[BaseModel], ...] = (
+    Problem, FailurePage, FailureDetail, RuleList, Insight, ReplayList, Accepted, Pending, Verdict,
+)  # fmt: skip
+
+
+def _ref(model: type[BaseModel]) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{model.__name__}"}
+
+
+def _answer(model: type[BaseModel], what: str) -> dict[str, Any]:
+    return {"description": what, "content": {"application/json": {"schema": _ref(model)}}}
+
+
+def _problem(what: str) -> dict[str, Any]:
+    return _answer(Problem, what)
+
+
+READ_ERRORS = {
+    "401": _problem("No token, or not a live one."),
+    "403": _problem("A token of another scope."),
+    "429": _problem("Too many requests for this token; see Retry-After."),
+}
+
+
+def _query(name: str, what: str, fmt: str | None = None) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string"}
+    if fmt:
+        schema["format"] = fmt
+    return {"name": name, "in": "query", "required": False, "description": what, "schema": schema}
+
+
+ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+def _get(summary: str, model: type[BaseModel], **extra: Any) -> dict[str, Any]:
+    return {
+        "summary": summary,
+        "security": [{"token": []}],
+        "responses": {"200": _answer(model, summary), **READ_ERRORS},
+        **extra,
+    }
+
+
+def openapi() -> dict[str, Any]:
+    """The OpenAPI 3.1 document of ``/api/v1``."""
+    _, top = models_json_schema(
+        [(m, "serialization") for m in MODELS], ref_template="#/components/schemas/{model}"
+    )
+    schemas = top.get("$defs", {})
+    filters = [
+        _query("job", "Only failures of this job (the `job` fact)."),
+        _query("repo", "Only failures of this repository (the `repo` fact)."),
+        _query("rule", "Only failures whose verdict names this rule."),
+        _query("status", "Only failures whose verdict has this status."),
+        _query("mode", "Only failures whose rule has this mode (fix, retry, track)."),
+        _query("source", "live (default), replay or all."),
+        _query("since", "Received at or after (ISO 8601).", "date-time"),
+        _query("until", "Received before (ISO 8601).", "date-time"),
+        {"name": "limit", "in": "query", "required": False,
+         "schema": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}},
+        _query("cursor", "The `next` of the previous page."),
+    ]  # fmt: skip
+    submit = {
+        "summary": "Submit a failure (agent tokens): the payload theow-client sends over Redis.",
+        "security": [{"token": []}],
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"type": "object"}}},
+        },
+        "responses": {
+            "202": _answer(Accepted, "Queued for the resolvers."),
+            "400": _problem("Not a submission."),
+            "401": READ_ERRORS["401"],
+            "403": _problem("Not an agent token."),
+            "413": _problem("The body is over the intake's size cap."),
+            "429": READ_ERRORS["429"],
+            "503": _problem("The broker cannot be reached; the client spools and retries."),
+        },
+    }
+    verdict = {
+        "summary": "The verdict of a failure this agent submitted.",
+        "security": [{"token": []}],
+        "parameters": [ID],
+        "responses": {
+            "200": _answer(Verdict, "The verdict."),
+            "202": _answer(Pending, "Submitted, no verdict yet."),
+            "401": READ_ERRORS["401"],
+            "403": _problem("Not an agent token."),
+            "404": _problem("No failure of this agent's with this id."),
+            "429": READ_ERRORS["429"],
+        },
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Theow API",
+            "version": VERSION,
+            "description": "Read-only views of failures, verdicts, rules, insight and replays "
+            "(api-read tokens), and an HTTP intake for build agents (agent tokens). "
+            "Every request carries `Authorization: Bearer <token>` "
+            "(`theow tokens add NAME --scope api-read|agent`).",
+        },
+        "paths": {
+            f"{API}/failures": {
+                "get": _get("Failures, newest first, one page.", FailurePage, parameters=filters),
+                "post": submit,
+            },
+            f"{API}/failures/{{id}}": {
+                "get": _get("One failure, its verdict and lines.", FailureDetail, parameters=[ID])
+            },
+            f"{API}/failures/{{id}}/verdict": {"get": verdict},
+            f"{API}/rules": {"get": _get("Rules with their figures.", RuleList)},
+            f"{API}/insight": {"get": _get("The insight figures.", Insight)},
+            f"{API}/replays": {"get": _get("Recent replay jobs.", ReplayList)},
+        },
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {"token": {"type": "http", "scheme": "bearer"}},
+        },
+    }

@@ -1,0 +1,211 @@
+"""The HTTP intake: build agents that hold no broker credentials submit over HTTPS.
+
+A public pull request's build or a hosted runner should not hold a broker
+login. With an agent token (``theow tokens add NAME --scope agent``) and
+``THEOW_INTAKE_URL``, ``theow-client`` posts the very payload it would send
+over Redis (``client.build_payload``: bounded, masked) to ``POST
+/api/v1/failures`` and reads the verdict at ``GET
+/api/v1/failures/{id}/verdict``.
+
+Here, in order: the token is a live agent token (401, 403 otherwise); the
+body is at most ``intake_max_bytes`` (413, read no further); the agent is
+under ``intake_per_minute`` submissions (429); the body is JSON no deeper
+than a task message may be (``wire.MAX_MESSAGE_DEPTH``) and reads as a
+``SubmitRequest`` (400). Then it is signed as the agent, with the signing
+key the token store keeps for it, and queued on the resolve queue like any
+client's message: the worker verifies that signature, derives the failure
+id from the agent, and resolves it on the normal path. Whatever signature
+the body carried is dropped: the bearer token is the proof here.
+
+A verdict is readable only by the agent that submitted the failure: another
+agent's id answers 404, exactly as an unknown one does.
+
+>>> # curl -X POST -H "Authorization: Bearer $AGENT_TOKEN" --data @payload.json $URL/api/v1/failures
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from theow_client import names, signing
+from theow_client.config import celery_app
+from theow_client.messages import SubmitRequest
+from theow_client.redact import summary
+from theow_workers.identity import submission_id
+from theow_workers.store.tokens import TokenInfo
+from theow_workers.web import api_schema as schema
+from theow_workers.web.api import AGENT_SCOPES, answer, api_of, authorize, problem
+from theow_workers.web.rate import TokenBuckets
+from theow_workers.wire import MAX_MESSAGE_DEPTH, deeper_than
+
+if TYPE_CHECKING:
+    from theow_workers.config import Settings
+    from theow_workers.web.console import Console
+
+log = logging.getLogger("theow.web.intake")
+BURST = 30  # submissions an agent may make at once (a matrix build failing)
+SEND_TIMEOUT = 5.0
+
+
+class TooLarge(ValueError):
+    """The body passed the intake's size cap."""
+
+
+class Intake:
+    """The intake's per-agent buckets and its sender to the resolve queue (made on first use)."""
+
+    def __init__(self, console: Console) -> None:
+        settings: Settings = console.settings
+        self.console = console
+        self.max_bytes = settings.intake_max_bytes
+        self.submissions = TokenBuckets(settings.intake_per_minute,
+                                        min(BURST, settings.intake_per_minute))  # fmt: skip
+        self._app: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def sender(self) -> Any:
+        """A publish-only Celery app on the fleet's broker: the client's, with the web's URL."""
+        with self._lock:
+            if self._app is None:
+                self._app = celery_app(self.console.settings.redis_url, SEND_TIMEOUT)
+            return self._app
+
+    def queue(self, agent: str, key: bytes, body: dict[str, Any]) -> str:
+        """Sign ``body`` as ``agent`` and send it to the resolvers; the failure's id."""
+        request = SubmitRequest.from_wire(body)
+        requested = request.failure_id_or(str(uuid.uuid4()))
+        failure_id = submission_id(agent, request, requested)
+        signed = signing.sign(names.TASK_RESOLVE, body, agent, key)
+        redis = self.console.runtime().redis
+        redis.set(names.intake_key(agent, failure_id), "queued", ex=names.VERDICT_TTL)
+        try:
+            self.sender.send_task(
+                names.TASK_RESOLVE, args=[signed], task_id=requested, queue=names.QUEUE_RESOLVE,
+                retry=False, ignore_result=True, argsrepr=summary([body]), kwargsrepr="{}",
+            )  # fmt: skip
+        except Exception:
+            with contextlib.suppress(Exception):  # not queued: its verdict is not to be awaited
+                redis.delete(names.intake_key(agent, failure_id))
+            with self._lock:  # a half-connected app is never reused
+                app, self._app = self._app, None
+            if app is not None:
+                app.close()
+            raise
+        return failure_id
+
+    def verdict(self, agent: str, failure_id: str) -> tuple[int, dict[str, Any] | None]:
+        """200 and the verdict, 202 (queued, undecided) or 404: only ``agent``'s own failures."""
+        redis = self.console.runtime().redis
+        raw = redis.get(names.verdict_key(agent, failure_id))
+        if raw is not None:
+            try:
+                return 200, json.loads(raw)
+            except ValueError:
+                pass  # the stored verdict below is the record
+        store = self.console.store.sql
+        exists, sender = store.failure_agent(failure_id)
+        if exists and sender == agent:
+            decided = store.verdict(failure_id)
+            return (200, decided.to_dict()) if decided is not None else (202, None)
+        if not exists and redis.exists(names.intake_key(agent, failure_id)):
+            return 202, None
+        return 404, None
+
+
+def intake_of(request: Request) -> Intake:
+    intake: Intake = request.app.state.intake
+    return intake
+
+
+async def body_within(request: Request, most: int) -> bytes:
+    """The request's body; TooLarge as soon as it passes ``most`` bytes (read no further)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > most:
+        raise TooLarge(f"the body is {int(declared):,} bytes; the intake takes at most {most:,}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > most:
+            raise TooLarge(f"the body passed {most:,} bytes, the intake's cap")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse(raw: bytes) -> dict[str, Any]:
+    """The submission in a body; ValueError saying why it is none."""
+    try:
+        body = json.loads(raw)
+    except RecursionError:
+        raise ValueError(f"the body is nested deeper than {MAX_MESSAGE_DEPTH} levels") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"the body is not JSON: {str(exc)[:200]}") from None
+    if deeper_than(body, MAX_MESSAGE_DEPTH):
+        raise ValueError(f"the body is nested deeper than {MAX_MESSAGE_DEPTH} levels")
+    if not isinstance(body, dict):
+        raise ValueError(f"a submission is a JSON object, not {type(body).__name__}")
+    body = signing.unsigned(body)
+    request = SubmitRequest.from_wire(body)
+    if request.malformed:
+        raise ValueError(request.malformed)
+    if request.facts_json is None and request.facts is None:
+        raise ValueError("a submission carries its facts as facts_json (or facts)")
+    return body
+
+
+async def submit(request: Request) -> Response:
+    intake = intake_of(request)
+    token = await authorize(request, AGENT_SCOPES, intake.submissions)
+    if not isinstance(token, TokenInfo):
+        return token
+    try:
+        raw = await body_within(request, intake.max_bytes)
+    except TooLarge as exc:
+        log.warning("intake: refused %s's submission: %s", token.name, exc)
+        return problem(413, str(exc), {"Connection": "close"})
+    try:
+        body = parse(raw)
+    except ValueError as exc:
+        return problem(400, str(exc))
+    known = await run_in_threadpool(api_of(request).tokens.known, token.name)
+    if known is None or known.revoked:  # revoked since ``authorize``: refused the same way
+        return problem(401, "this token is unknown or revoked")
+    try:
+        failure_id = await run_in_threadpool(intake.queue, token.name, known.key, body)
+    except Exception as exc:  # the broker: the client keeps the failure in its spool
+        log.warning("intake: could not queue %s's failure: %s", token.name, exc)
+        return problem(503, "the resolve queue cannot be reached; send it again later",
+                       {"Retry-After": "5"})  # fmt: skip
+    path = f"{schema.API}/failures/{failure_id}/verdict"
+    return answer(schema.Accepted, {"failure_id": failure_id, "verdict": path}, status=202)
+
+
+async def verdict(request: Request) -> Response:
+    token = await authorize(request, AGENT_SCOPES)
+    if not isinstance(token, TokenInfo):
+        return token
+    failure_id = request.path_params["fid"][:100]
+    status, found = await run_in_threadpool(intake_of(request).verdict, token.name, failure_id)
+    if status == 404:
+        return problem(404, f"no failure {failure_id!r} of agent {token.name!r}")
+    if status == 202:
+        return answer(schema.Pending, {"failure_id": failure_id}, status=202)
+    return JSONResponse(found, status_code=200)
+
+
+def routes() -> list[Route]:
+    """Before ``api.routes()``: its catch-all would answer these paths with 404."""
+    return [
+        Route(f"{schema.API}/failures", submit, methods=["POST"]),
+        Route(f"{schema.API}/failures/{{fid}}/verdict", verdict, methods=["GET"]),
+    ]
