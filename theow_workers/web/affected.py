@@ -65,6 +65,12 @@ class AffectedCounter:
         if self._thread is not None:
             self._thread.join(timeout=10)
 
+    def forget(self, proposal_id: str) -> None:
+        """The proposal's rule was edited: its count is of another rule; count it again."""
+        with self._lock:
+            self._counts.pop(proposal_id, None)
+        self._wake.set()
+
     def poke(self) -> None:
         """New proposals may be pending: count them."""
         self._wake.set()
