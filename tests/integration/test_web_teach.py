@@ -111,7 +111,7 @@ def test_a_reviewer_teaches_a_failure_by_its_lines_and_the_next_one_like_it_is_k
     # Tested before review: its failure and the one alike, named by no rule before.
     assert page.locator("#taught-matches").inner_text().startswith("2 of 3")
     assert "(none) 2" in page.locator("#taught-matches").inner_text()
-    assert "ada (web), from lines 3–4" in page.locator("#taught").inner_text()
+    assert "ada (web), from lines 3-4" in page.locator("#taught").inner_text()
     assert "equals: acme/widgets" in page.locator("#rule").inner_text()
 
     # An edit that breaks a check is refused with the reason, and nothing is saved.
