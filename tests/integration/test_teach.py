@@ -105,6 +105,10 @@ def test_a_taught_failure_is_known_the_next_time(workspace, tmp_path):
         "pending",
     )
 
+    shown = theow(workspace, "review", "show", teaching["proposal_id"])
+    assert shown.returncode == 0, shown.stderr
+    assert "taught by ada" in shown.stdout and teaching["rule"] in shown.stdout
+
     approved = theow(workspace, "review", "approve", teaching["proposal_id"])
     assert approved.returncode == 0, approved.stderr
     rule_file = Path(workspace["rules"]) / f"{teaching['rule']}.rule.yaml"

@@ -119,6 +119,10 @@ def review_show(proposal_id: str, as_json: JsonFlag = False) -> None:
     out.print(
         f"[bold]proposal {proposal.id}[/bold]  rule [bold]{proposal.rule_name}[/bold]  ({proposal.status})"
     )
+    if info["origin"] == "taught":
+        out.print(
+            Text(f"taught by {info['taught_by']} (theow teach): no model, no cost"), highlight=False
+        )
     if failure is not None:
         out.print(
             f"failure {failure.id} received {failure.received_at:%Y-%m-%d %H:%M} from {failure.source}"
