@@ -97,17 +97,18 @@ def teach(
     name: str | None = None,
     is_normal: IsNormal | None = None,
     taken: frozenset[str] = frozenset(),
+    taught: Taught | None = None,
 ) -> Teaching:
-    """Synthesize, test and file one taught rule; raises TeachError (nothing filed)."""
+    """Synthesize, test and file one taught rule; raises TeachError (nothing filed).
+
+    ``taught``: the rule :func:`draft` made already (bulk teaching compares drafts first).
+    """
     failure = store.failure(failure_id)
     if failure is None:
         raise TeachError(f"no failure {failure_id!r}")
-    pending = {_name_of(text) for _, text in store.pending_rules()}
-    taught = synthesize(
-        failure.facts, first, last, is_wrapper=book.is_wrapper, is_normal=is_normal,
-        scope=scope, mode=mode, name=name, taken=set(taken) | pending, book=book,
-        origin=f"failure {failure_id} lines {first}-{last}, by {by}",
-    )  # fmt: skip
+    if taught is None:
+        taught = draft(store, book, failure_id, failure.facts, first, last, by=by, scope=scope,
+                       mode=mode, name=name, is_normal=is_normal, taken=taken)  # fmt: skip
     tests = test_rule(store, taught.rule, failure_id, failure.facts, is_normal, book)
     proposal_id = str(uuid.uuid4())
     exploration = Exploration(
@@ -141,6 +142,30 @@ def teach(
         },
     )
     return Teaching(proposal_id, failure_id, taught, tests, by)
+
+
+def draft(
+    store: ExploreStore,
+    book: RuleBook,
+    failure_id: str,
+    facts: dict[str, Any],
+    first: int,
+    last: int,
+    *,
+    by: str,
+    scope: str = "auto",
+    mode: str = "track",
+    name: str | None = None,
+    is_normal: IsNormal | None = None,
+    taken: frozenset[str] = frozenset(),
+) -> Taught:
+    """The rule :func:`teach` would file, not filed (its name clear of pending proposals')."""
+    pending = {_name_of(text) for _, text in store.pending_rules()}
+    return synthesize(
+        facts, first, last, is_wrapper=book.is_wrapper, is_normal=is_normal,
+        scope=scope, mode=mode, name=name, taken=set(taken) | pending, book=book,
+        origin=f"failure {failure_id} lines {first}-{last}, by {by}",
+    )  # fmt: skip
 
 
 def _name_of(rule_yaml: str) -> str:
