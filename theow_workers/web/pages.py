@@ -146,7 +146,7 @@ def _taught(transcript: list[Any]) -> dict[str, Any] | None:
                    isinstance(t.get("taught"), dict)), None)  # fmt: skip
     if origin is None:
         return None
-    tests = next((t["tests"] for t in reversed(transcript) if isinstance(t, dict) and
+    tests: dict[str, Any] = next((t["tests"] for t in reversed(transcript) if isinstance(t, dict) and
                   isinstance(t.get("tests"), dict)), {})  # fmt: skip
     edited = [t["edited"] for t in transcript if isinstance(t, dict) and isinstance(t.get("edited"), dict)]  # fmt: skip
     return {"origin": origin, "tests": tests, "edited": edited[-1] if edited else None}
