@@ -301,7 +301,12 @@ class ExploreService:
                 return self._record(base, Outcome.ERROR, f"rule {rule.name}: {exc}")
             prompt = render_prompt(facts, extra=extra, is_normal=context.is_normal,
                                    is_wrapper=_wrappers(context))  # fmt: skip
-            wanted = {"test_rule", "rule_from_lines", "submit_rule", "give_up", *config.tools}
+            wanted = {
+                "test_rule",
+                "submit_rule",
+                "give_up",
+                *config.tools,
+            }  # rule_from_lines if listed
             tools = [t for t in [*tools, *context.extra_tools] if t.name in wanted]
             use_secondary = config.use_secondary
         else:
