@@ -65,6 +65,10 @@ def teach_console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
         sql.add_failure(FailureRecord(fid, f"fp-{fid}", {"log": log, **FACTS}, "build_failure",
                                       "ci", datetime.now(UTC)))  # fmt: skip
         sql.add_verdict(Verdict(fid, Status.UNMATCHED, reason="no rule matched"))
+    streams = {"stdout": "building\ncompiled 3 files\n", "stderr": "lint: 2 checks\n"
+               "lint: rule W77 forbids 'eval' in src/app.js\nlint failed\n", **FACTS}  # fmt: skip
+    sql.add_failure(FailureRecord("streams", "fp-streams", streams, "build_failure", "ci",
+                                  datetime.now(UTC)))  # fmt: skip
     sql.dispose()
     settings = Settings.load(env={
         "THEOW_DATABASE_URL": url, "THEOW_RULES_DIR": str(rules), "THEOW_ACTIONS_DIR": str(actions),
@@ -109,7 +113,7 @@ def test_a_reviewer_teaches_a_failure_by_its_lines_and_the_next_one_like_it_is_k
     assert page.locator("#status").inner_text() == "pending"
     assert "taught broken_link_anchor_missing from lines 3-4" in page.locator(".flash").inner_text()
     # Tested before review: its failure and the one alike, named by no rule before.
-    assert page.locator("#taught-matches").inner_text().startswith("2 of 3")
+    assert page.locator("#taught-matches").inner_text().startswith("2 of 4")
     assert "(none) 2" in page.locator("#taught-matches").inner_text()
     assert "ada (web), from lines 3-4" in page.locator("#taught").inner_text()
     assert "equals: acme/widgets" in page.locator("#rule").inner_text()
@@ -191,3 +195,30 @@ def test_a_read_only_login_can_select_lines_but_not_teach(
     assert page.locator("button.teach").count() == 0
     assert "Read-only login" in page.locator("#teach").inner_text()
     page.context.close()
+
+
+def test_lines_of_stderr_are_taught_where_rules_read_them(teach_console, browser):  # noqa: F811
+    page = logged_in(browser, teach_console["url"])
+    page.goto("/failures/streams?from=2&to=2")  # stderr's line 2, the log's line 4
+    assert "forbids 'eval'" in page.locator(".log tr.sel").inner_text()
+    with page.expect_navigation():
+        page.click("button.teach")
+    assert "/proposals/" in page.url
+    assert "the rule reads line 4" in page.locator("#taught").inner_text()
+    assert "forbids" in page.locator("#rule").inner_text()
+    page.context.close()
+
+
+def test_teaching_and_editing_need_the_csrf_token_and_a_reviewer(teach_console, browser):  # noqa: F811
+    page = logged_in(browser, teach_console["url"])
+    refused = page.request.post("/failures/unknown-1/teach", form={"first": "3", "last": "4"})
+    assert refused.status == 403 and "CSRF" in refused.text()
+    page.context.close()
+    reader = logged_in(browser, teach_console["url"], READONLY, "reader")
+    reader.goto("/failures/unknown-1?from=3&to=4")
+    token = reader.locator("form.who input[name=csrf]").get_attribute("value")  # its session's
+    for path, form in (("/failures/unknown-1/teach", {"first": "3", "last": "4"}),
+                       ("/proposals/any/edit", {"rule_yaml": "name: x"})):  # fmt: skip
+        refused = reader.request.post(path, form={**form, "csrf": token})
+        assert refused.status == 403 and "read-only" in refused.text()
+    reader.context.close()

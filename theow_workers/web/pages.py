@@ -343,10 +343,13 @@ def _teach(
     places = {line["n"]: line["i"] for line in context["log"] if line["n"] is not None}
     if first not in places or last not in places:
         raise TeachError(f"lines {first}-{last} are not lines of the stored log")
-    start, end = sorted((places[first], places[last]))
     failure = console.store.failure(context["info"]["id"])
     if failure is None:
         raise TeachError(f"no failure {failure_id!r}")
+    offset = _offset(failure.facts, context["log_fact"])
+    if offset is None:
+        raise TeachError(f"rules read the log, not {context['log_fact']!r}: nothing to teach from")
+    start, end = sorted((places[first] + offset, places[last] + offset))
     settings = console.settings
     try:
         is_normal = normal_test(console.runtime(), job_fact(failure.facts))
@@ -364,6 +367,23 @@ def _teach(
         "edit it below, then approve or reject"
     )
     return teaching.proposal_id, message
+
+
+def _offset(facts: dict[str, Any], shown: str) -> int | None:
+    """Where the shown fact's lines start in the log rules read (``matching_facts``):
+    0 for the log itself, after stdout's lines for stderr (they are joined stdout first),
+    None for a fact rules do not read as the log."""
+    from theow_workers.core.resolver import matching_facts
+
+    if "log" in facts or shown == "log":
+        return 0 if shown == "log" else None
+    log = matching_facts(facts).get("log")
+    if shown == "stdout" or (shown == "stderr" and log is facts.get("stderr")):
+        return 0
+    stdout = facts.get("stdout")
+    if shown == "stderr" and isinstance(stdout, str) and stdout:
+        return stdout.rstrip("\n").count("\n") + 1
+    return None
 
 
 async def teach_post(request: Request) -> Response:
