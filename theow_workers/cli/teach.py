@@ -283,7 +283,7 @@ def _example_failure(store: Any, data: dict[str, Any]) -> tuple[str, dict[str, A
 
 def _example_span(facts: dict[str, Any], data: dict[str, Any]) -> tuple[int, int]:
     from theow_workers.core.resolver import matching_facts
-    from theow_workers.core.teaching import chunk_span
+    from theow_workers.core.teaching import MAX_SPAN, chunk_span
 
     lines, chunk = data.get("lines"), data.get("chunk")
     if (lines is None) == (chunk is None):
@@ -300,7 +300,9 @@ def _example_span(facts: dict[str, Any], data: dict[str, Any]) -> tuple[int, int
     span = chunk_span(log, chunk) if isinstance(log, str) else None
     if span is None:
         raise _BadExample("the chunk is not in the failure's log")
-    return span
+    first, last = span
+    # A whole step copied as the chunk: taught from its end, as a reviewer would point.
+    return max(first, last - MAX_SPAN + 1), last
 
 
 def _rule_key(rule: Any) -> tuple[Any, ...]:
