@@ -83,7 +83,7 @@ def test_the_model_starts_from_a_synthesized_rule_and_submits_it_tested(store, t
             # The summary numbers the lines and marks the picked one: the model points at it.
             prompt = "\n".join(user_texts(body))
             assert "> " in prompt and "     3: docs/guide.md:14: broken link" in prompt
-            return function_call("rule_from_lines", first=3, last=4)
+            return function_call("rule_from_lines", first_line=3, last_line=4)
         if len(turns) == 2:
             return function_call("test_rule", rule_yaml=_answer(body, "rule_from_lines")["rule_yaml"])  # fmt: skip
         drafted = _answer(body, "rule_from_lines")["rule_yaml"]
@@ -144,7 +144,7 @@ def test_lines_no_rule_can_be_made_from_are_a_tool_error_the_model_reads(store, 
     from theow_workers.core.llm import ToolError
 
     with pytest.raises(ToolError, match="lines 40-41 hold no text"):
-        tool.func(first=40, last=41)
+        tool.func(first_line=40, last_line=41)
 
 
 def test_a_draft_that_fires_on_a_passing_line_is_counted(store):

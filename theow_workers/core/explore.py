@@ -11,8 +11,8 @@ read_action     name                       source of an existing action
 test_rule       rule_yaml                  validate a draft rule against this failure (and
                                            count the stored failures and passing templates
                                            it fires on, when the deployment can)
-rule_from_lines first, last                a tested draft rule from the log's lines first..last
-                                           (the synthesizer ``theow teach`` uses)
+rule_from_lines first_line, last_line      a tested draft rule from the log's lines
+                                           first_line..last_line (``theow teach``'s synthesizer)
 submit_rule     rule_yaml, actions         end the session with a proposal
 give_up         reason                     end the session without a proposal
 =============== ========================== ===========================================
@@ -60,7 +60,7 @@ so it is resolved without an LLM next time.
 How to work:
 1. Read the facts below. Use search_rules and search_actions to see what exists; read_action to
    read an action's code. Reuse existing actions whenever one fits.
-2. Start from the error summary: rule_from_lines(first, last) with the numbers of the lines that
+2. Start from the error summary: rule_from_lines(first_line, last_line) with the numbers of the lines that
    say why the build failed gives a tested draft (volatile parts generalized, scoped to the
    repo or job, examples filled in); adapt it (add `then` actions, widen it) rather than
    starting from a blank page. Check every draft with test_rule until every fact holds and the
@@ -235,7 +235,7 @@ class ExplorationContext:
                 report["fires_on"] = {"error": f"not counted ({type(exc).__name__})"}
         return report
 
-    def rule_from_lines(self, first: int, last: int) -> dict[str, Any]:
+    def rule_from_lines(self, first_line: int, last_line: int) -> dict[str, Any]:
         """Make a tested draft rule from the log lines that say why the build failed.
 
         The telling line among them is picked (not a wrapper, not a line the job's
@@ -244,15 +244,15 @@ class ExplorationContext:
         examples and counter-examples. Adapt it and check it with test_rule.
 
         Args:
-            first: number of the first line (as the error summary numbers them).
-            last: number of the last line (at most 400 after the first).
+            first_line: number of the first line (as the error summary numbers them).
+            last_line: number of the last line (at most 400 after the first).
         """
         book = self.book
         try:
             taught = synthesize(
-                self.facts, int(first), int(last), is_wrapper=book.is_wrapper if book else None,
+                self.facts, int(first_line), int(last_line), is_wrapper=book.is_wrapper if book else None,
                 is_normal=self.is_normal, book=book, taken={r.name for r in self.rules},
-                origin=f"lines {first}-{last}, by the explorer",
+                origin=f"lines {first_line}-{last_line}, by the explorer",
             )  # fmt: skip
         except TeachError as exc:
             raise ToolError(str(exc)) from None
