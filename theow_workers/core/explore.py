@@ -60,9 +60,9 @@ so it is resolved without an LLM next time.
 How to work:
 1. Read the facts below. Use search_rules and search_actions to see what exists; read_action to
    read an action's code. Reuse existing actions whenever one fits.
-2. Start from the error summary: rule_from_lines(first_line, last_line) with the numbers of the lines that
-   say why the build failed gives a tested draft (volatile parts generalized, scoped to the
-   repo or job, examples filled in); adapt it (add `then` actions, widen it) rather than
+2. Start from the error summary: rule_from_lines(first_line, last_line), with the numbers of
+   the lines that say why the build failed, gives a tested draft (volatile parts generalized,
+   scoped to the repo or job, examples filled in); adapt it (add `then` actions, widen it) rather than
    starting from a blank page. Check every draft with test_rule until every fact holds and the
    params bind; it also says how many stored failures and passing-run lines the draft fires on.
    Regexes must be precise (distinctive wording, not generic words like "error"), capture the
