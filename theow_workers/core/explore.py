@@ -62,9 +62,10 @@ How to work:
    read an action's code. Reuse existing actions whenever one fits.
 2. Start from the error summary: rule_from_lines(first_line, last_line), with the numbers of
    the lines that say why the build failed, gives a tested draft (volatile parts generalized,
-   scoped to the repo or job, examples filled in); adapt it (add `then` actions, widen it) rather than
-   starting from a blank page. Check every draft with test_rule until every fact holds and the
-   params bind; it also says how many stored failures and passing-run lines the draft fires on.
+   scoped to the repo or job, examples filled in); adapt it (add `then` actions, widen it)
+   rather than starting from a blank page. Check every draft with test_rule until every fact
+   holds and the params bind; it also says how many stored failures and passing-run lines the
+   draft fires on.
    Regexes must be precise (distinctive wording, not generic words like "error"), capture the
    values an action needs with named groups, and avoid nested quantifiers. Regexes are searched
    with MULTILINE and DOTALL: `^`/`$` match at every line, `.` crosses lines; use `[^\\n]` (or a
