@@ -9,6 +9,7 @@ filed by the same function.
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -206,6 +207,12 @@ def test_lines_of_stderr_are_taught_where_rules_read_them(teach_console, browser
     assert "/proposals/" in page.url
     assert "the rule reads line 4" in page.locator("#taught").inner_text()
     assert "forbids" in page.locator("#rule").inner_text()
+    # The queue's background count reads stdout and stderr as the rule does: it finds its own.
+    deadline = time.monotonic() + 20
+    while not page.locator("#affected").inner_text().startswith("1 of "):
+        assert time.monotonic() < deadline, page.locator("#affected").inner_text()
+        time.sleep(0.2)
+        page.reload()
     page.context.close()
 
 
