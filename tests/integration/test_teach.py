@@ -168,3 +168,45 @@ def test_teaching_in_bulk_files_one_proposal_per_distinct_rule(workspace, tmp_pa
     listed = json.loads(theow(workspace, "review", "list", "--json").stdout)
     assert sorted(p["failure_id"] for p in listed) == ["f-first", "f-other"]
     assert {p["origin"] for p in listed} == {"taught"}
+
+
+def test_bulk_teaching_takes_stored_failures_or_facts_and_names_each_bad_line(workspace, tmp_path):
+    later = {"log": LATER, "repo": "acme/site"}
+    elsewhere = {"log": ELSEWHERE.replace("acme/site", "acme/blog"), "repo": "acme/blog"}
+    examples = tmp_path / "known-issues.jsonl"
+    lines = [
+        json.dumps({"failure": "f-first", "lines": "3-4"}),
+        # The same cause from facts a team kept, by lines and by chunk: the same rule, not filed.
+        json.dumps({"facts": later, "lines": "3-3"}),
+        json.dumps({"facts": later, "chunk": LATER.splitlines()[2]}),
+        "{not json",
+        json.dumps({"facts": elsewhere, "lines": "9-12"}),  # past the end of its log
+        json.dumps({"failure": "f-first"}),  # no lines
+        json.dumps({"facts": "a log", "lines": "1-2"}),
+        # Another cause in another project: a proposal of its own, its failure stored.
+        json.dumps({"facts": elsewhere, "chunk": elsewhere["log"].splitlines()[2]}),
+    ]
+    examples.write_text("\n".join(lines) + "\n")
+
+    result = theow(workspace, "teach", "--from", str(examples), "--json")
+
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    filed = report["filed"]
+    assert [item["example_line"] for item in filed] == [1, 8]
+    assert [item["scope"] for item in filed] == ["repo", "repo"]
+    assert "REF_FOUND_LATE" in filed[1]["text"]
+    assert {s["line"] for s in report["same_rule"]} == {2, 3}
+    assert {s["proposal_id"] for s in report["same_rule"]} == {filed[0]["proposal_id"]}
+    problems = report["problems"]
+    assert [p.split(": ", 1)[0] for p in problems] == [f"{examples}:{n}" for n in (4, 5, 6, 7)]
+    assert all("\n" not in p for p in problems)
+    assert "hold no text" in problems[1]
+    assert 'give "lines"' in problems[2]
+    assert "facts must be a JSON object" in problems[3]
+
+    listed = json.loads(theow(workspace, "review", "list", "--json").stdout)
+    assert sorted(p["id"] for p in listed) == sorted(item["proposal_id"] for item in filed)
+    # The facts-only failure is stored, so its proposal can be reviewed against it.
+    approved = theow(workspace, "review", "approve", filed[1]["proposal_id"])
+    assert approved.returncode == 0, approved.stderr

@@ -54,7 +54,8 @@ def teach(
         Path | None,
         typer.Option(
             "--from",
-            help="Teach in bulk: JSON Lines of {failure_id, lines: 'A-B'} or {failure_id, chunk}.",
+            help="Teach in bulk: JSON Lines of {failure: ID or facts: {...}, lines: 'A-B' or "
+            "chunk: 'the explaining lines'}; one proposal per distinct rule.",
         ),
     ] = None,
     as_json: JsonFlag = False,
@@ -142,86 +143,183 @@ def _taken(settings: Any) -> set[str]:
     return {name for layer in settings.rule_layers for name in defined_names(layer)}
 
 
+class _BadExample(ValueError):
+    """One line of an examples file that teaches nothing; the message says why, on one line."""
+
+
 def _bulk(
     store: Any, book: Any, path: Path, who: str, scope: str, mode: str, as_json: bool
 ) -> None:
-    """One proposal per distinct rule: a line whose rule is already filed in this run is skipped."""
-    from theow_workers.core.teaching import TeachError, chunk_span
-    from theow_workers.evaluation import read_jsonl
-    from theow_workers.review.teach import teach as file_teaching
-    from theow_workers.store import AmbiguousId
+    """One proposal per distinct rule, in the file's order.
 
+    An example whose lines a rule filed earlier in this run already explains,
+    or whose draft is that rule again (same conditions, same pattern), files
+    nothing. A bad line is reported as ``FILE:LINE: why`` and the rest go on.
+    """
+    from theow_workers.core.teaching import TeachError
+    from theow_workers.evaluation import read_jsonl
+    from theow_workers.review.teach import draft
+    from theow_workers.review.teach import teach as file_teaching
+
+    settings = load_settings()
     filed: list[dict[str, Any]] = []
     problems: list[str] = []
-    seen_patterns: set[str] = set()
-    taken = set(_taken(load_settings()))
+    same: list[dict[str, Any]] = []  # {line, proposal_id}: examples of a rule already filed
+    by_key: dict[tuple[Any, ...], str] = {}
+    taken = set(_taken(settings))
+    normals = _Normals(settings)
     for number, data, problem in read_jsonl(path):
-        if data is None:
-            problems.append(f"{path}:{problem}")
-            continue
-        given = str(data.get("failure_id") or data.get("id") or "")
+        where = f"{path}:{number}"
         try:
-            failure_id = store.full_id("failure", given) if given else None
-        except AmbiguousId as exc:
-            problems.append(f"{path}:{number}: {exc}")
-            continue
-        failure = store.failure(failure_id) if failure_id else None
-        if failure_id is None or failure is None:
-            problems.append(f"{path}:{number}: no failure {given!r}")
-            continue
-        span: tuple[int, int] | None = None
-        if isinstance(data.get("lines"), str):
-            found = LINES.match(data["lines"])
-            span = (int(found.group(1)), int(found.group(2) or found.group(1))) if found else None
-        elif isinstance(data.get("chunk"), str):
-            from theow_workers.core.resolver import matching_facts
-
-            log = matching_facts(failure.facts).get("log")
-            span = chunk_span(log, data["chunk"]) if isinstance(log, str) else None
-        if span is None:
-            problems.append(
-                f"{path}:{number}: no lines (give lines 'A-B' or a chunk found in the log)"
-            )
-            continue
-        known = [
-            r for r in book.rules if r.name in {f["rule"] for f in filed}
-        ]  # rules filed in this run: a line they already match is not taught twice
-        if _explained(known, failure.facts, span):
-            continue
-        try:
+            if data is None:
+                raise _BadExample(str(problem).removeprefix(f"line {number}: "))
+            failure_id, facts = _example_failure(store, data)
+            first, last = _example_span(facts, data)
+            known = [r for r in book.rules if r.name in {f["rule"] for f in filed}]
+            explained = _explained(known, facts, (first, last))
+            if explained is not None:
+                same.append({"line": number, "proposal_id": by_key[("name", explained)]})
+                continue
+            is_normal = normals.get(facts)
+            taught = draft(store, book, failure_id, facts, first, last, by=who, scope=scope,
+                           mode=mode, is_normal=is_normal, taken=frozenset(taken))  # fmt: skip
+            key = _rule_key(taught.rule)
+            if key in by_key:
+                same.append({"line": number, "proposal_id": by_key[key]})
+                continue
             teaching = file_teaching(
-                store, book, failure_id, *span, by=who, scope=scope, mode=mode, taken=frozenset(taken),
+                store, book, failure_id, first, last, by=who, scope=scope, mode=mode,
+                is_normal=is_normal, taken=frozenset(taken), taught=taught,
             )  # fmt: skip
-        except TeachError as exc:
-            problems.append(f"{path}:{number}: {exc}")
+        except (_BadExample, TeachError) as exc:
+            problems.append(f"{where}: {' '.join(str(exc).split())}"[:1000])
             continue
-        pattern = teaching.taught.rule.when[-1].regex or ""
-        if pattern in seen_patterns:
-            continue
-        seen_patterns.add(pattern)
-        taken.add(teaching.taught.rule.name)
-        filed.append(teaching.to_dict())
-        book = _with(book, teaching.taught.rule)
+        by_key[key] = by_key[("name", taught.rule.name)] = teaching.proposal_id
+        taken.add(taught.rule.name)
+        filed.append({**teaching.to_dict(), "example_line": number})
+        book = _with(book, taught.rule)
     if as_json:
-        print_json({"filed": filed, "problems": problems})
+        print_json({"filed": filed, "same_rule": same, "problems": problems})
     else:
         for item in filed:
             out.print(f"filed proposal {item['proposal_id']} for rule {item['rule']} "
                       f"(failure {item['failure_id']} line {item['line']})", highlight=False)  # fmt: skip
         for problem in problems:
             err.print(Text(problem, style="yellow"))
-        out.print(f"{len(filed)} proposal(s) filed; review them with `theow review list`")
+        out.print(f"{len(filed)} proposal(s) filed, {len(same)} example(s) of a rule filed "
+                  f"already, {len(problems)} refused; review them with `theow review list`")  # fmt: skip
 
 
-def _explained(rules: list[Any], facts: dict[str, Any], span: tuple[int, int]) -> bool:
+class _Normals:
+    """The job's normal line test per job, from one runtime, built when first wanted."""
+
+    def __init__(self, settings: Any) -> None:
+        self.settings = settings
+        self.runtime: Any = None
+        self.known: dict[str, Any] = {}
+        self.down = False
+
+    def get(self, facts: dict[str, Any]) -> Any:
+        from theow_client.job import job_fact
+        from theow_workers.review.teach import normal_test
+
+        job = job_fact(facts)
+        if not job or self.down:
+            return None
+        if job not in self.known:
+            try:
+                if self.runtime is None:
+                    from theow_workers.runtime import Runtime
+
+                    self.runtime = Runtime(self.settings)
+                self.known[job] = normal_test(self.runtime, job)
+            except Exception:  # no runtime: taught without the normal, as `theow teach` says
+                self.down = True
+                return None
+        return self.known[job]
+
+
+def _example_failure(store: Any, data: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The stored failure an example names, or the one its facts are stored as (source
+    ``taught``, id from their hash: the same facts twice are one failure)."""
+    import hashlib
+    from datetime import UTC, datetime
+
+    from theow_client.facts import FactsError, bound_facts_kept, dumps_facts
+    from theow_workers.core.ports import FailureRecord
+    from theow_workers.store import AmbiguousId
+
+    given = data.get("failure", data.get("failure_id", data.get("id")))
+    if given is not None:
+        if "facts" in data:
+            raise _BadExample("give a failure or facts, not both")
+        if not isinstance(given, str) or not given.strip() or len(given) > 200:
+            raise _BadExample("failure: give a stored failure's id (or a unique prefix)")
+        try:
+            failure_id = store.full_id("failure", given.strip())
+        except AmbiguousId as exc:
+            raise _BadExample(str(exc)) from None
+        failure = store.failure(failure_id) if failure_id else None
+        if failure is None:
+            raise _BadExample(f"no failure {given!r}")
+        return str(failure_id), failure.facts
+    if "facts" not in data:
+        raise _BadExample('give "failure": ID or "facts": {...}, with "lines" or "chunk"')
+    try:
+        facts, _, kept = bound_facts_kept(data["facts"])
+    except FactsError as exc:
+        raise _BadExample(str(exc)) from None
+    if kept and isinstance(data.get("lines"), str):
+        raise _BadExample("the log was cut to its bounds: its line numbers moved; give a chunk")
+    text = dumps_facts(facts)
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    failure_id = f"taught-{digest[:24]}"
+    if store.failure(failure_id) is None:
+        store.sql.add_failure(FailureRecord(failure_id, digest, facts, "build_failure", "taught",
+                                            datetime.now(UTC)))  # fmt: skip
+    stored = store.failure(failure_id)
+    return failure_id, stored.facts if stored is not None else facts
+
+
+def _example_span(facts: dict[str, Any], data: dict[str, Any]) -> tuple[int, int]:
+    from theow_workers.core.resolver import matching_facts
+    from theow_workers.core.teaching import MAX_SPAN, chunk_span
+
+    lines, chunk = data.get("lines"), data.get("chunk")
+    if (lines is None) == (chunk is None):
+        raise _BadExample('give "lines": "A-B" or "chunk": "the explaining lines", one of them')
+    if lines is not None:
+        found = LINES.match(lines) if isinstance(lines, str) else None
+        first, last = (int(found.group(1)), int(found.group(2) or found.group(1))) if found else (0, 0)  # fmt: skip
+        if first < 1 or last < first:
+            raise _BadExample(f"lines {str(lines)[:40]!r}: give the first and the last, as 12-14")
+        return first, last
+    log = matching_facts(facts).get("log")
+    if not isinstance(chunk, str) or not chunk.strip():
+        raise _BadExample("chunk: give the explaining lines as text")
+    span = chunk_span(log, chunk) if isinstance(log, str) else None
+    if span is None:
+        raise _BadExample("the chunk is not in the failure's log")
+    first, last = span
+    # A whole step copied as the chunk: taught from its end, as a reviewer would point.
+    return max(first, last - MAX_SPAN + 1), last
+
+
+def _rule_key(rule: Any) -> tuple[Any, ...]:
+    """What makes two taught rules the same rule: their conditions, examples aside."""
+    return tuple((c.fact, c.equals, c.regex, c.contains) for c in rule.when)
+
+
+def _explained(rules: list[Any], facts: dict[str, Any], span: tuple[int, int]) -> str | None:
+    """The rule among ``rules`` whose evidence on ``facts`` lies in ``span``, if any."""
     from theow_workers.core.matching import evaluate
     from theow_workers.core.resolver import matching_facts
 
     for rule in rules:
         match = evaluate(rule, matching_facts(facts))
         if match.ok and match.evidence is not None and span[0] <= match.evidence.line <= span[1]:
-            return True
-    return False
+            return str(rule.name)
+    return None
 
 
 def _with(book: Any, rule: Any) -> Any:

@@ -8,7 +8,11 @@ tool            arguments                  does
 search_rules    query                      top rules by similarity
 search_actions  query                      top actions: name, signature, docstring
 read_action     name                       source of an existing action
-test_rule       rule_yaml                  validate a draft rule against this failure
+test_rule       rule_yaml                  validate a draft rule against this failure (and
+                                           count the stored failures and passing templates
+                                           it fires on, when the deployment can)
+rule_from_lines first_line, last_line      a tested draft rule from the log's lines
+                                           first_line..last_line (``theow teach``'s synthesizer)
 submit_rule     rule_yaml, actions         end the session with a proposal
 give_up         reason                     end the session without a proposal
 =============== ========================== ===========================================
@@ -33,15 +37,20 @@ from theow_workers.core.proposal import (
     SubmissionRejected,
     check_submission,
 )
-from theow_workers.core.query import error_lines, log_text
+from theow_workers.core.query import log_text
+from theow_workers.core.resolver import RuleBook
 from theow_workers.core.rules import Rule, RuleError, parse_rule
-from theow_workers.core.summary import summarize
+from theow_workers.core.summary import ErrorSummary, summarize
+from theow_workers.core.teaching import TeachError, synthesize
 
 log = logging.getLogger("theow.explorer")
 
 Search = Callable[[str, str, int], list[Hit]]  # (query, kind, limit) -> hits
+# A draft rule -> where else it fires: {"stored_failures", "scanned", "passing_templates", ...}
+Probe = Callable[[Rule], dict[str, Any]]
 SEARCH_LIMIT = 8
 PROMPT_LOG_CHARS = 24_000
+PROMPT_SUMMARY_LINES = 40
 
 INSTRUCTIONS = """\
 You are Theow's explorer. A build failed and no reviewed rule matched it. Find the root cause
@@ -51,7 +60,12 @@ so it is resolved without an LLM next time.
 How to work:
 1. Read the facts below. Use search_rules and search_actions to see what exists; read_action to
    read an action's code. Reuse existing actions whenever one fits.
-2. Draft a rule in YAML and check it with test_rule until every fact holds and the params bind.
+2. Start from the error summary: rule_from_lines(first_line, last_line), with the numbers of
+   the lines that say why the build failed, gives a tested draft (volatile parts generalized,
+   scoped to the repo or job, examples filled in); adapt it (add `then` actions, widen it)
+   rather than starting from a blank page. Check every draft with test_rule until every fact
+   holds and the params bind; it also says how many stored failures and passing-run lines the
+   draft fires on.
    Regexes must be precise (distinctive wording, not generic words like "error"), capture the
    values an action needs with named groups, and avoid nested quantifiers. Regexes are searched
    with MULTILINE and DOTALL: `^`/`$` match at every line, `.` crosses lines; use `[^\\n]` (or a
@@ -68,10 +82,27 @@ then: [{action, params}] with placeholders {extract.N}, {NAME} (named group), {f
 """
 
 
+def summary_text(summary: ErrorSummary) -> str:
+    """The failure's ``ErrorSummary`` as the model reads it: numbered lines, the picked ones
+    marked ``>``, wrappers and lines the passing runs print said so."""
+    picked = {id(line) for line in summary.errors}
+    shown = [line for line in summary.lines if not line.normal or id(line) in picked]
+    rows = []
+    for line in shown[-PROMPT_SUMMARY_LINES:]:
+        mark = ">" if id(line) in picked else " "
+        note = "  (a step failed: a wrapper, not why)" if line.wrapper else ""
+        rows.append(f"{mark}{line.number:>6}: {line.text}{note}")
+    return "\n".join(rows)
+
+
 def render_prompt(
-    facts: dict[str, Any], extra: str = "", is_normal: Callable[[str], bool] | None = None
+    facts: dict[str, Any],
+    extra: str = "",
+    is_normal: Callable[[str], bool] | None = None,
+    is_wrapper: Callable[[str], bool] | None = None,
 ) -> str:
-    """The first user turn: instructions, then the failure's facts, the log bounded.
+    """The first user turn: instructions, then the failure's facts, its error summary
+    (numbered as the log is, for ``rule_from_lines``), the log bounded.
 
     With the job's normal (``core.normal``), the error lines shown are the ones
     its passing runs do not print, and the prompt says so.
@@ -83,15 +114,17 @@ def render_prompt(
     for key, value in facts.items():
         if isinstance(value, str) and len(value) > 200 and value is not log_fact:
             parts += [f"## {key} (last 2000 characters)", value[-2000:]]
-    if log_fact and is_normal is not None:
+    if log_fact:
+        summary = summarize(facts, is_normal=is_normal, is_wrapper=is_wrapper)
+        heading = (
+            "## Error summary (numbered as in the log; > marks the lines picked as the error; "
+            + ("lines this job's recent passing runs print are left out)" if is_normal else "no normal known)")
+        )  # fmt: skip
+        parts += [heading, summary_text(summary)]
         parts += [
-            "## New error lines (this job's recent passing runs do not print these)",
-            "\n".join(error_lines(summarize(facts, is_normal=is_normal))),
-            "## Log (end; it also holds lines the passing runs print)",
+            "## Log (end; it also holds lines the passing runs print)" if is_normal else "## Log (end)",
             tail,
-        ]
-    elif log_fact:
-        parts += ["## Error lines", "\n".join(error_lines(summarize(facts))), "## Log (end)", tail]
+        ]  # fmt: skip
     return "\n\n".join(parts)
 
 
@@ -107,6 +140,8 @@ class ExplorationContext:
     regex_timeout: float = 0.05
     extra_tools: list[Tool] = field(default_factory=list)  # granted deployment tools
     is_normal: Callable[[str], bool] | None = None  # the job's normal, when learned
+    book: RuleBook | None = None  # the library: wrappers and the confusion check for drafts
+    probe: Probe | None = None  # where else a draft fires (stored failures, passing templates)
 
     def meta_tools(self) -> list[Tool]:
         return [
@@ -114,6 +149,7 @@ class ExplorationContext:
             tool_from_callable(self.search_actions),
             tool_from_callable(self.read_action),
             tool_from_callable(self.test_rule),
+            tool_from_callable(self.rule_from_lines),
             tool_from_callable(self.submit_rule),
             tool_from_callable(self.give_up),
         ]
@@ -183,7 +219,7 @@ class ExplorationContext:
             )
         match = evaluate(rule, self.facts, regex_timeout=self.regex_timeout)
         unknown = [s.action for s in rule.then if s.action not in known]
-        return {
+        report: dict[str, Any] = {
             "valid": True,
             "matches": match.ok,
             "reason": match.reason,
@@ -191,6 +227,42 @@ class ExplorationContext:
             "actions": [{"action": a.action, "params": a.params} for a in match.actions],
             "unknown_actions": unknown,
             "name_taken": rule.name in {r.name for r in self.rules},
+        }
+        if self.probe is not None:
+            try:
+                report["fires_on"] = self.probe(rule)
+            except Exception as exc:  # the draft is still tested here; where else is unknown
+                log.warning("test_rule: counting where the draft fires failed: %s", exc)
+                report["fires_on"] = {"error": f"not counted ({type(exc).__name__})"}
+        return report
+
+    def rule_from_lines(self, first_line: int, last_line: int) -> dict[str, Any]:
+        """Make a tested draft rule from the log lines that say why the build failed.
+
+        The telling line among them is picked (not a wrapper, not a line the job's
+        passing runs print), its volatile parts (numbers, paths, hashes, quoted
+        names) generalized, the rule scoped to the failure's repo or job, with
+        examples and counter-examples. Adapt it and check it with test_rule.
+
+        Args:
+            first_line: number of the first line (as the error summary numbers them).
+            last_line: number of the last line (at most 400 after the first).
+        """
+        book = self.book
+        try:
+            taught = synthesize(
+                self.facts, int(first_line), int(last_line), is_wrapper=book.is_wrapper if book else None,
+                is_normal=self.is_normal, book=book, taken={r.name for r in self.rules},
+                origin=f"lines {first_line}-{last_line}, by the explorer",
+            )  # fmt: skip
+        except TeachError as exc:
+            raise ToolError(str(exc)) from None
+        return {
+            "rule_yaml": taught.rule_yaml,
+            "line": taught.line,
+            "text": taught.text,
+            "passed_over": list(taught.passed_over),
+            "test": self.test_rule(taught.rule_yaml),
         }
 
     def submit_rule(self, rule_yaml: str, actions: list[dict[str, str]]) -> str:

@@ -146,6 +146,10 @@ def _bounded(transcript: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return bounded
 
 
+def _wrappers(context: ExplorationContext) -> Callable[[str], bool] | None:
+    return context.book.is_wrapper if context.book is not None else None
+
+
 def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
     dot = sum(x * y for x, y in zip(a, b, strict=False))
     norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
@@ -283,7 +287,7 @@ class ExploreService:
 
         budget, prompt, tools, use_secondary = (
             self.settings.budget,
-            render_prompt(facts, is_normal=context.is_normal),
+            render_prompt(facts, is_normal=context.is_normal, is_wrapper=_wrappers(context)),
             context.meta_tools(),
             False,
         )
@@ -295,8 +299,14 @@ class ExploreService:
             except (OSError, ValueError) as exc:
                 log.warning("failure %s: rule %s: %s", base.failure_id, rule.name, exc)
                 return self._record(base, Outcome.ERROR, f"rule {rule.name}: {exc}")
-            prompt = render_prompt(facts, extra=extra, is_normal=context.is_normal)
-            wanted = {"test_rule", "submit_rule", "give_up", *config.tools}
+            prompt = render_prompt(facts, extra=extra, is_normal=context.is_normal,
+                                   is_wrapper=_wrappers(context))  # fmt: skip
+            wanted = {
+                "test_rule",
+                "submit_rule",
+                "give_up",
+                *config.tools,
+            }  # rule_from_lines if listed
             tools = [t for t in [*tools, *context.extra_tools] if t.name in wanted]
             use_secondary = config.use_secondary
         else:

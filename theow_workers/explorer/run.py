@@ -7,6 +7,7 @@ come from SQL (the resolver recorded them, secrets masked).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,13 +16,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 from theow_client import names
 from theow_client.job import job_fact
 from theow_client.messages import ExploreRequest
-from theow_workers.core.explore import ExplorationContext
+from theow_workers.core.explore import ExplorationContext, Probe
 from theow_workers.core.explorer import Exploration, ExploreService, ExploreSettings
 from theow_workers.core.llm import Budget, Outcome, offered
+from theow_workers.core.normal import JobNormal
 from theow_workers.core.proposal import Repository
 from theow_workers.core.query import query_text
 from theow_workers.core.redact import Masker, settings_secrets
-from theow_workers.core.rules import prompt_path
+from theow_workers.core.rules import Rule, prompt_path
 from theow_workers.explorer.sandbox import sandbox_problem
 from theow_workers.explorer.tools import Workspace, deployment_tools, read_log_tool
 
@@ -197,6 +199,8 @@ def explore_failure(
     job = job_fact(facts)
     normal = runtime.normals.normal(job) if job is not None else None
     context.is_normal = normal.is_normal if normal is not None else None
+    context.book = knowledge.book
+    context.probe = draft_probe(ExploreStore(runtime.store), normal)
     workspace = Workspace(facts, s.explore_permissions, s.explore_bwrap)
     try:
         candidates = [read_log_tool(facts), *workspace.tools(), *deployment_tools(s.explore_tools)]
@@ -213,6 +217,77 @@ def explore_failure(
         )
     finally:
         workspace.close()
+
+
+PROBE_FAILURES = 2_000  # stored failures a draft is tried on per test_rule: seconds, not minutes
+
+
+def draft_probe(store: Any, normal: JobNormal | None, limit: int = PROBE_FAILURES) -> Probe:
+    """``test_rule``'s "where else would it fire": the first ``limit`` stored failures
+    (by id: no recency bias) and the templates of the job's passing runs."""
+    from theow_workers.core.matching import evaluate
+    from theow_workers.core.resolver import matching_facts
+
+    templates = _templates(normal)
+
+    def probe(rule: Rule) -> dict[str, Any]:
+        fired, scanned, after = 0, 0, ""
+        examples: list[str] = []
+        while scanned < limit:
+            page = store.failure_facts(after, min(500, limit - scanned))
+            if not page:
+                break
+            for fid, facts in page:
+                scanned += 1
+                if evaluate(rule, matching_facts(facts)).ok:
+                    fired += 1
+                    examples += [fid] if len(examples) < 5 else []
+            after = page[-1][0]
+        passing = _fires_on_templates(rule, templates)
+        return {
+            "stored_failures": fired, "scanned": scanned, "examples": examples,
+            "passing_templates": len(passing) if normal is not None else None,
+            "passing_examples": passing[:3],
+        }  # fmt: skip
+
+    return probe
+
+
+# A template's masks, filled with a value of their kind so a draft's pattern can be tried on it.
+_SAMPLES = {"<n>": "1", "<hex>": "0123abc", "<uuid>": "00000000-0000-0000-0000-000000000000",
+            "<ts>": "2020-01-01T00:00:00Z", "<dur>": "1s", "<path>/": "/p/", "<*>": "x"}  # fmt: skip
+_MASKS = re.compile("|".join(re.escape(m) for m in _SAMPLES))
+
+
+def _fires_on_templates(rule: Rule, templates: list[str]) -> list[str]:
+    """The passing-run templates every ``log`` pattern of ``rule`` finds (masks filled in;
+    case aside: templates are lower-cased), a pattern that runs too long counted as firing."""
+    import regex
+
+    patterns = [
+        regex.compile(c.regex, regex.IGNORECASE | regex.MULTILINE | regex.DOTALL)
+        for c in rule.when
+        if c.fact == "log" and c.regex
+    ]
+    if not patterns:
+        return []
+    found = []
+    for template in templates:
+        line = _MASKS.sub(lambda m: _SAMPLES[m.group(0)], template)
+        try:
+            if all(p.search(line, timeout=0.05) for p in patterns):
+                found.append(template)
+        except TimeoutError:
+            found.append(template)
+    return found
+
+
+def _templates(normal: JobNormal | None) -> list[str]:
+    """The job's passing-run templates as lines (a wildcard as ``<*>``)."""
+    if normal is None:
+        return []
+    shapes = [" ".join(tokens) for group in normal.wildcard.values() for tokens in group]
+    return sorted(normal.exact) + shapes
 
 
 def record_explore_error(runtime: Runtime, request: ExploreRequest, reason: str) -> dict[str, Any]:

@@ -18,11 +18,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from theow_workers.core.confusion import rule_confusions
+from theow_workers.core.examples import example_problems
 from theow_workers.core.explorer import Exploration
 from theow_workers.core.matching import evaluate
 from theow_workers.core.normal import IsNormal
 from theow_workers.core.resolver import RuleBook, matching_facts
-from theow_workers.core.rules import Rule
+from theow_workers.core.rules import Rule, RuleError, parse_rule
 from theow_workers.core.teaching import Taught, TeachError, synthesize
 from theow_workers.store.explore import ExploreStore
 
@@ -95,17 +97,18 @@ def teach(
     name: str | None = None,
     is_normal: IsNormal | None = None,
     taken: frozenset[str] = frozenset(),
+    taught: Taught | None = None,
 ) -> Teaching:
-    """Synthesize, test and file one taught rule; raises TeachError (nothing filed)."""
+    """Synthesize, test and file one taught rule; raises TeachError (nothing filed).
+
+    ``taught``: the rule :func:`draft` made already (bulk teaching compares drafts first).
+    """
     failure = store.failure(failure_id)
     if failure is None:
         raise TeachError(f"no failure {failure_id!r}")
-    pending = {_name_of(text) for _, text in store.pending_rules()}
-    taught = synthesize(
-        failure.facts, first, last, is_wrapper=book.is_wrapper, is_normal=is_normal,
-        scope=scope, mode=mode, name=name, taken=set(taken) | pending, book=book,
-        origin=f"failure {failure_id} lines {first}-{last}, by {by}",
-    )  # fmt: skip
+    if taught is None:
+        taught = draft(store, book, failure_id, failure.facts, first, last, by=by, scope=scope,
+                       mode=mode, name=name, is_normal=is_normal, taken=taken)  # fmt: skip
     tests = test_rule(store, taught.rule, failure_id, failure.facts, is_normal, book)
     proposal_id = str(uuid.uuid4())
     exploration = Exploration(
@@ -139,6 +142,30 @@ def teach(
         },
     )
     return Teaching(proposal_id, failure_id, taught, tests, by)
+
+
+def draft(
+    store: ExploreStore,
+    book: RuleBook,
+    failure_id: str,
+    facts: dict[str, Any],
+    first: int,
+    last: int,
+    *,
+    by: str,
+    scope: str = "auto",
+    mode: str = "track",
+    name: str | None = None,
+    is_normal: IsNormal | None = None,
+    taken: frozenset[str] = frozenset(),
+) -> Taught:
+    """The rule :func:`teach` would file, not filed (its name clear of pending proposals')."""
+    pending = {_name_of(text) for _, text in store.pending_rules()}
+    return synthesize(
+        facts, first, last, is_wrapper=book.is_wrapper, is_normal=is_normal,
+        scope=scope, mode=mode, name=name, taken=set(taken) | pending, book=book,
+        origin=f"failure {failure_id} lines {first}-{last}, by {by}",
+    )  # fmt: skip
 
 
 def _name_of(rule_yaml: str) -> str:
@@ -187,3 +214,49 @@ def test_rule(
         scanned, len(matched), dict(before.most_common()), examples, evidence,
         is_normal is not None, fires_on_normal,
     )  # fmt: skip
+
+
+MAX_RULE_CHARS = 20_000  # an edited rule: a rule file, not a log
+
+
+def rule_problems(
+    rule_yaml: str,
+    facts: dict[str, Any],
+    book: RuleBook,
+    taken: frozenset[str] | set[str] = frozenset(),
+) -> tuple[Rule | None, list[str]]:
+    """The checks an edited rule goes through before it is saved: (the rule, problems).
+
+    The schema (``parse_rule``), its examples and counter-examples, the
+    library's confusion check (no specific rule of ``book`` wins its examples,
+    it wins none of theirs), a name no rule file of the library defines
+    (``taken``), and it still matches the failure it was taught from.
+    """
+    if len(rule_yaml) > MAX_RULE_CHARS:
+        return None, [f"the rule is {len(rule_yaml):,} characters; at most {MAX_RULE_CHARS:,}"]
+    try:
+        rule = parse_rule(rule_yaml)
+    except RuleError as exc:
+        return None, [f"line {exc.line}: {exc.reason}" if exc.line else exc.reason]
+    problems = [why for _, why in example_problems(rule)]
+    if rule.name in taken:
+        problems.append(f"a rule named {rule.name!r} is already in the library: choose another")
+    problems += [why for other, why in rule_confusions(rule, book) if other != rule.name]
+    match = evaluate(rule, matching_facts(facts), is_wrapper=book.is_wrapper)
+    if not match.ok:
+        problems.append(f"it no longer matches the failure it was taught from: {match.reason}")
+    return rule, problems
+
+
+def normal_test(runtime: Any, job: str | None) -> IsNormal | None:
+    """The job's normal line test from the runtime's store (Redis), or None when unknown.
+
+    Teaching goes on without it (its test results say the normal was not tried).
+    """
+    if not job:
+        return None
+    try:
+        normal = runtime.normals.normal(job)
+    except Exception:  # Redis down or no normal learned: not tested against passing runs
+        return None
+    return normal.is_normal if normal else None

@@ -274,6 +274,28 @@ class ExploreStore:
             )  # fmt: skip
             return bool(done.rowcount)  # type: ignore[attr-defined]
 
+    def edit_proposal(
+        self, proposal_id: str, rule_name: str, rule_yaml: str, note: dict[str, Any] | None = None
+    ) -> bool:
+        """A reviewer's edit of a pending proposal's rule (``note`` appended to its
+        exploration's transcript: who edited, the tests re-run); False if it is not pending."""
+        with self.session.begin() as s:
+            done = s.execute(
+                update(ProposalRow)
+                .where(ProposalRow.id == proposal_id, ProposalRow.status == "pending")
+                .values(rule_name=rule_name, rule_yaml=rule_yaml)
+            )
+            if not done.rowcount:  # type: ignore[attr-defined]
+                return False
+            if note is not None:
+                row = s.execute(
+                    select(ExplorationRow)
+                    .join(ProposalRow, ProposalRow.exploration_id == ExplorationRow.id)
+                    .where(ProposalRow.id == proposal_id)
+                ).scalar_one()
+                row.transcript = [*(row.transcript or []), note]  # a new list: JSON is rewritten
+            return True
+
     def reject_proposal(self, proposal_id: str, by: str, reason: str) -> bool:
         """Mark a pending proposal rejected; False if it was reviewed meanwhile."""
         return self._review(proposal_id, "rejected", by, review_reason=reason)

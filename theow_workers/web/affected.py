@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from theow_workers.core.matching import evaluate
+from theow_workers.core.resolver import matching_facts
 from theow_workers.core.rules import Rule, RuleError, parse_rule
 from theow_workers.store.explore import ExploreStore
 
@@ -65,6 +66,12 @@ class AffectedCounter:
         if self._thread is not None:
             self._thread.join(timeout=10)
 
+    def forget(self, proposal_id: str) -> None:
+        """The proposal's rule was edited: its count is of another rule; count it again."""
+        with self._lock:
+            self._counts.pop(proposal_id, None)
+        self._wake.set()
+
     def poke(self) -> None:
         """New proposals may be pending: count them."""
         self._wake.set()
@@ -101,9 +108,10 @@ class AffectedCounter:
             batch = self._batch(after)
             if not batch:
                 break
-            for fid, facts in batch:
+            for fid, stored in batch:
+                facts = matching_facts(stored or {})  # a `log` as rules read it (taught rules)
                 for pid, rule in rules.items():
-                    if evaluate(rule, facts or {}).ok:
+                    if evaluate(rule, facts).ok:
                         matched[pid] += 1
                         if len(examples[pid]) < 5:
                             examples[pid].append(fid)

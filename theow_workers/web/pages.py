@@ -20,6 +20,7 @@ from theow_workers.core.pointing import evidence_in_sent_log
 from theow_workers.core.query import log_text
 from theow_workers.core.redact import redact_text
 from theow_workers.core.rules import RuleError, parse_rule
+from theow_workers.core.teaching import TeachError
 from theow_workers.review.flags import called_actions, proposal_flags
 from theow_workers.review.proposals import ReviewError, approve, reject, sync_after_approval
 from theow_workers.review.risk import NOT_A_VERDICT, visible
@@ -131,8 +132,21 @@ def _proposal_context(console: Console, proposal_id: str) -> dict[str, Any] | No
             for r in test_rule_results(transcript)
         ],
         "turns": turns(transcript, console.settings.model_prices),
+        "taught": _taught(transcript),
         "affected": _affected(console, proposal.id, proposal.status == "pending"),
     }
+
+
+def _taught(transcript: list[Any]) -> dict[str, Any] | None:
+    """A taught proposal's origin and its latest test results (re-run on each edit)."""
+    origin = next((t["taught"] for t in transcript if isinstance(t, dict) and
+                   isinstance(t.get("taught"), dict)), None)  # fmt: skip
+    if origin is None:
+        return None
+    tests: dict[str, Any] = next((t["tests"] for t in reversed(transcript) if isinstance(t, dict) and
+                  isinstance(t.get("tests"), dict)), {})  # fmt: skip
+    edited = [t["edited"] for t in transcript if isinstance(t, dict) and isinstance(t.get("edited"), dict)]  # fmt: skip
+    return {"origin": origin, "tests": tests, "edited": edited[-1] if edited else None}
 
 
 async def proposal_page(request: Request) -> Response:
@@ -212,7 +226,9 @@ async def failures_list(request: Request) -> Response:
                           filters=where.active())  # fmt: skip
 
 
-def _failure_context(console: Console, failure_id: str) -> dict[str, Any] | None:
+def _failure_context(
+    console: Console, failure_id: str, chosen: tuple[int | None, int | None] = (None, None)
+) -> dict[str, Any] | None:
     info = failure_queries.detail(console.store, failure_id)
     if info is None:
         return None
@@ -246,6 +262,7 @@ def _failure_context(console: Console, failure_id: str) -> dict[str, Any] | None
     explanation = (
         verdict.get("explanation") if isinstance(verdict.get("explanation"), dict) else None
     )
+    lines = log_lines(text if isinstance(text, str) else "", marks, kept.get(shown or "", ()))
     return {
         "info": info,
         "verdict": verdict,
@@ -257,7 +274,8 @@ def _failure_context(console: Console, failure_id: str) -> dict[str, Any] | None
         "brief_facts": brief,
         "long_facts": [k for k in facts if k not in brief],
         "log_fact": shown or "log",
-        "log": log_lines(text if isinstance(text, str) else "", marks, kept.get(shown or "", ())),
+        "log": lines,
+        "selection": _select(lines, *chosen),
         "marked": sorted(marks.items()),
         "where": [
             {"fact": w.get("fact"), "line": w.get("line"), "text": redact_text(str(w.get("text")))}
@@ -287,6 +305,36 @@ def budget_notice(settings: Any) -> str | None:
         client.close()
 
 
+def _line_param(value: str | None) -> int | None:
+    return int(value) if value and value.isdigit() and len(value) <= 9 else None
+
+
+def _select(lines: list[dict[str, Any]], first: int | None, last: int | None) -> dict[str, Any]:
+    """Teaching by pointing without a script: each line number links to the selection it makes.
+
+    With no line chosen, or a whole selection, a number starts a new one
+    (``?from=N``); with a first line chosen, it ends it (``?from=A&to=N``,
+    in either order). Each line gets its ``href`` and ``selected``; the
+    selection's first and last (as the build's log numbers them) are returned.
+    """
+    numbers = {line["n"] for line in lines if line["n"] is not None}
+    first = first if first in numbers else None
+    last = last if first is not None and last in numbers else None
+    if first is not None and last is not None and last < first:
+        first, last = last, first
+    for line in lines:
+        n = line["n"]
+        line["selected"] = n is not None and first is not None and first <= n <= (last or first)
+        if n is None:
+            line["href"] = ""
+        elif first is not None and last is None:
+            low, high = min(first, n), max(first, n)
+            line["href"] = f"?from={low}&to={high}#L{n}"
+        else:
+            line["href"] = f"?from={n}#L{n}"
+    return {"first": first, "last": last, "count": (last - first + 1) if first and last else 0}
+
+
 def _kept_lines(info: dict[str, Any]) -> dict[str, LineMap]:
     """Which lines of the build's log the stored facts kept (none: they are the whole log)."""
     try:
@@ -297,10 +345,150 @@ def _kept_lines(info: dict[str, Any]) -> dict[str, LineMap]:
 
 async def failure_page(request: Request) -> Response:
     console = _console(request)
-    context = await run_in_threadpool(_failure_context, console, request.path_params["fid"])
+    chosen = _line_param(request.query_params.get("from")), _line_param(request.query_params.get("to"))  # fmt: skip
+    context = await run_in_threadpool(_failure_context, console, request.path_params["fid"], chosen)
     if context is None:
         return _missing(request, "failure")
     return console.render(request, "failure.html", **context)
+
+
+def _teach(
+    console: Console, failure_id: str, first: int, last: int, by: str, scope: str, mode: str
+) -> tuple[str, str]:
+    """File a taught proposal for lines ``first``-``last`` as the failure page numbers them:
+    (proposal id, message); raises TeachError (nothing filed)."""
+    from theow_client.job import job_fact
+    from theow_workers.review.proposals import defined_names
+    from theow_workers.review.teach import normal_test, teach
+
+    context = _failure_context(console, failure_id)
+    if context is None:
+        raise TeachError(f"no failure {failure_id!r}")
+    # The page numbers lines as the build's log did; the synthesizer reads the stored text.
+    places = {line["n"]: line["i"] for line in context["log"] if line["n"] is not None}
+    if first not in places or last not in places:
+        raise TeachError(f"lines {first}-{last} are not lines of the stored log")
+    failure = console.store.failure(context["info"]["id"])
+    if failure is None:
+        raise TeachError(f"no failure {failure_id!r}")
+    offset = _offset(failure.facts, context["log_fact"])
+    if offset is None:
+        raise TeachError(f"rules read the log, not {context['log_fact']!r}: nothing to teach from")
+    start, end = sorted((places[first] + offset, places[last] + offset))
+    settings = console.settings
+    try:
+        is_normal = normal_test(console.runtime(), job_fact(failure.facts))
+    except Exception:  # no runtime (its broker or model missing): taught without the normal
+        is_normal = None
+    taken = {name for layer in settings.rule_layers for name in defined_names(layer)}
+    teaching = teach(
+        console.store, console.library().knowledge().book, failure.id, start, end, by=by,
+        scope=scope, mode=mode, is_normal=is_normal, taken=frozenset(taken),
+    )  # fmt: skip
+    tests = teaching.tests
+    message = (
+        f"taught {teaching.taught.rule.name} from lines {min(first, last)}-{max(first, last)}: "
+        f"it matches {tests.matches} of {tests.scanned} stored failures; "
+        "edit it below, then approve or reject"
+    )
+    return teaching.proposal_id, message
+
+
+def _offset(facts: dict[str, Any], shown: str) -> int | None:
+    """Where the shown fact's lines start in the log rules read (``matching_facts``):
+    0 for the log itself, after stdout's lines for stderr (they are joined stdout first),
+    None for a fact rules do not read as the log."""
+    from theow_workers.core.resolver import matching_facts
+
+    if "log" in facts or shown == "log":
+        return 0 if shown == "log" else None
+    log = matching_facts(facts).get("log")
+    if shown == "stdout" or (shown == "stderr" and log is facts.get("stderr")):
+        return 0
+    stdout = facts.get("stdout")
+    if shown == "stderr" and isinstance(stdout, str) and stdout:
+        return stdout.rstrip("\n").count("\n") + 1
+    return None
+
+
+async def teach_post(request: Request) -> Response:
+    """ "This explains it": the selected lines through the synthesizer into the review queue."""
+    console = _console(request)
+    session = request.state.session
+    fid = request.path_params["fid"]
+    if not session.can_review:
+        return console.render(request, "refused.html", status=403,
+                              reason="this login is read-only: it cannot teach")  # fmt: skip
+    form = request.state.form
+    first, last = _line_param(str(form.get("first") or "")), _line_param(str(form.get("last") or ""))  # fmt: skip
+    scope = str(form.get("scope") or "auto")
+    mode = str(form.get("mode") or "track")
+    try:
+        if first is None or last is None:
+            raise TeachError("select the first and the last line that explain the failure")
+        if mode not in ("track", "retry"):
+            raise TeachError(f"mode must be track or retry, not {mode[:20]!r}")
+        pid, message = await run_in_threadpool(
+            _teach, console, fid, first, last, f"{session.name} (web)", scope, mode
+        )
+    except TeachError as exc:
+        context = await run_in_threadpool(_failure_context, console, fid, (first, last))
+        if context is None:
+            return _missing(request, "failure")
+        return console.render(request, "failure.html", status=422,
+                              teach_error=redact_text(str(exc))[:2000], **context)  # fmt: skip
+    console.affected.poke()
+    response = RedirectResponse(f"/proposals/{pid}", status_code=303)
+    response.set_cookie("theow_flash", message[:600], httponly=True, samesite="strict")
+    return response
+
+
+def _edit(console: Console, pid: str, text: str, by: str) -> list[str]:
+    """Save a pending proposal's edited rule if it passes the checks; the problems otherwise."""
+    from theow_workers.review.proposals import defined_names
+    from theow_workers.review.teach import rule_problems, test_rule
+
+    proposal = console.store.proposal(pid)
+    if proposal is None or proposal.status != "pending":
+        return ["only a pending proposal can be edited"]
+    failure = console.store.failure(proposal.failure_id)
+    facts = failure.facts if failure is not None else {}
+    book = console.library().knowledge().book
+    taken = {name for layer in console.settings.rule_layers for name in defined_names(layer)}
+    rule, problems = rule_problems(text, facts, book, taken)
+    if rule is None or problems:
+        return problems
+    tests = test_rule(console.store, rule, proposal.failure_id, facts, None, book)
+    note = {"edited": {"by": by, "at": datetime.now(UTC).isoformat(timespec="seconds")},
+            "tests": tests.to_dict()}  # fmt: skip
+    if not console.store.edit_proposal(pid, rule.name, text, note):
+        return ["the proposal was reviewed meanwhile: it is no longer pending"]
+    console.affected.forget(pid)
+    return []
+
+
+async def edit_post(request: Request) -> Response:
+    """A reviewer's edit of the rule: re-checked, saved only when it passes."""
+    console = _console(request)
+    session = request.state.session
+    pid = request.path_params["pid"]
+    if not session.can_review:
+        return console.render(request, "refused.html", status=403,
+                              reason="this login is read-only: it cannot edit a proposal")  # fmt: skip
+    text = str(request.state.form.get("rule_yaml") or "").replace("\r\n", "\n")
+    problems = await run_in_threadpool(_edit, console, pid, text, f"{session.name} (web)")
+    if problems:
+        context = await run_in_threadpool(_proposal_context, console, pid)
+        if context is None:
+            return _missing(request, "proposal")
+        shown = [redact_text(p)[:1000] for p in problems[:20]]
+        return console.render(request, "proposal.html", status=422, edit_errors=shown,
+                              edit_text=text, **context)  # fmt: skip
+    console.affected.poke()
+    response = RedirectResponse(f"/proposals/{pid}", status_code=303)
+    response.set_cookie("theow_flash", "saved: the edited rule passes its checks; its tests "
+                        "were run again", httponly=True, samesite="strict")  # fmt: skip
+    return response
 
 
 async def rules_list(request: Request) -> Response:
@@ -378,8 +566,10 @@ def routes() -> list[Route]:
         Route("/proposals/{pid}", proposal_page),
         Route("/proposals/{pid}/approve", approve_post, methods=["POST"]),
         Route("/proposals/{pid}/reject", reject_post, methods=["POST"]),
+        Route("/proposals/{pid}/edit", edit_post, methods=["POST"]),
         Route("/failures", failures_list),
         Route("/failures/{fid}", failure_page),
+        Route("/failures/{fid}/teach", teach_post, methods=["POST"]),
         Route("/rules", rules_list),
         Route("/rules/{name}", rule_page),
         Route("/insight", insight),

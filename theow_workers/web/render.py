@@ -48,11 +48,11 @@ def log_lines(text: str, marks: dict[int, list[str]], kept: LineMap = ()) -> lis
 
     Lines are numbered as in the build's own log: for a log that bounding cut,
     through ``kept`` (``theow_client.lines``), so they agree with the verdict;
-    a cut marker has no number.
+    a cut marker has no number. ``i`` is the line's place in ``text`` (1-based).
     """
     lines = redact_text(text).split("\n")[:MAX_LOG_LINES]
     numbered = [(kept_line(kept, i) if kept else i, line) for i, line in enumerate(lines, 1)]
     return [
-        {"n": n, "text": line, "rules": marks.get(n, []) if n is not None else []}
-        for n, line in numbered
+        {"n": n, "i": i, "text": line, "rules": marks.get(n, []) if n is not None else []}
+        for i, (n, line) in enumerate(numbered, 1)
     ]
