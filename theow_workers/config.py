@@ -154,6 +154,16 @@ class Settings(BaseModel):
     web_readonly_password: SecretStr = SecretStr("")
     web_port: int = 8808
     web_allowed_hosts: list[str] = []
+    # Webhook intake on the web process (theow_workers/web/hooks.py): each forge's hook
+    # answers 404 until its secret is set; its token lets a worker read the job's log
+    # (and, with pr_comments on, comment on the pull request). See integrations/.
+    github_webhook_secret: SecretStr = SecretStr("")  # never printed: repr shows **********
+    github_token: SecretStr = SecretStr("")
+    github_api_url: str = "https://api.github.com"
+    gitlab_webhook_token: SecretStr = SecretStr("")
+    gitlab_token: SecretStr = SecretStr("")
+    gitlab_url: str = "https://gitlab.com"
+    pr_comments: bool = False
 
     @property
     def model_prices(self) -> dict[str, tuple[float, float]]:

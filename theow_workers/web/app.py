@@ -34,13 +34,14 @@ from starlette.staticfiles import StaticFiles
 from theow_workers.config import Settings
 from theow_workers.store.explore import ExploreStore
 from theow_workers.store.results import SqlStore
-from theow_workers.web import pages
+from theow_workers.web import hooks, pages
 from theow_workers.web.auth import COOKIE, NAME_CHARS, SESSION_SECONDS
 from theow_workers.web.console import HERE, Console
 from theow_workers.web.hosts import same_origin
 from theow_workers.web.render import stylesheet
 
-OPEN_PATHS = ("/login", "/healthz", "/static/")
+# The webhooks authenticate each delivery themselves (web/hooks.py), not with a login.
+OPEN_PATHS = ("/login", "/healthz", "/static/", "/hooks/")
 # No page runs a script (there is none): even a value that escaped escaping could not run.
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self' data:; "
@@ -171,6 +172,7 @@ def create_app(settings: Settings, store: ExploreStore | None = None, bound: str
         console.affected.start()
         yield
         console.affected.stop()
+        app.state.hooks.close()
 
     routes = [
         Route("/healthz", healthz),
@@ -179,7 +181,9 @@ def create_app(settings: Settings, store: ExploreStore | None = None, bound: str
         Route("/static/pygments.css", pygments_css),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
         *pages.routes(),
+        *hooks.routes(),
     ]
     app = Starlette(routes=routes, middleware=[Middleware(AuthMiddleware)], lifespan=lifespan)
     app.state.console = console
+    app.state.hooks = hooks.HookIntake(settings)
     return app
