@@ -73,7 +73,9 @@ class FakeForge:
             return (200, self.logs[m[1]], {}) if m[1] in self.logs else (404, {}, {})
         if m := re.fullmatch(r"/repos/[^/]+/[^/]+/commits/(\w+)/pulls", path):
             return 200, [{"number": n, "state": "open"} for n in self.pulls.get(m[1], [])], {}
-        if m := re.fullmatch(r"/api/v4/projects/[^/]+/repository/commits/(\w+)/merge_requests", path):
+        if m := re.fullmatch(
+            r"/api/v4/projects/[^/]+/repository/commits/(\w+)/merge_requests", path
+        ):
             return 200, [{"iid": n, "state": "opened"} for n in self.pulls.get(m[1], [])], {}
         if m := re.fullmatch(
             r"/repos/[^/]+/[^/]+/issues/(\d+)/comments|/api/v4/projects/[^/]+/merge_requests/(\d+)/notes",
@@ -107,7 +109,9 @@ class FakeForge:
                 body = self.rfile.read(length) if length else b""
                 path = unquote(urlsplit(self.path).path)
                 status, payload, headers = fake.answer(self.command, path, self.headers, body)
-                data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
+                data = (
+                    payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
+                )
                 self.send_response(status)
                 for name, value in headers.items():
                     self.send_header(name, value)

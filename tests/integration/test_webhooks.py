@@ -174,7 +174,9 @@ def test_a_gitlab_failed_job_is_resolved_once_and_noted_on_its_merge_request(fle
         wait_until(lambda: forge.comments.get("3"), what="the merge request's note")
         assert rows(fleet) == [("gitlab-hooks", "gitlab:acme/app:801:0", "tf_hook_echo")]
         second = gitlab_event(802, "integration")
-        assert http.post("/hooks/gitlab", content=second, headers=gitlab_headers()).status_code == 202
+        assert (
+            http.post("/hooks/gitlab", content=second, headers=gitlab_headers()).status_code == 202
+        )
         wait_until(lambda: "integration" in forge.comments["3"][0]["body"], what="note updated")
     assert len(forge.comments["3"]) == 1
     assert failures(fleet) == 2
