@@ -6,7 +6,8 @@ redirects to its log storage, a commit's pull requests, an issue's comments
 (``/api/v4/projects/...``): a job's trace, a commit's merge requests, a merge
 request's notes (list, create, ``PUT``). The token is checked (``Bearer`` for
 GitHub, ``PRIVATE-TOKEN`` for GitLab); the first ``fail_first`` calls answer
-503, then a 429 with ``Retry-After`` if ``throttle_once``.
+503, then one 429 with ``Retry-After`` if ``throttle_once``; ``delay`` slows
+every answer so that concurrent callers overlap.
 
 >>> with FakeForge(token="t") as fake:  # doctest: +SKIP
 ...     fake.logs["42"] = "ECHO broken"
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -32,6 +34,8 @@ class FakeForge:
         self.requests: list[tuple[str, str]] = []
         self.refused = 0
         self.fail_first = 0
+        self.throttle_once = 0.0  # seconds of the one 429's Retry-After (0: none)
+        self.delay = 0.0  # seconds each API answer takes (to overlap concurrent callers)
         self.lock = threading.Lock()
         self._ids = 100
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -56,6 +60,12 @@ class FakeForge:
             if self.fail_first > 0:
                 self.fail_first -= 1
                 return 503, {"message": "unavailable"}, {}
+            if self.throttle_once:
+                wait, self.throttle_once = self.throttle_once, 0.0
+                return 429, {"message": "rate limited"}, {"Retry-After": f"{wait:g}"}
+        if self.delay:
+            time.sleep(self.delay)  # outside the lock: callers overlap here
+        with self.lock:
             return self._route(method, path, body)
 
     def _authorized(self, headers: Any) -> bool:
