@@ -164,6 +164,9 @@ class Settings(BaseModel):
     gitlab_token: SecretStr = SecretStr("")
     gitlab_url: str = "https://gitlab.com"
     pr_comments: bool = False
+    # Forge API calls per minute per repository, shared by every worker (GitHub allows a
+    # token 5,000 an hour across all repositories).
+    forge_calls_per_minute: int = 60
 
     @property
     def model_prices(self) -> dict[str, tuple[float, float]]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import time
 from typing import Any
 
 import pytest
@@ -180,3 +181,23 @@ def test_a_gitlab_failed_job_is_resolved_once_and_noted_on_its_merge_request(fle
         wait_until(lambda: "integration" in forge.comments["3"][0]["body"], what="note updated")
     assert len(forge.comments["3"]) == 1
     assert failures(fleet) == 2
+
+
+def test_passing_jobs_teach_their_normal_once_per_interval(fleet, forge, redis_client):
+    from theow_client import names
+    from theow_workers.adapters.normals import RedisNormals
+
+    forge.logs["701"] = "Run tests\ncurl: (56) Recv failure (retrying on mirror 2)\nall passed"
+    forge.logs["702"] = "Run tests\nall passed"
+    normals = RedisNormals(redis_client, ttl=3600)
+    own_job = names.agent_job("github-hooks", "github:acme/app/CI/test")
+    with web() as http:
+        for job_id in (701, 702):  # two runs within the interval: the second is not read
+            body = github_event(job_id, "test", conclusion="success")
+            assert http.post("/hooks/github", content=body, headers=signed(body)).status_code == 202
+        wait_until(lambda: normals.runs(own_job) >= 1, what="the passing run learned")
+        wait_until(lambda: redis_client.llen(names.QUEUE_RESOLVE) == 0, what="the queue drained")
+        time.sleep(0.5)
+    assert normals.runs(own_job) == 1
+    assert ("GET", "/repos/acme/app/actions/jobs/702/logs") not in forge.requests
+    assert failures(fleet) == 0

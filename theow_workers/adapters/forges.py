@@ -65,8 +65,7 @@ TIMEOUT = 15.0
 RETRIES = 4
 FIRST_BACKOFF = 0.5
 MAX_WAIT = 60.0  # a Retry-After longer than this fails the call (the task retries later)
-# Per repository and forge, for every worker at once: well under GitHub's 5,000/hour.
-CALLS_PER_MINUTE = 60
+CALLS_PER_MINUTE = 60  # per repository, for every worker at once (forge_calls_per_minute)
 WINDOW_MS = 60_000
 PAGE = 100
 MAX_PAGES = 10  # comments read to find Theow's own when Redis lost its id
@@ -162,7 +161,8 @@ class ForgeAPI:
             url, token = settings.github_api_url, settings.github_token.get_secret_value()
         else:
             url, token = settings.gitlab_url, settings.gitlab_token.get_secret_value()
-        return cls(forge, url, token, RepoLimiter(redis) if redis is not None else None)
+        limiter = RepoLimiter(redis, settings.forge_calls_per_minute) if redis is not None else None
+        return cls(forge, url, token, limiter)
 
     def close(self) -> None:
         self.http.close()
