@@ -344,7 +344,8 @@ def hook(self: ServicesTask, payload: Any = None, *_: Any, **__: Any) -> dict[st
         rt.verifier.verify(names.TASK_HOOK, payload, WORKER)
         job = HookedJob.from_wire(signing.unsigned(payload))
     except (Refused, NotAJob) as refused:
-        count_refused(rt.redis, names.TASK_HOOK)
+        if isinstance(refused, Refused):
+            count_refused(rt.redis, names.TASK_HOOK)
         log.warning("hooked job refused: %s", refused)
         return {"outcome": "refused", "reason": f"refused: {refused}"[:500]}
     api = ForgeAPI.for_settings(rt.settings, job.forge, rt.redis)
@@ -356,7 +357,7 @@ def hook(self: ServicesTask, payload: Any = None, *_: Any, **__: Any) -> dict[st
         failure_id = str(request.failure_id)
         verdict = _resolve_delivered(self, rt, request, failure_id, job.agent)
         if rt.settings.pr_comments:
-            feedback.post(rt.redis, api, job, verdict)
+            feedback.post_or_log(rt.redis, api, job, verdict)
         return verdict
     except ForgeError as exc:
         if isinstance(exc, ConnectionError):

@@ -104,3 +104,26 @@ def test_a_comment_lost_from_redis_is_found_by_its_marker_not_made_twice(redis_c
         feedback.post(redis_client, client, gitlab, {"status": "resolved", "rule": "r2"})
         [note] = fake.comments["4"]
         assert "r2" in note["body"]
+
+
+def test_a_comment_someone_deleted_is_made_again(redis_client):
+    with FakeForge() as fake:
+        fake.pulls["feed01"] = [8]
+        client = api(fake, redis_client)
+        feedback.post(redis_client, client, job(1, "first"), {"status": "unexplained"})
+        fake.comments["8"].clear()
+        feedback.post(redis_client, client, job(2, "second"), {"status": "unexplained"})
+        [comment] = fake.comments["8"]
+        assert "first" in comment["body"] and "second" in comment["body"]
+
+
+def test_a_forge_refusing_the_comment_leaves_the_verdict_alone(redis_client):
+    with FakeForge() as fake:
+        fake.pulls["feed01"] = [9]
+        refused = ForgeAPI("github", fake.url, "no-such-token", RepoLimiter(redis_client))
+        feedback.post_or_log(redis_client, refused, job(1), {"status": "unexplained"})
+        assert fake.comments == {}
+        fake.fail_first = 100
+        unavailable = api(fake, redis_client, sleep=lambda _: None, retries=1)
+        with pytest.raises(ForgeUnavailable):  # the task retries it later
+            feedback.post_or_log(redis_client, unavailable, job(1), {"status": "unexplained"})

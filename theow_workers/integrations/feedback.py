@@ -28,7 +28,7 @@ from redis.exceptions import LockError
 
 from theow_client import names
 from theow_client.redact import redact_text
-from theow_workers.adapters.forges import ForgeAPI
+from theow_workers.adapters.forges import ForgeAPI, ForgeError, ForgeUnavailable
 from theow_workers.integrations.hooks import HookedJob
 
 log = logging.getLogger("theow.hooks")
@@ -110,6 +110,20 @@ def post(
     return numbers
 
 
+def post_or_log(redis: Any, api: ForgeAPI, job: HookedJob, verdict: Mapping[str, Any]) -> None:
+    """``post``; a refusal (no permission, a pull request gone) is logged, the verdict stands.
+
+    ForgeUnavailable (5xx, 429 or no answer after the retries) propagates: the
+    task is retried later, and finds its verdict already decided.
+    """
+    try:
+        post(redis, api, job, verdict)
+    except ForgeError as exc:
+        if isinstance(exc, ForgeUnavailable):
+            raise
+        log.warning("%s: no pull-request comment: %s", job.key, exc)
+
+
 def _update_one(
     redis: Any, api: ForgeAPI, job: HookedJob, number: str, item: dict[str, str], console: str
 ) -> None:
@@ -139,8 +153,14 @@ def _update_one(
             comment_id = api.create_comment(job, number, body).id
             log.info("%s#%s: comment %s made", job.repo, number, comment_id)
         else:
-            api.update_comment(job, number, comment_id, body)
-            log.info("%s#%s: comment %s updated", job.repo, number, comment_id)
+            try:
+                api.update_comment(job, number, comment_id, body)
+                log.info("%s#%s: comment %s updated", job.repo, number, comment_id)
+            except ForgeError as exc:
+                if exc.status != 404:
+                    raise
+                comment_id = api.create_comment(job, number, body).id  # someone deleted it
+                log.info("%s#%s: comment %s made again", job.repo, number, comment_id)
         redis.hset(key, "comment", comment_id)
     finally:
         with contextlib.suppress(LockError):
