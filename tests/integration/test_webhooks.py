@@ -201,3 +201,23 @@ def test_passing_jobs_teach_their_normal_once_per_interval(fleet, forge, redis_c
     assert normals.runs(own_job) == 1
     assert ("GET", "/repos/acme/app/actions/jobs/702/logs") not in forge.requests
     assert failures(fleet) == 0
+
+
+def test_an_unreachable_broker_answers_503_so_the_forge_redelivers(tmp_path):
+    from tests.conftest import free_port
+
+    settings = Settings.load(
+        env={
+            "THEOW_HOME": str(tmp_path),
+            "THEOW_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",  # nothing listens
+            "THEOW_GITHUB_WEBHOOK_SECRET": SECRET,
+            "THEOW_WEB_PASSWORD": "a-long-console-password-1",
+        },
+        path=tmp_path / "none.yaml",
+    )
+    with TestClient(create_app(settings), base_url="http://127.0.0.1") as http:
+        body = github_event(901, "test")
+        answer = http.post("/hooks/github", content=body, headers=signed(body))
+        assert answer.status_code == 503 and answer.headers["retry-after"]
+        huge = b"{" + b" " * (2 * 1024 * 1024) + b"}"
+        assert http.post("/hooks/github", content=huge, headers=signed(huge)).status_code == 413
