@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -38,7 +39,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from theow_client import names
+from theow_client import names, signing
 from theow_workers.config import Settings
 from theow_workers.integrations import hooks
 from theow_workers.integrations.hooks import HookedJob
@@ -61,6 +62,8 @@ class HookIntake:
         self.settings = settings
         self._app: Any = None
         self._redis: Any = None
+        self._key: bytes | None = None
+        self._made = threading.Lock()  # deliveries arrive on many threads at once
 
     @property
     def github_secret(self) -> str:
@@ -90,19 +93,27 @@ class HookIntake:
             raise
         return True
 
+    def _broker(self) -> tuple[Any, bytes]:
+        """The Celery app that sends, and the workers' key that signs: made once."""
+        with self._made:
+            if self._app is None or self._key is None:
+                from celery import Celery
+
+                from theow_workers.tokens import worker_key
+
+                self._key = worker_key(self.settings)
+                app = Celery("theow-web", broker=self.settings.redis_url)
+                app.conf.update(task_serializer="json", task_routes=names.TASK_ROUTES,
+                                broker_connection_retry=False,
+                                broker_connection_timeout=3)  # fmt: skip
+                self._app = app
+            return self._app, self._key
+
     def _send(self, job: HookedJob) -> None:
-        from theow_workers.tokens import signed_internal
-
-        if self._app is None:
-            from celery import Celery
-
-            self._app = Celery("theow-web", broker=self.settings.redis_url)
-            self._app.conf.update(task_serializer="json", task_routes=names.TASK_ROUTES,
-                                  broker_connection_retry=False,
-                                  broker_connection_timeout=3)  # fmt: skip
-        self._app.send_task(
+        app, key = self._broker()
+        app.send_task(
             names.TASK_HOOK,
-            args=[signed_internal(self.settings, names.TASK_HOOK, job.to_wire())],
+            args=[signing.sign(names.TASK_HOOK, job.to_wire(), signing.WORKER, key)],
             queue=names.QUEUE_RESOLVE,
             ignore_result=True,
             retry=False,
