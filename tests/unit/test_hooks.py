@@ -69,4 +69,3 @@ def test_a_log_line_cannot_close_its_fence_or_leak_a_secret():
     assert body.count(feedback.MARKER) == 1  # the only marker is Theow's own
     assert "````text" in body  # a fence longer than the line's backticks
     assert "unexplained" in body
-
