@@ -89,6 +89,20 @@ Redis keys (all under ``theow:``):
     job's normal, mined from its recent passing runs.
 ``theow:normal-runs:<job>``
     Integer with the same TTL: how many passing runs of the job were learned.
+``theow:hook:seen:<forge>:<repo>:<job id>:<attempt>``
+    String (the delivery id), expires after ``HOOK_SEEN_TTL``. Set with
+    ``SET NX`` by the web process when a webhook names a finished job: a
+    duplicated or replayed delivery of the same job and attempt is answered
+    and dropped (``theow_workers.web.hooks``).
+``theow:hook:pr:<forge>:<repo>:<number>``
+    Hash, job key -> JSON line of that job's outcome, plus ``comment`` -> the
+    id of the one comment Theow keeps on that pull request; expires after
+    ``HOOK_PR_TTL``. ``theow:lock:pr:<forge>:<repo>:<number>`` is the
+    redis-py lock held while a worker writes that comment (never two).
+``theow:hook:rate:<forge>:<repo>:requests`` (and ``:tokens``, ``:backoff``, ``:stopped``)
+    The sliding window of forge API calls for one repository, kept by
+    ``theow_workers/adapters/ratelimit.lua`` as for a model (``backoff``: a 429's
+    Retry-After, which every worker waits out; tokens always 0).
 ``theow:consumer:<queue>:<worker>``
     JSON {worker, queue, pid, at}, expires ``CONSUMER_TTL`` seconds after the
     worker's last heartbeat: the worker consumes that queue. Refreshed every
@@ -121,6 +135,8 @@ TASK_CLIENT_OUTCOME = "theow.client_outcome"
 TASK_PASSING = "theow.passing"
 # One unexplained failure to explain (internal: sent by the resolve task).
 TASK_EXPLAIN = "theow.explain"
+# A finished CI job named by a forge's webhook: its log fetched, resolved, commented on.
+TASK_HOOK = "theow.hook"
 
 TASK_ROUTES = {
     TASK_RESOLVE: {"queue": QUEUE_RESOLVE},
@@ -129,6 +145,7 @@ TASK_ROUTES = {
     TASK_CLIENT_OUTCOME: {"queue": QUEUE_RESOLVE},
     TASK_PASSING: {"queue": QUEUE_PASSING},
     TASK_EXPLAIN: {"queue": QUEUE_EXPLAIN},
+    TASK_HOOK: {"queue": QUEUE_RESOLVE},
 }
 
 # The embedded stack listens on 6479, not 6379: a developer's own Redis on the
@@ -246,3 +263,24 @@ CONSUMER_TTL = 15
 def key_consumer(queue: str, worker: str) -> str:
     """``worker``'s heartbeat on ``queue``; ``worker`` ``*`` is the pattern of them all."""
     return f"{KEY_PREFIX}consumer:{queue}:{worker}"
+
+
+# Webhook intake (theow_workers.web.hooks, theow_workers.integrations).
+HOOK_SEEN_TTL = 7 * 24 * 3600  # GitHub lets a delivery be redelivered for days
+HOOK_PR_TTL = 30 * 24 * 3600
+
+
+def key_hook_seen(job_key: str) -> str:
+    return f"{KEY_PREFIX}hook:seen:{job_key}"
+
+
+def key_hook_pr(forge: str, repo: str, number: str) -> str:
+    return f"{KEY_PREFIX}hook:pr:{forge}:{repo}:{number}"
+
+
+def key_hook_pr_lock(forge: str, repo: str, number: str) -> str:
+    return f"{KEY_PREFIX}lock:pr:{forge}:{repo}:{number}"
+
+
+def key_hook_rate(forge: str, repo: str) -> str:
+    return f"{KEY_PREFIX}hook:rate:{forge}:{repo}"

@@ -176,6 +176,19 @@ class Settings(BaseModel):
     api_requests_per_minute: int = 600
     intake_per_minute: int = 120
     intake_max_bytes: int = 4 * 1024 * 1024
+    # Webhook intake on the web process (theow_workers/web/hooks.py): each forge's hook
+    # answers 404 until its secret is set; its token lets a worker read the job's log
+    # (and, with pr_comments on, comment on the pull request). See integrations/.
+    github_webhook_secret: SecretStr = SecretStr("")  # never printed: repr shows **********
+    github_token: SecretStr = SecretStr("")
+    github_api_url: str = "https://api.github.com"
+    gitlab_webhook_token: SecretStr = SecretStr("")
+    gitlab_token: SecretStr = SecretStr("")
+    gitlab_url: str = "https://gitlab.com"
+    pr_comments: bool = False
+    # Forge API calls per minute per repository, shared by every worker (GitHub allows a
+    # token 5,000 an hour across all repositories).
+    forge_calls_per_minute: int = 60
 
     @property
     def model_prices(self) -> dict[str, tuple[float, float]]:

@@ -19,6 +19,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from theow_client import names, signing
 from theow_client.facts import FactsError
 from theow_client.messages import ExploreRequest, PassingRun, SubmitRequest
+from theow_workers.adapters.forges import ForgeAPI, ForgeError
 from theow_workers.celery_app import app, settings
 from theow_workers.config import ConfigError
 from theow_workers.core.explanation import InFlight as ExplainInFlight
@@ -37,6 +38,8 @@ from theow_workers.identity import (
     refused_id,
     submission_id,
 )
+from theow_workers.integrations import feedback, intake
+from theow_workers.integrations.hooks import HookedJob, NotAJob
 from theow_workers.runtime import RulesInvalid, Runtime
 from theow_workers.store import StoreUnavailable
 from theow_workers.worker import ServicesTask
@@ -368,3 +371,49 @@ def explain(self: ServicesTask, request: Any = None, *_: Any, **__: Any) -> dict
         countdown = rt.settings.explain_retry_seconds + 1
         raise self.retry(countdown=countdown, max_retries=EXPLAIN_RETRIES)
     return result
+
+
+@app.task(
+    name=names.TASK_HOOK,
+    base=ServicesTask,
+    bind=True,
+    autoretry_for=TRANSIENT,
+    retry_backoff=True,
+    max_retries=5,
+)
+def hook(self: ServicesTask, payload: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
+    """A finished CI job a forge's webhook named (``web.hooks``): its log read, then resolved.
+
+    Internal: signed by the web process with the workers' secret. A failed job
+    is resolved as the client's submission of it would be, under the forge's
+    agent (``github-hooks``, ``gitlab-hooks``), then, with ``pr_comments`` on,
+    written into its pull requests' comment; a passing one teaches its normal.
+    """
+    rt = self.services
+    try:
+        rt.verifier.verify(names.TASK_HOOK, payload, WORKER)
+        job = HookedJob.from_wire(signing.unsigned(payload))
+    except (Refused, NotAJob) as refused:
+        if isinstance(refused, Refused):
+            count_refused(rt.redis, names.TASK_HOOK)
+        log.warning("hooked job refused: %s", refused)
+        return {"outcome": "refused", "reason": f"refused: {refused}"[:500]}
+    api = ForgeAPI.for_settings(rt.settings, job.forge, rt.redis)
+    try:
+        if not job.failed:
+            return intake.learn_passing(rt, api, job)
+        request = intake.submission(job, api.job_log(job))
+        request = _as_sent_by(rt, Identity(job.agent, "agent"), request, str(request.failure_id))
+        failure_id = str(request.failure_id)
+        verdict = _resolve_delivered(self, rt, request, failure_id, job.agent)
+        verdict = after_verdict(rt, verdict, job.agent)  # explain, as for an agent's failure
+        if rt.settings.pr_comments:
+            feedback.post_or_log(rt.redis, api, job, verdict)
+        return verdict
+    except ForgeError as exc:
+        if isinstance(exc, ConnectionError):
+            raise  # retried (TRANSIENT)
+        log.warning("%s job %s: the forge refused: %s", job.forge, job.key, exc)
+        return {"outcome": "error", "reason": str(exc)[:500]}
+    finally:
+        api.close()

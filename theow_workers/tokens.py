@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,9 @@ def worker_key(settings: Settings) -> bytes:
         pass
     path.parent.mkdir(parents=True, exist_ok=True)
     secret = secrets.token_urlsafe(32)
-    draft = path.with_name(f".{path.name}.{os.getpid()}")
+    # One draft per thread: two threads of one process (the web's hook intake) racing
+    # here would otherwise write one draft and keep different secrets.
+    draft = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
     fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:
         out.write(secret + "\n")

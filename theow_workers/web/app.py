@@ -34,14 +34,15 @@ from starlette.staticfiles import StaticFiles
 from theow_workers.config import Settings
 from theow_workers.store.explore import ExploreStore
 from theow_workers.store.results import SqlStore
-from theow_workers.web import api, intake, pages
+from theow_workers.web import api, hooks, intake, pages
 from theow_workers.web.auth import COOKIE, NAME_CHARS, SESSION_SECONDS
 from theow_workers.web.console import HERE, Console
 from theow_workers.web.hosts import same_origin
 from theow_workers.web.render import stylesheet
 
-# The JSON API authenticates each request with a token of its own (web/api.py), never the cookie.
-OPEN_PATHS = ("/login", "/healthz", "/static/", "/api/")
+# The JSON API authenticates each request with a token of its own (web/api.py), the webhooks
+# each delivery by its signature (web/hooks.py): never with the console's cookie.
+OPEN_PATHS = ("/login", "/healthz", "/static/", "/api/", "/hooks/")
 # No page runs a script (there is none): even a value that escaped escaping could not run.
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self' data:; "
@@ -172,6 +173,7 @@ def create_app(settings: Settings, store: ExploreStore | None = None, bound: str
         console.affected.start()
         yield
         console.affected.stop()
+        app.state.hooks.close()
 
     routes = [
         Route("/healthz", healthz),
@@ -182,8 +184,10 @@ def create_app(settings: Settings, store: ExploreStore | None = None, bound: str
         *intake.routes(),
         *api.routes(),
         *pages.routes(),
+        *hooks.routes(),
     ]
     app = Starlette(routes=routes, middleware=[Middleware(AuthMiddleware)], lifespan=lifespan)
     app.state.console = console
     app.state.api, app.state.intake = api.Api(console), intake.Intake(console)
+    app.state.hooks = hooks.HookIntake(settings)
     return app

@@ -1,0 +1,223 @@
+"""Webhook intake end to end: a forge's delivery to the web app, a real resolve worker
+reading the job's log from a fake GitHub/GitLab API on loopback, one failure, one
+verdict, and one pull-request comment kept up to date."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+from sqlalchemy import create_engine, func, select
+from starlette.testclient import TestClient
+
+from tests.conftest import wait_until
+from tests.fakes.forge_server import FakeForge
+from theow_workers.config import Settings
+from theow_workers.store.schema import FailureRow, VerdictRow
+from theow_workers.web.app import create_app
+
+pytestmark = pytest.mark.integration
+
+SECRET = "hook-secret-for-tests"
+TOKEN = "forge-api-token"
+RULE = """\
+name: tf_hook_echo
+description: The job printed HOOKECHO and a word.
+mode: track
+when:
+  - fact: log
+    regex: 'HOOKECHO (?P<word>\\w+)'
+    examples: ["HOOKECHO hello"]
+"""
+SHA = "abc123def"
+
+
+def github_event(job_id: int, name: str, conclusion: str = "failure", attempt: int = 1) -> bytes:
+    return json.dumps(
+        {
+            "action": "completed",
+            "repository": {"full_name": "acme/app"},
+            "workflow_job": {
+                "id": job_id, "run_id": 9000, "run_attempt": attempt, "name": name,
+                "workflow_name": "CI", "conclusion": conclusion, "head_sha": SHA,
+                "html_url": f"https://github.com/acme/app/actions/runs/9000/job/{job_id}",
+            },
+        }
+    ).encode()  # fmt: skip
+
+
+def gitlab_event(job_id: int, name: str, status: str = "failed") -> bytes:
+    return json.dumps(
+        {
+            "object_kind": "build", "build_id": job_id, "build_name": name,
+            "build_status": status, "build_allow_failure": False, "retries_count": 0,
+            "pipeline_id": 77, "project_id": 42, "sha": SHA,
+            "project": {"id": 42, "path_with_namespace": "acme/app",
+                        "web_url": "https://gitlab.example.com/acme/app"},
+        }
+    ).encode()  # fmt: skip
+
+
+def signed(body: bytes, secret: str = SECRET) -> dict[str, str]:
+    digest = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return {"X-Hub-Signature-256": f"sha256={digest}", "X-GitHub-Event": "workflow_job",
+            "X-GitHub-Delivery": "d-1", "Content-Type": "application/json"}  # fmt: skip
+
+
+def gitlab_headers(token: str = SECRET) -> dict[str, str]:
+    return {"X-Gitlab-Token": token, "X-Gitlab-Event": "Job Hook"}
+
+
+@pytest.fixture
+def forge(fleet, monkeypatch) -> Any:
+    (fleet.settings.rule_layers[-1] / "tf_hook_echo.rule.yaml").write_text(RULE)
+    with FakeForge(token=TOKEN) as fake:
+        for key, value in {
+            "THEOW_GITHUB_WEBHOOK_SECRET": SECRET, "THEOW_GITHUB_TOKEN": TOKEN,
+            "THEOW_GITHUB_API_URL": fake.url, "THEOW_GITLAB_WEBHOOK_TOKEN": SECRET,
+            "THEOW_GITLAB_TOKEN": TOKEN, "THEOW_GITLAB_URL": fake.url,
+            "THEOW_PR_COMMENTS": "on", "THEOW_WEB_PASSWORD": "a-long-console-password-1",
+        }.items():  # fmt: skip
+            monkeypatch.setenv(key, value)
+        fleet.start_worker()
+        yield fake
+
+
+def web() -> TestClient:
+    return TestClient(create_app(Settings.load()), base_url="http://127.0.0.1")
+
+
+def rows(fleet) -> list[tuple[str, str | None, str | None]]:
+    engine = create_engine(fleet.settings.store_url)
+    try:
+        with engine.connect() as conn:
+            query = select(FailureRow.agent, FailureRow.idempotency_key, VerdictRow.rule).join(
+                VerdictRow, VerdictRow.failure_id == FailureRow.id, isouter=True
+            )
+            return [tuple(r) for r in conn.execute(query)]
+    finally:
+        engine.dispose()
+
+
+def failures(fleet) -> int:
+    engine = create_engine(fleet.settings.store_url)
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(FailureRow)).scalar_one())
+    finally:
+        engine.dispose()
+
+
+def test_a_github_failed_job_is_resolved_once_and_commented_on_its_pull_request(fleet, forge):
+    forge.logs["501"] = "Run tests\nHOOKECHO broken token=ghp_" + "a" * 36 + "\nexit 1"
+    forge.logs["502"] = "Run lint\nnothing theow knows\nexit 2"
+    forge.pulls[SHA] = [7]
+    forge.fail_first = 1  # the first API call meets a 503: retried
+    with web() as http:
+        bad = github_event(501, "test")
+        refused = http.post("/hooks/github", content=bad, headers=signed(bad, "wrong-secret"))
+        assert refused.status_code == 401
+        unsigned = {k: v for k, v in signed(bad).items() if k != "X-Hub-Signature-256"}
+        assert http.post("/hooks/github", content=bad, headers=unsigned).status_code == 401
+
+        body = github_event(501, "test")
+        assert http.post("/hooks/github", content=body, headers=signed(body)).status_code == 202
+        # GitHub's redelivery of the same job and attempt, under a new delivery id.
+        again = {**signed(body), "X-GitHub-Delivery": "d-2"}
+        assert http.post("/hooks/github", content=body, headers=again).status_code == 200
+
+        wait_until(lambda: forge.comments.get("7"), what="the pull request's comment")
+        assert rows(fleet) == [("github-hooks", "github:acme/app:501:1", "tf_hook_echo")]
+        [comment] = forge.comments["7"]
+        assert comment["body"].startswith("<!-- theow -->")
+        assert "tf_hook_echo" in comment["body"] and "HOOKECHO broken" in comment["body"]
+        assert "ghp_" + "a" * 36 not in comment["body"]  # masked as the client masks
+
+        second = github_event(502, "lint")
+        assert http.post("/hooks/github", content=second, headers=signed(second)).status_code == 202
+        wait_until(lambda: "lint" in forge.comments["7"][0]["body"], what="the comment updated")
+    [comment] = forge.comments["7"]  # updated in place, not a second comment
+    assert "unexplained" in comment["body"] and "tf_hook_echo" in comment["body"]
+    assert failures(fleet) == 2
+    assert forge.refused == 0
+
+
+def test_a_bad_signature_stores_nothing_and_an_unset_secret_turns_the_hook_off(fleet, forge):
+    forge.logs["601"] = "HOOKECHO x"
+    with web() as http:
+        body = github_event(601, "test")
+        tampered = body.replace(b"601", b"602")
+        assert http.post("/hooks/github", content=tampered, headers=signed(body)).status_code == 401
+        ping = {**signed(body), "X-GitHub-Event": "ping"}
+        assert http.post("/hooks/github", content=body, headers=ping).status_code == 204
+    off = Settings.load().model_copy(update={"github_webhook_secret": SecretStr("")})
+    with TestClient(create_app(off), base_url="http://127.0.0.1") as http:
+        assert http.post("/hooks/github", content=body, headers=signed(body)).status_code == 404
+    assert failures(fleet) == 0
+    assert ("GET", "/repos/acme/app/actions/jobs/601/logs") not in forge.requests
+
+
+def test_a_gitlab_failed_job_is_resolved_once_and_noted_on_its_merge_request(fleet, forge):
+    forge.logs["801"] = "HOOKECHO gitlab\nERROR: Job failed: exit code 1"
+    forge.logs["802"] = "something else\nERROR: Job failed: exit code 1"
+    forge.pulls[SHA] = [3]
+    with web() as http:
+        body = gitlab_event(801, "unit")
+        wrong = gitlab_headers("not-the-token")
+        assert http.post("/hooks/gitlab", content=body, headers=wrong).status_code == 401
+        assert http.post("/hooks/gitlab", content=body, headers=gitlab_headers()).status_code == 202
+        assert http.post("/hooks/gitlab", content=body, headers=gitlab_headers()).status_code == 200
+        wait_until(lambda: forge.comments.get("3"), what="the merge request's note")
+        assert rows(fleet) == [("gitlab-hooks", "gitlab:acme/app:801:0", "tf_hook_echo")]
+        second = gitlab_event(802, "integration")
+        assert (
+            http.post("/hooks/gitlab", content=second, headers=gitlab_headers()).status_code == 202
+        )
+        wait_until(lambda: "integration" in forge.comments["3"][0]["body"], what="note updated")
+    assert len(forge.comments["3"]) == 1
+    assert failures(fleet) == 2
+
+
+def test_passing_jobs_teach_their_normal_once_per_interval(fleet, forge, redis_client):
+    from theow_client import names
+    from theow_workers.adapters.normals import RedisNormals
+
+    forge.logs["701"] = "Run tests\ncurl: (56) Recv failure (retrying on mirror 2)\nall passed"
+    forge.logs["702"] = "Run tests\nall passed"
+    normals = RedisNormals(redis_client, ttl=3600)
+    own_job = names.agent_job("github-hooks", "github:acme/app/CI/test")
+    with web() as http:
+        for job_id in (701, 702):  # two runs within the interval: the second is not read
+            body = github_event(job_id, "test", conclusion="success")
+            assert http.post("/hooks/github", content=body, headers=signed(body)).status_code == 202
+        wait_until(lambda: normals.runs(own_job) >= 1, what="the passing run learned")
+        wait_until(lambda: redis_client.llen(names.QUEUE_RESOLVE) == 0, what="the queue drained")
+        time.sleep(0.5)
+    assert normals.runs(own_job) == 1
+    assert ("GET", "/repos/acme/app/actions/jobs/702/logs") not in forge.requests
+    assert failures(fleet) == 0
+
+
+def test_an_unreachable_broker_answers_503_so_the_forge_redelivers(tmp_path):
+    from tests.conftest import free_port
+
+    settings = Settings.load(
+        env={
+            "THEOW_HOME": str(tmp_path),
+            "THEOW_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",  # nothing listens
+            "THEOW_GITHUB_WEBHOOK_SECRET": SECRET,
+            "THEOW_WEB_PASSWORD": "a-long-console-password-1",
+        },
+        path=tmp_path / "none.yaml",
+    )
+    with TestClient(create_app(settings), base_url="http://127.0.0.1") as http:
+        body = github_event(901, "test")
+        answer = http.post("/hooks/github", content=body, headers=signed(body))
+        assert answer.status_code == 503 and answer.headers["retry-after"]
+        huge = b"{" + b" " * (2 * 1024 * 1024) + b"}"
+        assert http.post("/hooks/github", content=huge, headers=signed(huge)).status_code == 413

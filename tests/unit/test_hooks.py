@@ -1,0 +1,71 @@
+"""What a webhook delivery says, read at the edge: signatures, the job it names, the comment."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+import pytest
+
+from theow_workers.integrations import feedback
+from theow_workers.integrations.hooks import (
+    NotAJob,
+    github_job,
+    github_signature_ok,
+    gitlab_job,
+    gitlab_token_ok,
+)
+
+EVENT = {
+    "action": "completed",
+    "repository": {"full_name": "o/r"},
+    "workflow_job": {"id": 7, "run_id": 3, "run_attempt": 2, "name": "test",
+                     "workflow_name": "CI", "conclusion": "failure", "head_sha": "abc"},
+}  # fmt: skip
+
+
+def test_only_the_body_signed_with_the_secret_passes():
+    body = b'{"action": "completed"}'
+    good = "sha256=" + hmac.new(b"s3cret", body, hashlib.sha256).hexdigest()
+    assert github_signature_ok("s3cret", body, good)
+    assert not github_signature_ok("s3cret", body + b" ", good)
+    assert not github_signature_ok("other", body, good)
+    assert not github_signature_ok("s3cret", body, None)
+    assert not github_signature_ok("s3cret", body, good.replace("sha256=", "sha1="))
+    assert not github_signature_ok("", body, good)  # no secret: nothing is ever accepted
+
+
+def test_gitlab_token_must_match_and_be_set():
+    assert gitlab_token_ok("tok", "tok")
+    assert not gitlab_token_ok("tok", "tok ")
+    assert not gitlab_token_ok("", "")
+
+
+def test_a_job_key_is_the_same_for_a_redelivery_and_differs_for_a_rerun():
+    job = github_job(EVENT)
+    assert (job.job, job.key, job.failed) == ("github:o/r/CI/test", "github:o/r:7:2", True)
+    rerun = {**EVENT, "workflow_job": {**EVENT["workflow_job"], "run_attempt": 3}}
+    assert github_job(rerun).key != job.key
+
+
+def test_events_theow_does_not_read_are_not_jobs():
+    with pytest.raises(NotAJob):
+        github_job({**EVENT, "action": "in_progress"})
+    cancelled = {**EVENT, "workflow_job": {**EVENT["workflow_job"], "conclusion": "cancelled"}}
+    with pytest.raises(NotAJob):
+        github_job(cancelled)
+    with pytest.raises(NotAJob):
+        gitlab_job({"object_kind": "build", "build_status": "running", "build_id": 1})
+    with pytest.raises(NotAJob):
+        github_job({**EVENT, "workflow_job": {**EVENT["workflow_job"], "id": "7; rm"}})
+
+
+def test_a_log_line_cannot_close_its_fence_or_leak_a_secret():
+    line = "```\n# pwned <!-- theow --> token=ghp_" + "b" * 36
+    item = feedback.entry(github_job(EVENT), {"status": "unexplained", "evidence": {"text": line}})
+    body = feedback.render([item])
+    assert "ghp_" + "b" * 36 not in body
+    assert "\n# pwned" not in body  # one line, inside the block
+    assert body.count(feedback.MARKER) == 1  # the only marker is Theow's own
+    assert "````text" in body  # a fence longer than the line's backticks
+    assert "unexplained" in body

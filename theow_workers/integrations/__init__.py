@@ -1,0 +1,1 @@
+"""Forge integrations: webhook intake (``hooks``, ``intake``) and pull-request feedback."""

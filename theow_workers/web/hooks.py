@@ -1,0 +1,203 @@
+"""``POST /hooks/github`` and ``POST /hooks/gitlab``: webhook intake on the web process.
+
+A team points its forge's webhook at the console and adopts Theow without
+touching its pipelines. Each hook has its own authentication instead of the
+console's login: GitHub's ``X-Hub-Signature-256`` HMAC of the body, GitLab's
+``X-Gitlab-Token``, both compared in constant time (``integrations.hooks``).
+A hook is off (404) until its secret is set.
+
+The route only enqueues, so it answers within the forge's timeout (GitHub
+gives up after 10 s): it bounds the body, checks the signature before reading
+a byte of JSON, notes the job as seen (``names.key_hook_seen``, ``SET NX``: a
+duplicated or replayed delivery of the same job and attempt is answered 200
+and dropped) and sends ``theow.hook``, signed with the workers' secret, to
+the resolve queue. If the broker is unreachable the job is un-noted and the
+forge told 503, so its redelivery is not lost.
+
+=========================== ===========================================
+answer                      when
+=========================== ===========================================
+202                         a finished job, queued
+200                         a job already received (duplicate, replay)
+204                         an event or action Theow does not read
+401                         signature or token missing or wrong
+404                         the hook is off (no secret set)
+413                         body larger than ``MAX_BODY``
+503                         the broker is unreachable: redeliver later
+=========================== ===========================================
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+
+from theow_client import names, signing
+from theow_workers.config import Settings
+from theow_workers.integrations import hooks
+from theow_workers.integrations.hooks import HookedJob
+
+log = logging.getLogger("theow.web")
+
+# A workflow_job or Job Hook delivery is a few KB; GitHub caps any at 25 MB.
+MAX_BODY = 1024 * 1024
+HEADER_CHARS = 100
+
+
+class TooLarge(Exception):
+    pass
+
+
+class HookIntake:
+    """The web process's side of the intake: the broker and Redis, made on first use."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._app: Any = None
+        self._redis: Any = None
+        self._key: bytes | None = None
+        self._made = threading.Lock()  # deliveries arrive on many threads at once
+
+    @property
+    def github_secret(self) -> str:
+        return self.settings.github_webhook_secret.get_secret_value()
+
+    @property
+    def gitlab_token(self) -> str:
+        return self.settings.gitlab_webhook_token.get_secret_value()
+
+    @property
+    def redis(self) -> Any:
+        if self._redis is None:
+            import redis
+
+            self._redis = redis.Redis.from_url(self.settings.redis_url)
+        return self._redis
+
+    def enqueue(self, job: HookedJob, delivery: str) -> bool:
+        """Queue the job once; False when it was already received."""
+        seen = names.key_hook_seen(job.key)
+        if not self.redis.set(seen, delivery or "-", nx=True, ex=names.HOOK_SEEN_TTL):
+            return False
+        try:
+            self._send(job)
+        except Exception:
+            self.redis.delete(seen)  # not queued: the forge's redelivery must get through
+            raise
+        return True
+
+    def _broker(self) -> tuple[Any, bytes]:
+        """The Celery app that sends, and the workers' key that signs: made once."""
+        with self._made:
+            if self._app is None or self._key is None:
+                from celery import Celery
+
+                from theow_workers.tokens import worker_key
+
+                self._key = worker_key(self.settings)
+                app = Celery("theow-web", broker=self.settings.redis_url)
+                app.conf.update(task_serializer="json", task_routes=names.TASK_ROUTES,
+                                broker_connection_retry=False,
+                                broker_connection_timeout=3)  # fmt: skip
+                self._app = app
+            return self._app, self._key
+
+    def _send(self, job: HookedJob) -> None:
+        app, key = self._broker()
+        app.send_task(
+            names.TASK_HOOK,
+            args=[signing.sign(names.TASK_HOOK, job.to_wire(), signing.WORKER, key)],
+            queue=names.QUEUE_RESOLVE,
+            ignore_result=True,
+            retry=False,
+            argsrepr=f"[{job.key!r}]",
+        )
+
+    def close(self) -> None:
+        if self._redis is not None:
+            self._redis.close()
+        if self._app is not None:
+            self._app.close()
+
+
+async def _body(request: Request) -> bytes:
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY:
+        raise TooLarge
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            raise TooLarge
+    return bytes(body)
+
+
+def _header(request: Request, name: str) -> str:
+    return " ".join(request.headers.get(name, "").split())[:HEADER_CHARS]
+
+
+async def github(request: Request) -> Response:
+    intake: HookIntake = request.app.state.hooks
+    secret = intake.github_secret
+    if not secret:
+        return PlainTextResponse("not found", status_code=404)
+    try:
+        body = await _body(request)
+    except TooLarge:
+        return PlainTextResponse("payload too large", status_code=413)
+    if not hooks.github_signature_ok(secret, body, request.headers.get("x-hub-signature-256")):
+        log.warning("refused GitHub delivery %r: bad or missing X-Hub-Signature-256",
+                    _header(request, "x-github-delivery"))  # fmt: skip
+        return PlainTextResponse("bad signature", status_code=401)
+    if request.headers.get("x-github-event") != "workflow_job":
+        return Response(status_code=204)  # ping and every other event: nothing to do
+    return await _accept(intake, body, hooks.github_job, _header(request, "x-github-delivery"))
+
+
+async def gitlab(request: Request) -> Response:
+    intake: HookIntake = request.app.state.hooks
+    secret = intake.gitlab_token
+    if not secret:
+        return PlainTextResponse("not found", status_code=404)
+    try:
+        body = await _body(request)
+    except TooLarge:
+        return PlainTextResponse("payload too large", status_code=413)
+    if not hooks.gitlab_token_ok(secret, request.headers.get("x-gitlab-token")):
+        log.warning("refused GitLab delivery %r: bad or missing X-Gitlab-Token",
+                    _header(request, "x-gitlab-event-uuid"))  # fmt: skip
+        return PlainTextResponse("bad token", status_code=401)
+    if request.headers.get("x-gitlab-event") != "Job Hook":
+        return Response(status_code=204)
+    return await _accept(intake, body, hooks.gitlab_job, _header(request, "x-gitlab-event-uuid"))
+
+
+async def _accept(intake: HookIntake, body: bytes, read: Any, delivery: str) -> Response:
+    try:
+        job = read(json.loads(body))
+    except (ValueError, RecursionError):  # JSON errors and NotAJob alike
+        return Response(status_code=204)
+    try:
+        queued = await run_in_threadpool(intake.enqueue, job, delivery)
+    except Exception as exc:
+        log.error("webhook for %s not queued: %s", job.key, str(exc)[:300])
+        return PlainTextResponse("broker unavailable", status_code=503,
+                                 headers={"Retry-After": "30"})  # fmt: skip
+    if not queued:
+        return PlainTextResponse("already received")
+    log.info("webhook %r: %s %s queued", delivery, job.key, job.conclusion)
+    return PlainTextResponse("queued", status_code=202)
+
+
+def routes() -> list[Route]:
+    return [
+        Route("/hooks/github", github, methods=["POST"]),
+        Route("/hooks/gitlab", gitlab, methods=["POST"]),
+    ]
