@@ -99,6 +99,10 @@ Redis keys (all under ``theow:``):
     id of the one comment Theow keeps on that pull request; expires after
     ``HOOK_PR_TTL``. ``theow:lock:pr:<forge>:<repo>:<number>`` is the
     redis-py lock held while a worker writes that comment (never two).
+``theow:hook:job-prs:<job key>``
+    Set of the pull-request numbers whose comment lists that job as failed,
+    expires after ``HOOK_PR_TTL``: a passing run of the job looks there before
+    any forge call, so a job no comment lists costs none.
 ``theow:hook:rate:<forge>:<repo>:requests`` (and ``:tokens``, ``:backoff``, ``:stopped``)
     The sliding window of forge API calls for one repository, kept by
     ``theow_workers/adapters/ratelimit.lua`` as for a model (``backoff``: a 429's
@@ -276,6 +280,10 @@ def key_hook_seen(job_key: str) -> str:
 
 def key_hook_pr(forge: str, repo: str, number: str) -> str:
     return f"{KEY_PREFIX}hook:pr:{forge}:{repo}:{number}"
+
+
+def key_hook_job_prs(job: str) -> str:
+    return f"{KEY_PREFIX}hook:job-prs:{job}"
 
 
 def key_hook_pr_lock(forge: str, repo: str, number: str) -> str:

@@ -387,7 +387,8 @@ def hook(self: ServicesTask, payload: Any = None, *_: Any, **__: Any) -> dict[st
     Internal: signed by the web process with the workers' secret. A failed job
     is resolved as the client's submission of it would be, under the forge's
     agent (``github-hooks``, ``gitlab-hooks``), then, with ``pr_comments`` on,
-    written into its pull requests' comment; a passing one teaches its normal.
+    written into its pull requests' comment; a passing one teaches its normal
+    (sampled) and, if a comment lists it as failed, is shown passing there.
     """
     rt = self.services
     try:
@@ -401,7 +402,12 @@ def hook(self: ServicesTask, payload: Any = None, *_: Any, **__: Any) -> dict[st
     api = ForgeAPI.for_settings(rt.settings, job.forge, rt.redis)
     try:
         if not job.failed:
-            return intake.learn_passing(rt, api, job)
+            # Before the normal's sampling: a comment listing the job must say it passed.
+            marked = (
+                feedback.mark_passed_or_log(rt.redis, api, job) if rt.settings.pr_comments else []
+            )
+            learned = intake.learn_passing(rt, api, job)
+            return {**learned, "comments": marked} if marked else learned
         request = intake.submission(job, api.job_log(job))
         request = _as_sent_by(rt, Identity(job.agent, "agent"), request, str(request.failure_id))
         failure_id = str(request.failure_id)

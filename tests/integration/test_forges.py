@@ -18,15 +18,23 @@ from theow_workers.integrations.hooks import github_job, gitlab_job
 pytestmark = pytest.mark.integration
 
 
-def job(job_id: int, name: str = "test"):
+def job(job_id: int, name: str = "test", conclusion: str = "failure", attempt: int = 1,
+        sha: str = "feed01"):  # fmt: skip
     return github_job(
         {
             "action": "completed",
             "repository": {"full_name": "acme/app"},
-            "workflow_job": {"id": job_id, "run_attempt": 1, "name": name, "workflow_name": "CI",
-                             "conclusion": "failure", "head_sha": "feed01"},
+            "workflow_job": {"id": job_id, "run_attempt": attempt, "name": name,
+                             "workflow_name": "CI", "conclusion": conclusion, "head_sha": sha,
+                             "html_url": f"https://github.com/acme/app/actions/runs/1/job/{job_id}"},
         }
     )  # fmt: skip
+
+
+def comment_calls(fake: FakeForge) -> list[tuple[str, str]]:
+    """The calls that find pull requests or read or write their comments."""
+    return [(m, p) for m, p in fake.requests if "/pulls" in p or "comments" in p or "notes" in p
+            or "merge_requests" in p]  # fmt: skip
 
 
 def api(fake: FakeForge, redis, forge: str = "github", **kwargs) -> ForgeAPI:
@@ -127,3 +135,98 @@ def test_a_forge_refusing_the_comment_leaves_the_verdict_alone(redis_client):
         unavailable = api(fake, redis_client, sleep=lambda _: None, retries=1)
         with pytest.raises(ForgeUnavailable):  # the task retries it later
             feedback.post_or_log(redis_client, unavailable, job(1), {"status": "unexplained"})
+
+
+def test_a_failed_job_that_passes_on_a_re_run_is_shown_passing_in_the_same_comment(redis_client):
+    with FakeForge() as fake:
+        fake.pulls["feed01"] = [12]
+        client = api(fake, redis_client)
+        feedback.post(redis_client, client, job(1, "test"), {"status": "resolved", "rule": "r1"})
+        feedback.post(redis_client, client, job(2, "lint"), {"status": "unexplained"})
+        [comment] = fake.comments["12"]
+        made = comment["id"]
+        assert "~~" not in comment["body"]
+        before = len(comment_calls(fake))
+
+        rerun = job(3, "test", conclusion="success", attempt=2)
+        assert feedback.mark_passed(redis_client, client, rerun) == ["12"]
+        [comment] = fake.comments["12"]
+        assert comment["id"] == made  # edited in place
+        test_line, lint_line = (
+            next(line for line in comment["body"].splitlines() if f"CI / {name}" in line)
+            for name in ("test", "lint")
+        )
+        assert "~~rule `r1` (resolved)~~" in test_line and "passed on attempt 2" in test_line
+        assert "job/3" in test_line  # links the passing run
+        assert "unexplained" in lint_line and "passed" not in lint_line
+        # The same commit's re-run: no pull-request lookup, one edit only.
+        assert comment_calls(fake)[before:] == [
+            ("PATCH", f"/repos/acme/app/issues/comments/{made}")
+        ]
+
+        # A redelivery, or an older attempt's pass, changes nothing and calls nothing.
+        calls = len(fake.requests)
+        assert feedback.mark_passed(redis_client, client, rerun) == []
+        assert feedback.mark_passed(redis_client, client, job(4, "test", "success", 1)) == []
+        assert len(fake.requests) == calls
+
+        # Failing again later: listed as failed again, in the same comment.
+        feedback.post(redis_client, client, job(5, "test", attempt=3), {"status": "unexplained"})
+        [comment] = fake.comments["12"]
+        assert comment["id"] == made and "passed on attempt" not in comment["body"]
+
+
+def test_a_passing_job_no_comment_lists_calls_nothing_and_never_makes_a_comment(redis_client):
+    with FakeForge() as fake:
+        fake.pulls["feed01"] = [12]
+        client = api(fake, redis_client)
+        assert feedback.mark_passed(redis_client, client, job(1, "test", "success")) == []
+        assert fake.requests == [] and fake.comments == {}
+
+        feedback.post(redis_client, client, job(2, "lint"), {"status": "unexplained"})
+        calls = len(fake.requests)
+        assert feedback.mark_passed(redis_client, client, job(3, "test", "success", 2)) == []
+        assert len(fake.requests) == calls  # another job of the same pull request: nothing
+
+        fake.comments["12"].clear()  # someone deleted Theow's comment
+        assert feedback.mark_passed(redis_client, client, job(4, "lint", "success", 2)) == []
+        assert fake.comments["12"] == []  # not made again only to say a job passed
+
+
+def test_a_pass_of_another_commit_counts_only_for_the_pull_requests_it_belongs_to(redis_client):
+    with FakeForge() as fake:
+        fake.pulls["feed01"] = [12]
+        client = api(fake, redis_client)
+        feedback.post(redis_client, client, job(1, "test"), {"status": "unexplained"})
+        # The main branch's run of the same job passes: not this pull request's.
+        assert (
+            feedback.mark_passed(redis_client, client, job(2, "test", "success", sha="ma1n")) == []
+        )
+        assert "passed" not in fake.comments["12"][0]["body"]
+        assert ("GET", "/repos/acme/app/commits/ma1n/pulls") in fake.requests
+        # A new push to the pull request passes it.
+        fake.pulls["beef02"] = [12]
+        pushed = job(3, "test", "success", sha="beef02")
+        assert feedback.mark_passed(redis_client, client, pushed) == ["12"]
+        [comment] = fake.comments["12"]
+        assert "passed on attempt 1" in comment["body"]
+
+
+def test_a_gitlab_job_retried_to_success_is_shown_passing_in_the_same_note(redis_client):
+    def gitlab(job_id: int, status: str, retries: int):
+        return gitlab_job(
+            {"object_kind": "build", "build_id": job_id, "build_name": "unit",
+             "build_status": status, "retries_count": retries, "project_id": 42, "sha": "feed01",
+             "project": {"path_with_namespace": "acme/app",
+                         "web_url": "https://gitlab.example.com/acme/app"}}
+        )  # fmt: skip
+
+    with FakeForge() as fake:
+        fake.pulls["feed01"] = [4]
+        client = api(fake, redis_client, "gitlab")
+        feedback.post(redis_client, client, gitlab(9, "failed", 0), {"status": "unexplained"})
+        [note] = fake.comments["4"]
+        assert feedback.mark_passed(redis_client, client, gitlab(10, "success", 1)) == ["4"]
+        assert fake.comments["4"] == [{"id": note["id"], "body": fake.comments["4"][0]["body"]}]
+        assert "~~unexplained~~ [passed on attempt 2]" in fake.comments["4"][0]["body"]
+        assert ("PUT", f"/api/v4/projects/42/merge_requests/4/notes/{note['id']}") in fake.requests

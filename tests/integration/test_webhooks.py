@@ -203,6 +203,52 @@ def test_passing_jobs_teach_their_normal_once_per_interval(fleet, forge, redis_c
     assert failures(fleet) == 0
 
 
+def test_a_failed_job_passing_on_a_re_run_is_shown_passing_in_the_same_comment(
+    fleet, forge, redis_client
+):
+    from theow_client import names
+    from theow_workers.adapters.normals import RedisNormals
+
+    forge.logs["521"] = "Run tests\nHOOKECHO flaky\nexit 1"
+    forge.logs["522"] = "Run tests\nall passed"
+    forge.logs["531"] = "Run build\nall built"
+    forge.pulls[SHA] = [7]
+    normals = RedisNormals(redis_client, ttl=3600)
+    own_job = names.agent_job("github-hooks", "github:acme/app/CI/test")
+    # A passing run of this job was learned this interval: the re-run is not learned,
+    # and the comment is updated all the same.
+    redis_client.set(names.key_passing_sample(own_job), "1", ex=3600)
+    with web() as http:
+        body = github_event(521, "test")
+        assert http.post("/hooks/github", content=body, headers=signed(body)).status_code == 202
+        wait_until(lambda: forge.comments.get("7"), what="the pull request's comment")
+        [failed] = forge.comments["7"]
+        made = failed["id"]
+        assert "tf_hook_echo" in failed["body"] and "passed" not in failed["body"]
+
+        rerun = github_event(522, "test", conclusion="success", attempt=2)
+        assert http.post("/hooks/github", content=rerun, headers=signed(rerun)).status_code == 202
+        wait_until(lambda: "passed on attempt 2" in forge.comments["7"][0]["body"],
+                   what="the comment showing the re-run passed")  # fmt: skip
+        [comment] = forge.comments["7"]
+        assert comment["id"] == made
+        assert "~~rule `tf_hook_echo` (" in comment["body"]
+        assert "HOOKECHO flaky" not in comment["body"]  # no line to look at any more
+
+        calls = len(forge.requests)
+        other = github_event(531, "build", conclusion="success")  # listed by no comment
+        assert http.post("/hooks/github", content=other, headers=signed(other)).status_code == 202
+        build = names.agent_job("github-hooks", "github:acme/app/CI/build")
+        wait_until(lambda: normals.runs(build) >= 1, what="the passing build learned")
+    assert forge.requests[calls:] == [
+        ("GET", "/repos/acme/app/actions/jobs/531/logs"),
+        ("GET", "/blob/531"),
+    ]  # its log only: no pull-request lookup, no comment call
+    assert len(forge.comments["7"]) == 1
+    assert normals.runs(own_job) == 0  # the sampling said no; the comment did not wait on it
+    assert failures(fleet) == 1
+
+
 def test_an_unreachable_broker_answers_503_so_the_forge_redelivers(tmp_path):
     from tests.conftest import free_port
 

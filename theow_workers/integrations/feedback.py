@@ -1,4 +1,4 @@
-"""One comment per pull request, kept up to date as its jobs fail (``THEOW_PR_COMMENTS=on``).
+"""One comment per pull request, kept up to date as its jobs fail and pass (``THEOW_PR_COMMENTS=on``).
 
 A ``workflow_job`` event names no pull request (and a fork's ``pull_requests``
 list is empty), so the pull requests are found from the job's head commit. Each
@@ -7,6 +7,10 @@ and the whole comment is rewritten from it under a per-pull-request lock, so
 two jobs of one pull request finishing at once never make two comments: the
 second waits, finds the first's comment id in the hash (or, if Redis lost it,
 the ``<!-- theow -->`` marker in the comments) and edits it.
+
+A listed job that passes later (a re-run, a new push) is shown passing in the
+same comment, its verdict struck (``mark_passed``); a passing job no comment
+lists costs no forge call and never makes a comment.
 
 Every text in the comment came from a build log or a webhook: the line shown is
 masked (``theow_client.redact``), cut to one bounded line and fenced with a
@@ -21,7 +25,7 @@ import contextlib
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from redis.exceptions import LockError
@@ -51,6 +55,8 @@ def entry(job: HookedJob, verdict: Mapping[str, Any]) -> dict[str, str]:
         "rule": str(verdict.get("rule") or ""),
         "line": _line_to_look_at(verdict),
         "failure_id": str(verdict.get("failure_id") or ""),
+        "head_sha": job.head_sha,
+        "attempt": str(_attempt(job)),
     }
 
 
@@ -59,19 +65,27 @@ def render(entries: list[dict[str, str]], console_url: str = "") -> str:
     lines = [MARKER, "### Theow: failed jobs of this pull request", ""]
     for item in entries[:MAX_JOBS_SHOWN]:
         name = escape(" / ".join(p for p in (item.get("workflow"), item.get("name")) if p))
-        url = item.get("url", "")
-        title = f"[{name}]({url})" if url.startswith("https://") and ")" not in url else name
+        title = _linked(name, item.get("url", ""))
         rule = item.get("rule")
         said = f"rule `{rule}` ({escape(item.get('status', ''))})" if rule else "unexplained"
         link = ""
         if console_url and item.get("failure_id"):
             link = f" · [console]({console_url.rstrip('/')}/failures/{item['failure_id']})"
+        passed = str(item.get("passed") or "")
+        if passed.isdigit():  # fixed since: the verdict struck, the line no longer to look at
+            again = _linked(f"passed on attempt {passed}", item.get("passed_url", ""))
+            lines.append(f"- **{title}**: ~~{said}~~ {again}{link}")
+            continue
         lines.append(f"- **{title}**: {said}{link}")
         if item.get("line"):
             lines += [f"  {block}" for block in fenced(item["line"]).splitlines()]
     if len(entries) > MAX_JOBS_SHOWN:
         lines.append(f"- … and {len(entries) - MAX_JOBS_SHOWN} more")
     return "\n".join(lines) + "\n"
+
+
+def _linked(text: str, url: str) -> str:
+    return f"[{text}]({url})" if url.startswith("https://") and ")" not in url else text
 
 
 def escape(text: str) -> str:
@@ -105,9 +119,38 @@ def post(
 ) -> list[str]:
     """Write the job's outcome into the comment of each of its pull requests; their numbers."""
     numbers = api.pull_requests(job)
+    item = entry(job, verdict)
     for number in numbers:
-        _update_one(redis, api, job, number, entry(job, verdict), console_url)
+        _write(redis, api, job, number, lambda _: item, console_url, create=True)
     return numbers
+
+
+def mark_passed(redis: Any, api: ForgeAPI, job: HookedJob, console_url: str = "") -> list[str]:
+    """A passing run of a job that comments list as failed: those comments say it passed now.
+
+    The pull requests whose comment lists the job are in Redis
+    (``names.key_hook_job_prs``), so a job no comment lists costs no forge
+    call. A run of the failed commit is one of its pull requests' (a re-run);
+    a run of another commit counts only if the forge names those pull
+    requests for it (a push to the pull request, not the main branch's run of
+    the same job). Never makes a comment: the numbers of those it updated.
+    """
+    field = f"job:{job.job}"
+    listed: list[tuple[str, dict[str, str]]] = []
+    for raw in sorted(redis.smembers(names.key_hook_job_prs(job.job))):
+        number = raw.decode() if isinstance(raw, bytes) else str(raw)
+        item = _stored(redis.hget(names.key_hook_pr(job.forge, job.repo, number), field))
+        if item is not None and _fixed_by(item, job):
+            listed.append((number, item))
+    if any(item.get("head_sha") != job.head_sha for _, item in listed):
+        heads = set(api.pull_requests(job))
+        listed = [
+            (n, item) for n, item in listed if item.get("head_sha") == job.head_sha or n in heads
+        ]
+    return [
+        number for number, _ in listed
+        if _write(redis, api, job, number, lambda old: _passed(old, job), console_url, create=False)
+    ]  # fmt: skip
 
 
 def post_or_log(redis: Any, api: ForgeAPI, job: HookedJob, verdict: Mapping[str, Any]) -> None:
@@ -124,10 +167,65 @@ def post_or_log(redis: Any, api: ForgeAPI, job: HookedJob, verdict: Mapping[str,
         log.warning("%s: no pull-request comment: %s", job.key, exc)
 
 
-def _update_one(
-    redis: Any, api: ForgeAPI, job: HookedJob, number: str, item: dict[str, str], console: str
-) -> None:
+def mark_passed_or_log(redis: Any, api: ForgeAPI, job: HookedJob) -> list[str]:
+    """``mark_passed``; a refusal is logged (as ``post_or_log``), ForgeUnavailable propagates."""
+    try:
+        return mark_passed(redis, api, job)
+    except ForgeError as exc:
+        if isinstance(exc, ForgeUnavailable):
+            raise
+        log.warning("%s: pull-request comment not marked passed: %s", job.key, exc)
+        return []
+
+
+def _attempt(job: HookedJob) -> int:
+    """The run's attempt counted from 1 (GitLab counts retries from 0)."""
+    return int(job.attempt) + (1 if job.forge == "gitlab" else 0)
+
+
+def _fixed_by(item: Mapping[str, str], job: HookedJob) -> bool:
+    """Whether ``job`` passing fixes the failure ``item`` records (not a stale delivery)."""
+    if item.get("passed"):
+        return False
+    if item.get("head_sha") != job.head_sha:
+        return True
+    return str(item.get("attempt", "")).isdigit() and _attempt(job) > int(item["attempt"])
+
+
+def _passed(old: dict[str, str] | None, job: HookedJob) -> dict[str, str] | None:
+    if old is None or not _fixed_by(old, job):
+        return None  # meanwhile failed again, or marked by another delivery
+    return {**old, "passed": str(_attempt(job)), "passed_url": job.url}
+
+
+def _stored(raw: bytes | str | None) -> dict[str, str] | None:
+    if raw is None:
+        return None
+    try:
+        item = json.loads(raw)
+    except ValueError:
+        return None
+    return item if isinstance(item, dict) else None
+
+
+def _write(
+    redis: Any,
+    api: ForgeAPI,
+    job: HookedJob,
+    number: str,
+    change: Callable[[dict[str, str] | None], dict[str, str] | None],
+    console: str,
+    *,
+    create: bool,
+) -> bool:
+    """Under the pull request's lock: the job's entry changed, the comment rewritten.
+
+    ``change`` gets the entry stored now and answers the new one (None: nothing
+    to change). ``create`` False never makes a comment (a passing run updates
+    one or nothing). Whether the comment was written.
+    """
     key = names.key_hook_pr(job.forge, job.repo, number)
+    field = f"job:{job.job}"
     lock = redis.lock(
         names.key_hook_pr_lock(job.forge, job.repo, number),
         timeout=LOCK_TIMEOUT,
@@ -136,8 +234,14 @@ def _update_one(
     if not lock.acquire():
         raise TimeoutError(f"pull request {job.repo}#{number}: its comment lock stayed taken")
     try:
-        redis.hset(key, f"job:{job.job}", json.dumps(item))
+        item = change(_stored(redis.hget(key, field)))
+        if item is None:
+            return False
+        redis.hset(key, field, json.dumps(item))
         redis.expire(key, names.HOOK_PR_TTL)
+        if not item.get("passed"):
+            redis.sadd(names.key_hook_job_prs(job.job), number)
+            redis.expire(names.key_hook_job_prs(job.job), names.HOOK_PR_TTL)
         stored = redis.hgetall(key)
         entries = [
             json.loads(value) for field, value in sorted(stored.items())
@@ -150,6 +254,8 @@ def _update_one(
             found = api.find_comment(job, number, MARKER)
             comment_id = found.id if found else None
         if comment_id is None:
+            if not create:
+                return False
             comment_id = api.create_comment(job, number, body).id
             log.info("%s#%s: comment %s made", job.repo, number, comment_id)
         else:
@@ -159,9 +265,13 @@ def _update_one(
             except ForgeError as exc:
                 if exc.status != 404:
                     raise
+                if not create:
+                    redis.hdel(key, "comment")  # someone deleted it: not made again to say so
+                    return False
                 comment_id = api.create_comment(job, number, body).id  # someone deleted it
                 log.info("%s#%s: comment %s made again", job.repo, number, comment_id)
         redis.hset(key, "comment", comment_id)
+        return True
     finally:
         with contextlib.suppress(LockError):
             lock.release()
