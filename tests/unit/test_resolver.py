@@ -66,6 +66,38 @@ def test_similarity_is_computed_only_when_specificity_and_position_leave_a_tie()
     assert calls == [["a", "c"]]
 
 
+def test_a_rule_scoped_to_the_project_beats_a_library_wide_one_on_the_same_line_without_similarity():
+    calls = []
+
+    def similarity(names):
+        calls.append(list(names))
+        return {"library": 0.9, "taught": 0.1, "other_project": 0.9}
+
+    taught = parse_rule(
+        "name: taught\nmode: track\nwhen:\n  - {fact: repo, equals: acme/app}\n"
+        "  - {fact: stderr, contains: 'widget broke'}\n"
+    )
+    other = parse_rule(
+        "name: other_project\nmode: track\nwhen:\n  - {fact: repo, equals: acme/lib}\n"
+        "  - {fact: stderr, contains: 'widget broke'}\n"
+    )
+    rules = book(make("library", "widget broke"), taught, other)
+    result = plan(rules, {"stderr": "widget broke", "repo": "acme/app"}, similarity=similarity)
+    assert [c.rule for c in result.attempts] == ["taught", "library"]
+    assert calls == [] and not result.scored
+    # Two rules of one scope on one line are still level: similarity decides.
+    twin = parse_rule(
+        "name: twin\nmode: track\nwhen:\n  - {fact: repo, equals: acme/app}\n"
+        "  - {fact: stderr, contains: 'widget'}\n"
+    )
+    result = plan(
+        book(make("library", "widget broke"), taught, twin),
+        {"stderr": "widget broke", "repo": "acme/app"},
+        similarity=lambda names: {"twin": 0.9, "taught": 0.1},
+    )
+    assert result.scored and [c.rule for c in result.attempts] == ["twin", "taught", "library"]
+
+
 def test_a_validating_rule_is_found_even_when_it_ranks_below_any_top_k():
     # Thirty rules read almost exactly like the failure but do not validate;
     # the one that does has a description that shares no word with it.

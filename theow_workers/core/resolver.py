@@ -111,6 +111,11 @@ class Candidate:
         return bool(evidence is not None and evidence.normal)
 
     @property
+    def scoped(self) -> bool:
+        """Its rule is kept to a project or job (``repo``/``job`` equals), and so applies here."""
+        return self.match is not None and scoped(self.match.rule)
+
+    @property
     def position(self) -> float:
         """Where the evidence sits in its fact: later is nearer the failure."""
         evidence = self.match.evidence if self.match is not None else None
@@ -122,8 +127,8 @@ class Plan:
     attempts: tuple[Candidate, ...]  # validated, in the order to try them
     rejected: tuple[Candidate, ...]  # checked in full and did not validate, with the reason
     checked: int = 0  # rules considered, including those the scanner ruled out
-    # The order fell to similarity and track records (rules tied on specificity
-    # and evidence position); otherwise it follows from the facts alone.
+    # The order fell to similarity and track records (rules tied on specificity,
+    # evidence position and scope); otherwise it follows from the facts alone.
     scored: bool = False
 
     @property
@@ -163,7 +168,9 @@ def plan(
     One scan of the facts rules out every rule whose patterns do not occur;
     with ``explain`` every rule is checked in full, for its reason.
     Order within a group: specific before generic, then evidence nearer the
-    end of its fact, then similarity weighted by track record.
+    end of its fact, then a rule scoped to the failure's project or job
+    (``repo``/``job`` equals, as a taught rule is) before one that is not,
+    then similarity weighted by track record.
 
     ``is_normal`` is the failed job's normal (:mod:`~theow_workers.core.normal`):
     each validated rule's evidence is marked ``normal`` or new, and a rule
@@ -224,7 +231,7 @@ def plan(
         members = [candidate(r, source) for r in rules]
         ok = [c for c in members if c.validated]
         if source != NAMED:
-            ok.sort(key=lambda c: (c.generic, -c.position, -c.score))
+            ok.sort(key=lambda c: (c.generic, -c.position, not c.scoped, -c.score))
         attempts.extend(ok)
         rejected.extend(c for c in members if not c.validated)
     if is_normal is not None:
@@ -259,9 +266,21 @@ def _line_at(text: str, start: int, end: int) -> str:
 
 
 def _ties(validated: list[Match]) -> bool:
-    """Whether specificity and evidence position leave two validated rules level."""
-    keys = [(m.rule.generic, m.evidence.position if m.evidence else 0.0) for m in validated]
+    """Whether specificity, evidence position and scope leave two validated rules level."""
+    keys = [
+        (m.rule.generic, m.evidence.position if m.evidence else 0.0, scoped(m.rule))
+        for m in validated
+    ]
     return len(keys) != len(set(keys))
+
+
+def scoped(rule: Rule) -> bool:
+    """Whether ``rule`` is kept to one project or job by a ``repo`` or ``job`` equals condition.
+
+    Of two rules that explain the same line, the one a project's reviewers
+    taught for that project says more about it than a library-wide one.
+    """
+    return any(c.fact in ("repo", "job") and "equals" in c.model_fields_set for c in rule.when)
 
 
 def matching_facts(facts: dict[str, Any]) -> dict[str, Any]:
