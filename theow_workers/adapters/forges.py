@@ -154,6 +154,7 @@ class ForgeAPI:
         self.limiter = limiter
         self.sleep = sleep
         self.retries = retries
+        self._me: str | None = None  # the token's own account (GET /user), asked once
 
     @classmethod
     def for_settings(cls, settings: Settings, forge: str, redis: Any) -> ForgeAPI:
@@ -196,19 +197,42 @@ class ForgeAPI:
         ]  # fmt: skip
 
     def find_comment(self, job: HookedJob, number: str, marker: str) -> Comment | None:
-        """Theow's own comment on the pull request: the first whose body holds ``marker``."""
+        """Theow's own comment on the pull request: the first by the token's own account
+        (``GET /user``) whose body starts with ``marker``; anyone else may quote the marker."""
+        me = self.me(job)
         for page in range(1, MAX_PAGES + 1):
             found = self._call(
                 "GET", self._comments(job, number), job.repo,
                 params={"per_page": PAGE, "page": page},
             ).json()  # fmt: skip
             for comment in found if isinstance(found, list) else []:
-                body = comment.get("body") if isinstance(comment, dict) else None
-                if isinstance(body, str) and marker in body:
+                if not isinstance(comment, dict) or self._author(comment) != me:
+                    continue
+                body = comment.get("body")
+                if isinstance(body, str) and body.startswith(marker):
                     return Comment(str(comment["id"]), body)
             if not isinstance(found, list) or len(found) < PAGE:
                 return None
         return None
+
+    def me(self, job: HookedJob) -> str:
+        """The token's own account: its login on GitHub, its user id on GitLab (asked once)."""
+        if self._me is None:
+            user = self._call("GET", "/user", job.repo).json()
+            field = "login" if self.forge == "github" else "id"
+            value = user.get(field) if isinstance(user, dict) else None
+            if value is None or value == "" or isinstance(value, bool | dict | list):
+                raise ForgeError(f"{self.forge} GET /user: no {field}")
+            self._me = str(value)
+        return self._me
+
+    def _author(self, comment: dict[str, Any]) -> str | None:
+        """A comment's author as ``me`` names accounts (None: not said)."""
+        who = comment.get("user" if self.forge == "github" else "author")
+        value = (
+            who.get("login" if self.forge == "github" else "id") if isinstance(who, dict) else None
+        )
+        return None if value is None or isinstance(value, bool | dict | list) else str(value)
 
     def create_comment(self, job: HookedJob, number: str, body: str) -> Comment:
         made = self._call("POST", self._comments(job, number), job.repo, json={"body": body})
