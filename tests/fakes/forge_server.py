@@ -34,6 +34,8 @@ class FakeForge:
         self.pulls: dict[str, list[int]] = {}  # head sha -> PR (MR) numbers
         self.comments: dict[str, list[dict[str, Any]]] = {}  # PR number -> comments
         self.requests: list[tuple[str, str]] = []
+        self.tokens_seen: list[str] = []  # every credential header that arrived, any path
+        self.trace_storage = ""  # an origin a GitLab trace redirects to (its /blob/<job>)
         self.refused = 0
         self.fail_first = 0
         self.throttle_once = 0.0  # seconds of the one 429's Retry-After (0: none)
@@ -54,6 +56,9 @@ class FakeForge:
     def answer(self, method: str, path: str, headers: Any, body: bytes) -> tuple[int, Any, dict]:
         with self.lock:
             self.requests.append((method, path))
+            self.tokens_seen += [
+                headers[name] for name in ("Authorization", "PRIVATE-TOKEN") if headers.get(name)
+            ]
             if path.startswith("/blob/"):  # the log storage: no token, as a signed URL
                 return 200, self.logs[path.rsplit("/", 1)[1]], {}
             if not self._authorized(headers):
@@ -84,6 +89,8 @@ class FakeForge:
                 return 404, {"message": "Not Found"}, {}
             return 302, "", {"Location": f"{self.url}/blob/{m[1]}"}
         if m := re.fullmatch(r"/api/v4/projects/[^/]+/jobs/(\d+)/trace", path):
+            if self.trace_storage:
+                return 302, "", {"Location": f"{self.trace_storage}/blob/{m[1]}"}
             return (200, self.logs[m[1]], {}) if m[1] in self.logs else (404, {}, {})
         if m := re.fullmatch(r"/repos/[^/]+/[^/]+/commits/(\w+)/pulls", path):
             return 200, [{"number": n, "state": "open"} for n in self.pulls.get(m[1], [])], {}

@@ -79,6 +79,19 @@ def test_the_token_never_follows_the_redirect_to_the_log_storage(redis_client):
         assert api(fake, redis_client).job_log(job(5)) == "stored log"
 
 
+def test_the_gitlab_token_never_follows_a_trace_redirected_to_another_origin(redis_client):
+    gitlab = gitlab_job(
+        {"object_kind": "build", "build_id": 9, "build_name": "unit", "build_status": "failed",
+         "project_id": 42, "sha": "feed01", "project": {"path_with_namespace": "acme/app"}}
+    )  # fmt: skip
+    with FakeForge() as fake, FakeForge() as storage:
+        storage.logs["9"] = "stored trace"
+        fake.trace_storage = storage.url
+        assert api(fake, redis_client, "gitlab").job_log(gitlab) == "stored trace"
+        assert fake.tokens_seen == [fake.token]  # the forge had it
+        assert storage.tokens_seen == [] and storage.requests == [("GET", "/blob/9")]
+
+
 def test_concurrent_failures_of_one_pull_request_make_one_comment(redis_client):
     with FakeForge() as fake:
         fake.pulls["feed01"] = [12]

@@ -19,7 +19,8 @@ transport error, a 5xx or a 429, waiting what ``Retry-After`` asks (a 429 makes
 every worker wait on that repository). The log is read as a stream and kept as
 the client keeps a command's output (``theow_client.capture.HeadTail``): a log of
 gigabytes costs a few megabytes. The token is sent to the forge only: a redirect
-to another host (GitHub's log storage) goes without it.
+to another origin (GitHub's log storage, a GitLab trace in object storage) goes
+without it.
 
 >>> api = ForgeAPI.for_settings(settings, "github", redis)   # doctest: +SKIP
 >>> api.job_log(job)                                            # doctest: +SKIP
@@ -27,11 +28,12 @@ to another host (GitHub's log storage) goes without it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -70,6 +72,7 @@ WINDOW_MS = 60_000
 PAGE = 100
 MAX_PAGES = 10  # comments read to find Theow's own when Redis lost its id
 CHUNK = 64 * 1024
+MAX_REDIRECTS = 5  # GitLab's, followed by hand (the token stays on the forge's origin)
 
 
 class ForgeError(Exception):
@@ -146,10 +149,10 @@ class ForgeAPI:
                 headers["Authorization"] = f"Bearer {token}"
         else:
             self.base += "/api/v4"
-            if token:
-                headers["PRIVATE-TOKEN"] = token
-        # httpx drops Authorization on a redirect to another origin; PRIVATE-TOKEN is
-        # GitLab's and GitLab serves the trace itself, so no redirect leaves with it.
+        # httpx drops Authorization on a redirect to another origin, not PRIVATE-TOKEN:
+        # GitLab's token goes per request, to the forge's own origin only (``_stream``).
+        self.token = token if forge == "gitlab" else ""
+        self.origin = httpx.URL(self.base).copy_with(path="/", query=None, fragment=None)
         self.http = httpx.Client(headers=headers, timeout=TIMEOUT, follow_redirects=True)
         self.limiter = limiter
         self.sleep = sleep
@@ -266,7 +269,7 @@ class ForgeAPI:
                 self.limiter.acquire(self.forge, repo)
             wait = FIRST_BACKOFF * 2**attempt
             try:
-                with self.http.stream(method, url, **kwargs) as response:
+                with self._stream(method, url, **kwargs) as response:
                     if response.status_code < 400:
                         if sink is None:
                             response.read()
@@ -289,6 +292,33 @@ class ForgeAPI:
             log.info("%s %s %s: %s, retrying in %.1fs", self.forge, method, path, problem, wait)
             self.sleep(wait * random.uniform(1.0, 1.2))
         raise ForgeUnavailable(f"{self.forge} {method} {path}: {problem}", status)
+
+    @contextlib.contextmanager
+    def _stream(self, method: str, url: str, **kwargs: Any) -> Iterator[httpx.Response]:
+        """GitHub: httpx follows redirects, without Authorization to another origin.
+
+        GitLab: redirects of a GET are followed here, PRIVATE-TOKEN sent only
+        while the URL is the forge's own origin; a redirected write fails.
+        """
+        if self.forge == "github":
+            with self.http.stream(method, url, **kwargs) as response:
+                yield response
+            return
+        target = httpx.URL(url)
+        for _ in range(MAX_REDIRECTS + 1):
+            own = target.copy_with(path="/", query=None, fragment=None) == self.origin
+            headers = {"PRIVATE-TOKEN": self.token} if own and self.token else {}
+            with self.http.stream(
+                method, target, headers=headers, follow_redirects=False, **kwargs
+            ) as response:
+                if not response.has_redirect_location:
+                    yield response
+                    return
+                if method != "GET":
+                    raise ForgeError(f"gitlab {method} {target.path}: redirected", 0)
+                target = target.join(response.headers["location"])
+                kwargs.pop("params", None)  # the location carries its own query
+        raise ForgeError(f"gitlab {method} {url}: more than {MAX_REDIRECTS} redirects", 0)
 
 
 def _repo(repo: str) -> str:
