@@ -82,7 +82,7 @@ def test_the_token_never_follows_the_redirect_to_the_log_storage(redis_client):
 def test_the_gitlab_token_never_follows_a_trace_redirected_to_another_origin(redis_client):
     gitlab = gitlab_job(
         {"object_kind": "build", "build_id": 9, "build_name": "unit", "build_status": "failed",
-         "project_id": 42, "sha": "feed01", "project": {"path_with_namespace": "acme/app"}}
+         "project_id": 42, "sha": "feed01", "project": {"id": 42, "path_with_namespace": "acme/app"}}
     )  # fmt: skip
     with FakeForge() as fake, FakeForge() as storage:
         storage.logs["9"] = "stored trace"
@@ -117,7 +117,7 @@ def test_a_comment_lost_from_redis_is_found_by_its_marker_not_made_twice(redis_c
         fake.pulls["feed01"] = [4]
         gitlab = gitlab_job(
             {"object_kind": "build", "build_id": 9, "build_name": "unit", "build_status": "failed",
-             "project_id": 42, "sha": "feed01", "project": {"path_with_namespace": "acme/app"}}
+             "project_id": 42, "sha": "feed01", "project": {"id": 42, "path_with_namespace": "acme/app"}}
         )  # fmt: skip
         client = api(fake, redis_client, "gitlab")
         feedback.post(redis_client, client, gitlab, {"status": "resolved", "rule": "r1"})
@@ -137,7 +137,7 @@ def test_a_comment_forging_the_marker_is_never_taken_for_theows_own(redis_client
         fake.comments["6"] = list(forged)
         gitlab = gitlab_job(
             {"object_kind": "build", "build_id": 9, "build_name": "unit", "build_status": "failed",
-             "project_id": 42, "sha": "feed01", "project": {"path_with_namespace": "acme/app"}}
+             "project_id": 42, "sha": "feed01", "project": {"id": 42, "path_with_namespace": "acme/app"}}
         )  # fmt: skip
         # Another author's (GitHub: login, GitLab: id), or Theow's not starting with the marker.
         for forge, hooked in (("github", job(1)), ("gitlab", gitlab)):
@@ -256,7 +256,7 @@ def test_a_gitlab_job_retried_to_success_is_shown_passing_in_the_same_note(redis
         return gitlab_job(
             {"object_kind": "build", "build_id": job_id, "build_name": "unit",
              "build_status": status, "retries_count": retries, "project_id": 42, "sha": "feed01",
-             "project": {"path_with_namespace": "acme/app",
+             "project": {"id": 42, "path_with_namespace": "acme/app",
                          "web_url": "https://gitlab.example.com/acme/app"}}
         )  # fmt: skip
 

@@ -162,6 +162,27 @@ def test_a_bad_signature_stores_nothing_and_an_unset_secret_turns_the_hook_off(f
     assert ("GET", "/repos/acme/app/actions/jobs/601/logs") not in forge.requests
 
 
+def test_a_repository_not_in_the_allowlist_is_answered_204_and_stores_nothing(
+    fleet, forge, monkeypatch, redis_client
+):
+    from theow_client import names
+
+    forge.logs["611"] = forge.logs["811"] = "HOOKECHO x"
+    monkeypatch.setenv("THEOW_HOOK_REPOS", "acme/lib, group/other")
+    with web() as http:
+        body = github_event(611, "test")
+        assert http.post("/hooks/github", content=body, headers=signed(body)).status_code == 204
+        note = gitlab_event(811, "unit")
+        assert http.post("/hooks/gitlab", content=note, headers=gitlab_headers()).status_code == 204
+        time.sleep(0.5)
+    assert failures(fleet) == 0 and forge.requests == []
+    assert not redis_client.keys(names.key_hook_seen("*"))
+    monkeypatch.setenv("THEOW_HOOK_REPOS", "acme/lib,Acme/App")  # listed: read as before
+    with web() as http:
+        assert http.post("/hooks/github", content=body, headers=signed(body)).status_code == 202
+        wait_until(lambda: failures(fleet) == 1, what="the listed repository's failure")
+
+
 def test_a_gitlab_failed_job_is_resolved_once_and_noted_on_its_merge_request(fleet, forge):
     forge.logs["801"] = "HOOKECHO gitlab\nERROR: Job failed: exit code 1"
     forge.logs["802"] = "something else\nERROR: Job failed: exit code 1"

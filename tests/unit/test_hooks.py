@@ -14,6 +14,7 @@ from theow_workers.integrations.hooks import (
     github_signature_ok,
     gitlab_job,
     gitlab_token_ok,
+    repo_allowed,
 )
 
 EVENT = {
@@ -58,6 +59,35 @@ def test_events_theow_does_not_read_are_not_jobs():
         gitlab_job({"object_kind": "build", "build_status": "running", "build_id": 1})
     with pytest.raises(NotAJob):
         github_job({**EVENT, "workflow_job": {**EVENT["workflow_job"], "id": "7; rm"}})
+
+
+GITLAB = {
+    "object_kind": "build", "build_id": 9, "build_name": "unit", "build_status": "failed",
+    "retries_count": 0, "project_id": 42, "sha": "abc",
+    "project": {"id": 42, "path_with_namespace": "g/p"},
+}  # fmt: skip
+
+
+def test_ids_and_attempts_are_ascii_numbers_and_gitlab_project_ids_agree():
+    assert gitlab_job(GITLAB).project_id == "42"
+    assert "²".isdigit()  # what str.isdigit() let through, and int() then refused
+    for bad in (
+        {"build_id": "9²"}, {"retries_count": "²"}, {"build_id": "1" * 21},
+        {"project_id": "4²", "project": {"id": "4²", "path_with_namespace": "g/p"}},
+        {"project_id": 43},  # not the project's own id
+        {"project": {"path_with_namespace": "g/p"}},  # no id to agree with
+    ):  # fmt: skip
+        with pytest.raises(NotAJob):
+            gitlab_job({**GITLAB, **bad})
+    for field, value in (("run_attempt", "²"), ("id", "٣")):
+        with pytest.raises(NotAJob):
+            github_job({**EVENT, "workflow_job": {**EVENT["workflow_job"], field: value}})
+
+
+def test_the_repository_allowlist_is_empty_for_any_and_otherwise_exact():
+    assert repo_allowed([], "o/r")
+    assert repo_allowed(["x/y", "O/R"], "o/r")
+    assert not repo_allowed(["x/y"], "o/r") and not repo_allowed(["o/r"], "o/r2")
 
 
 def test_a_log_line_cannot_close_its_fence_or_leak_a_secret():

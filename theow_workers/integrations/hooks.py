@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -38,6 +39,8 @@ URL_CHARS = 500
 # What a completed job's conclusion means here; anything else (cancelled, skipped) is ignored.
 FAILED = frozenset({"failure", "failed", "timed_out"})
 PASSED = frozenset({"success"})
+# Ids and attempts: ASCII digits only (str.isdigit() takes "²", which int() refuses).
+NUMBER = re.compile(r"[0-9]{1,20}")
 
 
 class NotAJob(ValueError):
@@ -159,6 +162,9 @@ def gitlab_job(event: object) -> HookedJob:
         raise NotAJob("the job may fail")
     project = event.get("project") if isinstance(event.get("project"), dict) else {}
     assert isinstance(project, dict)
+    project_id = _text(event.get("project_id"))
+    if not NUMBER.fullmatch(project_id) or _text(project.get("id")) != project_id:
+        raise NotAJob("project_id must be a number, the project's id")
     path = project.get("path_with_namespace") or event.get("project_name")
     web = _text(project.get("web_url"), URL_CHARS)
     job_id = _text(event.get("build_id"))
@@ -166,7 +172,7 @@ def gitlab_job(event: object) -> HookedJob:
         HookedJob(
             forge="gitlab",
             repo=_text(path),
-            project_id=_text(event.get("project_id") or project.get("id")),
+            project_id=project_id,
             job_id=job_id,
             attempt=_text(event.get("retries_count") or 0),
             workflow="",
@@ -179,11 +185,16 @@ def gitlab_job(event: object) -> HookedJob:
     )
 
 
+def repo_allowed(allowed: list[str], repo: str) -> bool:
+    """Whether ``THEOW_HOOK_REPOS`` lets the repository's deliveries in (empty: any)."""
+    return not allowed or repo.casefold() in {name.strip().casefold() for name in allowed}
+
+
 def _checked(job: HookedJob) -> HookedJob:
     for name in ("repo", "project_id", "job_id", "name"):
         if not getattr(job, name):
             raise NotAJob(f"no {name}")
-    if not job.job_id.isdigit() or not job.attempt.isdigit():
+    if not NUMBER.fullmatch(job.job_id) or not NUMBER.fullmatch(job.attempt):
         raise NotAJob("job id and attempt must be numbers")
     if job.conclusion not in FAILED | PASSED:
         raise NotAJob(f"conclusion {job.conclusion!r} is neither a failure nor a success")
