@@ -9,6 +9,7 @@ import pytest
 
 from theow_workers.integrations import feedback
 from theow_workers.integrations.hooks import (
+    HookedJob,
     NotAJob,
     github_job,
     github_signature_ok,
@@ -82,6 +83,24 @@ def test_ids_and_attempts_are_ascii_numbers_and_gitlab_project_ids_agree():
     for field, value in (("run_attempt", "²"), ("id", "٣")):
         with pytest.raises(NotAJob):
             github_job({**EVENT, "workflow_job": {**EVENT["workflow_job"], field: value}})
+
+
+def test_only_a_run_of_the_default_branch_is_marked_so():
+    repo = {"full_name": "o/r", "default_branch": "main"}
+    ran = {**EVENT["workflow_job"], "head_branch": "main"}
+    assert github_job({**EVENT, "repository": repo, "workflow_job": ran}).default_branch
+    forked = {**ran, "head_branch": "patch-1"}
+    assert not github_job({**EVENT, "repository": repo, "workflow_job": forked}).default_branch
+    assert not github_job(EVENT).default_branch  # not said: not learned from
+    project = {**GITLAB["project"], "default_branch": "main"}
+    assert gitlab_job({**GITLAB, "ref": "main", "project": project}).default_branch
+    assert not gitlab_job({**GITLAB, "ref": "feature", "project": project}).default_branch
+    assert not gitlab_job({**GITLAB, "ref": "main"}).default_branch  # no default_branch
+    assert not gitlab_job({**GITLAB, "ref": "main", "tag": True, "project": project}).default_branch
+    job = github_job({**EVENT, "repository": repo, "workflow_job": ran})
+    assert HookedJob.from_wire(job.to_wire()) == job
+    old = {k: v for k, v in job.to_wire().items() if k != "default_branch"}  # queued before
+    assert not HookedJob.from_wire(old).default_branch
 
 
 def test_the_repository_allowlist_is_empty_for_any_and_otherwise_exact():

@@ -62,6 +62,9 @@ class HookedJob:
     head_sha: str
     run_id: str
     url: str
+    # "yes" when the job ran on the repository's default branch: only such a passing run
+    # teaches the job's normal (a fork's pull request runs whatever its workflow says).
+    default_branch: str = ""
 
     @property
     def job(self) -> str:
@@ -144,6 +147,7 @@ def github_job(event: object) -> HookedJob:
             head_sha=_text(job.get("head_sha")),
             run_id=_text(job.get("run_id")),
             url=_text(job.get("html_url"), URL_CHARS),
+            default_branch=_same_branch(job.get("head_branch"), repo.get("default_branch")),
         )
     )
 
@@ -181,6 +185,9 @@ def gitlab_job(event: object) -> HookedJob:
             head_sha=_text(event.get("sha")),
             run_id=_text(event.get("pipeline_id")),
             url=f"{web}/-/jobs/{job_id}" if web.startswith("https://") else "",
+            default_branch=""
+            if event.get("tag") is True
+            else _same_branch(event.get("ref"), project.get("default_branch")),
         )
     )
 
@@ -188,6 +195,11 @@ def gitlab_job(event: object) -> HookedJob:
 def repo_allowed(allowed: list[str], repo: str) -> bool:
     """Whether ``THEOW_HOOK_REPOS`` lets the repository's deliveries in (empty: any)."""
     return not allowed or repo.casefold() in {name.strip().casefold() for name in allowed}
+
+
+def _same_branch(ref: object, default: object) -> str:
+    """ "yes" when both are given and the ref is the default branch (not said: not it)."""
+    return "yes" if isinstance(ref, str) and ref and ref == default else ""
 
 
 def _checked(job: HookedJob) -> HookedJob:
