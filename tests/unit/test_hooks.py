@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 
 import pytest
 
@@ -107,6 +108,17 @@ def test_the_repository_allowlist_is_empty_for_any_and_otherwise_exact():
     assert repo_allowed([], "o/r")
     assert repo_allowed(["x/y", "O/R"], "o/r")
     assert not repo_allowed(["x/y"], "o/r") and not repo_allowed(["o/r"], "o/r2")
+
+
+def test_a_job_name_in_the_comment_mentions_nobody_and_links_nowhere():
+    named = {**EVENT["workflow_job"], "workflow_name": "@acme/admins hi @bob",
+             "name": "see https://evil.example/x or WWW.evil.example, mail a@b.example"}  # fmt: skip
+    item = feedback.entry(github_job({**EVENT, "workflow_job": named}), {"status": "unexplained"})
+    body = feedback.render([item])
+    assert not re.search(r"@[\w-]", body), body  # GitHub and GitLab mention @name, @org/team
+    assert "://" not in body and not re.search(r"(?i)www\\?\.", body)  # nor autolink
+    shown = body.replace(feedback.ZWSP, "").replace("\\", "")
+    assert "@acme/admins hi @bob / see https://evil.example/x or WWW.evil.example" in shown
 
 
 def test_a_log_line_cannot_close_its_fence_or_leak_a_secret():
