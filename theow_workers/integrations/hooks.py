@@ -28,12 +28,13 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from theow_client import names
 from theow_client.job import MAX_JOB_CHARS
 
 Forge = Literal["github", "gitlab"]
 FORGES: tuple[Forge, ...] = ("github", "gitlab")
-# Agents the hooked failures are recorded under: a name a token could have, never a token's.
-AGENT_NAMES: dict[Forge, str] = {"github": "github-hooks", "gitlab": "gitlab-hooks"}
+# Agents the hooked failures are recorded under: names no token may have (TokenStore.add).
+AGENT_NAMES: dict[Forge, str] = {forge: names.HOOK_AGENTS[forge] for forge in FORGES}
 FIELD_CHARS = 200
 URL_CHARS = 500
 # What a completed job's conclusion means here; anything else (cancelled, skipped) is ignored.
