@@ -270,6 +270,8 @@ def key_consumer(queue: str, worker: str) -> str:
 
 
 # Webhook intake (theow_workers.web.hooks, theow_workers.integrations).
+# The agents hooked failures are recorded under: reserved, no token is ever given one.
+HOOK_AGENTS = {"github": "github-hooks", "gitlab": "gitlab-hooks"}
 HOOK_SEEN_TTL = 7 * 24 * 3600  # GitHub lets a delivery be redelivered for days
 HOOK_PR_TTL = 30 * 24 * 3600
 

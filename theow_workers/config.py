@@ -186,6 +186,9 @@ class Settings(BaseModel):
     gitlab_token: SecretStr = SecretStr("")
     gitlab_url: str = "https://gitlab.com"
     pr_comments: bool = False
+    # The repositories whose deliveries are read (o/r on GitHub, group/project on GitLab,
+    # comma-separated); any other is answered 204 and dropped. Empty: every repository.
+    hook_repos: list[str] = []
     # Forge API calls per minute per repository, shared by every worker (GitHub allows a
     # token 5,000 an hour across all repositories).
     forge_calls_per_minute: int = 60

@@ -387,7 +387,7 @@ def hook(self: ServicesTask, payload: Any = None, *_: Any, **__: Any) -> dict[st
     Internal: signed by the web process with the workers' secret. A failed job
     is resolved as the client's submission of it would be, under the forge's
     agent (``github-hooks``, ``gitlab-hooks``), then, with ``pr_comments`` on,
-    written into its pull requests' comment; a passing one teaches its normal
+    written into its pull requests' comment; a passing one of the default branch teaches its normal
     (sampled) and, if a comment lists it as failed, is shown passing there.
     """
     rt = self.services

@@ -4,7 +4,8 @@ GitHub (``/repos/...``): a job's log answers 302 to ``/blob/<job>`` as GitHub
 redirects to its log storage, a commit's pull requests, an issue's comments
 (list, create) and ``PATCH /repos/{r}/issues/comments/{id}``. GitLab
 (``/api/v4/projects/...``): a job's trace, a commit's merge requests, a merge
-request's notes (list, create, ``PUT``). The token is checked (``Bearer`` for
+request's notes (list, create, ``PUT``). ``/user`` (both) names the token's
+account; a comment made through the API is that account's (``author()``). The token is checked (``Bearer`` for
 GitHub, ``PRIVATE-TOKEN`` for GitLab); the first ``fail_first`` calls answer
 503, then one 429 with ``Retry-After`` if ``throttle_once``; ``delay`` slows
 every answer so that concurrent callers overlap.
@@ -28,10 +29,13 @@ from urllib.parse import unquote, urlsplit
 class FakeForge:
     def __init__(self, token: str = "forge-token") -> None:
         self.token = token
+        self.login, self.user_id = "theow-bot", 77  # the token's account (``GET /user``)
         self.logs: dict[str, str] = {}  # job id -> log text
         self.pulls: dict[str, list[int]] = {}  # head sha -> PR (MR) numbers
         self.comments: dict[str, list[dict[str, Any]]] = {}  # PR number -> comments
         self.requests: list[tuple[str, str]] = []
+        self.tokens_seen: list[str] = []  # every credential header that arrived, any path
+        self.trace_storage = ""  # an origin a GitLab trace redirects to (its /blob/<job>)
         self.refused = 0
         self.fail_first = 0
         self.throttle_once = 0.0  # seconds of the one 429's Retry-After (0: none)
@@ -52,6 +56,9 @@ class FakeForge:
     def answer(self, method: str, path: str, headers: Any, body: bytes) -> tuple[int, Any, dict]:
         with self.lock:
             self.requests.append((method, path))
+            self.tokens_seen += [
+                headers[name] for name in ("Authorization", "PRIVATE-TOKEN") if headers.get(name)
+            ]
             if path.startswith("/blob/"):  # the log storage: no token, as a signed URL
                 return 200, self.logs[path.rsplit("/", 1)[1]], {}
             if not self._authorized(headers):
@@ -75,11 +82,15 @@ class FakeForge:
         )
 
     def _route(self, method: str, path: str, body: bytes) -> tuple[int, Any, dict]:
+        if path in ("/user", "/api/v4/user"):
+            return 200, {"login": self.login, "id": self.user_id}, {}
         if m := re.fullmatch(r"/repos/[^/]+/[^/]+/actions/jobs/(\d+)/logs", path):
             if m[1] not in self.logs:
                 return 404, {"message": "Not Found"}, {}
             return 302, "", {"Location": f"{self.url}/blob/{m[1]}"}
         if m := re.fullmatch(r"/api/v4/projects/[^/]+/jobs/(\d+)/trace", path):
+            if self.trace_storage:
+                return 302, "", {"Location": f"{self.trace_storage}/blob/{m[1]}"}
             return (200, self.logs[m[1]], {}) if m[1] in self.logs else (404, {}, {})
         if m := re.fullmatch(r"/repos/[^/]+/[^/]+/commits/(\w+)/pulls", path):
             return 200, [{"number": n, "state": "open"} for n in self.pulls.get(m[1], [])], {}
@@ -96,7 +107,7 @@ class FakeForge:
             if method == "GET":
                 return 200, listed, {}
             self._ids += 1
-            listed.append({"id": self._ids, "body": json.loads(body)["body"]})
+            listed.append({"id": self._ids, "body": json.loads(body)["body"], **self.author()})
             return 201, listed[-1], {}
         if m := re.fullmatch(
             r"/repos/[^/]+/[^/]+/issues/comments/(\d+)|/api/v4/projects/[^/]+/merge_requests/\d+/notes/(\d+)",
@@ -109,6 +120,13 @@ class FakeForge:
                     return 200, comment, {}
             return 404, {"message": "Not Found"}, {}
         return 404, {"message": f"no route {method} {path}"}, {}
+
+    def author(self, login: str | None = None, user_id: int | None = None) -> dict[str, Any]:
+        """A comment's author fields as both forges list them (the token's account by default)."""
+        return {
+            "user": {"login": login or self.login},
+            "author": {"id": self.user_id if user_id is None else user_id},
+        }
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self

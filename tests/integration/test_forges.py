@@ -79,6 +79,19 @@ def test_the_token_never_follows_the_redirect_to_the_log_storage(redis_client):
         assert api(fake, redis_client).job_log(job(5)) == "stored log"
 
 
+def test_the_gitlab_token_never_follows_a_trace_redirected_to_another_origin(redis_client):
+    gitlab = gitlab_job(
+        {"object_kind": "build", "build_id": 9, "build_name": "unit", "build_status": "failed",
+         "project_id": 42, "sha": "feed01", "project": {"id": 42, "path_with_namespace": "acme/app"}}
+    )  # fmt: skip
+    with FakeForge() as fake, FakeForge() as storage:
+        storage.logs["9"] = "stored trace"
+        fake.trace_storage = storage.url
+        assert api(fake, redis_client, "gitlab").job_log(gitlab) == "stored trace"
+        assert fake.tokens_seen == [fake.token]  # the forge had it
+        assert storage.tokens_seen == [] and storage.requests == [("GET", "/blob/9")]
+
+
 def test_concurrent_failures_of_one_pull_request_make_one_comment(redis_client):
     with FakeForge() as fake:
         fake.pulls["feed01"] = [12]
@@ -104,7 +117,7 @@ def test_a_comment_lost_from_redis_is_found_by_its_marker_not_made_twice(redis_c
         fake.pulls["feed01"] = [4]
         gitlab = gitlab_job(
             {"object_kind": "build", "build_id": 9, "build_name": "unit", "build_status": "failed",
-             "project_id": 42, "sha": "feed01", "project": {"path_with_namespace": "acme/app"}}
+             "project_id": 42, "sha": "feed01", "project": {"id": 42, "path_with_namespace": "acme/app"}}
         )  # fmt: skip
         client = api(fake, redis_client, "gitlab")
         feedback.post(redis_client, client, gitlab, {"status": "resolved", "rule": "r1"})
@@ -112,6 +125,32 @@ def test_a_comment_lost_from_redis_is_found_by_its_marker_not_made_twice(redis_c
         feedback.post(redis_client, client, gitlab, {"status": "resolved", "rule": "r2"})
         [note] = fake.comments["4"]
         assert "r2" in note["body"]
+
+
+def test_a_comment_forging_the_marker_is_never_taken_for_theows_own(redis_client):
+    with FakeForge() as fake:
+        fake.pulls["feed01"] = [6]
+        forged = [
+            {"id": 1, "body": f"{feedback.MARKER}\nmine now", **fake.author("mallory", 5)},
+            {"id": 2, "body": f"quoting Theow: {feedback.MARKER}", **fake.author()},
+        ]
+        fake.comments["6"] = list(forged)
+        gitlab = gitlab_job(
+            {"object_kind": "build", "build_id": 9, "build_name": "unit", "build_status": "failed",
+             "project_id": 42, "sha": "feed01", "project": {"id": 42, "path_with_namespace": "acme/app"}}
+        )  # fmt: skip
+        # Another author's (GitHub: login, GitLab: id), or Theow's not starting with the marker.
+        for forge, hooked in (("github", job(1)), ("gitlab", gitlab)):
+            assert api(fake, redis_client, forge).find_comment(hooked, "6", feedback.MARKER) is None
+        asked = fake.requests.count(("GET", "/user"))
+        client = api(fake, redis_client)
+        feedback.post(redis_client, client, job(1), {"status": "unexplained"})
+        redis_client.delete(names.key_hook_pr("github", "acme/app", "6"))
+        feedback.post(redis_client, client, job(2, "lint"), {"status": "unexplained"})
+        assert fake.comments["6"][:2] == forged  # left as they were
+        [mine] = fake.comments["6"][2:]  # made once, then found again by its author
+        assert mine["body"].startswith(feedback.MARKER) and "CI / lint" in mine["body"]
+        assert fake.requests.count(("GET", "/user")) == asked + 1  # asked once per client
 
 
 def test_a_comment_someone_deleted_is_made_again(redis_client):
@@ -217,7 +256,7 @@ def test_a_gitlab_job_retried_to_success_is_shown_passing_in_the_same_note(redis
         return gitlab_job(
             {"object_kind": "build", "build_id": job_id, "build_name": "unit",
              "build_status": status, "retries_count": retries, "project_id": 42, "sha": "feed01",
-             "project": {"path_with_namespace": "acme/app",
+             "project": {"id": 42, "path_with_namespace": "acme/app",
                          "web_url": "https://gitlab.example.com/acme/app"}}
         )  # fmt: skip
 
@@ -227,6 +266,6 @@ def test_a_gitlab_job_retried_to_success_is_shown_passing_in_the_same_note(redis
         feedback.post(redis_client, client, gitlab(9, "failed", 0), {"status": "unexplained"})
         [note] = fake.comments["4"]
         assert feedback.mark_passed(redis_client, client, gitlab(10, "success", 1)) == ["4"]
-        assert fake.comments["4"] == [{"id": note["id"], "body": fake.comments["4"][0]["body"]}]
+        assert [c["id"] for c in fake.comments["4"]] == [note["id"]]
         assert "~~unexplained~~ [passed on attempt 2]" in fake.comments["4"][0]["body"]
         assert ("PUT", f"/api/v4/projects/42/merge_requests/4/notes/{note['id']}") in fake.requests

@@ -37,13 +37,16 @@ when:
 SHA = "abc123def"
 
 
-def github_event(job_id: int, name: str, conclusion: str = "failure", attempt: int = 1) -> bytes:
+def github_event(
+    job_id: int, name: str, conclusion: str = "failure", attempt: int = 1, branch: str = "main"
+) -> bytes:
     return json.dumps(
         {
             "action": "completed",
-            "repository": {"full_name": "acme/app"},
+            "repository": {"full_name": "acme/app", "default_branch": "main"},
             "workflow_job": {
                 "id": job_id, "run_id": 9000, "run_attempt": attempt, "name": name,
+                "head_branch": branch,
                 "workflow_name": "CI", "conclusion": conclusion, "head_sha": SHA,
                 "html_url": f"https://github.com/acme/app/actions/runs/9000/job/{job_id}",
             },
@@ -56,8 +59,8 @@ def gitlab_event(job_id: int, name: str, status: str = "failed") -> bytes:
         {
             "object_kind": "build", "build_id": job_id, "build_name": name,
             "build_status": status, "build_allow_failure": False, "retries_count": 0,
-            "pipeline_id": 77, "project_id": 42, "sha": SHA,
-            "project": {"id": 42, "path_with_namespace": "acme/app",
+            "pipeline_id": 77, "project_id": 42, "sha": SHA, "ref": "main",
+            "project": {"id": 42, "path_with_namespace": "acme/app", "default_branch": "main",
                         "web_url": "https://gitlab.example.com/acme/app"},
         }
     ).encode()  # fmt: skip
@@ -162,6 +165,27 @@ def test_a_bad_signature_stores_nothing_and_an_unset_secret_turns_the_hook_off(f
     assert ("GET", "/repos/acme/app/actions/jobs/601/logs") not in forge.requests
 
 
+def test_a_repository_not_in_the_allowlist_is_answered_204_and_stores_nothing(
+    fleet, forge, monkeypatch, redis_client
+):
+    from theow_client import names
+
+    forge.logs["611"] = forge.logs["811"] = "HOOKECHO x"
+    monkeypatch.setenv("THEOW_HOOK_REPOS", "acme/lib, group/other")
+    with web() as http:
+        body = github_event(611, "test")
+        assert http.post("/hooks/github", content=body, headers=signed(body)).status_code == 204
+        note = gitlab_event(811, "unit")
+        assert http.post("/hooks/gitlab", content=note, headers=gitlab_headers()).status_code == 204
+        time.sleep(0.5)
+    assert failures(fleet) == 0 and forge.requests == []
+    assert not redis_client.keys(names.key_hook_seen("*"))
+    monkeypatch.setenv("THEOW_HOOK_REPOS", "acme/lib,Acme/App")  # listed: read as before
+    with web() as http:
+        assert http.post("/hooks/github", content=body, headers=signed(body)).status_code == 202
+        wait_until(lambda: failures(fleet) == 1, what="the listed repository's failure")
+
+
 def test_a_gitlab_failed_job_is_resolved_once_and_noted_on_its_merge_request(fleet, forge):
     forge.logs["801"] = "HOOKECHO gitlab\nERROR: Job failed: exit code 1"
     forge.logs["802"] = "something else\nERROR: Job failed: exit code 1"
@@ -183,15 +207,22 @@ def test_a_gitlab_failed_job_is_resolved_once_and_noted_on_its_merge_request(fle
     assert failures(fleet) == 2
 
 
-def test_passing_jobs_teach_their_normal_once_per_interval(fleet, forge, redis_client):
+def test_passing_jobs_of_the_default_branch_teach_their_normal_once_per_interval(
+    fleet, forge, redis_client
+):
     from theow_client import names
     from theow_workers.adapters.normals import RedisNormals
 
+    forge.logs["700"] = "Run tests\nwhat a fork's workflow prints\nall passed"
     forge.logs["701"] = "Run tests\ncurl: (56) Recv failure (retrying on mirror 2)\nall passed"
     forge.logs["702"] = "Run tests\nall passed"
     normals = RedisNormals(redis_client, ttl=3600)
     own_job = names.agent_job("github-hooks", "github:acme/app/CI/test")
     with web() as http:
+        fork = github_event(700, "test", conclusion="success", branch="fork-feature")
+        assert http.post("/hooks/github", content=fork, headers=signed(fork)).status_code == 202
+        wait_until(lambda: redis_client.llen(names.QUEUE_RESOLVE) == 0, what="the fork's run")
+        time.sleep(0.5)
         for job_id in (701, 702):  # two runs within the interval: the second is not read
             body = github_event(job_id, "test", conclusion="success")
             assert http.post("/hooks/github", content=body, headers=signed(body)).status_code == 202
@@ -199,6 +230,8 @@ def test_passing_jobs_teach_their_normal_once_per_interval(fleet, forge, redis_c
         wait_until(lambda: redis_client.llen(names.QUEUE_RESOLVE) == 0, what="the queue drained")
         time.sleep(0.5)
     assert normals.runs(own_job) == 1
+    assert ("GET", "/repos/acme/app/actions/jobs/700/logs") not in forge.requests  # not read
+    assert ("GET", "/repos/acme/app/actions/jobs/701/logs") in forge.requests  # learned
     assert ("GET", "/repos/acme/app/actions/jobs/702/logs") not in forge.requests
     assert failures(fleet) == 0
 

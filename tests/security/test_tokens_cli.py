@@ -45,3 +45,15 @@ def test_a_revoked_name_is_refused_with_the_reason_not_a_hint_to_revoke_it(
     again = theow(home, "add", "reader", "--scope", "api-read", redis_port=closed)
     assert again.returncode == 2
     assert "was revoked, and a name is never reused" in again.stderr
+
+
+def test_the_hook_agents_names_are_refused_in_one_line(tmp_path: Path) -> None:
+    closed = free_port()
+    home = tmp_path / "home"
+    for name in ("github-hooks", "gitlab-hooks"):
+        refused = theow(home, "add", name, "--scope", "api-read", redis_port=closed)
+        assert refused.returncode == 2 and "tw1." not in refused.stdout + refused.stderr
+        (line,) = refused.stderr.strip().splitlines()
+        assert "reserved" in line and name in line
+    listed = theow(home, "list", "--json", redis_port=closed)
+    assert listed.returncode == 0 and listed.stdout.strip() == "[]", listed.stdout

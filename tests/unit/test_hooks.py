@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 
 import pytest
 
 from theow_workers.integrations import feedback
 from theow_workers.integrations.hooks import (
+    HookedJob,
     NotAJob,
     github_job,
     github_signature_ok,
     gitlab_job,
     gitlab_token_ok,
+    repo_allowed,
 )
 
 EVENT = {
@@ -58,6 +61,64 @@ def test_events_theow_does_not_read_are_not_jobs():
         gitlab_job({"object_kind": "build", "build_status": "running", "build_id": 1})
     with pytest.raises(NotAJob):
         github_job({**EVENT, "workflow_job": {**EVENT["workflow_job"], "id": "7; rm"}})
+
+
+GITLAB = {
+    "object_kind": "build", "build_id": 9, "build_name": "unit", "build_status": "failed",
+    "retries_count": 0, "project_id": 42, "sha": "abc",
+    "project": {"id": 42, "path_with_namespace": "g/p"},
+}  # fmt: skip
+
+
+def test_ids_and_attempts_are_ascii_numbers_and_gitlab_project_ids_agree():
+    assert gitlab_job(GITLAB).project_id == "42"
+    assert "²".isdigit()  # what str.isdigit() let through, and int() then refused
+    for bad in (
+        {"build_id": "9²"}, {"retries_count": "²"}, {"build_id": "1" * 21},
+        {"project_id": "4²", "project": {"id": "4²", "path_with_namespace": "g/p"}},
+        {"project_id": 43},  # not the project's own id
+        {"project": {"path_with_namespace": "g/p"}},  # no id to agree with
+    ):  # fmt: skip
+        with pytest.raises(NotAJob):
+            gitlab_job({**GITLAB, **bad})
+    for field, value in (("run_attempt", "²"), ("id", "٣")):
+        with pytest.raises(NotAJob):
+            github_job({**EVENT, "workflow_job": {**EVENT["workflow_job"], field: value}})
+
+
+def test_only_a_run_of_the_default_branch_is_marked_so():
+    repo = {"full_name": "o/r", "default_branch": "main"}
+    ran = {**EVENT["workflow_job"], "head_branch": "main"}
+    assert github_job({**EVENT, "repository": repo, "workflow_job": ran}).default_branch
+    forked = {**ran, "head_branch": "patch-1"}
+    assert not github_job({**EVENT, "repository": repo, "workflow_job": forked}).default_branch
+    assert not github_job(EVENT).default_branch  # not said: not learned from
+    project = {**GITLAB["project"], "default_branch": "main"}
+    assert gitlab_job({**GITLAB, "ref": "main", "project": project}).default_branch
+    assert not gitlab_job({**GITLAB, "ref": "feature", "project": project}).default_branch
+    assert not gitlab_job({**GITLAB, "ref": "main"}).default_branch  # no default_branch
+    assert not gitlab_job({**GITLAB, "ref": "main", "tag": True, "project": project}).default_branch
+    job = github_job({**EVENT, "repository": repo, "workflow_job": ran})
+    assert HookedJob.from_wire(job.to_wire()) == job
+    old = {k: v for k, v in job.to_wire().items() if k != "default_branch"}  # queued before
+    assert not HookedJob.from_wire(old).default_branch
+
+
+def test_the_repository_allowlist_is_empty_for_any_and_otherwise_exact():
+    assert repo_allowed([], "o/r")
+    assert repo_allowed(["x/y", "O/R"], "o/r")
+    assert not repo_allowed(["x/y"], "o/r") and not repo_allowed(["o/r"], "o/r2")
+
+
+def test_a_job_name_in_the_comment_mentions_nobody_and_links_nowhere():
+    named = {**EVENT["workflow_job"], "workflow_name": "@acme/admins hi @bob",
+             "name": "see https://evil.example/x or WWW.evil.example, mail a@b.example"}  # fmt: skip
+    item = feedback.entry(github_job({**EVENT, "workflow_job": named}), {"status": "unexplained"})
+    body = feedback.render([item])
+    assert not re.search(r"@[\w-]", body), body  # GitHub and GitLab mention @name, @org/team
+    assert "://" not in body and not re.search(r"(?i)www\\?\.", body)  # nor autolink
+    shown = body.replace(feedback.ZWSP, "").replace("\\", "")
+    assert "@acme/admins hi @bob / see https://evil.example/x or WWW.evil.example" in shown
 
 
 def test_a_log_line_cannot_close_its_fence_or_leak_a_secret():

@@ -19,7 +19,8 @@ transport error, a 5xx or a 429, waiting what ``Retry-After`` asks (a 429 makes
 every worker wait on that repository). The log is read as a stream and kept as
 the client keeps a command's output (``theow_client.capture.HeadTail``): a log of
 gigabytes costs a few megabytes. The token is sent to the forge only: a redirect
-to another host (GitHub's log storage) goes without it.
+to another origin (GitHub's log storage, a GitLab trace in object storage) goes
+without it.
 
 >>> api = ForgeAPI.for_settings(settings, "github", redis)   # doctest: +SKIP
 >>> api.job_log(job)                                            # doctest: +SKIP
@@ -27,11 +28,12 @@ to another host (GitHub's log storage) goes without it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -70,6 +72,7 @@ WINDOW_MS = 60_000
 PAGE = 100
 MAX_PAGES = 10  # comments read to find Theow's own when Redis lost its id
 CHUNK = 64 * 1024
+MAX_REDIRECTS = 5  # GitLab's, followed by hand (the token stays on the forge's origin)
 
 
 class ForgeError(Exception):
@@ -146,14 +149,15 @@ class ForgeAPI:
                 headers["Authorization"] = f"Bearer {token}"
         else:
             self.base += "/api/v4"
-            if token:
-                headers["PRIVATE-TOKEN"] = token
-        # httpx drops Authorization on a redirect to another origin; PRIVATE-TOKEN is
-        # GitLab's and GitLab serves the trace itself, so no redirect leaves with it.
+        # httpx drops Authorization on a redirect to another origin, not PRIVATE-TOKEN:
+        # GitLab's token goes per request, to the forge's own origin only (``_stream``).
+        self.token = token if forge == "gitlab" else ""
+        self.origin = httpx.URL(self.base).copy_with(path="/", query=None, fragment=None)
         self.http = httpx.Client(headers=headers, timeout=TIMEOUT, follow_redirects=True)
         self.limiter = limiter
         self.sleep = sleep
         self.retries = retries
+        self._me: str | None = None  # the token's own account (GET /user), asked once
 
     @classmethod
     def for_settings(cls, settings: Settings, forge: str, redis: Any) -> ForgeAPI:
@@ -196,19 +200,42 @@ class ForgeAPI:
         ]  # fmt: skip
 
     def find_comment(self, job: HookedJob, number: str, marker: str) -> Comment | None:
-        """Theow's own comment on the pull request: the first whose body holds ``marker``."""
+        """Theow's own comment on the pull request: the first by the token's own account
+        (``GET /user``) whose body starts with ``marker``; anyone else may quote the marker."""
+        me = self.me(job)
         for page in range(1, MAX_PAGES + 1):
             found = self._call(
                 "GET", self._comments(job, number), job.repo,
                 params={"per_page": PAGE, "page": page},
             ).json()  # fmt: skip
             for comment in found if isinstance(found, list) else []:
-                body = comment.get("body") if isinstance(comment, dict) else None
-                if isinstance(body, str) and marker in body:
+                if not isinstance(comment, dict) or self._author(comment) != me:
+                    continue
+                body = comment.get("body")
+                if isinstance(body, str) and body.startswith(marker):
                     return Comment(str(comment["id"]), body)
             if not isinstance(found, list) or len(found) < PAGE:
                 return None
         return None
+
+    def me(self, job: HookedJob) -> str:
+        """The token's own account: its login on GitHub, its user id on GitLab (asked once)."""
+        if self._me is None:
+            user = self._call("GET", "/user", job.repo).json()
+            field = "login" if self.forge == "github" else "id"
+            value = user.get(field) if isinstance(user, dict) else None
+            if value is None or value == "" or isinstance(value, bool | dict | list):
+                raise ForgeError(f"{self.forge} GET /user: no {field}")
+            self._me = str(value)
+        return self._me
+
+    def _author(self, comment: dict[str, Any]) -> str | None:
+        """A comment's author as ``me`` names accounts (None: not said)."""
+        who = comment.get("user" if self.forge == "github" else "author")
+        value = (
+            who.get("login" if self.forge == "github" else "id") if isinstance(who, dict) else None
+        )
+        return None if value is None or isinstance(value, bool | dict | list) else str(value)
 
     def create_comment(self, job: HookedJob, number: str, body: str) -> Comment:
         made = self._call("POST", self._comments(job, number), job.repo, json={"body": body})
@@ -242,7 +269,7 @@ class ForgeAPI:
                 self.limiter.acquire(self.forge, repo)
             wait = FIRST_BACKOFF * 2**attempt
             try:
-                with self.http.stream(method, url, **kwargs) as response:
+                with self._stream(method, url, **kwargs) as response:
                     if response.status_code < 400:
                         if sink is None:
                             response.read()
@@ -265,6 +292,33 @@ class ForgeAPI:
             log.info("%s %s %s: %s, retrying in %.1fs", self.forge, method, path, problem, wait)
             self.sleep(wait * random.uniform(1.0, 1.2))
         raise ForgeUnavailable(f"{self.forge} {method} {path}: {problem}", status)
+
+    @contextlib.contextmanager
+    def _stream(self, method: str, url: str, **kwargs: Any) -> Iterator[httpx.Response]:
+        """GitHub: httpx follows redirects, without Authorization to another origin.
+
+        GitLab: redirects of a GET are followed here, PRIVATE-TOKEN sent only
+        while the URL is the forge's own origin; a redirected write fails.
+        """
+        if self.forge == "github":
+            with self.http.stream(method, url, **kwargs) as response:
+                yield response
+            return
+        target = httpx.URL(url)
+        for _ in range(MAX_REDIRECTS + 1):
+            own = target.copy_with(path="/", query=None, fragment=None) == self.origin
+            headers = {"PRIVATE-TOKEN": self.token} if own and self.token else {}
+            with self.http.stream(
+                method, target, headers=headers, follow_redirects=False, **kwargs
+            ) as response:
+                if not response.has_redirect_location:
+                    yield response
+                    return
+                if method != "GET":
+                    raise ForgeError(f"gitlab {method} {target.path}: redirected", 0)
+                target = target.join(response.headers["location"])
+                kwargs.pop("params", None)  # the location carries its own query
+        raise ForgeError(f"gitlab {method} {url}: more than {MAX_REDIRECTS} redirects", 0)
 
 
 def _repo(repo: str) -> str:

@@ -42,6 +42,9 @@ LINE_CHARS = 300
 MAX_JOBS_SHOWN = 50
 LOCK_TIMEOUT = 120
 LOCK_WAIT = 60.0
+ZWSP = "\u200b"
+# Where GitHub and GitLab start a mention or an autolink: broken by a zero-width space.
+_AUTOLINK = re.compile(r"@|:(?=//)|(?i:www)(?=\\\.)")  # after escaping: www\.
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~])")
 
 
@@ -89,8 +92,14 @@ def _linked(text: str, url: str) -> str:
 
 
 def escape(text: str) -> str:
-    """Text shown as itself in Markdown: every character Markdown reads escaped."""
-    return _MARKDOWN.sub(r"\\\1", " ".join(text.split()))
+    """Text shown as itself in Markdown: every character Markdown reads escaped.
+
+    Job and workflow names come from a workflow file a fork's pull request may
+    write: a zero-width space after ``@`` and inside ``://`` and ``www.`` keeps
+    a name from mentioning anyone (``@org/team``) or becoming a link.
+    """
+    escaped = _MARKDOWN.sub(r"\\\1", " ".join(text.split()))
+    return _AUTOLINK.sub(lambda m: m[0] + ZWSP, escaped)
 
 
 def fenced(line: str) -> str:

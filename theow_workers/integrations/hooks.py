@@ -24,20 +24,24 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from theow_client import names
 from theow_client.job import MAX_JOB_CHARS
 
 Forge = Literal["github", "gitlab"]
 FORGES: tuple[Forge, ...] = ("github", "gitlab")
-# Agents the hooked failures are recorded under: a name a token could have, never a token's.
-AGENT_NAMES: dict[Forge, str] = {"github": "github-hooks", "gitlab": "gitlab-hooks"}
+# Agents the hooked failures are recorded under: names no token may have (TokenStore.add).
+AGENT_NAMES: dict[Forge, str] = {forge: names.HOOK_AGENTS[forge] for forge in FORGES}
 FIELD_CHARS = 200
 URL_CHARS = 500
 # What a completed job's conclusion means here; anything else (cancelled, skipped) is ignored.
 FAILED = frozenset({"failure", "failed", "timed_out"})
 PASSED = frozenset({"success"})
+# Ids and attempts: ASCII digits only (str.isdigit() takes "²", which int() refuses).
+NUMBER = re.compile(r"[0-9]{1,20}")
 
 
 class NotAJob(ValueError):
@@ -59,6 +63,9 @@ class HookedJob:
     head_sha: str
     run_id: str
     url: str
+    # "yes" when the job ran on the repository's default branch: only such a passing run
+    # teaches the job's normal (a fork's pull request runs whatever its workflow says).
+    default_branch: str = ""
 
     @property
     def job(self) -> str:
@@ -141,6 +148,7 @@ def github_job(event: object) -> HookedJob:
             head_sha=_text(job.get("head_sha")),
             run_id=_text(job.get("run_id")),
             url=_text(job.get("html_url"), URL_CHARS),
+            default_branch=_same_branch(job.get("head_branch"), repo.get("default_branch")),
         )
     )
 
@@ -159,6 +167,9 @@ def gitlab_job(event: object) -> HookedJob:
         raise NotAJob("the job may fail")
     project = event.get("project") if isinstance(event.get("project"), dict) else {}
     assert isinstance(project, dict)
+    project_id = _text(event.get("project_id"))
+    if not NUMBER.fullmatch(project_id) or _text(project.get("id")) != project_id:
+        raise NotAJob("project_id must be a number, the project's id")
     path = project.get("path_with_namespace") or event.get("project_name")
     web = _text(project.get("web_url"), URL_CHARS)
     job_id = _text(event.get("build_id"))
@@ -166,7 +177,7 @@ def gitlab_job(event: object) -> HookedJob:
         HookedJob(
             forge="gitlab",
             repo=_text(path),
-            project_id=_text(event.get("project_id") or project.get("id")),
+            project_id=project_id,
             job_id=job_id,
             attempt=_text(event.get("retries_count") or 0),
             workflow="",
@@ -175,15 +186,28 @@ def gitlab_job(event: object) -> HookedJob:
             head_sha=_text(event.get("sha")),
             run_id=_text(event.get("pipeline_id")),
             url=f"{web}/-/jobs/{job_id}" if web.startswith("https://") else "",
+            default_branch=""
+            if event.get("tag") is True
+            else _same_branch(event.get("ref"), project.get("default_branch")),
         )
     )
+
+
+def repo_allowed(allowed: list[str], repo: str) -> bool:
+    """Whether ``THEOW_HOOK_REPOS`` lets the repository's deliveries in (empty: any)."""
+    return not allowed or repo.casefold() in {name.strip().casefold() for name in allowed}
+
+
+def _same_branch(ref: object, default: object) -> str:
+    """ "yes" when both are given and the ref is the default branch (not said: not it)."""
+    return "yes" if isinstance(ref, str) and ref and ref == default else ""
 
 
 def _checked(job: HookedJob) -> HookedJob:
     for name in ("repo", "project_id", "job_id", "name"):
         if not getattr(job, name):
             raise NotAJob(f"no {name}")
-    if not job.job_id.isdigit() or not job.attempt.isdigit():
+    if not NUMBER.fullmatch(job.job_id) or not NUMBER.fullmatch(job.attempt):
         raise NotAJob("job id and attempt must be numbers")
     if job.conclusion not in FAILED | PASSED:
         raise NotAJob(f"conclusion {job.conclusion!r} is neither a failure nor a success")

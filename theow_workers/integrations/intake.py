@@ -39,7 +39,13 @@ def submission(job: HookedJob, log_text: str) -> SubmitRequest:
 
 
 def learn_passing(rt: Runtime, api: ForgeAPI, job: HookedJob) -> dict[str, Any]:
-    """Teach the job's normal from this passing run, unless one was learned this interval."""
+    """Teach the job's normal from this passing run, unless one was learned this interval.
+
+    Only a run of the repository's default branch teaches: a fork's pull request
+    names its jobs as it likes, and must not teach the base repository what is normal.
+    """
+    if not job.default_branch:
+        return {"learned": False, "reason": "not a run of the repository's default branch"}
     own_job = names.agent_job(job.agent, job.job)
     seconds = max(1, int(passing_interval()))
     if not rt.redis.set(names.key_passing_sample(own_job), "1", nx=True, ex=seconds):

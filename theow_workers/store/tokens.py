@@ -24,10 +24,13 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
+from theow_client import names
 from theow_client.signing import AgentToken, TokenError
 from theow_workers.store.schema import TokenRow, make_engine, migrate
 
 SCOPES = ("agent", "api-read", "operator")
+# The hook agents' names: a token so named would read (and submit as) the hooked failures.
+RESERVED = frozenset(names.HOOK_AGENTS.values())
 # Seconds a worker trusts what it read of a token: a revocation takes effect within this.
 CACHE_SECONDS = 5.0
 
@@ -80,6 +83,10 @@ class TokenStore:
         """A new token; the only time its secret is seen."""
         if scope not in SCOPES:
             raise TokenProblem(f"scope {scope!r} is not one of {', '.join(SCOPES)}")
+        if name.casefold() in RESERVED:
+            raise TokenProblem(
+                f"{name!r} is reserved for the webhook intake's failures: pick another name"
+            )
         try:
             token = AgentToken.generate(name)
         except TokenError as exc:

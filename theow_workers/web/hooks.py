@@ -19,7 +19,8 @@ answer                      when
 =========================== ===========================================
 202                         a finished job, queued
 200                         a job already received (duplicate, replay)
-204                         an event or action Theow does not read
+204                         an event or action Theow does not read, or a
+                            repository not in ``THEOW_HOOK_REPOS``
 401                         signature or token missing or wrong
 404                         the hook is off (no secret set)
 413                         body larger than ``MAX_BODY``
@@ -183,6 +184,9 @@ async def _accept(intake: HookIntake, body: bytes, read: Any, delivery: str) -> 
     try:
         job = read(json.loads(body))
     except (ValueError, RecursionError):  # JSON errors and NotAJob alike
+        return Response(status_code=204)
+    if not hooks.repo_allowed(intake.settings.hook_repos, job.repo):
+        log.info("webhook %r: %s is not in THEOW_HOOK_REPOS, dropped", delivery, job.key)
         return Response(status_code=204)
     try:
         queued = await run_in_threadpool(intake.enqueue, job, delivery)
