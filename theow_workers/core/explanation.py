@@ -9,7 +9,8 @@ The answer is data: parsed, validated, bounded and masked (:func:`parse_answer`)
 a malformed one is recorded as such, never raised.
 
 One call per cause, for the fleet: a cause is the failure's fingerprint (the
-summary's basis, hashed) within its project (:func:`cause_key`). The service
+summary's basis, hashed) within its project, with the prompt's lines masked as
+the fingerprint masks them (:func:`cause_key`). The service
 reads the cache, then the store, and only then asks the model, holding the
 cause's single-flight lock, so a second worker waits for the first's answer.
 
@@ -38,6 +39,7 @@ from typing import Any, Protocol
 from theow_client.terminal import printable
 from theow_client.verdict import Status, Verdict, Where
 from theow_workers.core.llm import BudgetReached, ModelError, QuotaExhausted, cut
+from theow_workers.core.logtext import mask_volatile
 from theow_workers.core.redact import Masker
 from theow_workers.core.summary import WHERE_READ, ErrorSummary, Line, LinePredicate, summarize
 
@@ -144,9 +146,23 @@ def project_of(facts: dict[str, Any]) -> str:
     return ""
 
 
-def cause_key(project: str, fingerprint: str) -> str:
-    """The cause's key: its fingerprint (the summary's basis, hashed) within its project."""
-    return hashlib.sha256(f"{project}\n{fingerprint}".encode()).hexdigest()[:40]
+def cause_key(project: str, fingerprint: str, prompt: str = "") -> str:
+    """The cause's key: its fingerprint within its project, and what the model is shown.
+
+    The fingerprint hashes only the error lines, but the prompt also carries the
+    lines around them: keyed on the fingerprint alone, a failure whose
+    neighbouring lines carry injected text would have its answer served to every
+    failure of that cause. The prompt is hashed after the fingerprint's masking
+    (:func:`~theow_workers.core.logtext.mask_volatile`, line by line), so
+    repeats of one cause that differ only in numbers, ids and times share one
+    answer, and a failure is only ever given an answer to the text it shows.
+
+    >>> a = cause_key("p", "v2:x", "log line 3: run 7 failed")
+    >>> a == cause_key("p", "v2:x", "log line 9: run 12 failed"), a == cause_key("p", "v2:x", "x")
+    (True, False)
+    """
+    shown = "\n".join(mask_volatile(line) for line in prompt.splitlines())
+    return hashlib.sha256(f"{project}\n{fingerprint}\n{shown}".encode()).hexdigest()[:40]
 
 
 def summary_of(
