@@ -32,6 +32,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol
@@ -41,7 +42,14 @@ from theow_client.verdict import Status, Verdict, Where
 from theow_workers.core.llm import BudgetReached, ModelError, QuotaExhausted, cut
 from theow_workers.core.logtext import mask_volatile
 from theow_workers.core.redact import Masker
-from theow_workers.core.summary import WHERE_READ, ErrorSummary, Line, LinePredicate, summarize
+from theow_workers.core.summary import (
+    LOG_FACTS,
+    WHERE_READ,
+    ErrorSummary,
+    Line,
+    LinePredicate,
+    summarize,
+)
 
 log = logging.getLogger("theow.explain")
 
@@ -146,6 +154,10 @@ def project_of(facts: dict[str, Any]) -> str:
     return ""
 
 
+# A where line's label in the prompt (``render_prompt``), masked, when it names a well-known log fact.
+_LOG_FACT_LABEL = re.compile(rf"^(?:{'|'.join(LOG_FACTS)}) line <n>: ")
+
+
 def cause_key(project: str, fingerprint: str, prompt: str = "") -> str:
     """The cause's key: its fingerprint within its project, and what the model is shown.
 
@@ -156,12 +168,16 @@ def cause_key(project: str, fingerprint: str, prompt: str = "") -> str:
     (:func:`~theow_workers.core.logtext.mask_volatile`, line by line), so
     repeats of one cause that differ only in numbers, ids and times share one
     answer, and a failure is only ever given an answer to the text it shows.
+    Which well-known log fact held the lines (``log`` from ``theow-client run``,
+    ``stderr`` from ``submit --stderr-file``) is not part of it; any other fact
+    name is free text from the agent, and is.
 
     >>> a = cause_key("p", "v2:x", "log line 3: run 7 failed")
-    >>> a == cause_key("p", "v2:x", "log line 9: run 12 failed"), a == cause_key("p", "v2:x", "x")
+    >>> a == cause_key("p", "v2:x", "stderr line 9: run 12 failed"), a == cause_key("p", "v2:x", "x")
     (True, False)
     """
-    shown = "\n".join(mask_volatile(line) for line in prompt.splitlines())
+    masked = (mask_volatile(line) for line in prompt.splitlines())
+    shown = "\n".join(_LOG_FACT_LABEL.sub("<fact> line <n>: ", line, count=1) for line in masked)
     return hashlib.sha256(f"{project}\n{fingerprint}\n{shown}".encode()).hexdigest()[:40]
 
 
