@@ -7,12 +7,18 @@ agent installs nothing more for it. What cannot be sent (no answer, a 5xx,
 a 429) is spooled exactly as a broker outage is; a refusal (400, 401, 403,
 413) is an answer, not an outage, and is never sent again.
 
+The agent token goes to ``THEOW_INTAKE_URL`` and nowhere else: a redirect is
+not followed (urllib's would copy the ``Authorization`` header to the new
+host) but is an error naming the URL, and a plain ``http://`` URL is refused
+unless its host is this machine (``localhost``, ``127.0.0.0/8``, ``::1``).
+
 >>> HttpIntake("https://theow.example/", token=None).submit_url
 'https://theow.example/api/v1/failures'
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import urllib.error
 import urllib.request
@@ -39,11 +45,38 @@ class IntakeRefused(ValueError):
         self.status = status
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A 30x is answered as the error it is here: the token is never sent on to its Location."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
+
+
+def _loopback(host: str | None) -> bool:
+    """Whether ``host`` is this machine: ``localhost``, ``127.0.0.0/8`` or ``::1``."""
+    if host is None:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 class HttpIntake:
     def __init__(self, url: str, token: signing.AgentToken | None, timeout: float = 5.0) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"THEOW_INTAKE_URL {url[:200]!r} is not an http(s) URL")
+        if parts.scheme == "http" and not _loopback(parts.hostname):
+            raise ValueError(
+                f"THEOW_INTAKE_URL {url[:200]!r} is plain http to another host: the agent token"
+                " would cross the network readable; use https:// (http is for localhost only)"
+            )
         self.base = url.rstrip("/")
         self.token = token
         self.timeout = timeout
@@ -87,12 +120,18 @@ class HttpIntake:
         if data is not None:
             request.add_header("Content-Type", "application/json")
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            with _OPENER.open(request, timeout=self.timeout) as response:
                 return response.status, _json(response.read(MOST_ANSWER_BYTES + 1))
         except urllib.error.HTTPError as exc:
             with exc:
                 body = _json(exc.read(MOST_ANSWER_BYTES + 1))
             reason = str(body.get("error") or exc.reason)[:500]
+            if 300 <= exc.code < 400:
+                where = str(exc.headers.get("Location") or "")[:200]
+                raise IntakeUnavailable(
+                    f"{url} answered a redirect ({exc.code} to {where!r}), not followed: the"
+                    " agent token goes to THEOW_INTAKE_URL only; set it to the intake's own URL"
+                ) from None
             if exc.code in REFUSALS:
                 raise IntakeRefused(exc.code, reason) from None
             raise IntakeUnavailable(f"{exc.code} from {url}: {reason}") from None

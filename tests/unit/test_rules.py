@@ -195,3 +195,17 @@ def test_params_are_bound_against_the_actions_signatures(tmp_path):
         f"{tmp_path}/short.rule.yaml:6: action 'replace' is missing a required argument: 'version'",
         f"{tmp_path}/short.rule.yaml:6: action 'replace' takes no argument 'workspace'",
     ]
+
+
+@pytest.mark.parametrize(
+    "text", ["[" * 5000 + "]" * 5000, "- " * 5000 + "x", "{a: " * 3000 + "1" + "}" * 3000]
+)
+def test_yaml_nested_too_deeply_is_a_rule_error_not_a_crash(text):
+    from theow_workers.core.resolver import RuleBook
+    from theow_workers.review.teach import rule_problems
+
+    with pytest.raises(RuleError, match="nested too deeply"):
+        parse_rule(text)
+    # A reviewer's edit of that text is refused with the reason (the console showed a 500).
+    rule, problems = rule_problems(text, {"log": "x"}, RuleBook((), "empty"))
+    assert rule is None and problems == ["line 1: invalid YAML: nested too deeply to be a rule"]

@@ -9,7 +9,8 @@ The answer is data: parsed, validated, bounded and masked (:func:`parse_answer`)
 a malformed one is recorded as such, never raised.
 
 One call per cause, for the fleet: a cause is the failure's fingerprint (the
-summary's basis, hashed) within its project (:func:`cause_key`). The service
+summary's basis, hashed) within its project, with the prompt's lines masked as
+the fingerprint masks them (:func:`cause_key`). The service
 reads the cache, then the store, and only then asks the model, holding the
 cause's single-flight lock, so a second worker waits for the first's answer.
 
@@ -31,6 +32,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol
@@ -38,8 +40,16 @@ from typing import Any, Protocol
 from theow_client.terminal import printable
 from theow_client.verdict import Status, Verdict, Where
 from theow_workers.core.llm import BudgetReached, ModelError, QuotaExhausted, cut
+from theow_workers.core.logtext import mask_volatile
 from theow_workers.core.redact import Masker
-from theow_workers.core.summary import WHERE_READ, ErrorSummary, Line, LinePredicate, summarize
+from theow_workers.core.summary import (
+    LOG_FACTS,
+    WHERE_READ,
+    ErrorSummary,
+    Line,
+    LinePredicate,
+    summarize,
+)
 
 log = logging.getLogger("theow.explain")
 
@@ -144,9 +154,31 @@ def project_of(facts: dict[str, Any]) -> str:
     return ""
 
 
-def cause_key(project: str, fingerprint: str) -> str:
-    """The cause's key: its fingerprint (the summary's basis, hashed) within its project."""
-    return hashlib.sha256(f"{project}\n{fingerprint}".encode()).hexdigest()[:40]
+# A where line's label in the prompt (``render_prompt``), masked, when it names a well-known log fact.
+_LOG_FACT_LABEL = re.compile(rf"^(?:{'|'.join(LOG_FACTS)}) line <n>: ")
+
+
+def cause_key(project: str, fingerprint: str, prompt: str = "") -> str:
+    """The cause's key: its fingerprint within its project, and what the model is shown.
+
+    The fingerprint hashes only the error lines, but the prompt also carries the
+    lines around them: keyed on the fingerprint alone, a failure whose
+    neighbouring lines carry injected text would have its answer served to every
+    failure of that cause. The prompt is hashed after the fingerprint's masking
+    (:func:`~theow_workers.core.logtext.mask_volatile`, line by line), so
+    repeats of one cause that differ only in numbers, ids and times share one
+    answer, and a failure is only ever given an answer to the text it shows.
+    Which well-known log fact held the lines (``log`` from ``theow-client run``,
+    ``stderr`` from ``submit --stderr-file``) is not part of it; any other fact
+    name is free text from the agent, and is.
+
+    >>> a = cause_key("p", "v2:x", "log line 3: run 7 failed")
+    >>> a == cause_key("p", "v2:x", "stderr line 9: run 12 failed"), a == cause_key("p", "v2:x", "x")
+    (True, False)
+    """
+    masked = (mask_volatile(line) for line in prompt.splitlines())
+    shown = "\n".join(_LOG_FACT_LABEL.sub("<fact> line <n>: ", line, count=1) for line in masked)
+    return hashlib.sha256(f"{project}\n{fingerprint}\n{shown}".encode()).hexdigest()[:40]
 
 
 def summary_of(

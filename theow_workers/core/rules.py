@@ -295,7 +295,20 @@ def rule_problems(
     With ``signatures`` (action name → its function's signature) each step's
     params are bound as the action will be called: a missing required argument
     or an unknown one is a problem now rather than a failed attempt later.
+    A document nested too deeply to read (``[[[[…]]]]``) is a problem too, not a crash.
     """
+    try:
+        return _rule_problems(text, path, known_actions, signatures)
+    except RecursionError:  # the YAML reader, the line map and the schema all recurse
+        return None, [RuleError(path, "invalid YAML: nested too deeply to be a rule", 1)]
+
+
+def _rule_problems(
+    text: str,
+    path: str | Path,
+    known_actions: frozenset[str] | None,
+    signatures: Mapping[str, inspect.Signature] | None,
+) -> tuple[Rule | None, list[RuleError]]:
     try:
         node, data = load_yaml(text)
     except yaml.YAMLError as exc:

@@ -13,6 +13,7 @@ transcript; no model, no tokens, no cost.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -224,13 +225,17 @@ def rule_problems(
     facts: dict[str, Any],
     book: RuleBook,
     taken: frozenset[str] | set[str] = frozenset(),
+    proposed: str | None = None,
 ) -> tuple[Rule | None, list[str]]:
     """The checks an edited rule goes through before it is saved: (the rule, problems).
 
     The schema (``parse_rule``), its examples and counter-examples, the
     library's confusion check (no specific rule of ``book`` wins its examples,
-    it wins none of theirs), a name no rule file of the library defines
-    (``taken``), and it still matches the failure it was taught from.
+    it wins none of theirs), a name no rule file of the library and no other
+    pending proposal defines (``taken``), and it still matches the failure it
+    was taught from. With ``proposed`` (the proposal's stored YAML), what the
+    rule does (:func:`what_it_does`) stays as proposed: an edit may reword,
+    rename and re-scope a rule, never turn it into one that does something else.
     """
     if len(rule_yaml) > MAX_RULE_CHARS:
         return None, [f"the rule is {len(rule_yaml):,} characters; at most {MAX_RULE_CHARS:,}"]
@@ -239,13 +244,43 @@ def rule_problems(
     except RuleError as exc:
         return None, [f"line {exc.line}: {exc.reason}" if exc.line else exc.reason]
     problems = [why for _, why in example_problems(rule)]
+    if proposed is not None:
+        problems += _changed_action(proposed, rule)
     if rule.name in taken:
-        problems.append(f"a rule named {rule.name!r} is already in the library: choose another")
+        problems.append(
+            f"a rule named {rule.name!r} is already in the library or pending review: choose another"
+        )
     problems += [why for other, why in rule_confusions(rule, book) if other != rule.name]
     match = evaluate(rule, matching_facts(facts), is_wrapper=book.is_wrapper)
     if not match.ok:
         problems.append(f"it no longer matches the failure it was taught from: {match.reason}")
     return rule, problems
+
+
+def what_it_does(rule: Rule) -> dict[str, Any]:
+    """What a rule does once it matches: its mode, its actions and their params, its LLM."""
+    return rule.model_dump(mode="json", include={"mode", "then", "llm_config"})
+
+
+def _changed_action(proposed: str, edited: Rule) -> list[str]:
+    """Why ``edited`` does something the proposal (``proposed``, its YAML) did not; [] if not."""
+    try:
+        before = what_it_does(parse_rule(proposed))
+    except RuleError as exc:  # a stored proposal that no longer parses: nothing to keep
+        return [f"the proposal's own rule no longer parses ({exc.reason}): reject it instead"]
+    after = what_it_does(edited)
+    labels = {"mode": "its mode", "then": "its actions (`then`)", "llm_config": "its `llm_config`"}
+    return [
+        f"an edit may not change what the rule does: {label} was {_shown(before[key])},"
+        f" the edit makes it {_shown(after[key])}"
+        for key, label in labels.items()
+        if before[key] != after[key]
+    ]
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 300 else text[:300] + "…"
 
 
 def normal_test(runtime: Any, job: str | None) -> IsNormal | None:

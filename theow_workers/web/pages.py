@@ -455,12 +455,14 @@ def _edit(console: Console, pid: str, text: str, by: str) -> list[str]:
     facts = failure.facts if failure is not None else {}
     book = console.library().knowledge().book
     taken = {name for layer in console.settings.rule_layers for name in defined_names(layer)}
-    rule, problems = rule_problems(text, facts, book, taken)
+    taken |= {p.rule_name for p in console.store.proposals("pending") if p.id != pid}
+    rule, problems = rule_problems(text, facts, book, taken, proposed=proposal.rule_yaml)
     if rule is None or problems:
         return problems
     tests = test_rule(console.store, rule, proposal.failure_id, facts, None, book)
-    note = {"edited": {"by": by, "at": datetime.now(UTC).isoformat(timespec="seconds")},
-            "tests": tests.to_dict()}  # fmt: skip
+    edited = {"by": by, "at": datetime.now(UTC).isoformat(timespec="seconds"),
+              "previous_yaml": proposal.rule_yaml}  # fmt: skip
+    note = {"edited": edited, "tests": tests.to_dict()}
     if not console.store.edit_proposal(pid, rule.name, text, note):
         return ["the proposal was reviewed meanwhile: it is no longer pending"]
     console.affected.forget(pid)
