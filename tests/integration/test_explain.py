@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -178,7 +179,13 @@ def test_the_client_waiting_for_a_verdict_gets_its_explanation_when_it_comes_in_
     from theow_workers.explainer import after_verdict
 
     stack = explainers
-    stack.fake.brain = lambda model, body: explaining(model, body, stack.wire)
+    read_first = threading.Event()  # the model answers once the client has read the verdict
+
+    def brain(model: str, body: dict[str, Any]) -> dict[str, Any]:
+        read_first.wait(60)
+        return explaining(model, body, stack.wire)
+
+    stack.fake.brain = brain
     stack.start_workers(concurrency=1)
     client = stack.fleet.client()
     failure_id = f"{stack.project}-agent"
@@ -186,12 +193,16 @@ def test_the_client_waiting_for_a_verdict_gets_its_explanation_when_it_comes_in_
     verdict = stack.runtime.service.resolve(
         SubmitRequest(failure_id=failure_id, facts=facts), failure_id
     )
-    shown = after_verdict(stack.runtime, verdict.to_dict(), client.agent)
     key = names.verdict_key(client.agent, failure_id)
-    stack.runtime.redis.set(key, json.dumps(shown), ex=60)  # what the resolve task delivers
+    # What the resolve task delivers, in its order: the pending verdict, then explain's task.
+    pending = {**verdict.to_dict(), "explanation": {"state": "pending"}}
+    stack.runtime.redis.set(key, json.dumps(pending), ex=60)
+    shown = after_verdict(stack.runtime, verdict.to_dict(), client.agent)
+    assert shown["explanation"] == {"state": "pending"}
 
     ticket = Ticket(failure_id, client=client, agent=client.agent)
     first = ticket.wait(timeout=5)
+    read_first.set()
     assert first.explanation == {"state": "pending"}
     assert "an explanation is being written" in format_verdict(first)
     later = ticket.wait_explanation(60)
