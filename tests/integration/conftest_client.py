@@ -19,6 +19,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis
@@ -82,14 +83,20 @@ def actions_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def client_redis_url(redis_url: str) -> Iterator[str]:
-    """The test Redis of tests/conftest.py, its DB flushed before and after the module.
+    """The test Redis of tests/conftest.py, in a database of the client tests' own, flushed
+    before and after the module.
 
     That fixture uses THEOW_TEST_REDIS_URL when set, else starts Valkey, and
-    skips (fails under CI) when neither is available. Only its DB is flushed.
+    skips (fails under CI) when neither is available. Real workers of other
+    modules listen on its database; one still shutting down would take the fake
+    resolver's tasks, so these tests use another database. Only it is flushed.
     """
-    client = redis.Redis.from_url(redis_url)
+    parts = urlsplit(redis_url)
+    own = "/12" if parts.path.strip("/") != "12" else "/13"
+    url = urlunsplit(parts._replace(path=own))
+    client = redis.Redis.from_url(url)
     client.flushdb()
-    yield redis_url
+    yield url
     client.flushdb()
     client.close()
 
