@@ -165,13 +165,23 @@ _FAKE = FakeResolver()
 
 @pytest.fixture(scope="module")
 def resolver_worker(client_redis_url: str) -> Iterator[Any]:
-    url = client_redis_url
-    app = Celery("theow-fake-resolver", broker=url, backend=url)
-    app.conf.update(task_serializer="json", result_serializer="json", accept_content=["json"])
+    # Celery hands every task declared with ``@app.task`` to every app finalized later in
+    # the process (tasks are shared by default), so once any test has imported the
+    # workers' tasks, the real ``theow.resolve`` could take the fake's name (which one
+    # wins depends on set order). Imported here so that it always has, and removed below.
+    import theow_workers.tasks  # noqa: F401
 
-    @app.task(name=names.TASK_RESOLVE)  # type: ignore[untyped-decorator]
+    url = client_redis_url
+    app = Celery("theow-fake-resolver", broker=url, backend=url, set_as_current=False)
+    app.conf.update(task_serializer="json", result_serializer="json", accept_content=["json"])
+    app.finalize()
+    app.tasks.unregister(names.TASK_RESOLVE)
+
+    @app.task(name=names.TASK_RESOLVE, shared=False)  # type: ignore[untyped-decorator]
     def resolve(payload: dict[str, Any]) -> dict[str, Any]:
         return _FAKE.answer(payload)
+
+    assert app.tasks[names.TASK_RESOLVE] is resolve, "the fake resolver must answer, not the real"
 
     with start_worker(app, perform_ping_check=False, queues=[names.QUEUE_RESOLVE]) as worker:
         yield worker
