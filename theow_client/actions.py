@@ -41,6 +41,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from theow_client.jsontypes import JsonObject
+
 DEFAULT_ACTION_TIMEOUT = 30.0
 # Parameters filled from the context of the run, never from a rule's params.
 CONTEXT_PARAMS = ("facts", "workspace")
@@ -179,9 +181,9 @@ def load_actions(directory: str | Path) -> ActionRegistry:
 
 def call_action(
     spec: ActionSpec,
-    params: dict[str, Any],
+    params: JsonObject,
     *,
-    facts: dict[str, Any] | None = None,
+    facts: JsonObject | None = None,
     workspace: str | None = None,
     timeout: float | None = None,
 ) -> Any:

@@ -86,8 +86,11 @@ def ci_of(environ: Mapping[str, str]) -> CI:
         except ValueError:
             known = ", ".join(["auto", *CI])
             raise ValueError(f"{config.ENV_CI_OUTPUT}={choice!r} is not one of {known}") from None
-    for variable, ci in (("GITHUB_ACTIONS", CI.GITHUB), ("GITLAB_CI", CI.GITLAB),
-                         ("BUILDKITE", CI.BUILDKITE)):  # fmt: skip
+    for variable, ci in (
+        ("GITHUB_ACTIONS", CI.GITHUB),
+        ("GITLAB_CI", CI.GITLAB),
+        ("BUILDKITE", CI.BUILDKITE),
+    ):
         if environ.get(variable, "").strip().lower() == "true":
             return ci
     return CI.PLAIN

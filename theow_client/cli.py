@@ -31,7 +31,6 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from theow_client import config
 from theow_client.capture import Captured, HeadTail, capture, shell_join
@@ -45,6 +44,7 @@ from theow_client.client import (
 )
 from theow_client.facts import FactsError, loads_facts
 from theow_client.job import job_of
+from theow_client.jsontypes import JsonObject
 from theow_client.mark import Rerun, should_rerun
 from theow_client.passing import report_passing
 from theow_client.verdict import Status, Verdict
@@ -73,7 +73,7 @@ def parse_fact(text: str) -> tuple[str, str]:
     return name.strip(), value
 
 
-def read_facts_file(path: str) -> dict[str, Any]:
+def read_facts_file(path: str) -> JsonObject:
     try:
         data = loads_facts(Path(path).read_bytes(), where=f"--facts-file {path}")
     except OSError as exc:
@@ -104,9 +104,9 @@ def read_log(path: str) -> str:
     return keep.text()
 
 
-def collect_facts(args: argparse.Namespace) -> dict[str, Any]:
+def collect_facts(args: argparse.Namespace) -> JsonObject:
     """Facts from, in increasing precedence: --facts-file, --stderr-file, --fact."""
-    facts: dict[str, Any] = {}
+    facts: JsonObject = {}
     if getattr(args, "facts_file", None):
         facts.update(read_facts_file(args.facts_file))
     if getattr(args, "stderr_file", None):
@@ -177,8 +177,8 @@ def cmd_submit(args: argparse.Namespace, client: TheowClient) -> int:
     return code
 
 
-def run_facts(args: argparse.Namespace, result: Captured) -> dict[str, Any]:
-    facts: dict[str, Any] = {
+def run_facts(args: argparse.Namespace, result: Captured) -> JsonObject:
+    facts: JsonObject = {
         "command": shell_join(args.command),
         "exit_code": result.exit_code,
         # The log as the terminal showed it, which the rules read; stderr alone
@@ -194,7 +194,7 @@ def run_facts(args: argparse.Namespace, result: Captured) -> dict[str, Any]:
     return facts
 
 
-def report_passing_run(args: argparse.Namespace, client: TheowClient, facts: dict[str, Any]) -> str:
+def report_passing_run(args: argparse.Namespace, client: TheowClient, facts: JsonObject) -> str:
     """Report a passing run for its job's normal; what happened, in a few words. Never raises."""
     job = job_of(facts, os.environ)
     if job is None:
@@ -221,8 +221,10 @@ def ask_theow(
             return None
         rerun_left = reruns < args.retries
         if args.wait_seconds <= 0 and not rerun_left:
-            warn(f"reported failure {ticket.failure_id}; its verdict: "
-                 f"`theow failures show {ticket.failure_id}`")  # fmt: skip
+            warn(
+                f"reported failure {ticket.failure_id}; its verdict: "
+                f"`theow failures show {ticket.failure_id}`"
+            )
             return None
         # Deciding a re-run needs the verdict even when waiting is turned off.
         started = time.monotonic()
@@ -301,7 +303,7 @@ def cmd_run(args: argparse.Namespace, client: TheowClient) -> int:
 
 
 def cmd_success(args: argparse.Namespace, client: TheowClient) -> int:
-    facts: dict[str, Any] = {"log": read_log(args.log)}
+    facts: JsonObject = {"log": read_log(args.log)}
     facts.update(parse_fact(text) for text in args.fact)
     if job_of(facts, os.environ) is None:
         raise ArgumentProblem("success: no job: give --fact job=NAME, or run inside a CI system")
@@ -350,15 +352,21 @@ def build_parser() -> argparse.ArgumentParser:
     common(run)
     run.add_argument("--retries", type=int, default=0, metavar="N", help="re-runs (default 0)")
     run.add_argument(
-        "--retry-delay", type=float, default=DEFAULT_RETRY_DELAY, metavar="S",
+        "--retry-delay",
+        type=float,
+        default=DEFAULT_RETRY_DELAY,
+        metavar="S",
         help=f"seconds before the first re-run, doubling after (default {DEFAULT_RETRY_DELAY:g}, "
         f"at most {MAX_RETRY_DELAY:g})",
-    )  # fmt: skip
+    )
     run.add_argument(
-        "--wait-timeout", type=float, default=None, metavar="S",
+        "--wait-timeout",
+        type=float,
+        default=None,
+        metavar="S",
         help=f"seconds to wait for the verdict (default: ${config.ENV_CLIENT_WAIT} or "
         f"{config.DEFAULT_RUN_WAIT:g}; 0 = do not wait)",
-    )  # fmt: skip
+    )
     run.add_argument(
         "--no-wait", action="store_true", help="do not wait for the verdict (its id is printed)"
     )
@@ -378,10 +386,13 @@ def build_parser() -> argparse.ArgumentParser:
     success.add_argument("--fact", action="append", default=[], metavar="NAME=VALUE")
     for sub in (run, success):
         sub.add_argument(
-            "--passing-interval", type=float, default=None, metavar="S",
+            "--passing-interval",
+            type=float,
+            default=None,
+            metavar="S",
             help="at most one passing run per job per S seconds, fleet-wide "
             "(default: $THEOW_PASSING_INTERVAL or 3600)",
-        )  # fmt: skip
+        )
     success.set_defaults(handler=cmd_success)
 
     flush = commands.add_parser("flush", help="send failures spooled while the broker was down")

@@ -35,6 +35,7 @@ from theow_client import config, names, signing
 from theow_client.facts import bound_facts_kept, dumps_facts
 from theow_client.intake import HttpIntake, IntakeRefused, IntakeUnavailable
 from theow_client.job import job_fact
+from theow_client.jsontypes import JsonObject
 from theow_client.lines import to_wire
 from theow_client.messages import SubmitRequest
 from theow_client.redact import redact, summary
@@ -89,7 +90,7 @@ def build_payload(
     tags: list[str] | tuple[str, ...] | None = None,
     fallback: bool = True,
     max_retries: int = 3,
-) -> dict[str, Any]:
+) -> JsonObject:
     """The single argument of the ``theow.resolve`` task, facts bounded and secrets masked.
 
     The facts travel as one JSON text (``facts_json``), which the worker
@@ -299,7 +300,7 @@ class Ticket:
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             return self._error(f"malformed verdict from the worker ({one_line(exc)}): {value!r}")
 
-    def wait_exploration(self, timeout: float = DEFAULT_WAIT_TIMEOUT) -> dict[str, Any]:
+    def wait_exploration(self, timeout: float = DEFAULT_WAIT_TIMEOUT) -> JsonObject:
         """After a verdict of ``exploring``: the exploration's outcome.
 
         A dict with ``outcome`` (proposal, cache_hit, deduplicated, gave_up,
@@ -385,7 +386,7 @@ class TheowClient:
         token = self.token
         return token.name if token is not None else ""
 
-    def signed(self, task: str, payload: dict[str, Any]) -> dict[str, Any]:
+    def signed(self, task: str, payload: JsonObject) -> JsonObject:
         """``payload`` signed for ``task`` with the agent's token (as it is, without one)."""
         token = self.token
         if token is None:
@@ -419,7 +420,7 @@ class TheowClient:
 
     def submit(
         self,
-        facts: dict[str, Any],
+        facts: JsonObject,
         explore: bool = False,
         idempotency_key: str | None = None,
         *,
@@ -457,11 +458,14 @@ class TheowClient:
         log.debug("theow: submitted failure %s", payload["failure_id"])
         signature = signing.signed_by(signed)
         return Ticket(
-            payload["failure_id"], result, client=self, agent=self.agent,
+            payload["failure_id"],
+            result,
+            client=self,
+            agent=self.agent,
             signature=signature.sig if signature else "",
-        )  # fmt: skip
+        )
 
-    def _submit_http(self, payload: dict[str, Any]) -> Ticket:
+    def _submit_http(self, payload: JsonObject) -> Ticket:
         """Post to the HTTP intake; spool what cannot be sent, answer a refusal at once."""
         try:
             intake = self.intake
@@ -475,7 +479,7 @@ class TheowClient:
             return Ticket(payload["failure_id"], spool_path=path, spooled_for=exc)
         return Ticket(failure_id, client=self, agent=self.agent)
 
-    def send(self, payload: dict[str, Any]) -> Any:
+    def send(self, payload: JsonObject) -> Any:
         """Sign and publish a ready payload; raise one of UNREACHABLE if that fails.
 
         With an HTTP intake the payload is posted there (the intake signs it for the
@@ -487,7 +491,7 @@ class TheowClient:
         # Signed as it leaves (a spooled failure is signed when flushed): the time is now.
         return self._publish(self.signed(names.TASK_RESOLVE, payload))
 
-    def _publish(self, payload: dict[str, Any]) -> Any:
+    def _publish(self, payload: JsonObject) -> Any:
         """Publish a signed payload.
 
         The result backend is pinged first: it is the same Redis, and a ping
@@ -519,7 +523,7 @@ class TheowClient:
         *,
         success: bool,
         error: str = "",
-        outputs: list[dict[str, Any]] | None = None,
+        outputs: list[JsonObject] | None = None,
         rerun_passed: bool | None = None,
     ) -> bool:
         """Tell the workers what the verdict's client-side actions did; never raises.
@@ -529,7 +533,7 @@ class TheowClient:
         success (both) or a failure in the rule's track record. Returns
         whether it was sent.
         """
-        report: dict[str, Any] = {
+        report: JsonObject = {
             "failure_id": verdict.failure_id,
             "rule": verdict.rule,
             "outcome": "success" if success else "error",
@@ -548,8 +552,11 @@ class TheowClient:
             )
         except Exception as exc:  # never raises: the build goes on whatever happened here
             self.close()
-            log.warning("theow: could not report the outcome of failure %s's actions: %s",
-                        verdict.failure_id, one_line(exc))  # fmt: skip
+            log.warning(
+                "theow: could not report the outcome of failure %s's actions: %s",
+                verdict.failure_id,
+                one_line(exc),
+            )
             return False
         return True
 
@@ -590,8 +597,9 @@ class TheowClient:
                 log.warning("theow: %s (%s)", where, one_line(exc))
                 break
             except Exception as exc:
-                log.warning("theow: could not send %s (%s: %s)", path, type(exc).__name__,
-                            one_line(exc))  # fmt: skip
+                log.warning(
+                    "theow: could not send %s (%s: %s)", path, type(exc).__name__, one_line(exc)
+                )
                 break
             self.spool.remove(path)
             sent += 1
@@ -602,7 +610,7 @@ class TheowClient:
         """The broker URL with any password masked, for messages."""
         return config.safe_url(self.redis_url)
 
-    def _spool(self, payload: dict[str, Any], exc: BaseException) -> Path:
+    def _spool(self, payload: JsonObject, exc: BaseException) -> Path:
         """Keep the payload on disk and say so in one line on stderr, naming why."""
         failure_id = payload["failure_id"]
         if isinstance(exc, config.RedisURLError):

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from theow_client.jsontypes import JsonObject
 from theow_client.lines import LineMap
 
 DEFAULT_FACT_LIMIT = 64 * 1024
@@ -48,8 +49,20 @@ ERROR_TIERS: tuple[tuple[tuple[str, ...], int, int], ...] = (
     ),
     (
         (
-            "FAIL", "[ERROR]", "error:", "error[E", "Error:", "ERROR", "Traceback", "panic:",
-            "Sanitizer", "✗", "✖", "✘", "\nE   ", "Warning:",
+            "FAIL",
+            "[ERROR]",
+            "error:",
+            "error[E",
+            "Error:",
+            "ERROR",
+            "Traceback",
+            "panic:",
+            "Sanitizer",
+            "✗",
+            "✖",
+            "✘",
+            "\nE   ",
+            "Warning:",
         ),
         5,
         40,
@@ -57,14 +70,31 @@ ERROR_TIERS: tuple[tuple[tuple[str, ...], int, int], ...] = (
     (("Exception", "Assertion", "assert", "expected", "failed", "failure"), 2, 16),
     (
         (
-            "error", "fail", "fatal", "exception", "panic", "cannot", "can't", "could not",
-            "not found", "no such", "denied", "refused", "timed out", "timeout", "undefined",
-            "killed", "abort", "unable", "invalid", "missing",
+            "error",
+            "fail",
+            "fatal",
+            "exception",
+            "panic",
+            "cannot",
+            "can't",
+            "could not",
+            "not found",
+            "no such",
+            "denied",
+            "refused",
+            "timed out",
+            "timeout",
+            "undefined",
+            "killed",
+            "abort",
+            "unable",
+            "invalid",
+            "missing",
         ),
         2,
         6,
     ),
-)  # fmt: skip
+)
 LOWER_CASED = 3  # the index of the tier searched in lower-cased text
 
 
@@ -308,7 +338,7 @@ def bound_facts(
     *,
     limits: FactLimits = DEFAULT_LIMITS,
     where: str = "facts",
-) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+) -> tuple[JsonObject, dict[str, JsonObject]]:
     """Validate, normalize and bound a facts object; return it and notes by path.
 
     The one check that every way in (client, ``@mark``, spool, worker,
@@ -335,7 +365,7 @@ def bound_facts_kept(
     *,
     limits: FactLimits = DEFAULT_LIMITS,
     where: str = "facts",
-) -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, LineMap]]:
+) -> tuple[JsonObject, dict[str, JsonObject], dict[str, LineMap]]:
     """``bound_facts`` and, for each text it cut, which lines of the original it kept.
 
     The line maps (``theow_client.lines``) are keyed like the notes; a fact
@@ -372,7 +402,7 @@ def loads_facts(
         raise FactsError(f"{where}: not valid JSON: {exc}") from None
 
 
-def dumps_facts(facts: dict[str, Any]) -> str:
+def dumps_facts(facts: JsonObject) -> str:
     """The wire form of facts already bounded: one JSON text."""
     try:
         return json.dumps(facts, ensure_ascii=False, allow_nan=False)
@@ -385,7 +415,7 @@ class _Walk:
 
     def __init__(self, limits: FactLimits) -> None:
         self.limits = limits
-        self.notes: dict[str, dict[str, Any]] = {}
+        self.notes: dict[str, JsonObject] = {}
         self.lines: dict[str, LineMap] = {}
         self.values = 0
         self.chars = 0
@@ -413,10 +443,10 @@ class _Walk:
             return [self.value(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]
         raise FactsError(f"{_short(path)}: a value of type {type(value).__name__}, not JSON")
 
-    def mapping(self, value: dict[Any, Any], path: str, depth: int, top: bool) -> dict[str, Any]:
+    def mapping(self, value: dict[Any, Any], path: str, depth: int, top: bool) -> JsonObject:
         if len(value) > self.limits.keys:
             raise FactsError(f"{_short(path)}: {len(value)} keys, more than {self.limits.keys}")
-        out: dict[str, Any] = {}
+        out: JsonObject = {}
         for key, item in value.items():
             if not isinstance(key, str):
                 raise FactsError(f"{_short(path)}: key {_preview(key)} is not a string")
@@ -438,7 +468,7 @@ class _Walk:
             self.lines[_note_key(path)] = kept_line_map(original, kept)
         cleaned = _clean(value)
         if note or cleaned is not value:
-            entry: dict[str, Any] = dict(note or {})
+            entry: JsonObject = dict(note or {})
             if cleaned is not value:
                 entry["replaced"] = "invalid text (lone surrogates or NUL) became U+FFFD"
             self.notes[_note_key(path)] = entry

@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from theow_client import signing
+from theow_client.jsontypes import JsonObject
 
 API = "/api/v1"
 # A verdict is small; anything larger than this from the intake is not one.
@@ -88,7 +89,7 @@ class HttpIntake:
     def verdict_url(self, failure_id: str) -> str:
         return f"{self.base}{API}/failures/{quote(failure_id, safe='')}/verdict"
 
-    def submit(self, payload: dict[str, Any]) -> str:
+    def submit(self, payload: JsonObject) -> str:
         """Send one payload; the failure id the intake answers with.
 
         Raises IntakeUnavailable when it could not be sent now, IntakeRefused
@@ -99,7 +100,7 @@ class HttpIntake:
             return str(body["failure_id"])
         raise IntakeUnavailable(f"unexpected answer {status} from {self.submit_url}")
 
-    def verdict(self, failure_id: str) -> dict[str, Any] | None:
+    def verdict(self, failure_id: str) -> JsonObject | None:
         """The failure's verdict, or None while there is none yet (also while not yet known)."""
         try:
             status, body = self._call("GET", self.verdict_url(failure_id))
@@ -109,7 +110,7 @@ class HttpIntake:
             raise
         return body if status == 200 else None
 
-    def _call(self, method: str, url: str, data: bytes | None = None) -> tuple[int, dict[str, Any]]:
+    def _call(self, method: str, url: str, data: bytes | None = None) -> tuple[int, JsonObject]:
         if self.token is None:
             raise IntakeUnavailable(
                 "the HTTP intake needs an agent token ($THEOW_AGENT_TOKEN); none is set"
@@ -139,7 +140,7 @@ class HttpIntake:
             raise IntakeUnavailable(f"{url} unreachable ({exc})") from None
 
 
-def _json(raw: bytes) -> dict[str, Any]:
+def _json(raw: bytes) -> JsonObject:
     if len(raw) > MOST_ANSWER_BYTES:
         return {}
     try:

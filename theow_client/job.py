@@ -25,7 +25,8 @@ must be the same for every run of a job and differ between jobs. In order:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+
+from theow_client.jsontypes import Json
 
 MAX_JOB_CHARS = 200
 
@@ -40,7 +41,7 @@ _CI_JOBS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
 )
 
 
-def job_of(facts: Mapping[str, Any], environ: Mapping[str, str]) -> str | None:
+def job_of(facts: Mapping[str, Json], environ: Mapping[str, str]) -> str | None:
     """The job key of a run from its facts, else from the CI system's variables."""
     given = facts.get("job")
     if isinstance(given, str | int) and str(given).strip():
@@ -53,6 +54,6 @@ def job_of(facts: Mapping[str, Any], environ: Mapping[str, str]) -> str | None:
     return None
 
 
-def job_fact(facts: Mapping[str, Any]) -> str | None:
+def job_fact(facts: Mapping[str, Json]) -> str | None:
     """The job key a worker reads from submitted facts (the client put it in ``job``)."""
     return job_of(facts, {})

@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from theow_client.jsontypes import Json
+
 LineMap = tuple[tuple[int, int, int], ...]
 
 FIELD = "kept_lines"  # the submission's optional field
@@ -78,7 +80,7 @@ def to_wire(maps: Mapping[str, LineMap]) -> dict[str, list[list[int]]]:
     return {fact: [list(piece) for piece in pieces] for fact, pieces in maps.items()}
 
 
-def parse_kept_lines(value: Any, facts: Mapping[str, Any]) -> dict[str, LineMap]:
+def parse_kept_lines(value: Any, facts: Mapping[str, Json]) -> dict[str, LineMap]:
     """The line maps an agent sent, for the top-level text facts it names.
 
     Raises LineMapError naming what is wrong: the caller ignores the whole

@@ -31,6 +31,7 @@ from typing import Any, ParamSpec, TypeVar
 from theow_client import config
 from theow_client.client import DEFAULT_WAIT_TIMEOUT, TheowClient
 from theow_client.facts import bound_text
+from theow_client.jsontypes import JsonObject
 from theow_client.verdict import RETRYABLE, Status, Verdict
 from theow_client.verdict_text import format_verdict, prefixed
 
@@ -38,13 +39,13 @@ log = logging.getLogger("theow.client")
 
 P = ParamSpec("P")
 R = TypeVar("R")
-FactsFrom = Callable[..., dict[str, Any]]
+FactsFrom = Callable[..., JsonObject]
 
 # The frames nearest the error matter most; bound_text keeps mostly the tail.
 TRACEBACK_LIMIT = 16 * 1024
 
 
-def exception_facts(exc: BaseException) -> dict[str, Any]:
+def exception_facts(exc: BaseException) -> JsonObject:
     """The facts describing a failed step's exception ``exc``.
 
     Always ``exception`` (type and message) and ``traceback``. For a
@@ -60,7 +61,7 @@ def exception_facts(exc: BaseException) -> dict[str, Any]:
     ('ok\\nboom\\n', 'boom\\n', 1, 'go build')
     """
     formatted = "".join(traceback.format_exception(exc))
-    facts: dict[str, Any] = {
+    facts: JsonObject = {
         "exception": f"{type(exc).__name__}: {exc}",
         "traceback": bound_text(formatted, TRACEBACK_LIMIT)[0],
     }
@@ -71,14 +72,14 @@ def exception_facts(exc: BaseException) -> dict[str, Any]:
     return facts
 
 
-def _process_facts(exc: subprocess.CalledProcessError) -> dict[str, Any]:
+def _process_facts(exc: subprocess.CalledProcessError) -> JsonObject:
     """``log``/``stdout``/``stderr``/``exit_code``/``command`` of a failed command."""
     streams = {"stdout": _text(exc.stdout), "stderr": _text(exc.stderr)}
     captured = {k: v for k, v in streams.items() if v is not None}
     command = exc.cmd
     if isinstance(command, (list, tuple)):
         command = shlex.join(str(part) for part in command)
-    facts: dict[str, Any] = {**captured, "exit_code": exc.returncode, "command": str(command)}
+    facts: JsonObject = {**captured, "exit_code": exc.returncode, "command": str(command)}
     # Captured separately the two streams cannot be interleaved as a terminal
     # showed them; stdout first keeps the error (usually on stderr) at the end.
     facts["log"] = "".join(captured.values())
@@ -95,12 +96,12 @@ def _text(value: Any) -> str | None:
 
 def run_client_actions(
     verdict: Verdict,
-    facts: dict[str, Any],
+    facts: JsonObject,
     *,
     actions_dir: str | os.PathLike[str] | None = None,
     workspace: str | None = None,
     client: TheowClient | None = None,
-) -> list[dict[str, Any]]:
+) -> list[JsonObject]:
     """Run the verdict's client-side actions in order; return ``{"action", "output"}`` of each.
 
     Actions are loaded from ``actions_dir`` (``THEOW_ACTIONS_DIR``, else
@@ -115,7 +116,7 @@ def run_client_actions(
     from theow_client.actions import ActionError, ActionLoadError, call_action, load_actions
 
     directory = config.actions_dir(actions_dir)
-    outputs: list[dict[str, Any]] = []
+    outputs: list[JsonObject] = []
     try:
         registry = load_actions(directory)
         for bound in verdict.client_actions:
@@ -142,7 +143,7 @@ class Rerun:
     """The step may run again after ``verdict``; ``outputs``: its client-side actions' outputs."""
 
     verdict: Verdict
-    outputs: list[dict[str, Any]]
+    outputs: list[JsonObject]
     client: TheowClient | None = None
 
     def report(self, passed: bool) -> None:
@@ -161,7 +162,7 @@ class Rerun:
 
 def should_rerun(
     verdict: Verdict,
-    facts: dict[str, Any],
+    facts: JsonObject,
     *,
     actions_dir: str | os.PathLike[str] | None = None,
     workspace: str | None = None,
@@ -214,7 +215,7 @@ def mark(
     def decorate(step: Callable[P, R]) -> Callable[P, R]:
         name = getattr(step, "__qualname__", repr(step))
 
-        def step_facts(*args: P.args, **kwargs: P.kwargs) -> dict[str, Any]:
+        def step_facts(*args: P.args, **kwargs: P.kwargs) -> JsonObject:
             # A broken facts_from must not cost the failure its report.
             if facts_from is None:
                 return {}
@@ -242,8 +243,11 @@ def mark(
                     max_retries=max_retries,
                 )
                 if reruns >= max_retries:
-                    log.info("theow: %s failed, no re-runs left; its verdict: "
-                             "`theow failures show %s`", name, ticket.failure_id)  # fmt: skip
+                    log.info(
+                        "theow: %s failed, no re-runs left; its verdict: `theow failures show %s`",
+                        name,
+                        ticket.failure_id,
+                    )
                     return None
                 verdict = ticket.wait(timeout=wait_timeout)
                 if not ticket.spooled:  # a spooled failure was already said on stderr

@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import reprlib
 from dataclasses import dataclass, field
-from typing import Any
 
 from theow_client import names
 from theow_client.job import MAX_JOB_CHARS
+from theow_client.jsontypes import JsonObject
 from theow_client.lines import FIELD as KEPT_LINES
 
 MAX_FAILURE_ID = 64
@@ -39,9 +39,21 @@ PREVIEW_CHARS = 2000
 Json = object
 
 _SUBMIT_FIELDS = frozenset(
-    {"failure_id", "facts_json", "facts", "explore", "source", "hints", "notes", "session_id",
-     "idempotency_key", "job", "nonce", KEPT_LINES}
-)  # fmt: skip
+    {
+        "failure_id",
+        "facts_json",
+        "facts",
+        "explore",
+        "source",
+        "hints",
+        "notes",
+        "session_id",
+        "idempotency_key",
+        "job",
+        "nonce",
+        KEPT_LINES,
+    }
+)
 
 
 def _failure_id(value: object) -> str | None:
@@ -84,8 +96,11 @@ class SubmitRequest:
             return cls(malformed=why, sent_preview=_preview(payload))
         get = payload.get
         key, source, session, nonce = (
-            get("idempotency_key"), get("source"), get("session_id"), get("nonce")
-        )  # fmt: skip
+            get("idempotency_key"),
+            get("source"),
+            get("session_id"),
+            get("nonce"),
+        )
         return cls(
             failure_id=_failure_id(get("failure_id")),
             facts_json=get("facts_json") if isinstance(get("facts_json"), str) else None,
@@ -135,7 +150,7 @@ class SubmitRequest:
         return self.sent_preview if self.sent_preview is not None else _preview(self.to_wire())
 
 
-def _odd_facts_json(payload: dict[str, Any]) -> bool:
+def _odd_facts_json(payload: JsonObject) -> bool:
     """``facts_json`` sent but not text: it is what the workers read (and reject)."""
     return "facts_json" in payload and not isinstance(payload["facts_json"], str)
 
@@ -169,8 +184,10 @@ class ExploreRequest:
 
     def to_wire(self) -> dict[str, Json]:
         wire: dict[str, Json] = {
-            "failure_id": self.failure_id, "rule": self.rule, "session_id": self.session_id
-        }  # fmt: skip
+            "failure_id": self.failure_id,
+            "rule": self.rule,
+            "session_id": self.session_id,
+        }
         if self.session_limit is not None:
             wire["session_limit"] = self.session_limit
         return wire

@@ -22,6 +22,7 @@ from typing import Any
 
 from theow_client import names
 from theow_client.facts import PASSING_LIMITS, bound_facts, dumps_facts
+from theow_client.jsontypes import JsonObject
 from theow_client.messages import PassingRun
 from theow_client.redact import redact
 
@@ -41,7 +42,7 @@ def passing_interval(explicit: float | None = None) -> float:
         return DEFAULT_PASSING_INTERVAL
 
 
-def build_passing_payload(facts: dict[str, Any], *, job: str) -> dict[str, Any]:
+def build_passing_payload(facts: JsonObject, *, job: str) -> JsonObject:
     """The argument of ``theow.passing``: the run's facts bounded and masked, and its job."""
     bounded, _ = bound_facts(facts, limits=PASSING_LIMITS)
     run = PassingRun(
@@ -55,7 +56,7 @@ def build_passing_payload(facts: dict[str, Any], *, job: str) -> dict[str, Any]:
 
 def report_passing(
     client: Any,
-    facts: dict[str, Any],
+    facts: JsonObject,
     *,
     job: str,
     interval: float | None = None,

@@ -42,6 +42,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from theow_client.jsontypes import JsonObject
 from theow_client.secret_rules import DETECTORS, Detector, Group
 
 MASK = "***"
@@ -116,7 +117,7 @@ class Redactor:
         parts.append(text[position:])
         return "".join(parts)
 
-    def redact(self, facts: dict[str, Any]) -> dict[str, Any]:
+    def redact(self, facts: JsonObject) -> JsonObject:
         """A copy of ``facts`` with secret-named facts and secrets in text (names too) masked."""
         return {
             self.redact_text(key) if isinstance(key, str) else key: self._value(key, value)
@@ -219,7 +220,7 @@ def redact_text(text: str) -> str:
     return default_redactor().redact_text(text)
 
 
-def redact(facts: dict[str, Any]) -> dict[str, Any]:
+def redact(facts: JsonObject) -> JsonObject:
     return default_redactor().redact(facts)
 
 

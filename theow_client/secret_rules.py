@@ -69,9 +69,13 @@ def looks_random(value: str) -> bool:
     if len(value) < 8 or value.isdigit():
         return False
     classes = sum(
-        (any(c.islower() for c in value), any(c.isupper() for c in value),
-         any(c.isdigit() for c in value), any(not c.isalnum() for c in value))
-    )  # fmt: skip
+        (
+            any(c.islower() for c in value),
+            any(c.isupper() for c in value),
+            any(c.isdigit() for c in value),
+            any(not c.isalnum() for c in value),
+        )
+    )
     if classes >= 2 and any(c.isdigit() for c in value):
         return entropy(value) >= 2.5
     return len(value) >= 20 and entropy(value) >= 4.0
@@ -171,10 +175,25 @@ _TOKEN_ARGUMENT = (
 # (Not `pass` alone: test logs say PASSED thousands of times.)
 PASSWORD_KEYWORDS = ("passw", "passphrase", "_pass", ".pass", "-pass", "_pwd", ".pwd", "-pwd")
 TOKEN_KEYWORDS = (
-    "secret", "token", "credential", "_key", "-key", "apikey", "accesskey", "privatekey",
-    "authkey", "signingkey", "encryptionkey", "masterkey", "clientkey",
-    "sig=", "sig:", 'sig"', "sig'", "signature",
-)  # fmt: skip
+    "secret",
+    "token",
+    "credential",
+    "_key",
+    "-key",
+    "apikey",
+    "accesskey",
+    "privatekey",
+    "authkey",
+    "signingkey",
+    "encryptionkey",
+    "masterkey",
+    "clientkey",
+    "sig=",
+    "sig:",
+    'sig"',
+    "sig'",
+    "signature",
+)
 NAMED_REACH = 400
 ARGUMENT_REACH = (60, NAMED_REACH)
 

@@ -33,6 +33,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from theow_client.jsontypes import JsonObject
+
 PREFIX = "tw1"
 # A token's name: lowercase, digits and dashes, as in an ACL user name.
 NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}\Z")
@@ -128,15 +130,15 @@ class Signature:
     sig: str
 
 
-def canonical(task: str, payload: dict[str, Any], name: str, ts: int) -> bytes:
+def canonical(task: str, payload: JsonObject, name: str, ts: int) -> bytes:
     body = {k: v for k, v in payload.items() if k != AUTH}
     blob = {"task": task, "payload": body, "name": name, "ts": ts}
     return json.dumps(blob, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def sign(
-    task: str, payload: dict[str, Any], name: str, key: bytes, now: float | None = None
-) -> dict[str, Any]:
+    task: str, payload: JsonObject, name: str, key: bytes, now: float | None = None
+) -> JsonObject:
     """``payload`` with its signature under ``AUTH`` (a new dict; ``payload`` is not changed)."""
     ts = int(time.time() if now is None else now)
     digest = hmac.new(key, canonical(task, payload, name, ts), hashlib.sha256).hexdigest()
@@ -155,7 +157,7 @@ def signed_by(payload: Any) -> Signature | None:
     return Signature(name[:80], ts, sig[:128])
 
 
-def check(task: str, payload: dict[str, Any], key: bytes) -> bool:
+def check(task: str, payload: JsonObject, key: bytes) -> bool:
     """Whether ``payload`` was signed for ``task`` with ``key`` (constant time)."""
     found = signed_by(payload)
     if found is None:
@@ -168,6 +170,6 @@ def check(task: str, payload: dict[str, Any], key: bytes) -> bool:
     return hmac.compare_digest(expected.hexdigest(), found.sig)
 
 
-def unsigned(payload: dict[str, Any]) -> dict[str, Any]:
+def unsigned(payload: JsonObject) -> JsonObject:
     """``payload`` without its signature (what the task itself reads)."""
     return {k: v for k, v in payload.items() if k != AUTH}

@@ -22,7 +22,8 @@ import logging
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+
+from theow_client.jsontypes import JsonObject
 
 log = logging.getLogger("theow.client")
 
@@ -43,7 +44,7 @@ class Spool:
     def path_for(self, failure_id: str) -> Path:
         return self.directory / f"{failure_id}{SUFFIX}"
 
-    def put(self, payload: dict[str, Any]) -> Path:
+    def put(self, payload: JsonObject) -> Path:
         """Write ``payload`` atomically; return the file it now lives in."""
         failure_id = str(payload["failure_id"])
         if not failure_id or "/" in failure_id or failure_id.startswith("."):
@@ -79,7 +80,7 @@ class Spool:
                 continue
         return [path for _, _, path in sorted(entries)]
 
-    def load(self, path: Path) -> dict[str, Any]:
+    def load(self, path: Path) -> JsonObject:
         """Read one spooled payload; a file that is not one is an error naming it."""
         try:
             data = json.loads(path.read_text(encoding="utf-8"))

@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
+from theow_client.jsontypes import JsonObject
+
 
 class Status(StrEnum):
     # A `fix` rule's fix ran and worked; a client-side one: the agent ran it and the re-run passed.
@@ -66,11 +68,11 @@ class Where:
     line: int
     text: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"fact": self.fact, "line": self.line, "text": self.text}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Where:
+    def from_dict(cls, data: JsonObject) -> Where:
         return cls(fact=str(data["fact"]), line=int(data["line"]), text=str(data["text"]))
 
 
@@ -79,7 +81,7 @@ class BoundAction:
     """An action of the matched rule with its placeholders already filled in."""
 
     action: str
-    params: dict[str, Any] = field(default_factory=dict)
+    params: JsonObject = field(default_factory=dict)
     client_side: bool = False
 
 
@@ -91,11 +93,11 @@ class Verdict:
     mode: str | None = None
     actions: tuple[BoundAction, ...] = ()
     # One entry per worker-side action that ran: {"action": name, "output": ...}
-    outputs: tuple[dict[str, Any], ...] = ()
+    outputs: tuple[JsonObject, ...] = ()
     reason: str = ""
     attempts: int = 0
     # Why: the fact, line and text the rule matched ({"fact", "line", "text", "context"}).
-    evidence: dict[str, Any] | None = None
+    evidence: JsonObject | None = None
     also: tuple[str, ...] = ()  # other rules that validated: a job may fail for two reasons
     # Rules that validated on lines the job's passing runs print too: ranked last.
     seen_in_passing: tuple[str, ...] = ()
@@ -108,15 +110,15 @@ class Verdict:
     # A plain-language explanation of a failure no specific rule explains (explain, when the
     # workers run it): {state, text, cause, next_step, model, reason}; ``state`` is
     # ``pending`` until it arrives, ``explained`` with an answer, else why there is none.
-    explanation: dict[str, Any] | None = None
+    explanation: JsonObject | None = None
     # Fields from a newer worker that this client does not know, kept as they came.
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: JsonObject = field(default_factory=dict)
 
     @property
     def client_actions(self) -> tuple[BoundAction, ...]:
         return tuple(a for a in self.actions if a.client_side)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         data = asdict(self)
         extra = data.pop("extra")
         data["status"] = str(self.status)
@@ -130,7 +132,7 @@ class Verdict:
         return {**extra, **data}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Verdict:
+    def from_dict(cls, data: JsonObject) -> Verdict:
         return cls(
             failure_id=str(data["failure_id"]),
             status=parse_status(data["status"]),
@@ -174,7 +176,7 @@ def _wheres(value: object) -> list[Where]:
     return kept
 
 
-def _explanation(value: object) -> dict[str, Any] | None:
+def _explanation(value: object) -> JsonObject | None:
     """The explanation a worker sent, its fields as text; None when it is not one."""
     if not isinstance(value, dict) or not isinstance(value.get("state"), str):
         return None

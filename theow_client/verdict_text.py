@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
 
+from theow_client.jsontypes import JsonObject
 from theow_client.terminal import printable
 from theow_client.verdict import Verdict, Where
 
@@ -75,7 +75,7 @@ def format_verdict(verdict: Verdict) -> str:
     return printable("\n".join(lines))
 
 
-def format_exploration(exploration: dict[str, Any]) -> str:
+def format_exploration(exploration: JsonObject) -> str:
     lines = [f"exploration: {exploration.get('outcome')}"]
     if exploration.get("proposal_id"):
         lines.append(
@@ -86,7 +86,7 @@ def format_exploration(exploration: dict[str, Any]) -> str:
     return printable("\n".join(lines))
 
 
-def explained(explanation: dict[str, Any] | None) -> list[str]:
+def explained(explanation: JsonObject | None) -> list[str]:
     """explain's answer (``likely:  dependency: PyYAML is missing.``), or why there is none.
 
     >>> explained({"state": "explained", "cause": "dependency", "text": "PyYAML is missing.",
@@ -110,7 +110,7 @@ def explained(explanation: dict[str, Any] | None) -> list[str]:
     return [f"likely:  no explanation ({state}: {explanation.get('reason') or 'no reason given'})"]
 
 
-def evidence_line(evidence: dict[str, Any]) -> str:
+def evidence_line(evidence: JsonObject) -> str:
     """``fact:line: text``, the line to look at; whatever parts the worker sent."""
     where = ":".join(str(evidence[k]) for k in ("fact", "line") if evidence.get(k) is not None)
     text = " ".join(str(evidence.get("text") or "").split())

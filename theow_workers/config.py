@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
 
 from theow_client.config import port_problem, redis_url_problem, safe_url
+from theow_client.jsontypes import JsonObject
 from theow_client.names import DEFAULT_MILVUS_URI, DEFAULT_REDIS_URL
 
 CONFIG_FILE = "theow.yaml"
@@ -234,7 +235,7 @@ class Settings(BaseModel):
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None, path: Path | None = None) -> Settings:
         env = os.environ if env is None else env
-        data: dict[str, Any] = {}
+        data: JsonObject = {}
         origin: dict[str, str] = {}  # setting -> where it was written, for messages
         file = path or Path(env.get("THEOW_CONFIG", CONFIG_FILE))
         if file.is_file():
@@ -441,7 +442,7 @@ def layer_name(directory: Path) -> str:
     return "shipped" if directory.resolve() == SHIPPED_RULES.resolve() else str(directory)
 
 
-def _check_layers(data: dict[str, Any]) -> None:
+def _check_layers(data: JsonObject) -> None:
     """``X_dir`` and ``X_dirs`` mean different things: one of them, not both (empty is unset)."""
     for kind in ("rules", "actions"):
         one, many = f"{kind}_dir", f"{kind}_dirs"

@@ -56,9 +56,12 @@ class DeliveryPolicy:
     def replay(cls, max_deliveries: int, time_limit: int) -> DeliveryPolicy:
         """A replay item's: its facts are read, its reasons name the chunk."""
         return cls(
-            max_deliveries, time_limit, read_poison=True, died="a worker died each time",
+            max_deliveries,
+            time_limit,
+            read_poison=True,
+            died="a worker died each time",
             timeout="replay chunk exceeded its time limit on this failure",
-        )  # fmt: skip
+        )
 
     @property
     def soft_time_limit(self) -> int:

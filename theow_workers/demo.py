@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from theow_client import Status, TheowClient, Verdict
+from theow_client.jsontypes import JsonObject
 from theow_workers.client_env import grant_broker_access
 from theow_workers.config import Settings
 from theow_workers.core.knowledge import Knowledge
@@ -27,7 +27,7 @@ from theow_workers.store.tokens import TokenStore
 DEMO_AGENT = "demo"
 
 
-def read_failures(path: Path) -> list[dict[str, Any]]:
+def read_failures(path: Path) -> list[JsonObject]:
     """Every line's facts, read as ``theow replay`` reads a history (``.gz`` too); a bad line stops it."""
     check(path)
     failures = []
@@ -41,9 +41,12 @@ def read_failures(path: Path) -> list[dict[str, Any]]:
 
 def _progress(console: Console) -> Progress:
     return Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
         console=console,
-    )  # fmt: skip
+    )
 
 
 def run_demo(settings: Settings, path: Path, timeout: float, console: Console) -> int:
@@ -83,7 +86,7 @@ def run_demo(settings: Settings, path: Path, timeout: float, console: Console) -
 
 def _submit_and_wait(
     settings: Settings,
-    failures: list[dict[str, Any]],
+    failures: list[JsonObject],
     timeout: float,
     console: Console,
     token: str,

@@ -37,11 +37,11 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from theow_client.client import build_payload
 from theow_client.facts import loads_facts
 from theow_client.job import job_fact
+from theow_client.jsontypes import JsonObject
 from theow_client.messages import SubmitRequest
 from theow_client.passing import build_passing_payload
 from theow_client.verdict import Where
@@ -66,7 +66,7 @@ class Outcome:
     rule: str | None = None
     mode: str | None = None
     wrapper: str | None = None  # the wrapper rule when no specific one matched: unexplained
-    evidence: dict[str, Any] | None = None
+    evidence: JsonObject | None = None
     also: list[str] = field(default_factory=list)
     error: str | None = None
     grounded: bool | None = None
@@ -80,7 +80,7 @@ class Outcome:
     taught: bool = False  # --learn: taught from its label (its verdict is the one from before)
     learned: bool = False  # the chosen rule was learned in this run
 
-    def row(self) -> dict[str, Any]:
+    def row(self) -> JsonObject:
         return {
             "id": self.id,
             "source": self.source,
@@ -165,7 +165,7 @@ class Summary:
             self.false_alarms += 1
             self.alarms_by_rule[outcome.rule] += 1
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         logs = self.failures + self.passing
         grounded = self.grounded
         return {
@@ -202,7 +202,7 @@ class Summary:
             **(self._learning() if self.learn else {}),
         }
 
-    def _learning(self) -> dict[str, Any]:
+    def _learning(self) -> JsonObject:
         """The simulated reviewer's figures: teachings, learned rules, the learning curve."""
         tenths = []
         n = len(self.curve)
@@ -228,7 +228,7 @@ def _ratio(part: int, whole: int) -> float:
     return round(part / whole, 4) if whole else 0.0
 
 
-def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
+def read_jsonl(path: Path) -> Iterator[tuple[int, JsonObject | None, str | None]]:
     """(line number, object or None, error or None) for each non-empty line.
 
     Read as ``theow replay`` reads a history (:mod:`theow_workers.replay.reader`):
@@ -252,7 +252,7 @@ def read_labels(path: Path) -> dict[str, str]:
 
 def decide(
     book: RuleBook,
-    facts: dict[str, Any],
+    facts: JsonObject,
     fallback_id: str,
     is_normal: IsNormal | None = None,
 ) -> tuple[Outcome, float]:
@@ -389,7 +389,7 @@ def run(
 
 def teach_label(
     book: RuleBook,
-    facts: dict[str, Any],
+    facts: JsonObject,
     ident: str,
     chunk: str,
     taken: set[str],
@@ -415,9 +415,15 @@ def teach_label(
         span = (last - MAX_SPAN + 1, last)
     try:
         taught = synthesize(
-            prepared, *span, is_wrapper=book.is_wrapper, is_normal=is_normal, book=book,
-            taken=taken, origin=f"failure {ident} (label)", replaceable=taken,
-        )  # fmt: skip
+            prepared,
+            *span,
+            is_wrapper=book.is_wrapper,
+            is_normal=is_normal,
+            book=book,
+            taken=taken,
+            origin=f"failure {ident} (label)",
+            replaceable=taken,
+        )
     except TeachError as exc:
         return None, str(exc)
     return taught, ""
@@ -445,7 +451,7 @@ class Baseline:
                 baseline.by_key.setdefault(key, []).append(len(baseline.runs) - 1)
         return baseline
 
-    def normal_for(self, ident: str, facts: dict[str, Any]) -> IsNormal | None:
+    def normal_for(self, ident: str, facts: JsonObject) -> IsNormal | None:
         """The job's normal for a log, from the other passing runs of its id or job."""
         own = "\n".join(run_lines(facts))
         picked = {i for key in _keys(ident, facts) for i in self.by_key.get(key, ())}
@@ -459,7 +465,7 @@ class Baseline:
         return JobNormal.from_templates(templates).is_normal
 
 
-def _keys(ident: str, facts: dict[str, Any]) -> list[str]:
+def _keys(ident: str, facts: JsonObject) -> list[str]:
     job = job_fact(facts)
     return [f"id:{ident}"] + ([f"job:{job}"] if job else [])
 

@@ -18,6 +18,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
 from theow_client import names
+from theow_client.jsontypes import JsonObject
 from theow_client.verdict import Verdict
 from theow_workers.core.explanation import (
     PENDING,
@@ -59,7 +60,7 @@ class Runtime(Protocol):
 log = logging.getLogger("theow.explain")
 
 
-def after_verdict(runtime: Runtime, verdict: dict[str, Any], agent: str | None) -> dict[str, Any]:
+def after_verdict(runtime: Runtime, verdict: JsonObject, agent: str | None) -> JsonObject:
     """The verdict as its agent should read it now; an explain task sent when it is one.
 
     Never raises: the verdict goes out whatever happens to its explanation.
@@ -115,7 +116,7 @@ def model(runtime: Runtime) -> Any:
     return gateway_from_settings(s, limiter, spend_cap(runtime.redis, s.llm_daily_budget))
 
 
-def explain_failure(runtime: Runtime, request: dict[str, Any]) -> dict[str, Any]:
+def explain_failure(runtime: Runtime, request: JsonObject) -> JsonObject:
     """Explain one failure (raises ``core.explanation.InFlight`` to be tried again later)."""
     from theow_workers.store.explore import ExploreStore
 

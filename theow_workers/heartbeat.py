@@ -50,8 +50,9 @@ class Heartbeat:
         with self.redis.pipeline(transaction=False) as pipe:
             for queue in sorted(queues):
                 value = {"worker": self.worker, "queue": queue, "pid": os.getpid(), "at": now}
-                pipe.set(names.key_consumer(queue, self.worker), json.dumps(value),
-                         ex=names.CONSUMER_TTL)  # fmt: skip
+                pipe.set(
+                    names.key_consumer(queue, self.worker), json.dumps(value), ex=names.CONSUMER_TTL
+                )
             for queue in self.beating - queues:
                 pipe.delete(names.key_consumer(queue, self.worker))
             pipe.execute()
@@ -81,5 +82,6 @@ def consumers(redis: Any, queue: str) -> list[str]:
     """The workers whose heartbeat on ``queue`` is alive, sorted."""
     prefix = names.key_consumer(queue, "")
     found = redis.scan_iter(match=names.key_consumer(queue, "*"), count=500)
-    return sorted(k.decode()[len(prefix) :] if isinstance(k, bytes) else k[len(prefix) :]
-                  for k in found)  # fmt: skip
+    return sorted(
+        k.decode()[len(prefix) :] if isinstance(k, bytes) else k[len(prefix) :] for k in found
+    )

@@ -24,6 +24,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from theow_client import names
+from theow_client.jsontypes import JsonObject
 from theow_workers.core.rules import RULE_SUFFIX
 
 log = logging.getLogger("theow.runtime")
@@ -97,7 +98,7 @@ def report(redis: Any, error: str, serving: str | None) -> None:
         log.warning("could not report the rules error: %s", exc)
 
 
-def current_error(redis: Any) -> dict[str, Any] | None:
+def current_error(redis: Any) -> JsonObject | None:
     """The rules error a worker last reported, or None while the rules are valid."""
     raw = _text(redis.get(names.KEY_RULES_ERROR))
     if not raw:

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.config import Settings
 from theow_workers.core.redact import MASK, SECRET_NAME, redact_text
 
@@ -106,7 +107,7 @@ class JsonFormatter(logging.Formatter):
         self.task_context = task_context
 
     def format(self, record: logging.LogRecord) -> str:
-        data: dict[str, Any] = {
+        data: JsonObject = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
             "logger": record.name,

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Any
 
 from theow_client.facts import bound_facts
+from theow_client.jsontypes import JsonObject
 from theow_workers.core.knowledge import Knowledge
 from theow_workers.core.memory import InMemoryIndex
 from theow_workers.core.ports import Embedder
@@ -27,14 +27,14 @@ def quietly(message: str) -> AbstractContextManager[object]:
 
 
 def trial(
-    facts: dict[str, Any],
+    facts: JsonObject,
     rules_dir: Path | Sequence[Path],
     actions_dir: Path | Sequence[Path],
     rules: Sequence[str] = (),
     tags: Sequence[str] = (),
     embedder: Embedder | None = None,
     waiting: Waiting = quietly,
-) -> dict[str, Any]:
+) -> JsonObject:
     """The decision for ``facts`` as the JSON object ``theow rules test --json`` prints.
 
     ``waiting`` is told of each step that may take seconds: embedding the
@@ -68,9 +68,12 @@ def trial(
         return {h.name: round(h.similarity, 4) for h in hits}
 
     result = plan(
-        knowledge.book, facts, Hints(rules=tuple(rules), tags=tuple(tags)),
-        similarity=similarity, explain=True,
-    )  # fmt: skip
+        knowledge.book,
+        facts,
+        Hints(rules=tuple(rules), tags=tuple(tags)),
+        similarity=similarity,
+        explain=True,
+    )
     # A wrapper (``generic``) explains nothing: the failure is then unexplained.
     chosen = result.specific[0] if result.specific else None
     wrapper = result.wrapper

@@ -22,11 +22,12 @@ import time
 from array import array
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from redis.exceptions import LockError
 
 from theow_client import names
+from theow_client.jsontypes import JsonObject
 from theow_workers import last_good
 from theow_workers.config import Settings
 from theow_workers.core.actions import ActionRegistry
@@ -269,8 +270,10 @@ class Runtime:
             raise error
         log.error(
             "rules directories %s are invalid, serving the last valid version %s: %s",
-            ", ".join(map(str, self.settings.rule_layers)), kept.book.version[:12], error,
-        )  # fmt: skip
+            ", ".join(map(str, self.settings.rule_layers)),
+            kept.book.version[:12],
+            error,
+        )
         last_good.report(self.redis, str(error), serving=kept.book.version)
         self._knowledge, self._signature = kept, signature
         return kept
@@ -282,7 +285,7 @@ class Runtime:
         kept = Knowledge.with_actions(layers, actions)
         return None if kept.rules.errors else kept
 
-    def similarity_for(self, facts: dict[str, Any]) -> Similarity:
+    def similarity_for(self, facts: JsonObject) -> Similarity:
         """A lazy similarity function for one failure: embeds only if called.
 
         It is asked about rules that validated, whose equals-facts therefore

@@ -220,11 +220,24 @@ class EmbeddedStack:
         # noeviction: a queue that silently drops messages loses failures. The ACL
         # file holds the admin's password hash and the agents' users (`theow tokens`).
         cmd = [
-            str(get_binary_path()), "--bind", host, "--port", str(port), "--dir", str(data),
-            "--appendonly", "yes", "--save", "", "--maxmemory-policy", "noeviction",
-            "--logfile", str(data / "valkey.log"),
-            "--aclfile", str(write_acl_file(data / ACL_FILE, password)),
-        ]  # fmt: skip
+            str(get_binary_path()),
+            "--bind",
+            host,
+            "--port",
+            str(port),
+            "--dir",
+            str(data),
+            "--appendonly",
+            "yes",
+            "--save",
+            "",
+            "--maxmemory-policy",
+            "noeviction",
+            "--logfile",
+            str(data / "valkey.log"),
+            "--aclfile",
+            str(write_acl_file(data / ACL_FILE, password)),
+        ]
         self._spawn(SERVER_VALKEY, cmd, host, port, timeout=15)
         _wait_until_loaded(self.settings.redis_url, timeout=30)
 
@@ -250,10 +263,23 @@ class EmbeddedStack:
     ) -> subprocess.Popen[bytes]:
         """A ``celery worker`` for ``queues``; ``nice`` > 0 lowers its CPU priority (replay)."""
         cmd = [
-            sys.executable, "-m", "celery", "-A", "theow_workers.celery_app", "worker",
-            "--queues", ",".join(queues), "--concurrency", str(concurrency or self.settings.worker_concurrency),
-            "--hostname", f"{name}@%h", "--loglevel", "INFO", "--without-gossip", "--without-mingle",
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "theow_workers.celery_app",
+            "worker",
+            "--queues",
+            ",".join(queues),
+            "--concurrency",
+            str(concurrency or self.settings.worker_concurrency),
+            "--hostname",
+            f"{name}@%h",
+            "--loglevel",
+            "INFO",
+            "--without-gossip",
+            "--without-mingle",
+        ]
         if nice > 0 and shutil.which("nice"):
             cmd = ["nice", "-n", str(nice), *cmd]  # pool processes inherit the priority
         log_path = self.home / f"worker-{name}.log"

@@ -18,6 +18,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 
 from theow_client import names, signing
 from theow_client.facts import FactsError
+from theow_client.jsontypes import JsonObject
 from theow_client.messages import ExploreRequest, PassingRun, SubmitRequest
 from theow_workers.adapters.forges import ForgeAPI, ForgeError
 from theow_workers.celery_app import app, settings
@@ -63,7 +64,7 @@ EXPLAIN_TIME_LIMIT = int(
 
 
 @app.task(name=names.TASK_RESOLVE, base=ServicesTask, bind=True)
-def resolve(self: ServicesTask, payload: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
+def resolve(self: ServicesTask, payload: Any = None, *_: Any, **__: Any) -> JsonObject:
     """Resolve one failure; returns its Verdict as a dict.
 
     Any arguments are accepted: a malformed message is recorded as rejected, not
@@ -122,7 +123,7 @@ def _as_sent_by(
 
 def _refused_submission(
     rt: Runtime, payload: Any, request: SubmitRequest, refused: Refused, task_id: str
-) -> dict[str, Any]:
+) -> JsonObject:
     """Record a submission whose sender is unverified as rejected, under an id of its own.
 
     The sender reads why: an old client without a token in the task's result,
@@ -153,7 +154,7 @@ def _refused_submission(
     return verdict
 
 
-def _deliver(rt: Runtime, agent: str, failure_ids: set[str], verdict: dict[str, Any]) -> None:
+def _deliver(rt: Runtime, agent: str, failure_ids: set[str], verdict: JsonObject) -> None:
     """The verdict under the agent's verdict key(s): what its client polls."""
     text = json.dumps(verdict)
     for failure_id in failure_ids:
@@ -162,7 +163,7 @@ def _deliver(rt: Runtime, agent: str, failure_ids: set[str], verdict: dict[str, 
 
 def _resolve_delivered(
     self: ServicesTask, rt: Runtime, request: SubmitRequest, failure_id: str, agent: str
-) -> dict[str, Any]:
+) -> JsonObject:
     with rt.deliveries.claim(failure_id) as claim:
         # A second message for the same failure (a duplicate submit) waits for the
         # first one's verdict rather than running the actions twice.
@@ -180,7 +181,7 @@ def _resolve_delivered(
 
 def _resolve_claimed(
     self: ServicesTask, rt: Runtime, request: SubmitRequest, failure_id: str, agent: str
-) -> dict[str, Any]:
+) -> JsonObject:
     delivery = rt.deliveries.count(failure_id)
     policy = DeliveryPolicy.live(rt.settings.max_deliveries, rt.settings.resolve_time_limit)
     try:
@@ -199,8 +200,12 @@ def _resolve_claimed(
             return rt.service.give_up(request, failure_id, reason, agent=agent).to_dict()
         log.error(
             "failure %s waits for valid rules (try %d of %d, next in %ds): %s",
-            failure_id, retries + 1, most, pause, exc,
-        )  # fmt: skip
+            failure_id,
+            retries + 1,
+            most,
+            pause,
+            exc,
+        )
         raise self.retry(countdown=pause, max_retries=most, exc=exc) from None
 
 
@@ -214,7 +219,7 @@ def _resolve_claimed(
     retry_backoff=True,
     max_retries=3,
 )
-def explore(self: ServicesTask, request: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
+def explore(self: ServicesTask, request: Any = None, *_: Any, **__: Any) -> JsonObject:
     """Explore one unmatched failure; returns the exploration's summary.
 
     Internal: only a message signed with the workers' secret is explored
@@ -254,7 +259,7 @@ def explore(self: ServicesTask, request: Any = None, *_: Any, **__: Any) -> dict
     retry_backoff=True,
     max_retries=3,
 )
-def client_outcome(self: ServicesTask, report: Any) -> dict[str, Any]:
+def client_outcome(self: ServicesTask, report: Any) -> JsonObject:
     """What a build agent's client-side fix did; counts the rule's success or failure.
 
     ``report``: ``{"failure_id", "rule", "outcome": "success" | "error",
@@ -312,7 +317,7 @@ def client_outcome(self: ServicesTask, report: Any) -> dict[str, Any]:
     retry_backoff=True,
     max_retries=3,
 )
-def passing(self: ServicesTask, payload: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
+def passing(self: ServicesTask, payload: Any = None, *_: Any, **__: Any) -> JsonObject:
     """A passing run of a job: its lines are mined into the job's normal.
 
     ``payload``: ``{"job", "run_id", "facts_json"}`` (``theow_client.passing``).
@@ -347,7 +352,7 @@ def passing(self: ServicesTask, payload: Any = None, *_: Any, **__: Any) -> dict
     soft_time_limit=EXPLAIN_TIME_LIMIT,
     time_limit=EXPLAIN_TIME_LIMIT + 30,
 )
-def explain(self: ServicesTask, request: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
+def explain(self: ServicesTask, request: Any = None, *_: Any, **__: Any) -> JsonObject:
     """Explain one unexplained failure (``theow_workers.explainer``); internal, signed by a worker.
 
     Whatever the model answers (or fails to), the failure's verdict records it;
@@ -381,7 +386,7 @@ def explain(self: ServicesTask, request: Any = None, *_: Any, **__: Any) -> dict
     retry_backoff=True,
     max_retries=5,
 )
-def hook(self: ServicesTask, payload: Any = None, *_: Any, **__: Any) -> dict[str, Any]:
+def hook(self: ServicesTask, payload: Any = None, *_: Any, **__: Any) -> JsonObject:
     """A finished CI job a forge's webhook named (``web.hooks``): its log read, then resolved.
 
     Internal: signed by the web process with the workers' secret. A failed job

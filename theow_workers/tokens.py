@@ -9,8 +9,8 @@ import os
 import secrets
 import threading
 from pathlib import Path
-from typing import Any
 
+from theow_client.jsontypes import JsonObject
 from theow_client.signing import WORKER, sign, signing_key
 from theow_workers.config import Settings
 
@@ -50,6 +50,6 @@ def worker_key(settings: Settings) -> bytes:
     return signing_key(secret)
 
 
-def signed_internal(settings: Settings, task: str, payload: dict[str, Any]) -> dict[str, Any]:
+def signed_internal(settings: Settings, task: str, payload: JsonObject) -> JsonObject:
     """``payload`` signed as the workers for an internal task (explore, replay)."""
     return sign(task, payload, WORKER, worker_key(settings))

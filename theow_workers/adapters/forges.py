@@ -43,6 +43,7 @@ import httpx2 as httpx
 
 from theow_client import names
 from theow_client.capture import HeadTail
+from theow_client.jsontypes import JsonObject
 
 if TYPE_CHECKING:
     from theow_workers.config import Settings
@@ -143,8 +144,10 @@ class ForgeAPI:
         self.base = base_url.rstrip("/")
         headers = {"User-Agent": "theow-hooks"}
         if forge == "github":
-            headers |= {"Accept": "application/vnd.github+json",
-                        "X-GitHub-Api-Version": "2022-11-28"}  # fmt: skip
+            headers |= {
+                "Accept": "application/vnd.github+json",
+                "X-GitHub-Api-Version": "2022-11-28",
+            }
             if token:
                 headers["Authorization"] = f"Bearer {token}"
         else:
@@ -195,9 +198,12 @@ class ForgeAPI:
             key = "iid"
         found = self._call("GET", path, job.repo).json()
         return [
-            str(pr[key]) for pr in found if isinstance(pr, dict)
-            and str(pr.get(key, "")).isdigit() and pr.get("state") in ("open", "opened", None)
-        ]  # fmt: skip
+            str(pr[key])
+            for pr in found
+            if isinstance(pr, dict)
+            and str(pr.get(key, "")).isdigit()
+            and pr.get("state") in ("open", "opened", None)
+        ]
 
     def find_comment(self, job: HookedJob, number: str, marker: str) -> Comment | None:
         """Theow's own comment on the pull request: the first by the token's own account
@@ -205,9 +211,11 @@ class ForgeAPI:
         me = self.me(job)
         for page in range(1, MAX_PAGES + 1):
             found = self._call(
-                "GET", self._comments(job, number), job.repo,
+                "GET",
+                self._comments(job, number),
+                job.repo,
                 params={"per_page": PAGE, "page": page},
-            ).json()  # fmt: skip
+            ).json()
             for comment in found if isinstance(found, list) else []:
                 if not isinstance(comment, dict) or self._author(comment) != me:
                     continue
@@ -229,7 +237,7 @@ class ForgeAPI:
             self._me = str(value)
         return self._me
 
-    def _author(self, comment: dict[str, Any]) -> str | None:
+    def _author(self, comment: JsonObject) -> str | None:
         """A comment's author as ``me`` names accounts (None: not said)."""
         who = comment.get("user" if self.forge == "github" else "author")
         value = (

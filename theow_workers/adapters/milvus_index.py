@@ -18,10 +18,10 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from typing import Any
 
 from pymilvus import DataType, MilvusClient
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.core.ports import Embedder, Hit, IndexEntry, SyncReport
 
 log = logging.getLogger("theow.index")
@@ -117,7 +117,7 @@ class MilvusIndex:
         log.info("index synced: %s", report)
         return report
 
-    def _row(self, entry: IndexEntry, vector: list[float]) -> dict[str, Any]:
+    def _row(self, entry: IndexEntry, vector: list[float]) -> JsonObject:
         pairs = [f"{k}={v}"[:MAX_PAIR] for k, v in entry.equals.items()][:MAX_ARRAY]
         return {
             "id": entry.id,

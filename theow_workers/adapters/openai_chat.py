@@ -28,6 +28,7 @@ from typing import Any
 import httpx2  # the transport the openai client uses
 import openai
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.core.gateway import (
     ModelRequest,
     ModelTurn,
@@ -127,8 +128,8 @@ class OpenAIChatGateway:
 # --- one request, one response ---------------------------------------------------
 
 
-def _body(model: str, request: ModelRequest) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": model, "messages": _messages(request)}
+def _body(model: str, request: ModelRequest) -> JsonObject:
+    body: JsonObject = {"model": model, "messages": _messages(request)}
     if request.max_output_tokens is not None:
         # ``max_tokens``: what vLLM, Ollama and llama.cpp's server all read.
         body["max_tokens"] = request.max_output_tokens
@@ -140,8 +141,8 @@ def _body(model: str, request: ModelRequest) -> dict[str, Any]:
     return body
 
 
-def _messages(request: ModelRequest) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = []
+def _messages(request: ModelRequest) -> list[JsonObject]:
+    messages: list[JsonObject] = []
     for turn in request.history:
         if isinstance(turn, UserTurn):
             # Tool answers first: they must follow the assistant turn whose calls they answer.
@@ -151,29 +152,29 @@ def _messages(request: ModelRequest) -> list[dict[str, Any]]:
             if texts:
                 messages.append({"role": "user", "content": "\n\n".join(texts)})
             continue
-        message: dict[str, Any] = {"role": "assistant", "content": turn.text or None}
+        message: JsonObject = {"role": "assistant", "content": turn.text or None}
         if turn.calls:
             message["tool_calls"] = [_call(c) for c in turn.calls]
         messages.append(message)
     return messages
 
 
-def _tool_message(answer: ToolAnswer) -> dict[str, Any]:
+def _tool_message(answer: ToolAnswer) -> JsonObject:
     content = json.dumps(answer.response, default=str)
     return {"role": "tool", "tool_call_id": answer.call.id, "content": content}
 
 
-def _call(call: ToolCall) -> dict[str, Any]:
+def _call(call: ToolCall) -> JsonObject:
     function = {"name": call.name, "arguments": json.dumps(call.args)}
     return {"id": call.id, "type": "function", "function": function}
 
 
-def _declaration(tool: Tool) -> dict[str, Any]:
+def _declaration(tool: Tool) -> JsonObject:
     function = {"name": tool.name, "description": tool.description, "parameters": tool.parameters}
     return {"type": "function", "function": function}
 
 
-def _turn(answer: Any, sent: dict[str, Any]) -> ModelTurn:
+def _turn(answer: Any, sent: JsonObject) -> ModelTurn:
     """A ModelTurn from the answer's JSON; KeyError/TypeError/ValueError when it is not one."""
     choices = answer["choices"]
     if not choices:
@@ -192,7 +193,7 @@ def _turn(answer: Any, sent: dict[str, Any]) -> ModelTurn:
     return ModelTurn(text, calls, tokens_in, tokens_out)
 
 
-def _tool_call(call: dict[str, Any]) -> ToolCall:
+def _tool_call(call: JsonObject) -> ToolCall:
     function = call["function"]
     raw = function.get("arguments") or "{}"
     args = json.loads(raw) if isinstance(raw, str) else raw
@@ -202,7 +203,7 @@ def _tool_call(call: dict[str, Any]) -> ToolCall:
     return ToolCall(str(function["name"]), args, str(call.get("id") or f"call_{next(_ids)}"))
 
 
-def _usage(answer: dict[str, Any], sent: dict[str, Any], received: str) -> tuple[int, int]:
+def _usage(answer: JsonObject, sent: JsonObject, received: str) -> tuple[int, int]:
     usage = answer.get("usage") or {}
     if "prompt_tokens" in usage:
         return int(usage["prompt_tokens"]), int(usage.get("completion_tokens") or 0)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from theow_client import names
+from theow_client.jsontypes import JsonObject
 from theow_workers.core.limits import MICRO, budget_reason, day_and_rest, micro
 from theow_workers.core.llm import BudgetReached, QuotaExhausted
 
@@ -132,10 +133,10 @@ class RedisExploreState:
     def land(self, fingerprint: str) -> None:
         self.redis.delete(names.key_explore_flight(fingerprint))
 
-    def finish(self, fingerprint: str, record: dict[str, Any]) -> None:
+    def finish(self, fingerprint: str, record: JsonObject) -> None:
         self.redis.set(names.key_explore_done(fingerprint), json.dumps(record), ex=DONE_TTL)
 
-    def finished(self, fingerprint: str) -> dict[str, Any] | None:
+    def finished(self, fingerprint: str) -> JsonObject | None:
         value = self.redis.get(names.key_explore_done(fingerprint))
         return json.loads(value) if value else None
 
@@ -152,7 +153,7 @@ class RedisExploreState:
             oldest = self.redis.hkeys(names.KEY_EXPLORE_CACHE)[: CACHE_MAX // 10]
             self.redis.hdel(names.KEY_EXPLORE_CACHE, *oldest)
 
-    def cached(self) -> list[dict[str, Any]]:
+    def cached(self) -> list[JsonObject]:
         return [json.loads(v) for v in self.redis.hvals(names.KEY_EXPLORE_CACHE)]
 
 

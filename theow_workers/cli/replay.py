@@ -21,6 +21,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.cli.output import err, fail, out, print_json
 from theow_workers.cli.output import load_settings as _settings
 from theow_workers.config import Settings
@@ -244,14 +245,24 @@ def run(
     names, version = _rules(s)
     compare_with = _get(store, compare).id if compare else None
     job = store.create(
-        kind=source.kind, source=source.description, source_key=source.identity(),
-        options={**source.options(), "execute": execute,
-                 **({"compare_with": compare_with} if compare_with else {})},
+        kind=source.kind,
+        source=source.description,
+        source_key=source.identity(),
+        options={
+            **source.options(),
+            "execute": execute,
+            **({"compare_with": compare_with} if compare_with else {}),
+        },
         dry_run=not execute,
-        explore=explore, explore_budget=budget,
-        explore_status=f"requested (budget {budget}): sent when the replay is done" if explore else "",
-        rules=names, rules_version=version, total=source.total(),
-    )  # fmt: skip
+        explore=explore,
+        explore_budget=budget,
+        explore_status=f"requested (budget {budget}): sent when the replay is done"
+        if explore
+        else "",
+        rules=names,
+        rules_version=version,
+        total=source.total(),
+    )
     mode = "actions run" if execute else "dry run: rules are matched, no action runs"
     err.print(f"replay [bold]{job.id}[/bold]: {job.total} failure(s) from {job.source} ({mode})")
     if job.total == 0:
@@ -260,9 +271,14 @@ def run(
 
 
 def _again(
-    job_id: str, execute: bool, explore: bool, budget: int | None, wait: bool,
-    report_dir: Path | None, as_json: bool,
-) -> None:  # fmt: skip
+    job_id: str,
+    execute: bool,
+    explore: bool,
+    budget: int | None,
+    wait: bool,
+    report_dir: Path | None,
+    as_json: bool,
+) -> None:
     """Replay a finished job's source again, compared item by item with that job."""
     from theow_workers.replay.sources import FileSource, SourceError, StoredSource
 
@@ -281,12 +297,20 @@ def _again(
     _broker(s)
     names, version = _rules(s)
     job = store.create(
-        kind=source.kind, source=source.description, source_key=source.identity(),
+        kind=source.kind,
+        source=source.description,
+        source_key=source.identity(),
         options={**source.options(), "execute": execute, "compare_with": before.id},
-        dry_run=not execute, explore=explore, explore_budget=budget,
-        explore_status=f"requested (budget {budget}): sent when the replay is done" if explore else "",
-        rules=names, rules_version=version, total=source.total(),
-    )  # fmt: skip
+        dry_run=not execute,
+        explore=explore,
+        explore_budget=budget,
+        explore_status=f"requested (budget {budget}): sent when the replay is done"
+        if explore
+        else "",
+        rules=names,
+        rules_version=version,
+        total=source.total(),
+    )
     err.print(
         f"replay [bold]{job.id}[/bold]: {job.source} again, compared with replay {before.id}",
         highlight=False,
@@ -332,16 +356,25 @@ def resume(
 
 
 def _drive(
-    s: Settings, store: Any, job: Any, source: Any, report_dir: Path | None, as_json: bool,
+    s: Settings,
+    store: Any,
+    job: Any,
+    source: Any,
+    report_dir: Path | None,
+    as_json: bool,
     wait: bool = True,
-) -> None:  # fmt: skip
+) -> None:
     from theow_workers.replay.driver import BrokerLost, Driver, celery_sender
     from theow_workers.store.replay import CANCELLED, DONE
 
     driver = Driver(
-        store, celery_sender(), err, s.replay_chunk_size, s.replay_in_flight,
+        store,
+        celery_sender(),
+        err,
+        s.replay_chunk_size,
+        s.replay_in_flight,
         chunk_bytes=s.replay_chunk_bytes,
-    )  # fmt: skip
+    )
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         job = driver.run(job, source)
@@ -357,8 +390,9 @@ def _drive(
         err.print(
             f"[red]lost the broker at {job.processed}/{job.total} ({exc}); job {job.id} is "
             f"interrupted: once the broker is back, `theow replay resume {job.id}` finishes it[/red]",
-            highlight=False, soft_wrap=True,
-        )  # fmt: skip
+            highlight=False,
+            soft_wrap=True,
+        )
         raise typer.Exit(130) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -414,8 +448,10 @@ def _explore(s: Settings, store: Any, job: Any, budget: int, wait: bool) -> None
         )
         raise typer.Exit(130) from None
     if not done:
-        err.print(f"[yellow]explorations still running after {timeout}s: is an explorer "
-                  f"worker running (`theow worker --queues explore`, THEOW_EXPLORE=1)?[/yellow]")  # fmt: skip
+        err.print(
+            f"[yellow]explorations still running after {timeout}s: is an explorer "
+            f"worker running (`theow worker --queues explore`, THEOW_EXPLORE=1)?[/yellow]"
+        )
 
 
 def _explorers_running(settings: Settings) -> bool:
@@ -535,7 +571,7 @@ def _learner(s: Any) -> Any:
 
     normals = RedisNormals(redis.Redis.from_url(s.redis_url), s.normal_ttl)
 
-    def learn(facts: dict[str, Any]) -> str:
+    def learn(facts: JsonObject) -> str:
         job = job_fact(facts)
         if job is None:
             return "passing run without a job fact: not learned"

@@ -15,6 +15,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from theow_client.jsontypes import JsonObject
 from theow_client.terminal import printable
 from theow_client.verdict import Verdict, Where
 from theow_client.verdict_text import explained, look_at
@@ -87,8 +88,14 @@ def review_list(
         "id", "rule", "status", "files", "cost $", "created", title=f"{len(rows)} proposal(s)"
     )
     for r in rows:
-        table.add_row(r["id"], r["rule"], r["status"], ", ".join(r["files"]) or "-", f"{r['cost']:.4f}",
-                      (r["created_at"] or "")[:19])  # fmt: skip
+        table.add_row(
+            r["id"],
+            r["rule"],
+            r["status"],
+            ", ".join(r["files"]) or "-",
+            f"{r['cost']:.4f}",
+            (r["created_at"] or "")[:19],
+        )
     out.print(table)
 
 
@@ -109,12 +116,23 @@ def review_show(proposal_id: str, as_json: JsonFlag = False) -> None:
     failure = store.failure(proposal.failure_id)
     info = summary(proposal, exploration)
     origin = store.replay_origin(proposal.failure_id)
-    flags = proposal_flags(proposal, failure.facts if failure else {}, settings.rule_layers,
-                           settings.action_layers)  # fmt: skip
+    flags = proposal_flags(
+        proposal, failure.facts if failure else {}, settings.rule_layers, settings.action_layers
+    )
     if as_json:
-        print(json.dumps({**info, "rule_yaml": proposal.rule_yaml, "diffs": proposal.diffs,
-                          "facts": failure.facts if failure else None, "replay": origin,
-                          "risk": [f.to_dict() for f in flags], "risk_note": NOT_A_VERDICT}))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    **info,
+                    "rule_yaml": proposal.rule_yaml,
+                    "diffs": proposal.diffs,
+                    "facts": failure.facts if failure else None,
+                    "replay": origin,
+                    "risk": [f.to_dict() for f in flags],
+                    "risk_note": NOT_A_VERDICT,
+                }
+            )
+        )
         return
     out.print(
         f"[bold]proposal {proposal.id}[/bold]  rule [bold]{proposal.rule_name}[/bold]  ({proposal.status})"
@@ -189,8 +207,14 @@ def review_approve(
                 raise _fail(f"no proposal {proposal_id!r}")
             rule_yaml = _edit(proposal.rule_yaml)
         try:
-            result = approve(store, proposal_id, settings.rule_layers, settings.action_layers,
-                             rule_yaml, replace_shipped=replace_shipped)  # fmt: skip
+            result = approve(
+                store,
+                proposal_id,
+                settings.rule_layers,
+                settings.action_layers,
+                rule_yaml,
+                replace_shipped=replace_shipped,
+            )
         except ReviewError as exc:
             if wrote:
                 _sync(settings)
@@ -261,26 +285,36 @@ def meow_command(
         print_json(stats)
         return
     rate = "-" if stats["hit_rate"] is None else f"{stats['hit_rate']:.0%}"
-    out.print(f"(cat) {stats['resolves']} matched ({stats['resolved']} resolved,"
-              f" {stats['suggested']} suggested), {stats['explores']} explores, hit rate {rate}"
-              f" over {stats['failures']} failures")  # fmt: skip
+    out.print(
+        f"(cat) {stats['resolves']} matched ({stats['resolved']} resolved,"
+        f" {stats['suggested']} suggested), {stats['explores']} explores, hit rate {rate}"
+        f" over {stats['failures']} failures"
+    )
     change = stats["hit_rate_change"]
     if change["last_approval"]:
         before, after = change["before"]["hit_rate"], change["after"]["hit_rate"]
-        out.print(f"(cat) hit rate {_percent(before)} before the last approval,"
-                  f" {_percent(after)} since")  # fmt: skip
-    out.print(f"(cat) {stats['llm_sessions']} LLM sessions, ${stats['llm_cost']:.4f}; "
-              f"{stats['cache_hits_saved']} reused (about ${stats['estimated_cost_saved']:.4f} saved)")  # fmt: skip
+        out.print(
+            f"(cat) hit rate {_percent(before)} before the last approval, {_percent(after)} since"
+        )
+    out.print(
+        f"(cat) {stats['llm_sessions']} LLM sessions, ${stats['llm_cost']:.4f}; "
+        f"{stats['cache_hits_saved']} reused (about ${stats['estimated_cost_saved']:.4f} saved)"
+    )
     out.print(
         f"(cat) {stats['unmatched_waiting']} unmatched waiting"
         + (f" ({n} unexplained: only a wrapper matched)" if (n := stats["unexplained"]) else "")
         + f", {stats['proposals_pending']} proposals pending"
     )
     if stats["client_pending"]:
-        out.print(f"(cat) {stats['client_pending']} client-side fixes pending: waiting for"
-                  " their build agents to run them and report")  # fmt: skip
-    tables = (("top rules", "top_rules"), ("struggling", "struggling_rules"),
-              ("pending (waiting for the agent)", "pending_rules"))  # fmt: skip
+        out.print(
+            f"(cat) {stats['client_pending']} client-side fixes pending: waiting for"
+            " their build agents to run them and report"
+        )
+    tables = (
+        ("top rules", "top_rules"),
+        ("struggling", "struggling_rules"),
+        ("pending (waiting for the agent)", "pending_rules"),
+    )
     for title, key in tables:
         if stats[key]:
             table = Table("rule", "successes", "failures", "pending", title=title)
@@ -326,12 +360,19 @@ def failures_list(
         title=f"{len(rows)} {'' if source == 'all' else source + ' '}failure(s)",
     )
     for r in rows:
-        table.add_row(r["id"], r["received_at"][:19], r["source"], r["problem_type"] or "",
-                      r["status"] or "-", r["rule"] or _wrapper(r), r["reason"] or "")  # fmt: skip
+        table.add_row(
+            r["id"],
+            r["received_at"][:19],
+            r["source"],
+            r["problem_type"] or "",
+            r["status"] or "-",
+            r["rule"] or _wrapper(r),
+            r["reason"] or "",
+        )
     out.print(table)
 
 
-def _wrapper(row: dict[str, Any]) -> str:
+def _wrapper(row: JsonObject) -> str:
     """What an unexplained failure shows where a rule would be: its wrapper."""
     return f"(wrapper: {row['wrapper']})" if row.get("wrapper") else ""
 

@@ -12,6 +12,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.cli.output import JsonFlag, err, fail, load_settings, out, print_json, waiting
 from theow_workers.config import layer_name
 from theow_workers.core.actions import ActionLoadError
@@ -131,7 +132,7 @@ def rules_list(
     """
     knowledge = _knowledge(*_layers(load_settings(), directory, actions))
     origins = knowledge.rules.origins
-    rows: list[dict[str, Any]] = [
+    rows: list[JsonObject] = [
         {
             "name": r.name,
             "layer": str(origins[r.name].layer),
@@ -159,9 +160,13 @@ def rules_list(
         if row["overrides"]:
             layer += f" (overrides {', '.join(layer_name(Path(d)) for d in row['overrides'])})"
         table.add_row(
-            row["name"], layer, row["mode"], ", ".join(row["tags"]), ", ".join(row["actions"]),
+            row["name"],
+            layer,
+            row["mode"],
+            ", ".join(row["tags"]),
+            ", ".join(row["actions"]),
             row["description"],
-        )  # fmt: skip
+        )
     out.print(table)
     for e in knowledge.rules.errors:
         err.print(Text(str(e), style="red"))
@@ -245,15 +250,29 @@ def rules_eval(
     )
     # The bar on a terminal; in a pipe, one line if the matching takes over a second.
     told = nullcontext() if err.is_terminal else waiting(f"matching {total:,} logs")
-    with told, Progress(
-        TextColumn("matching"), BarColumn(), MofNCompleteColumn(), console=err, transient=True,
-        disable=not err.is_terminal,
-    ) as bar:  # fmt: skip
+    with (
+        told,
+        Progress(
+            TextColumn("matching"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            console=err,
+            transient=True,
+            disable=not err.is_terminal,
+        ) as bar,
+    ):
         task = bar.add_task("logs", total=total)
         summary = evaluation.run(
-            knowledge.book, failures, passing=passing, labels=label_map, emit=emit,
-            progress=lambda: bar.advance(task), baseline=baseline, learn=learn, learned_to=learned,
-        )  # fmt: skip
+            knowledge.book,
+            failures,
+            passing=passing,
+            labels=label_map,
+            emit=emit,
+            progress=lambda: bar.advance(task),
+            baseline=baseline,
+            learn=learn,
+            learned_to=learned,
+        )
     if sink is not None:
         sink.close()
     report = summary.to_dict()
@@ -263,7 +282,7 @@ def rules_eval(
     _print_eval(report)
 
 
-def _print_eval(report: dict[str, Any]) -> None:
+def _print_eval(report: JsonObject) -> None:
     labelled = report["grounded"] is not None
     table = Table("rule", "found", *(["grounded"] if labelled else []), title="by rule")
     for name, row in report["by_rule"].items():
@@ -298,8 +317,10 @@ def _print_eval(report: dict[str, Any]) -> None:
             "... while another rule had new lines", str(report["won_on_normal_over_new"])
         )
     if "taught" in report:
-        summary.add_row("taught (not grounded, taught from the label)",
-                        f"{report['taught']} ({report['taught_rate']:.1%})")  # fmt: skip
+        summary.add_row(
+            "taught (not grounded, taught from the label)",
+            f"{report['taught']} ({report['taught_rate']:.1%})",
+        )
         summary.add_row("rules learned", str(len(report["learned_rules"])))
         summary.add_row(
             "matches by learned rules, grounded",
@@ -361,7 +382,7 @@ def rules_test(
         raise typer.Exit(1)
 
 
-def _print_explanation(report: dict[str, Any], limit: int) -> None:
+def _print_explanation(report: JsonObject, limit: int) -> None:
     if report["matched"]:
         out.print(f"[green]matched[/green] [bold]{report['rule']}[/bold] (mode {report['mode']})")
         evidence = report.get("evidence")

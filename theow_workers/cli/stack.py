@@ -174,9 +174,11 @@ def up(
         # A separate, lower-priority worker: a replay (or learning a passing run)
         # never occupies the resolvers.
         stack.start_worker(
-            ["replay", "passing"], concurrency=s.replay_concurrency, name="replay",
+            ["replay", "passing"],
+            concurrency=s.replay_concurrency,
+            name="replay",
             nice=s.replay_nice,
-        )  # fmt: skip
+        )
         if s.explore:  # THEOW_EXPLORE=1: one explorer process (prefetch 1, LLM-bound)
             stack.start_worker(["explore"], concurrency=1, name="explorer")
         if s.explain:  # THEOW_EXPLAIN=on: its model calls never occupy the resolvers

@@ -10,6 +10,7 @@ import typer
 from rich.syntax import Syntax
 from rich.text import Text
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.cli.output import JsonFlag, err, fail, load_settings, out, print_json
 
 LINES = re.compile(r"^\s*(\d+)\s*(?:[-:]\s*(\d+)\s*)?$")
@@ -102,9 +103,17 @@ def _context() -> tuple[Any, Any, Any]:
 
 
 def _teach_one(
-    store: Any, book: Any, settings: Any, given: str, first: int, last: int, who: str,
-    scope: str, mode: str, name: str | None,
-) -> dict[str, Any]:  # fmt: skip
+    store: Any,
+    book: Any,
+    settings: Any,
+    given: str,
+    first: int,
+    last: int,
+    who: str,
+    scope: str,
+    mode: str,
+    name: str | None,
+) -> JsonObject:
     from theow_client.job import job_fact
     from theow_workers.cli.review import _full_id
     from theow_workers.core.teaching import TeachError
@@ -115,9 +124,18 @@ def _teach_one(
     is_normal = _normal(settings, job_fact(failure.facts) if failure is not None else None)
     try:
         teaching = file_teaching(
-            store, book, failure_id, first, last, by=who, scope=scope, mode=mode, name=name,
-            is_normal=is_normal, taken=frozenset(_taken(settings)),
-        )  # fmt: skip
+            store,
+            book,
+            failure_id,
+            first,
+            last,
+            by=who,
+            scope=scope,
+            mode=mode,
+            name=name,
+            is_normal=is_normal,
+            taken=frozenset(_taken(settings)),
+        )
     except TeachError as exc:
         raise fail(str(exc)) from None
     return teaching.to_dict()
@@ -132,7 +150,9 @@ def _normal(settings: Any, job: str | None) -> Any:
 
         normal = Runtime(settings).normals.normal(job)
     except Exception as exc:  # the rule is still taught; its normal test is said to be missing
-        err.print(f"[yellow]the job's normal is not available ({type(exc).__name__}); not tested against it[/yellow]")  # fmt: skip
+        err.print(
+            f"[yellow]the job's normal is not available ({type(exc).__name__}); not tested against it[/yellow]"
+        )
         return None
     return normal.is_normal if normal else None
 
@@ -162,9 +182,9 @@ def _bulk(
     from theow_workers.review.teach import teach as file_teaching
 
     settings = load_settings()
-    filed: list[dict[str, Any]] = []
+    filed: list[JsonObject] = []
     problems: list[str] = []
-    same: list[dict[str, Any]] = []  # {line, proposal_id}: examples of a rule already filed
+    same: list[JsonObject] = []  # {line, proposal_id}: examples of a rule already filed
     by_key: dict[tuple[Any, ...], str] = {}
     taken = set(_taken(settings))
     normals = _Normals(settings)
@@ -181,16 +201,36 @@ def _bulk(
                 same.append({"line": number, "proposal_id": by_key[("name", explained)]})
                 continue
             is_normal = normals.get(facts)
-            taught = draft(store, book, failure_id, facts, first, last, by=who, scope=scope,
-                           mode=mode, is_normal=is_normal, taken=frozenset(taken))  # fmt: skip
+            taught = draft(
+                store,
+                book,
+                failure_id,
+                facts,
+                first,
+                last,
+                by=who,
+                scope=scope,
+                mode=mode,
+                is_normal=is_normal,
+                taken=frozenset(taken),
+            )
             key = _rule_key(taught.rule)
             if key in by_key:
                 same.append({"line": number, "proposal_id": by_key[key]})
                 continue
             teaching = file_teaching(
-                store, book, failure_id, first, last, by=who, scope=scope, mode=mode,
-                is_normal=is_normal, taken=frozenset(taken), taught=taught,
-            )  # fmt: skip
+                store,
+                book,
+                failure_id,
+                first,
+                last,
+                by=who,
+                scope=scope,
+                mode=mode,
+                is_normal=is_normal,
+                taken=frozenset(taken),
+                taught=taught,
+            )
         except (_BadExample, TeachError) as exc:
             problems.append(f"{where}: {' '.join(str(exc).split())}"[:1000])
             continue
@@ -202,12 +242,17 @@ def _bulk(
         print_json({"filed": filed, "same_rule": same, "problems": problems})
     else:
         for item in filed:
-            out.print(f"filed proposal {item['proposal_id']} for rule {item['rule']} "
-                      f"(failure {item['failure_id']} line {item['line']})", highlight=False)  # fmt: skip
+            out.print(
+                f"filed proposal {item['proposal_id']} for rule {item['rule']} "
+                f"(failure {item['failure_id']} line {item['line']})",
+                highlight=False,
+            )
         for problem in problems:
             err.print(Text(problem, style="yellow"))
-        out.print(f"{len(filed)} proposal(s) filed, {len(same)} example(s) of a rule filed "
-                  f"already, {len(problems)} refused; review them with `theow review list`")  # fmt: skip
+        out.print(
+            f"{len(filed)} proposal(s) filed, {len(same)} example(s) of a rule filed "
+            f"already, {len(problems)} refused; review them with `theow review list`"
+        )
 
 
 class _Normals:
@@ -216,10 +261,10 @@ class _Normals:
     def __init__(self, settings: Any) -> None:
         self.settings = settings
         self.runtime: Any = None
-        self.known: dict[str, Any] = {}
+        self.known: JsonObject = {}
         self.down = False
 
-    def get(self, facts: dict[str, Any]) -> Any:
+    def get(self, facts: JsonObject) -> Any:
         from theow_client.job import job_fact
         from theow_workers.review.teach import normal_test
 
@@ -239,7 +284,7 @@ class _Normals:
         return self.known[job]
 
 
-def _example_failure(store: Any, data: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def _example_failure(store: Any, data: JsonObject) -> tuple[str, JsonObject]:
     """The stored failure an example names, or the one its facts are stored as (source
     ``taught``, id from their hash: the same facts twice are one failure)."""
     import hashlib
@@ -275,13 +320,14 @@ def _example_failure(store: Any, data: dict[str, Any]) -> tuple[str, dict[str, A
     digest = hashlib.sha256(text.encode()).hexdigest()
     failure_id = f"taught-{digest[:24]}"
     if store.failure(failure_id) is None:
-        store.sql.add_failure(FailureRecord(failure_id, digest, facts, "build_failure", "taught",
-                                            datetime.now(UTC)))  # fmt: skip
+        store.sql.add_failure(
+            FailureRecord(failure_id, digest, facts, "build_failure", "taught", datetime.now(UTC))
+        )
     stored = store.failure(failure_id)
     return failure_id, stored.facts if stored is not None else facts
 
 
-def _example_span(facts: dict[str, Any], data: dict[str, Any]) -> tuple[int, int]:
+def _example_span(facts: JsonObject, data: JsonObject) -> tuple[int, int]:
     from theow_workers.core.resolver import matching_facts
     from theow_workers.core.teaching import MAX_SPAN, chunk_span
 
@@ -290,7 +336,9 @@ def _example_span(facts: dict[str, Any], data: dict[str, Any]) -> tuple[int, int
         raise _BadExample('give "lines": "A-B" or "chunk": "the explaining lines", one of them')
     if lines is not None:
         found = LINES.match(lines) if isinstance(lines, str) else None
-        first, last = (int(found.group(1)), int(found.group(2) or found.group(1))) if found else (0, 0)  # fmt: skip
+        first, last = (
+            (int(found.group(1)), int(found.group(2) or found.group(1))) if found else (0, 0)
+        )
         if first < 1 or last < first:
             raise _BadExample(f"lines {str(lines)[:40]!r}: give the first and the last, as 12-14")
         return first, last
@@ -310,7 +358,7 @@ def _rule_key(rule: Any) -> tuple[Any, ...]:
     return tuple((c.fact, c.equals, c.regex, c.contains) for c in rule.when)
 
 
-def _explained(rules: list[Any], facts: dict[str, Any], span: tuple[int, int]) -> str | None:
+def _explained(rules: list[Any], facts: JsonObject, span: tuple[int, int]) -> str | None:
     """The rule among ``rules`` whose evidence on ``facts`` lies in ``span``, if any."""
     from theow_workers.core.matching import evaluate
     from theow_workers.core.resolver import matching_facts
@@ -328,7 +376,7 @@ def _with(book: Any, rule: Any) -> Any:
     return RuleBook((*book.rules, rule), f"{book.version}+{rule.name}", book.client_side)
 
 
-def _print(teaching: dict[str, Any]) -> None:
+def _print(teaching: JsonObject) -> None:
     from theow_client.terminal import printable
     from theow_workers.review.risk import visible
 
@@ -351,7 +399,11 @@ def _print(teaching: dict[str, Any]) -> None:
         highlight=False,
     )
     if tests["normal_known"]:
-        verdict = "[red]yes: its evidence is a line the passing runs print[/red]" if tests["fires_on_normal"] else "no"  # fmt: skip
+        verdict = (
+            "[red]yes: its evidence is a line the passing runs print[/red]"
+            if tests["fires_on_normal"]
+            else "no"
+        )
         out.print(f"fires on the job's normal: {verdict}")
     else:
         out.print("the job's normal is unknown: not tested against passing runs")

@@ -28,8 +28,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.core.examples import EXAMPLE_TIMEOUT, Location, example_lines
 from theow_workers.core.resolver import Candidate, RuleBook, plan
 from theow_workers.core.rules import Rule, RuleError
@@ -114,13 +114,13 @@ def _winner(ranked: Sequence[Candidate], own: str, by_name: dict[str, Rule]) -> 
     return None
 
 
-def _example_facts(rule: Rule) -> list[tuple[int, int, dict[str, Any]]]:
+def _example_facts(rule: Rule) -> list[tuple[int, int, JsonObject]]:
     """(condition index, example index, facts) for each example of ``rule``.
 
     The facts are the example on its fact, the values the rule's ``equals`` and
     ``one_of`` conditions pin, and the first example of each condition on another fact.
     """
-    pinned: dict[str, Any] = {}
+    pinned: JsonObject = {}
     for condition in rule.when:
         if "equals" in condition.model_fields_set:
             pinned.setdefault(condition.fact, condition.equals)

@@ -17,6 +17,7 @@ from functools import lru_cache
 from typing import Any
 
 from theow_client.facts import lines_around
+from theow_client.jsontypes import JsonObject
 
 CONTEXT_LINES = 3  # shown before and after the evidence line
 MAX_CONTEXT_LINES = 15
@@ -47,8 +48,8 @@ class Evidence:
         seen = " (also seen in passing runs)" if self.normal else ""
         return f"matched {rule} at {self.fact} line {self.line:,}: {self.text}{seen}"
 
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
+    def to_dict(self) -> JsonObject:
+        data: JsonObject = {
             "fact": self.fact,
             "line": self.line,
             "text": self.text,

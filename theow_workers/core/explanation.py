@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol
 
+from theow_client.jsontypes import JsonObject
 from theow_client.terminal import printable
 from theow_client.verdict import Status, Verdict, Where
 from theow_workers.core.llm import BudgetReached, ModelError, QuotaExhausted, cut
@@ -57,8 +58,13 @@ CAUSES = ("code", "test", "dependency", "infrastructure", "flaky")
 # What an explanation is in: ``explained`` and ``malformed`` were paid for (a cause is
 # asked once); the others say why there is none yet and are asked again later.
 EXPLAINED, MALFORMED, FAILED, BUDGET, RATE_LIMITED, PENDING = (
-    "explained", "malformed", "failed", "budget", "rate_limited", "pending",
-)  # fmt: skip
+    "explained",
+    "malformed",
+    "failed",
+    "budget",
+    "rate_limited",
+    "pending",
+)
 STATES = (EXPLAINED, MALFORMED, FAILED, BUDGET, RATE_LIMITED, PENDING)
 # The statuses a failure is explained for: no specific rule explains it.
 UNEXPLAINED = frozenset({Status.UNMATCHED, Status.UNEXPLAINED})
@@ -71,7 +77,7 @@ PROMPT_LINE_CHARS = 300
 CONTEXT = 2  # lines kept each side of an error line
 MAX_PROJECT = 200
 
-SCHEMA: dict[str, Any] = {
+SCHEMA: JsonObject = {
     "type": "object",
     "properties": {
         "explanation": {"type": "string", "maxLength": MAX_EXPLANATION},
@@ -114,10 +120,10 @@ class Explanation:
         """Whether the model answered for this cause: it is not asked again."""
         return self.state in (EXPLAINED, MALFORMED)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return asdict(self)
 
-    def shown(self) -> dict[str, Any]:
+    def shown(self) -> JsonObject:
         """What a verdict carries: the answer, not the accounting."""
         keys = ("state", "text", "cause", "next_step", "model", "reason")
         return {k: v for k, v in self.to_dict().items() if k in keys and v != ""}
@@ -134,7 +140,7 @@ class Explanation:
             return None
 
 
-def project_of(facts: dict[str, Any]) -> str:
+def project_of(facts: JsonObject) -> str:
     """The project a failure belongs to: a cause is explained once per project.
 
     The ``project`` or ``repo`` fact when the submitter gives one, else the
@@ -182,7 +188,7 @@ def cause_key(project: str, fingerprint: str, prompt: str = "") -> str:
 
 
 def summary_of(
-    facts: dict[str, Any],
+    facts: JsonObject,
     is_normal: LinePredicate | None = None,
     is_wrapper: LinePredicate | None = None,
 ) -> ErrorSummary:
@@ -308,7 +314,7 @@ class ExplanationStore(Protocol):
         ...
 
 
-Ask = Callable[[str, dict[str, Any], int], dict[str, Any]]  # (prompt, schema, max output) → reply
+Ask = Callable[[str, JsonObject, int], JsonObject]  # (prompt, schema, max output) → reply
 
 
 @dataclass

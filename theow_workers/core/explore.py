@@ -25,8 +25,8 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.core.actions import ActionRegistry
 from theow_workers.core.llm import Outcome, SessionEnd, Tool, ToolError, tool_from_callable
 from theow_workers.core.matching import Captures, check_condition, evaluate
@@ -47,7 +47,7 @@ log = logging.getLogger("theow.explorer")
 
 Search = Callable[[str, str, int], list[Hit]]  # (query, kind, limit) -> hits
 # A draft rule -> where else it fires: {"stored_failures", "scanned", "passing_templates", ...}
-Probe = Callable[[Rule], dict[str, Any]]
+Probe = Callable[[Rule], JsonObject]
 SEARCH_LIMIT = 8
 PROMPT_LOG_CHARS = 24_000
 PROMPT_SUMMARY_LINES = 40
@@ -96,7 +96,7 @@ def summary_text(summary: ErrorSummary) -> str:
 
 
 def render_prompt(
-    facts: dict[str, Any],
+    facts: JsonObject,
     extra: str = "",
     is_normal: Callable[[str], bool] | None = None,
     is_wrapper: Callable[[str], bool] | None = None,
@@ -118,13 +118,19 @@ def render_prompt(
         summary = summarize(facts, is_normal=is_normal, is_wrapper=is_wrapper)
         heading = (
             "## Error summary (numbered as in the log; > marks the lines picked as the error; "
-            + ("lines this job's recent passing runs print are left out)" if is_normal else "no normal known)")
-        )  # fmt: skip
+            + (
+                "lines this job's recent passing runs print are left out)"
+                if is_normal
+                else "no normal known)"
+            )
+        )
         parts += [heading, summary_text(summary)]
         parts += [
-            "## Log (end; it also holds lines the passing runs print)" if is_normal else "## Log (end)",
+            "## Log (end; it also holds lines the passing runs print)"
+            if is_normal
+            else "## Log (end)",
             tail,
-        ]  # fmt: skip
+        ]
     return "\n\n".join(parts)
 
 
@@ -132,7 +138,7 @@ def render_prompt(
 class ExplorationContext:
     """What the meta-tools see: the failure, the rules, the actions, the index."""
 
-    facts: dict[str, Any]
+    facts: JsonObject
     rules: Sequence[Rule]
     actions: ActionRegistry
     repo: Repository
@@ -154,7 +160,7 @@ class ExplorationContext:
             tool_from_callable(self.give_up),
         ]
 
-    def search_rules(self, query: str) -> list[dict[str, Any]]:
+    def search_rules(self, query: str) -> list[JsonObject]:
         """Find existing rules similar to a description or an error message.
 
         Args:
@@ -172,7 +178,7 @@ class ExplorationContext:
             for h in self.search(query, "rule", SEARCH_LIMIT)
         ]
 
-    def search_actions(self, query: str) -> list[dict[str, Any]]:
+    def search_actions(self, query: str) -> list[JsonObject]:
         """Find existing actions that might fix this failure.
 
         Args:
@@ -182,8 +188,14 @@ class ExplorationContext:
         for hit in self.search(query, "action", SEARCH_LIMIT):
             spec = self.actions.get(hit.name)
             if spec is not None:
-                found.append({"name": spec.name, "signature": spec.signature, "docstring": spec.doc,
-                              "client_side": spec.client_side})  # fmt: skip
+                found.append(
+                    {
+                        "name": spec.name,
+                        "signature": spec.signature,
+                        "docstring": spec.doc,
+                        "client_side": spec.client_side,
+                    }
+                )
         return found
 
     def read_action(self, name: str) -> str:
@@ -200,7 +212,7 @@ class ExplorationContext:
         except (OSError, TypeError) as exc:
             raise ToolError(f"source of {name!r} is not available: {exc}") from exc
 
-    def test_rule(self, rule_yaml: str) -> dict[str, Any]:
+    def test_rule(self, rule_yaml: str) -> JsonObject:
         """Check a draft rule against this failure: each fact's result and the bound params.
 
         Args:
@@ -219,7 +231,7 @@ class ExplorationContext:
             )
         match = evaluate(rule, self.facts, regex_timeout=self.regex_timeout)
         unknown = [s.action for s in rule.then if s.action not in known]
-        report: dict[str, Any] = {
+        report: JsonObject = {
             "valid": True,
             "matches": match.ok,
             "reason": match.reason,
@@ -236,7 +248,7 @@ class ExplorationContext:
                 report["fires_on"] = {"error": f"not counted ({type(exc).__name__})"}
         return report
 
-    def rule_from_lines(self, first_line: int, last_line: int) -> dict[str, Any]:
+    def rule_from_lines(self, first_line: int, last_line: int) -> JsonObject:
         """Make a tested draft rule from the log lines that say why the build failed.
 
         The telling line among them is picked (not a wrapper, not a line the job's
@@ -251,10 +263,15 @@ class ExplorationContext:
         book = self.book
         try:
             taught = synthesize(
-                self.facts, int(first_line), int(last_line), is_wrapper=book.is_wrapper if book else None,
-                is_normal=self.is_normal, book=book, taken={r.name for r in self.rules},
+                self.facts,
+                int(first_line),
+                int(last_line),
+                is_wrapper=book.is_wrapper if book else None,
+                is_normal=self.is_normal,
+                book=book,
+                taken={r.name for r in self.rules},
                 origin=f"lines {first_line}-{last_line}, by the explorer",
-            )  # fmt: skip
+            )
         except TeachError as exc:
             raise ToolError(str(exc)) from None
         return {
@@ -290,6 +307,6 @@ class ExplorationContext:
         raise SessionEnd(Outcome.GAVE_UP, {"reason": reason})
 
 
-def result_of(payload: dict[str, Any]) -> ExploreResult | None:
+def result_of(payload: JsonObject) -> ExploreResult | None:
     value = payload.get("result")
     return value if isinstance(value, ExploreResult) else None

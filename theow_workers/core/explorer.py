@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.core.explore import ExplorationContext, render_prompt, result_of
 from theow_workers.core.llm import (
     MODEL_TEXT_LIMIT,
@@ -59,12 +60,12 @@ class Exploration:
     tokens_out: int = 0
     cost: float = 0.0
     proposal_id: str | None = None
-    transcript: list[dict[str, Any]] = field(default_factory=list)
-    bound: list[dict[str, Any]] = field(default_factory=list)  # actions re-bound on a cache hit
+    transcript: list[JsonObject] = field(default_factory=list)
+    bound: list[JsonObject] = field(default_factory=list)  # actions re-bound on a cache hit
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     id: str = field(default_factory=lambda: str(uuid.uuid4()))
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JsonObject:
         """What the client reads as the exploration's outcome."""
         return {
             "exploration_id": self.id,
@@ -80,7 +81,7 @@ class Exploration:
         }
 
 
-def refine(fingerprint: str, facts: dict[str, Any]) -> str:
+def refine(fingerprint: str, facts: JsonObject) -> str:
     """A fingerprint that also keeps the numbers: for causes that collide without them."""
     raw = "\n".join(error_lines(summarize(facts)))
     return f"{fingerprint[:16]}-{hashlib.sha256(raw.encode()).hexdigest()[:15]}"
@@ -98,15 +99,15 @@ class InFlight(Exception):
 class ExploreState(Protocol):
     def take_flight(self, fingerprint: str, failure_id: str, ttl: int) -> str | None: ...
     def land(self, fingerprint: str) -> None: ...
-    def finish(self, fingerprint: str, record: dict[str, Any]) -> None: ...
-    def finished(self, fingerprint: str) -> dict[str, Any] | None: ...
+    def finish(self, fingerprint: str, record: JsonObject) -> None: ...
+    def finished(self, fingerprint: str) -> JsonObject | None: ...
     def take_session(self, session_id: str, limit: int, ttl: int) -> int: ...
     def remember(self, proposal_id: str, vector: list[float], rule_yaml: str) -> None: ...
-    def cached(self) -> list[dict[str, Any]]: ...
+    def cached(self) -> list[JsonObject]: ...
 
 
 class ExplorationSink(Protocol):
-    def add_exploration(self, exploration: Any, proposal: dict[str, Any] | None = None) -> None: ...
+    def add_exploration(self, exploration: Any, proposal: JsonObject | None = None) -> None: ...
 
 
 class Gateway(Protocol):
@@ -131,7 +132,7 @@ def cost_of(result: SessionResult, prices: dict[str, tuple[float, float]]) -> fl
     return (result.tokens_in * price_in + result.tokens_out * price_out) / 1_000_000
 
 
-def _bounded(transcript: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _bounded(transcript: list[JsonObject]) -> list[JsonObject]:
     """The transcript with at most TRANSCRIPT_TURNS turns and each text cut.
 
     The session cuts what it records already; this holds for any gateway.
@@ -185,7 +186,7 @@ class ExploreService:
         self,
         failure_id: str,
         fingerprint: str,
-        facts: dict[str, Any],
+        facts: JsonObject,
         context: ExplorationContext,
         query: str,
         session_id: str,
@@ -218,7 +219,7 @@ class ExploreService:
         finally:
             self.state.land(fingerprint)
 
-    def _reuse(self, base: Exploration, facts: dict[str, Any]) -> Exploration | None:
+    def _reuse(self, base: Exploration, facts: JsonObject) -> Exploration | None:
         """The finished exploration of this root cause, if its rule holds for these facts.
 
         Two causes can share a fingerprint (they differ only by numbers the
@@ -243,9 +244,7 @@ class ExploreService:
             proposal_id=done.get("proposal_id"),
         )
 
-    def _validate(
-        self, rule_yaml: str | None, facts: dict[str, Any]
-    ) -> list[dict[str, Any]] | None:
+    def _validate(self, rule_yaml: str | None, facts: JsonObject) -> list[JsonObject] | None:
         """Bound actions when ``rule_yaml`` validates against ``facts``, else None."""
         if not rule_yaml:
             return None
@@ -260,7 +259,7 @@ class ExploreService:
     def _explore(
         self,
         base: Exploration,
-        facts: dict[str, Any],
+        facts: JsonObject,
         context: ExplorationContext,
         query: str,
         session_id: str,
@@ -274,16 +273,22 @@ class ExploreService:
                 proposal_id, bound = hit
                 log.info("failure %s: session cache hit, proposal %s", base.failure_id, proposal_id)
                 base.bound = bound
-                result = self._record(base, Outcome.CACHE_HIT, "a cached proposal validates against these facts",
-                                      proposal_id=proposal_id)  # fmt: skip
+                result = self._record(
+                    base,
+                    Outcome.CACHE_HIT,
+                    "a cached proposal validates against these facts",
+                    proposal_id=proposal_id,
+                )
                 self.state.finish(base.fingerprint, result.summary())
                 return result
         number = self.state.take_session(session_id, limit, self.settings.session_ttl)
         if number < 0:
-            log.info("failure %s: session limit %d reached for %s", base.failure_id,
-                     limit, session_id)  # fmt: skip
-            return self._record(base, Outcome.LIMIT,
-                                f"session limit of {limit} reached for {session_id}")  # fmt: skip
+            log.info(
+                "failure %s: session limit %d reached for %s", base.failure_id, limit, session_id
+            )
+            return self._record(
+                base, Outcome.LIMIT, f"session limit of {limit} reached for {session_id}"
+            )
 
         budget, prompt, tools, use_secondary = (
             self.settings.budget,
@@ -299,8 +304,9 @@ class ExploreService:
             except (OSError, ValueError) as exc:
                 log.warning("failure %s: rule %s: %s", base.failure_id, rule.name, exc)
                 return self._record(base, Outcome.ERROR, f"rule {rule.name}: {exc}")
-            prompt = render_prompt(facts, extra=extra, is_normal=context.is_normal,
-                                   is_wrapper=_wrappers(context))  # fmt: skip
+            prompt = render_prompt(
+                facts, extra=extra, is_normal=context.is_normal, is_wrapper=_wrappers(context)
+            )
             wanted = {
                 "test_rule",
                 "submit_rule",
@@ -352,8 +358,13 @@ class ExploreService:
                 "status": "pending",
             }
             base.bound = result.bound
-            recorded = self._record(base, Outcome.PROPOSAL, session.reason or f"proposed rule {result.rule.name}",
-                                    proposal_id=proposal_id, proposal=proposal)  # fmt: skip
+            recorded = self._record(
+                base,
+                Outcome.PROPOSAL,
+                session.reason or f"proposed rule {result.rule.name}",
+                proposal_id=proposal_id,
+                proposal=proposal,
+            )
             self.state.remember(proposal_id, vector, result.rule_yaml)
             self.state.finish(
                 base.fingerprint,
@@ -371,8 +382,8 @@ class ExploreService:
         return recorded
 
     def _cache_hit(
-        self, vector: list[float], facts: dict[str, Any]
-    ) -> tuple[str, list[dict[str, Any]]] | None:
+        self, vector: list[float], facts: JsonObject
+    ) -> tuple[str, list[JsonObject]] | None:
         """The most similar cached proposal whose rule validates against ``facts``."""
         entries = sorted(
             ((_cosine(vector, e["vector"]), e) for e in self.state.cached()),
@@ -393,7 +404,7 @@ class ExploreService:
         outcome: Outcome,
         reason: str,
         proposal_id: str | None = None,
-        proposal: dict[str, Any] | None = None,
+        proposal: JsonObject | None = None,
     ) -> Exploration:
         # Whatever a model or a tool wrote is masked and bounded here, the one way
         # out to SQL, the explore state in Redis, the task's result and the client.
@@ -404,6 +415,10 @@ class ExploreService:
         )
         exploration.transcript = self.mask(_bounded(exploration.transcript))
         self.sink.add_exploration(exploration, proposal)
-        log.info("failure %s: exploration %s (%s)", exploration.failure_id, outcome.value,
-                 exploration.reason[:300])  # fmt: skip
+        log.info(
+            "failure %s: exploration %s (%s)",
+            exploration.failure_id,
+            outcome.value,
+            exploration.reason[:300],
+        )
         return exploration

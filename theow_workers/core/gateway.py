@@ -12,13 +12,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.core.llm import Tool
 
 
 @dataclass(frozen=True)
 class ToolCall:
     name: str
-    args: dict[str, Any]
+    args: JsonObject
     id: str | None = None  # the model's id for the call, echoed in its answer
 
 
@@ -27,7 +28,7 @@ class ToolAnswer:
     """What a tool call returned (``{"result": ...}``) or why it failed (``{"error": ...}``)."""
 
     call: ToolCall
-    response: dict[str, Any]
+    response: JsonObject
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ Turn = UserTurn | ModelTurn
 class ModelRequest:
     history: Sequence[Turn]  # starts with the user's prompt
     tools: Sequence[Tool] = ()
-    schema: dict[str, Any] | None = None  # ask for a JSON answer of this shape
+    schema: JsonObject | None = None  # ask for a JSON answer of this shape
     # The most output tokens the answer may have (the provider stops there): what bounds
     # the call's cost, and so what it reserves of the daily budget. None: the model's own.
     max_output_tokens: int | None = None

@@ -187,7 +187,12 @@ def draft_pattern(raw: str, level: int = 2) -> Draft | None:
             ]
         )
     if level == 0:
-        found = _merge_literals([Token("literal", t.text) if t.kind != "ansi" and t.kind != "space" else t for t in found])  # fmt: skip
+        found = _merge_literals(
+            [
+                Token("literal", t.text) if t.kind != "ansi" and t.kind != "space" else t
+                for t in found
+            ]
+        )
     # Leading colour codes, spaces and volatile parts say nothing; a subject with little
     # else to go by (a test name before "FAIL") is kept.
     # A subject just before the message ("src/a.c:3: error ...") is kept as a named group.

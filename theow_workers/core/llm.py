@@ -29,6 +29,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from theow_client.facts import CUT_MARKER
+from theow_client.jsontypes import JsonObject
 
 # What one model turn or one tool result may weigh: a model answer of 8 MB is
 # kept (and stored, and carried to the client) as its first 64 KB and a marker.
@@ -59,11 +60,11 @@ class Outcome(StrEnum):
 class Tool:
     name: str
     description: str
-    parameters: dict[str, Any]  # JSON schema of an object
+    parameters: JsonObject  # JSON schema of an object
     func: Callable[..., Any]
     permissions: frozenset[Permission] = frozenset()
 
-    def declaration(self) -> dict[str, Any]:
+    def declaration(self) -> JsonObject:
         return {"name": self.name, "description": self.description, "parameters": self.parameters}
 
 
@@ -74,7 +75,7 @@ class ToolError(Exception):
 class SessionEnd(Exception):
     """Raised by a terminal tool: the session ends with ``outcome``."""
 
-    def __init__(self, outcome: Outcome, payload: dict[str, Any] | None = None) -> None:
+    def __init__(self, outcome: Outcome, payload: JsonObject | None = None) -> None:
         super().__init__(outcome.value)
         self.outcome = outcome
         self.payload = payload or {}
@@ -158,7 +159,7 @@ class Budget:
     max_wait_seconds: float = 120.0  # longest rate-limit wait before giving up the session
 
     @classmethod
-    def from_constraints(cls, constraints: dict[str, Any], default: Budget | None = None) -> Budget:
+    def from_constraints(cls, constraints: JsonObject, default: Budget | None = None) -> Budget:
         base = default or cls()
         return cls(
             max_tool_calls=int(constraints.get("max_tool_calls", base.max_tool_calls)),
@@ -171,7 +172,7 @@ class Budget:
 @dataclass
 class ToolCallRecord:
     name: str
-    args: dict[str, Any]
+    args: JsonObject
     result: Any = None
     error: str = ""
 
@@ -184,8 +185,8 @@ class SessionResult:
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     tokens_in: int = 0
     tokens_out: int = 0
-    transcript: list[dict[str, Any]] = field(default_factory=list)  # JSON-able
-    payload: dict[str, Any] = field(default_factory=dict)  # from the terminal tool
+    transcript: list[JsonObject] = field(default_factory=list)  # JSON-able
+    payload: JsonObject = field(default_factory=dict)  # from the terminal tool
     reason: str = ""
 
 
@@ -214,9 +215,9 @@ class LLMGateway(Protocol):
     def generate(
         self,
         prompt: str,
-        schema: dict[str, Any] | None = None,
+        schema: JsonObject | None = None,
         max_output_tokens: int | None = None,
-    ) -> dict[str, Any]:
+    ) -> JsonObject:
         """One request; with ``schema``, the reply is JSON of that shape."""
         ...
 
@@ -265,7 +266,7 @@ _JSON_TYPES: dict[Any, str] = {str: "string", int: "integer", float: "number", b
 _ARG_LINE = re.compile(r"^\s{2,}(\w+)\s*(?:\([^)]*\))?:\s*(.*)$")
 
 
-def _schema(annotation: Any) -> dict[str, Any]:
+def _schema(annotation: Any) -> JsonObject:
     origin = typing.get_origin(annotation)
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     if origin in (typing.Union, types.UnionType) and len(args) == 1:
@@ -308,7 +309,7 @@ def tool_from_callable(
     if not description:
         raise TypeError(f"tool {name or func.__name__!r} needs a docstring: the LLM reads it")
     hints = typing.get_type_hints(func)
-    properties: dict[str, Any] = {}
+    properties: JsonObject = {}
     required: list[str] = []
     for param in inspect.signature(func).parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
@@ -321,7 +322,7 @@ def tool_from_callable(
         properties[param.name] = schema
         if param.default is param.empty:
             required.append(param.name)
-    parameters: dict[str, Any] = {"type": "object", "properties": properties}
+    parameters: JsonObject = {"type": "object", "properties": properties}
     if required:
         parameters["required"] = required
     return Tool(
@@ -333,7 +334,7 @@ def tool_from_callable(
     )
 
 
-def call_tool(tool: Tool, args: dict[str, Any]) -> Any:
+def call_tool(tool: Tool, args: JsonObject) -> Any:
     """Call a tool with the LLM's arguments; wrong arguments become a ToolError."""
     try:
         inspect.signature(tool.func).bind(**args)
@@ -377,9 +378,9 @@ class FallbackGateway:
     def generate(
         self,
         prompt: str,
-        schema: dict[str, Any] | None = None,
+        schema: JsonObject | None = None,
         max_output_tokens: int | None = None,
-    ) -> dict[str, Any]:
+    ) -> JsonObject:
         try:
             return self.primary.generate(prompt, schema, max_output_tokens)
         except BudgetReached:

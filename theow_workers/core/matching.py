@@ -24,6 +24,7 @@ from typing import Any
 
 import regex
 
+from theow_client.jsontypes import JsonObject
 from theow_client.verdict import BoundAction
 from theow_workers.core.evidence import Evidence, IsWrapper, literal_runs, telling_evidence
 from theow_workers.core.rules import PLACEHOLDER, REGEX_FLAGS, FactCondition, Rule, as_text
@@ -176,7 +177,7 @@ def _search(pattern: str, text: str, timeout: float, start: int | None = None) -
 
 def check_condition(
     condition: FactCondition,
-    facts: dict[str, Any],
+    facts: JsonObject,
     captures: Captures,
     timeout: float,
     hits: Hits | None = None,
@@ -236,7 +237,7 @@ def _cost(condition: FactCondition) -> int:
 
 def evaluate(
     rule: Rule,
-    facts: dict[str, Any],
+    facts: JsonObject,
     *,
     regex_timeout: float = DEFAULT_REGEX_TIMEOUT,
     client_side: frozenset[str] = frozenset(),
@@ -286,7 +287,7 @@ def _condition_literals(condition: FactCondition) -> tuple[str, ...]:
     return ()
 
 
-def bind(value: Any, captures: Captures, facts: dict[str, Any]) -> Any:
+def bind(value: Any, captures: Captures, facts: JsonObject) -> Any:
     """Fill placeholders in every string of ``value``; captures win over facts."""
     if isinstance(value, str):
         return _bind_text(value, captures, facts)
@@ -297,7 +298,7 @@ def bind(value: Any, captures: Captures, facts: dict[str, Any]) -> Any:
     return value
 
 
-def _lookup(key: str, captures: Captures, facts: dict[str, Any]) -> str:
+def _lookup(key: str, captures: Captures, facts: JsonObject) -> str:
     head, _, tail = key.partition(".")
     if head == "extract" and tail:
         value = captures.numbered.get(int(tail)) if tail.isdigit() else captures.named.get(tail)
@@ -314,7 +315,7 @@ def _lookup(key: str, captures: Captures, facts: dict[str, Any]) -> str:
     return value
 
 
-def _bind_text(text: str, captures: Captures, facts: dict[str, Any]) -> str:
+def _bind_text(text: str, captures: Captures, facts: JsonObject) -> str:
     for escape, marker in BRACE_ESCAPES:
         text = text.replace(escape, marker)
     bound = PLACEHOLDER.sub(lambda m: _lookup(m.group(1), captures, facts), text)

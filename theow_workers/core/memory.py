@@ -14,8 +14,9 @@ import threading
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import TypeVar
 
+from theow_client.jsontypes import JsonObject
 from theow_client.verdict import Status, Verdict
 from theow_workers.core.ports import (
     CLIENT_PENDING,
@@ -172,7 +173,7 @@ class InMemoryStore:
             self._bump(rule, success)
 
     def settle_client_attempt(
-        self, failure_id: str, rule: str, worked: bool, error: str, outputs: list[dict[str, Any]]
+        self, failure_id: str, rule: str, worked: bool, error: str, outputs: list[JsonObject]
     ) -> bool:
         """What the build agent reported for a ``client_pending`` attempt, as the SQL store does."""
         with self._lock:
@@ -210,9 +211,9 @@ class InMemoryExploreState:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.flights: dict[str, str] = {}
-        self.done: dict[str, dict[str, Any]] = {}
+        self.done: dict[str, JsonObject] = {}
         self.sessions: dict[str, int] = {}
-        self.cache: dict[str, dict[str, Any]] = {}
+        self.cache: dict[str, JsonObject] = {}
 
     def take_flight(self, fingerprint: str, failure_id: str, ttl: int) -> str | None:
         with self._lock:
@@ -223,10 +224,10 @@ class InMemoryExploreState:
         with self._lock:
             self.flights.pop(fingerprint, None)
 
-    def finish(self, fingerprint: str, record: dict[str, Any]) -> None:
+    def finish(self, fingerprint: str, record: JsonObject) -> None:
         self.done[fingerprint] = record
 
-    def finished(self, fingerprint: str) -> dict[str, Any] | None:
+    def finished(self, fingerprint: str) -> JsonObject | None:
         return self.done.get(fingerprint)
 
     def take_session(self, session_id: str, limit: int, ttl: int) -> int:
@@ -244,7 +245,7 @@ class InMemoryExploreState:
             "proposal_id": proposal_id,
         }
 
-    def cached(self) -> list[dict[str, Any]]:
+    def cached(self) -> list[JsonObject]:
         return list(self.cache.values())
 
 

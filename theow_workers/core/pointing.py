@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
 
+from theow_client.jsontypes import Json, JsonObject
 from theow_client.lines import LineMap, original_line
 from theow_client.verdict import Verdict, Where
 from theow_workers.core.evidence import MAX_LINE_CHARS, Evidence
@@ -30,7 +30,7 @@ STREAMS = ("stdout", "stderr")  # joined in this order when a submission has no 
 
 def pointed(
     verdict: Verdict,
-    facts: dict[str, Any],
+    facts: JsonObject,
     lines: Mapping[str, LineMap],
     evidence: Evidence | None = None,
     *,
@@ -50,7 +50,7 @@ def pointed(
 
 
 def in_sent_log(
-    facts: Mapping[str, Any], lines: Mapping[str, LineMap], fact: str, line: int
+    facts: Mapping[str, Json], lines: Mapping[str, LineMap], fact: str, line: int
 ) -> tuple[str, int]:
     """The fact a person sent and the line in its original of line ``line`` of ``fact`` as matched."""
     if fact == "log" and facts.get("log") is None:
@@ -65,8 +65,8 @@ def in_sent_log(
 
 
 def evidence_in_sent_log(
-    evidence: dict[str, Any] | None, facts: Mapping[str, Any], lines: Mapping[str, LineMap]
-) -> dict[str, Any] | None:
+    evidence: JsonObject | None, facts: Mapping[str, Json], lines: Mapping[str, LineMap]
+) -> JsonObject | None:
     """An evidence dict (as a verdict or an attempt carries it) with its lines in the sent log."""
     if not evidence or not isinstance(evidence.get("line"), int):
         return evidence
@@ -79,7 +79,7 @@ def evidence_in_sent_log(
     return shown
 
 
-def evidence_of(evidence: dict[str, Any] | None) -> Evidence | None:
+def evidence_of(evidence: JsonObject | None) -> Evidence | None:
     """The chosen rule's evidence as the verdict carries it (lines as matched), for ``where_lines``."""
     if not evidence:
         return None

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, TypeVar, cast
 
+from theow_client.jsontypes import JsonObject
 from theow_client.verdict import Status, Verdict
 
 T = TypeVar("T")
@@ -79,12 +80,12 @@ class RuleIndex(Protocol):
 class FailureRecord:
     id: str
     fingerprint: str
-    facts: dict[str, Any]
+    facts: JsonObject
     problem_type: str | None
     source: str
     received_at: datetime
     explore: bool = False
-    notes: dict[str, Any] = field(default_factory=dict)
+    notes: JsonObject = field(default_factory=dict)
     # The verified agent that sent it (None: replayed history, or recorded before agents had ids).
     agent: str | None = None
     idempotency_key: str | None = None
@@ -102,7 +103,7 @@ UNCONFIRMED = frozenset({CLIENT_PENDING, SUGGESTED})
 class AttemptRecord:
     failure_id: str
     rule: str
-    params: list[dict[str, Any]]
+    params: list[JsonObject]
     # "success" | "error" | "timeout" | "client_pending" (client-side actions
     # still to run on the build agent: counted when the agent reports back) |
     # "suggested" (a fix offered, none run: counted never)
@@ -110,7 +111,7 @@ class AttemptRecord:
     error: str = ""
     duration_ms: float = 0.0
     delivery: int = 1
-    evidence: dict[str, Any] | None = None
+    evidence: JsonObject | None = None
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,7 @@ def counted(attempts: Iterable[AttemptRecord]) -> Iterator[tuple[str, bool]]:
             yield attempt.rule, attempt.outcome == "success"
 
 
-def with_outputs(params: list[dict[str, Any]], outputs: list[Any]) -> list[dict[str, Any]]:
+def with_outputs(params: list[JsonObject], outputs: list[Any]) -> list[JsonObject]:
     """An attempt's bound actions, each with the output the build agent reported for it."""
     reported = {o.get("action"): o.get("output") for o in outputs if isinstance(o, dict)}
     return [

@@ -14,8 +14,8 @@ import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.core.matching import evaluate
 from theow_workers.core.rules import Rule, RuleError, parse_rule
 
@@ -52,7 +52,7 @@ class ExploreResult:
     rule: Rule
     rule_yaml: str
     actions: tuple[ActionDiff, ...] = ()
-    bound: list[dict[str, Any]] = field(default_factory=list)
+    bound: list[JsonObject] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -130,8 +130,8 @@ def _diff(repo: Repository, target: Path, code: str, action: str) -> ActionDiff:
 
 def check_submission(
     rule_yaml: str,
-    actions: list[dict[str, Any]],
-    facts: dict[str, Any],
+    actions: list[JsonObject],
+    facts: JsonObject,
     repo: Repository,
     *,
     regex_timeout: float = 0.05,

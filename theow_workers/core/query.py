@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from typing import Any
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.core.logtext import mask_volatile
 from theow_workers.core.summary import ErrorSummary, log_fact, summarize
 
@@ -27,7 +27,7 @@ TAIL_LINES = 8
 FINGERPRINT_VERSION = 2
 
 
-def log_text(facts: dict[str, Any]) -> str:
+def log_text(facts: JsonObject) -> str:
     """The failure's log: the first well-known log fact, else the longest multi-line text."""
     return log_fact(facts)[1]
 
@@ -38,7 +38,7 @@ def error_lines(summary: ErrorSummary) -> list[str]:
     return list(dict.fromkeys([line.text for line in summary.errors] + tail))
 
 
-def query_text(facts: dict[str, Any]) -> str:
+def query_text(facts: JsonObject) -> str:
     """Bounded text to embed for a failure."""
     short = [
         f"{k}: {v}"
@@ -49,7 +49,7 @@ def query_text(facts: dict[str, Any]) -> str:
     return ("\n".join(short[:6]) + "\n" + body).strip()[:MAX_QUERY_CHARS]
 
 
-def similarity_text(facts: dict[str, Any]) -> str:
+def similarity_text(facts: JsonObject) -> str:
     """What a failure is embedded as to rank rules: its query text, normalized.
 
     Two failures that differ only in numbers, ids, times and temp paths embed
@@ -58,7 +58,7 @@ def similarity_text(facts: dict[str, Any]) -> str:
     return mask_volatile(query_text(facts))[:MAX_QUERY_CHARS]
 
 
-def fingerprint(facts: dict[str, Any], is_normal: Callable[[str], bool] | None = None) -> str:
+def fingerprint(facts: JsonObject, is_normal: Callable[[str], bool] | None = None) -> str:
     """Same root cause → same fingerprint, whatever the run's ids and numbers.
 
     With the job's normal, built from the lines its passing runs do not print.

@@ -28,6 +28,7 @@ from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, SecretStr
 
+from theow_client.jsontypes import JsonObject
 from theow_client.redact import MASK, SECRET_NAME, KeywordFinder, Redactor
 from theow_client.secret_rules import DETECTORS, GITLAB_PREFIXES, Detector
 
@@ -172,7 +173,7 @@ def redact_text(text: str) -> str:
     return redactor().redact_text(text)
 
 
-def redact(facts: dict[str, Any]) -> dict[str, Any]:
+def redact(facts: JsonObject) -> JsonObject:
     """A copy of ``facts`` with secret-named facts and secrets in text masked."""
     return redactor().redact(facts)
 

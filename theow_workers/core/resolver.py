@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.core.logtext import LINE_STAMP, without_stamps
 from theow_workers.core.matching import DEFAULT_REGEX_TIMEOUT, Match, evaluate
 from theow_workers.core.normal import IsNormal
@@ -41,7 +41,7 @@ class Hints:
     max_retries: int = 3
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> Hints:
+    def from_dict(cls, data: JsonObject | None) -> Hints:
         data = data or {}
         return cls(
             rules=tuple(str(r) for r in data.get("rules") or ()),
@@ -154,7 +154,7 @@ class Plan:
 
 def plan(
     book: RuleBook,
-    facts: dict[str, Any],
+    facts: JsonObject,
     hints: Hints = Hints(),
     *,
     similarity: Similarity | None = None,
@@ -283,7 +283,7 @@ def scoped(rule: Rule) -> bool:
     return any(c.fact in ("repo", "job") and "equals" in c.model_fields_set for c in rule.when)
 
 
-def matching_facts(facts: dict[str, Any]) -> dict[str, Any]:
+def matching_facts(facts: JsonObject) -> JsonObject:
     """The facts rules see: a ``log``, without the time stamp a CI system puts on each line.
 
     ``theow-client run`` sends the interleaved ``log``; a submission that

@@ -24,6 +24,7 @@ import regex
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.core.actions import CONTEXT_PARAMS
 
 RULE_SUFFIX = ".rule.yaml"
@@ -133,7 +134,7 @@ class FactCondition(_Strict):
 
 class ActionStep(_Strict):
     action: str = Field(min_length=1)
-    params: dict[str, Any] = Field(default_factory=dict)
+    params: JsonObject = Field(default_factory=dict)
 
 
 PROMPT_SCHEME = "file://"
@@ -161,7 +162,7 @@ def prompt_path(template: str) -> Path | None:
 class LLMConfig(_Strict):
     prompt_template: str
     tools: list[str] = Field(default_factory=list)
-    constraints: dict[str, Any] = Field(default_factory=dict)
+    constraints: JsonObject = Field(default_factory=dict)
     use_secondary: bool = False
 
     @field_validator("prompt_template")
@@ -344,7 +345,7 @@ def _rule_problems(
 
 
 def _name_and_action_problems(
-    data: dict[str, Any],
+    data: JsonObject,
     path: str | Path,
     lines: dict[tuple[Any, ...], int],
     known_actions: frozenset[str] | None,

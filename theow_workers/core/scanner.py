@@ -47,6 +47,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.core.rules import FactCondition, Rule, as_text
 
 try:  # pragma: no cover - import guard
@@ -156,7 +157,7 @@ class Scanner:
         if self.unscanned:
             log.info("%d pattern(s) are checked outside the scanner", len(self.unscanned))
 
-    def scan(self, facts: dict[str, Any]) -> Hits:
+    def scan(self, facts: JsonObject) -> Hits:
         starts: dict[tuple[str, str], int] = {}
         found: set[int] = set()
         for fact, shards in self._shards.items():

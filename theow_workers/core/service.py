@@ -38,6 +38,7 @@ from theow_client.facts import (
     loads_facts,
 )
 from theow_client.job import job_fact
+from theow_client.jsontypes import JsonObject
 from theow_client.lines import FIELD as KEPT_LINES
 from theow_client.lines import LineMap, LineMapError, compose, parse_kept_lines, to_wire
 from theow_client.messages import SubmitRequest
@@ -73,11 +74,11 @@ STATS_TTL = 5.0  # seconds
 @dataclass(frozen=True)
 class Submission:
     failure_id: str
-    facts: dict[str, Any]
+    facts: JsonObject
     explore: bool = False
     source: str = "unknown"
     hints: Hints = Hints()
-    notes: dict[str, Any] = field(default_factory=dict)
+    notes: JsonObject = field(default_factory=dict)
     session_id: str | None = None  # groups LLM sessions under one budget (a replay job)
     fingerprint: str = ""
     # The verified agent that sent it; None for replayed history and in-process callers.
@@ -136,7 +137,7 @@ class Submission:
         )
 
 
-_Prepared = tuple[dict[str, Any], dict[str, Any], str, dict[str, LineMap]]
+_Prepared = tuple[JsonObject, JsonObject, str, dict[str, LineMap]]
 PREPARED_CACHE_SIZE = 256
 
 
@@ -194,7 +195,7 @@ class ResolveService:
         store: Store | StepStore,
         rulebook: Callable[[], RuleBook],
         actions: Callable[[], ActionRegistry],
-        similarity: Callable[[dict[str, Any]], Similarity] | None = None,
+        similarity: Callable[[JsonObject], Similarity] | None = None,
         settings: ResolveSettings = ResolveSettings(),
         explore: Callable[[Submission, str | None], str] | None = None,
         normals: Callable[[str], JobNormal | None] | None = None,
@@ -347,7 +348,7 @@ class ResolveService:
         self,
         request: SubmitRequest,
         failure_id: str,
-        notes: dict[str, Any],
+        notes: JsonObject,
         agent: str | None = None,
     ) -> FailureRecord:
         source = f"agent:{agent}" if agent else request.source
@@ -389,7 +390,7 @@ class ResolveService:
         return self.normal_of(sub.facts, sub.failure_id, sub.agent)
 
     def normal_of(
-        self, facts: dict[str, Any], failure_id: str = "", agent: str | None = None
+        self, facts: JsonObject, failure_id: str = "", agent: str | None = None
     ) -> JobNormal | None:
         """The failure's job's normal, when its job is known and passing runs were learned.
 
@@ -502,7 +503,7 @@ class ResolveService:
         evidence = candidate.match.evidence.to_dict() if candidate.match.evidence else None
         status = MODE_STATUS.get(rule.mode, Status.RESOLVED)
         started = time.monotonic()
-        outputs: list[dict[str, Any]] = []
+        outputs: list[JsonObject] = []
         outcome, error = "success", ""
         if rule.llm_config is not None:
             # A probabilistic rule: an LLM session with its prompt runs instead of actions,
@@ -564,7 +565,7 @@ class ResolveService:
 
     def _run_worker_actions(
         self, sub: Submission, bound: tuple[BoundAction, ...], registry: ActionRegistry
-    ) -> list[dict[str, Any]]:
+    ) -> list[JsonObject]:
         outputs = []
         for step in bound:
             if step.client_side:

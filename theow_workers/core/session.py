@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.core.gateway import (
     ModelGateway,
     ModelRequest,
@@ -189,9 +190,9 @@ class ToolLoop:
     def generate(
         self,
         prompt: str,
-        schema: dict[str, Any] | None = None,
+        schema: JsonObject | None = None,
         max_output_tokens: int | None = None,
-    ) -> dict[str, Any]:
+    ) -> JsonObject:
         """One request; with ``schema``, the reply is JSON of that shape."""
         session = _Session(SessionResult(Outcome.ERROR), _WaitBudget(self.max_wait))
         most = max_output_tokens or self.max_output_tokens
@@ -314,9 +315,13 @@ class ToolLoop:
         """Run one tool call; its result or error becomes the answer to the model."""
         record = ToolCallRecord(name=call.name, args=dict(call.args))
         result.tool_calls.append(record)
-        log.info("%s: tool call %s(%s)", self.gateway.model, call.name,
-                 ", ".join(sorted(call.args))[:200])  # fmt: skip
-        response: dict[str, Any]
+        log.info(
+            "%s: tool call %s(%s)",
+            self.gateway.model,
+            call.name,
+            ", ".join(sorted(call.args))[:200],
+        )
+        response: JsonObject
         try:
             tool = by_name.get(call.name)
             if tool is None:
@@ -339,7 +344,7 @@ class ToolLoop:
         # Masked before the model reads it: a tool that read a secret must not send it out.
         return ToolAnswer(call, self.mask(response))
 
-    def _record(self, result: SessionResult | None, turn: dict[str, Any]) -> None:
+    def _record(self, result: SessionResult | None, turn: JsonObject) -> None:
         if result is not None:
             result.transcript.append(self.mask(self.gateway.scrub(turn)))
 
@@ -396,7 +401,7 @@ def _end(
     result: SessionResult,
     outcome: Outcome,
     reason: str = "",
-    payload: dict[str, Any] | None = None,
+    payload: JsonObject | None = None,
 ) -> SessionResult:
     result.outcome = outcome
     result.payload = payload or {}
@@ -404,7 +409,7 @@ def _end(
     return result
 
 
-def _part(part: str | ToolAnswer) -> dict[str, Any]:
+def _part(part: str | ToolAnswer) -> JsonObject:
     """A part as the model receives it, to estimate its tokens."""
     if isinstance(part, str):
         return {"text": part}
@@ -412,8 +417,8 @@ def _part(part: str | ToolAnswer) -> dict[str, Any]:
     return {"function_response": answer}
 
 
-def _model_turn(model: str, reply: ModelTurn) -> dict[str, Any]:
-    turn: dict[str, Any] = {
+def _model_turn(model: str, reply: ModelTurn) -> JsonObject:
+    turn: JsonObject = {
         "role": "model",
         "model": model,
         "text": cut(reply.text, MODEL_TEXT_LIMIT),
@@ -426,14 +431,14 @@ def _model_turn(model: str, reply: ModelTurn) -> dict[str, Any]:
     return turn
 
 
-def _user_turn(turn: UserTurn) -> dict[str, Any]:
+def _user_turn(turn: UserTurn) -> JsonObject:
     answers = [
         {"name": p.call.name, "response": _cut(p.response)}
         for p in turn.parts
         if isinstance(p, ToolAnswer)
     ]
     texts = [p for p in turn.parts if isinstance(p, str)]
-    record: dict[str, Any] = {"role": "user", "text": "\n".join(texts)}
+    record: JsonObject = {"role": "user", "text": "\n".join(texts)}
     if answers:
         record["function_responses"] = answers
     return record

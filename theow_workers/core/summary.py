@@ -31,6 +31,7 @@ from typing import Any
 import regex
 
 from theow_client.facts import ERROR_TIERS, LOWER_CASED
+from theow_client.jsontypes import JsonObject
 from theow_client.verdict import Where
 from theow_workers.core.evidence import Evidence
 from theow_workers.core.logtext import ANNOTATION, mask_volatile, numbered_lines
@@ -128,7 +129,7 @@ class ErrorSummary:
         return {tier: tuple(tiers[tier]) for tier in sorted(tiers)}
 
 
-def log_fact(facts: dict[str, Any]) -> tuple[str, str]:
+def log_fact(facts: JsonObject) -> tuple[str, str]:
     """(name, text) of the failure's log: a well-known log fact, else the longest multi-line text."""
     for name in LOG_FACTS:
         value = facts.get(name)
@@ -171,7 +172,7 @@ def _diagnostic(line: str) -> bool:
 
 
 def summarize(
-    facts: dict[str, Any],
+    facts: JsonObject,
     *,
     is_normal: LinePredicate | None = None,
     is_wrapper: LinePredicate | None = None,
@@ -202,8 +203,14 @@ def summarize(
         brief = ", ".join(
             f"{k}={v}" for k, v in sorted(facts.items()) if isinstance(v, str | int) and k != "job"
         )
-        return ErrorSummary(fact, (), (), (), mask_volatile(brief)[:MAX_BASIS_CHARS],
-                            f"(no log text) {brief}"[:MAX_LINE_CHARS])  # fmt: skip
+        return ErrorSummary(
+            fact,
+            (),
+            (),
+            (),
+            mask_volatile(brief)[:MAX_BASIS_CHARS],
+            f"(no log text) {brief}"[:MAX_LINE_CHARS],
+        )
     lines = tuple(_judged(number, line, is_normal, is_wrapper) for number, line in numbered)
     new = [line for line in lines if not line.normal] or list(lines)
     window = new[-STRONG_WINDOW:]
@@ -277,7 +284,7 @@ def _unique(lines: Iterable[Line]) -> list[Line]:
 
 
 def where_lines(
-    facts: dict[str, Any],
+    facts: JsonObject,
     evidence: Evidence | None = None,
     *,
     is_normal: LinePredicate | None = None,

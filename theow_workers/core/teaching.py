@@ -36,11 +36,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import regex
 import yaml
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.core.confusion import rule_confusions
 from theow_workers.core.examples import example_problems
 from theow_workers.core.generalize import WORD, Draft, draft_pattern
@@ -70,9 +70,37 @@ ON_NORMAL = "it matches a line the job's passing runs print"
 PLAIN_SPAN = 30  # a longer selection (a whole step) is taught from its marked lines near its end
 
 _STOP = frozenset(
-    {"a", "an", "the", "and", "or", "of", "to", "in", "on", "at", "for", "by", "with", "is", "are",
-     "was", "were", "be", "been", "it", "this", "that", "from", "as", "please", "use", "you", "your"}
-)  # fmt: skip
+    {
+        "a",
+        "an",
+        "the",
+        "and",
+        "or",
+        "of",
+        "to",
+        "in",
+        "on",
+        "at",
+        "for",
+        "by",
+        "with",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "it",
+        "this",
+        "that",
+        "from",
+        "as",
+        "please",
+        "use",
+        "you",
+        "your",
+    }
+)
 _VAGUE = frozenset({"error", "err", "fatal", "failed", "failure", "fail", "warning"})
 # A command line echoed before it runs (npm's "> eslint --fix .", a shell's "+ make -j4").
 _COMMAND_ECHO = re.compile(r"^[>+$#]\s+[\w./@:-]+(?:\s+\S+)*?\s--?[A-Za-z][\w-]*")
@@ -123,7 +151,7 @@ class _Span:
 
 
 def synthesize(
-    facts: dict[str, Any],
+    facts: JsonObject,
     first: int,
     last: int,
     *,
@@ -177,11 +205,23 @@ def synthesize(
                 tried.append(f"line {number}: too little literal text to recognise it by")
                 break
             problem, taught = _try(
-                draft, facts, span, number, text, conditions, scope_used,
-                normal_lines=normal_lines, mode=mode, name=name, taken=taken, book=book,
-                is_wrapper=is_wrapper, origin=origin or f"lines {first}-{last}",
-                passed_over=tuple(tried), replaceable=replaceable,
-            )  # fmt: skip
+                draft,
+                facts,
+                span,
+                number,
+                text,
+                conditions,
+                scope_used,
+                normal_lines=normal_lines,
+                mode=mode,
+                name=name,
+                taken=taken,
+                book=book,
+                is_wrapper=is_wrapper,
+                origin=origin or f"lines {first}-{last}",
+                passed_over=tuple(tried),
+                replaceable=replaceable,
+            )
             if taught is not None:
                 return taught
             tried.append(f"line {number} (generalized {level}): {problem}")
@@ -286,7 +326,9 @@ def _telling(
         near = {n for n, _, _ in span.lines[-STRONG_WINDOW:]}
         ranked = [r for r in ranked if r[0] < 9 and r[2] in near]
         if not ranked:
-            tried.append(f"no line near the end of a selection of {len(span.lines)} lines carries an error marker: select the lines that say why")  # fmt: skip
+            tried.append(
+                f"no line near the end of a selection of {len(span.lines)} lines carries an error marker: select the lines that say why"
+            )
     return [(number, text, raw) for *_, number, text, raw in ranked]
 
 
@@ -300,7 +342,7 @@ def _picked(
     return {first + line.number - 1 for line in summary.errors}
 
 
-def _scope(facts: dict[str, Any], scope: str) -> tuple[list[dict[str, Any]], str]:
+def _scope(facts: JsonObject, scope: str) -> tuple[list[JsonObject], str]:
     """The conditions that keep a rule to the failure's project or job, and the scope used."""
     from theow_client.job import job_fact
 
@@ -317,11 +359,11 @@ def _scope(facts: dict[str, Any], scope: str) -> tuple[list[dict[str, Any]], str
 
 def _try(
     draft: Draft,
-    facts: dict[str, Any],
+    facts: JsonObject,
     span: _Span,
     number: int,
     text: str,
-    conditions: list[dict[str, Any]],
+    conditions: list[JsonObject],
     scope: str,
     *,
     normal_lines: Sequence[str],
@@ -347,7 +389,7 @@ def _try(
         return ON_NORMAL, None
     counter = _counter_examples(span, compiled, normal_lines, text)
     rule_name = _unique_name(name or _name_of(draft.words), taken, book)
-    data: dict[str, Any] = {
+    data: JsonObject = {
         "name": rule_name,
         "description": _description(draft.shown or text),
         "tags": [TAUGHT_TAG],

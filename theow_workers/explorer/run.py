@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from theow_client import names
 from theow_client.job import job_fact
+from theow_client.jsontypes import JsonObject
 from theow_client.messages import ExploreRequest
 from theow_workers.core.explore import ExplorationContext, Probe
 from theow_workers.core.explorer import Exploration, ExploreService, ExploreSettings
@@ -175,8 +176,12 @@ def explore_failure(
     facts = dict(failure.facts)
     s = runtime.settings
     if not s.explore:
-        exploration = Exploration(failure_id, failure.fingerprint, Outcome.ERROR.value,
-                                  reason="THEOW_EXPLORE is not set on this worker: exploring is off")  # fmt: skip
+        exploration = Exploration(
+            failure_id,
+            failure.fingerprint,
+            Outcome.ERROR.value,
+            reason="THEOW_EXPLORE is not set on this worker: exploring is off",
+        )
         ExploreStore(runtime.store).add_exploration(exploration)
         return exploration
 
@@ -230,7 +235,7 @@ def draft_probe(store: Any, normal: JobNormal | None, limit: int = PROBE_FAILURE
 
     templates = _templates(normal)
 
-    def probe(rule: Rule) -> dict[str, Any]:
+    def probe(rule: Rule) -> JsonObject:
         fired, scanned, after = 0, 0, ""
         examples: list[str] = []
         while scanned < limit:
@@ -245,17 +250,26 @@ def draft_probe(store: Any, normal: JobNormal | None, limit: int = PROBE_FAILURE
             after = page[-1][0]
         passing = _fires_on_templates(rule, templates)
         return {
-            "stored_failures": fired, "scanned": scanned, "examples": examples,
+            "stored_failures": fired,
+            "scanned": scanned,
+            "examples": examples,
             "passing_templates": len(passing) if normal is not None else None,
             "passing_examples": passing[:3],
-        }  # fmt: skip
+        }
 
     return probe
 
 
 # A template's masks, filled with a value of their kind so a draft's pattern can be tried on it.
-_SAMPLES = {"<n>": "1", "<hex>": "0123abc", "<uuid>": "00000000-0000-0000-0000-000000000000",
-            "<ts>": "2020-01-01T00:00:00Z", "<dur>": "1s", "<path>/": "/p/", "<*>": "x"}  # fmt: skip
+_SAMPLES = {
+    "<n>": "1",
+    "<hex>": "0123abc",
+    "<uuid>": "00000000-0000-0000-0000-000000000000",
+    "<ts>": "2020-01-01T00:00:00Z",
+    "<dur>": "1s",
+    "<path>/": "/p/",
+    "<*>": "x",
+}
 _MASKS = re.compile("|".join(re.escape(m) for m in _SAMPLES))
 
 
@@ -290,7 +304,7 @@ def _templates(normal: JobNormal | None) -> list[str]:
     return sorted(normal.exact) + shapes
 
 
-def record_explore_error(runtime: Runtime, request: ExploreRequest, reason: str) -> dict[str, Any]:
+def record_explore_error(runtime: Runtime, request: ExploreRequest, reason: str) -> JsonObject:
     """Record an exploration that could not finish, so the failure keeps one outcome."""
     from theow_workers.store.explore import ExploreStore
 

@@ -43,9 +43,16 @@ SYSTEM_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 # /etc entries programs need: the loader cache, alternatives' symlinks, time zone,
 # TLS roots and name resolution (used only with the network). No passwd, no shadow.
 ETC = (
-    "alternatives", "ld.so.cache", "localtime", "ssl", "ca-certificates",
-    "resolv.conf", "hosts", "nsswitch.conf", "gai.conf",
-)  # fmt: skip
+    "alternatives",
+    "ld.so.cache",
+    "localtime",
+    "ssl",
+    "ca-certificates",
+    "resolv.conf",
+    "hosts",
+    "nsswitch.conf",
+    "gai.conf",
+)
 PROBE_TIMEOUT = 15.0
 # /tmp inside is memory: bounded, so that a command cannot fill the worker's RAM through it.
 TMP_BYTES = 256 * 1024 * 1024
@@ -60,8 +67,17 @@ class Sandbox:
         self.network = network
 
     def argv(self, command: list[str]) -> list[str]:
-        isolation = ["--unshare-user", "--uid", NOBODY, "--gid", NOBODY, "--unshare-pid",
-                     "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]  # fmt: skip
+        isolation = [
+            "--unshare-user",
+            "--uid",
+            NOBODY,
+            "--gid",
+            NOBODY,
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+        ]
         if not self.network:
             isolation.append("--unshare-net")
         environment = ["--clearenv"]
@@ -76,8 +92,21 @@ class Sandbox:
                 mounts += ["--ro-bind", str(top), str(top)]
         for name in ETC:
             mounts += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-        mounts += ["--proc", "/proc", "--dev", "/dev", "--size", str(TMP_BYTES), "--tmpfs",
-                   "/tmp", "--bind", str(self.root), WORKSPACE, "--chdir", WORKSPACE]  # fmt: skip
+        mounts += [
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--size",
+            str(TMP_BYTES),
+            "--tmpfs",
+            "/tmp",
+            "--bind",
+            str(self.root),
+            WORKSPACE,
+            "--chdir",
+            WORKSPACE,
+        ]
         lifetime = ["--die-with-parent", "--new-session"]
         return [self.bwrap, *isolation, *lifetime, *environment, *mounts, "--", *command]
 
@@ -96,9 +125,14 @@ class Sandbox:
         child: int | None = None
         # An empty environment for bwrap itself: see the module's docstring.
         with subprocess.Popen(
-            argv, env={}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True, pass_fds=(info_out,),
-        ) as proc:  # fmt: skip
+            argv,
+            env={},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            pass_fds=(info_out,),
+        ) as proc:
             os.close(info_out)
             assert proc.stdout is not None and proc.stderr is not None
             stdout, stderr = _Tail(proc.stdout, keep), _Tail(proc.stderr, keep)

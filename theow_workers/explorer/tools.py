@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.core.llm import Permission, Tool, ToolError, tool_from_callable
 from theow_workers.core.query import log_text
 from theow_workers.explorer.sandbox import SandboxUnavailable, sandbox
@@ -71,7 +72,7 @@ class Workspace:
 
     def __init__(
         self,
-        facts: dict[str, Any],
+        facts: JsonObject,
         permissions: Iterable[Permission | str] = (),
         bwrap: str = "bwrap",
         command_timeout: float = 60.0,
@@ -123,7 +124,7 @@ class Workspace:
         target.write_text(content)
         return f"wrote {len(content)} characters to {path}"
 
-    def run_command(self, command: list[str], timeout: int = 60) -> dict[str, Any]:
+    def run_command(self, command: list[str], timeout: int = 60) -> JsonObject:
         """Run a command in a sandbox: the workspace (/workspace) and system programs only.
 
         Args:
@@ -167,7 +168,7 @@ class Workspace:
         ]
 
 
-def read_log_tool(facts: dict[str, Any]) -> Tool:
+def read_log_tool(facts: JsonObject) -> Tool:
     text = log_text(facts)
 
     def read_log(start_line: int = 0, lines: int = 200) -> str:

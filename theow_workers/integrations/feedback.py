@@ -31,6 +31,7 @@ from typing import Any
 from redis.exceptions import LockError
 
 from theow_client import names
+from theow_client.jsontypes import Json
 from theow_client.redact import redact_text
 from theow_workers.adapters.forges import ForgeAPI, ForgeError, ForgeUnavailable
 from theow_workers.integrations.hooks import HookedJob
@@ -48,7 +49,7 @@ _AUTOLINK = re.compile(r"@|:(?=//)|(?i:www)(?=\\\.)")  # after escaping: www\.
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~])")
 
 
-def entry(job: HookedJob, verdict: Mapping[str, Any]) -> dict[str, str]:
+def entry(job: HookedJob, verdict: Mapping[str, Json]) -> dict[str, str]:
     """What the comment says of one failed job (bounded, masked)."""
     return {
         "name": job.name,
@@ -109,7 +110,7 @@ def fenced(line: str) -> str:
     return f"{fence}text\n{line}\n{fence}"
 
 
-def _line_to_look_at(verdict: Mapping[str, Any]) -> str:
+def _line_to_look_at(verdict: Mapping[str, Json]) -> str:
     evidence = verdict.get("evidence")
     text = evidence.get("text") if isinstance(evidence, dict) else None
     if not text:
@@ -124,7 +125,7 @@ def _line_to_look_at(verdict: Mapping[str, Any]) -> str:
 
 
 def post(
-    redis: Any, api: ForgeAPI, job: HookedJob, verdict: Mapping[str, Any], console_url: str = ""
+    redis: Any, api: ForgeAPI, job: HookedJob, verdict: Mapping[str, Json], console_url: str = ""
 ) -> list[str]:
     """Write the job's outcome into the comment of each of its pull requests; their numbers."""
     numbers = api.pull_requests(job)
@@ -157,12 +158,13 @@ def mark_passed(redis: Any, api: ForgeAPI, job: HookedJob, console_url: str = ""
             (n, item) for n, item in listed if item.get("head_sha") == job.head_sha or n in heads
         ]
     return [
-        number for number, _ in listed
+        number
+        for number, _ in listed
         if _write(redis, api, job, number, lambda old: _passed(old, job), console_url, create=False)
-    ]  # fmt: skip
+    ]
 
 
-def post_or_log(redis: Any, api: ForgeAPI, job: HookedJob, verdict: Mapping[str, Any]) -> None:
+def post_or_log(redis: Any, api: ForgeAPI, job: HookedJob, verdict: Mapping[str, Json]) -> None:
     """``post``; a refusal (no permission, a pull request gone) is logged, the verdict stands.
 
     ForgeUnavailable (5xx, 429 or no answer after the retries) propagates: the
@@ -253,9 +255,10 @@ def _write(
             redis.expire(names.key_hook_job_prs(job.job), names.HOOK_PR_TTL)
         stored = redis.hgetall(key)
         entries = [
-            json.loads(value) for field, value in sorted(stored.items())
+            json.loads(value)
+            for field, value in sorted(stored.items())
             if field.decode().startswith("job:")
-        ]  # fmt: skip
+        ]
         body = render(entries, console)
         known = stored.get(b"comment")
         comment_id = known.decode() if known else None

@@ -26,10 +26,11 @@ import hashlib
 import hmac
 import re
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from theow_client import names
 from theow_client.job import MAX_JOB_CHARS
+from theow_client.jsontypes import JsonObject
 
 Forge = Literal["github", "gitlab"]
 FORGES: tuple[Forge, ...] = ("github", "gitlab")
@@ -86,7 +87,7 @@ class HookedJob:
     def agent(self) -> str:
         return AGENT_NAMES[self.forge]
 
-    def facts(self, log: str) -> dict[str, Any]:
+    def facts(self, log: str) -> JsonObject:
         """The submission's facts: the log and where it came from, as the client names them."""
         return {
             "log": log,

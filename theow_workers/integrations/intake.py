@@ -11,10 +11,11 @@ job's (``HookedJob.key``): resolved twice, it is the same failure.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from theow_client import names
 from theow_client.client import build_payload
+from theow_client.jsontypes import JsonObject
 from theow_client.messages import PassingRun, SubmitRequest
 from theow_client.passing import build_passing_payload, passing_interval
 from theow_workers.adapters.forges import ForgeAPI
@@ -38,7 +39,7 @@ def submission(job: HookedJob, log_text: str) -> SubmitRequest:
     return SubmitRequest.from_wire(payload)
 
 
-def learn_passing(rt: Runtime, api: ForgeAPI, job: HookedJob) -> dict[str, Any]:
+def learn_passing(rt: Runtime, api: ForgeAPI, job: HookedJob) -> JsonObject:
     """Teach the job's normal from this passing run, unless one was learned this interval.
 
     Only a run of the repository's default branch teaches: a fork's pull request
@@ -55,6 +56,7 @@ def learn_passing(rt: Runtime, api: ForgeAPI, job: HookedJob) -> dict[str, Any]:
         PassingRun.from_wire(build_passing_payload(facts, job=job.job))
     )
     kept = rt.normals.learn(names.agent_job(job.agent, learned_job), lines)
-    log.info("job %s: passing run from the %s webhook learned, %d templates", job.job,
-             job.forge, kept)  # fmt: skip
+    log.info(
+        "job %s: passing run from the %s webhook learned, %d templates", job.job, job.forge, kept
+    )
     return {"learned": True, "job": job.job, "templates": kept}

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from theow_client import names
+from theow_client.jsontypes import Json, JsonObject
 from theow_workers import last_good
 from theow_workers.config import VALKEY_PASSWORD_FILE, Settings
 from theow_workers.core.redact import redact_text
@@ -38,7 +39,7 @@ class Context:
 
     settings: Settings
     deep: bool = False
-    found: dict[str, Any] = field(default_factory=dict)
+    found: JsonObject = field(default_factory=dict)
 
 
 def shown(url: str) -> str:
@@ -77,7 +78,7 @@ def check_config(ctx: Context) -> list[Finding]:
 # --- redis ------------------------------------------------------------------
 
 
-def redis_findings(url: str, info: Mapping[str, Any]) -> list[Finding]:
+def redis_findings(url: str, info: Mapping[str, Json]) -> list[Finding]:
     """Judge a server from its ``INFO``: eviction would lose queued failures."""
     version = info.get("valkey_version") or info.get("redis_version") or "?"
     server = "valkey" if "valkey_version" in info else "redis"
@@ -122,11 +123,13 @@ def check_redis(ctx: Context) -> list[Finding]:
     except redis.AuthenticationError as exc:  # e.g. run away from `theow up`'s THEOW_HOME
         return [
             Finding(
-                "redis", FAIL, f"{shown(url)} refused the password: {exc}",
+                "redis",
+                FAIL,
+                f"{shown(url)} refused the password: {exc}",
                 "set THEOW_REDIS_URL with the broker's password; the embedded Valkey's is in "
                 f"$THEOW_HOME/{VALKEY_PASSWORD_FILE} (THEOW_HOME is {ctx.settings.home})",
             )
-        ]  # fmt: skip
+        ]
     except redis.RedisError as exc:
         return [
             Finding(
@@ -185,14 +188,15 @@ def _consumer_finding(
         return Finding(check, SKIP, "THEOW_EXPLAIN is off: nothing is explained")
     status, stall = _STALLS[queue]
     return Finding(
-        check, status,
+        check,
+        status,
         f"the {queue} queue has no consumer: {stall}",
         f"start a worker with --queues {queue} (`theow up` starts them); one cancelled with "
         f"`celery control cancel_consumer {queue}` comes back with `add_consumer {queue}`",
-    )  # fmt: skip
+    )
 
 
-def worker_rules_findings(error: Mapping[str, Any] | None) -> list[Finding]:
+def worker_rules_findings(error: Mapping[str, Json] | None) -> list[Finding]:
     """What the workers reported about the rules directory (``theow:rules:error``)."""
     if error is None:
         return []
@@ -200,20 +204,22 @@ def worker_rules_findings(error: Mapping[str, Any] | None) -> list[Finding]:
     if serving:
         return [
             Finding(
-                "rules.workers", WARN,
+                "rules.workers",
+                WARN,
                 f"workers found the rules invalid and serve the last valid version "
                 f"{str(serving)[:12]}: {error.get('error')}",
                 "fix the rule files (`theow rules check`); workers pick them up on their own",
             )
-        ]  # fmt: skip
+        ]
     return [
         Finding(
-            "rules.workers", FAIL,
+            "rules.workers",
+            FAIL,
             f"workers found the rules invalid and have no valid version: failures wait "
             f"for valid rules: {error.get('error')}",
             "fix the rule files (`theow rules check`); waiting failures are then decided",
         )
-    ]  # fmt: skip
+    ]
 
 
 # --- milvus -----------------------------------------------------------------

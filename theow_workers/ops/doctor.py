@@ -27,8 +27,8 @@ to check that container's configuration.
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.config import Settings
 from theow_workers.ops.checks import CHECKS, FAIL, Context, Finding
 
@@ -49,7 +49,7 @@ def diagnose(settings: Settings, deep: bool = False) -> list[Finding]:
     return [Finding(f.check, f.status, mask(f.detail), mask(f.fix)) for f in findings]
 
 
-def report(findings: list[Finding]) -> dict[str, Any]:
+def report(findings: list[Finding]) -> JsonObject:
     return {
         "ok": all(f.status != FAIL for f in findings),
         "checks": [asdict(f) for f in findings],

@@ -95,9 +95,15 @@ def flower_command(
         raise FlowerError("THEOW_FLOWER_PASSWORD must not contain ',' (Flower splits on it)")
     port = settings.flower_port if port is None else port
     argv = [
-        sys.executable, "-m", "celery", "-A", "theow_workers.celery_app", "flower",
-        f"--port={port}", f"--address={address}",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "theow_workers.celery_app",
+        "flower",
+        f"--port={port}",
+        f"--address={address}",
+    ]
     host = "127.0.0.1" if address in ("", "0.0.0.0") else address
     return FlowerCommand(argv, {AUTH_VARIABLE: f"{user}:{password}"}, f"http://{host}:{port}")
 

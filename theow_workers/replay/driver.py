@@ -36,6 +36,7 @@ from rich.progress import (
 from rich.text import Text
 
 from theow_client import names
+from theow_client.jsontypes import JsonObject
 from theow_client.redact import summary
 from theow_workers.replay.sources import Source
 from theow_workers.store.replay import (
@@ -83,13 +84,20 @@ class RateColumn(ProgressColumn):
 
 def progress_bar(console: Console) -> Progress:
     return Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),
-        RateColumn(), TextColumn("ETA"), TimeRemainingColumn(), TimeElapsedColumn(),
-        console=console, transient=False,
-    )  # fmt: skip
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TaskProgressColumn(),
+        RateColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
 
 
-def celery_sender() -> Callable[[dict[str, Any]], Any]:
+def celery_sender() -> Callable[[JsonObject], Any]:
     """Send a chunk; a broker that went away raises one of ``_broker_errors()``.
 
     The result backend (the same Redis) is pinged first, as ``theow-client``
@@ -99,7 +107,7 @@ def celery_sender() -> Callable[[dict[str, Any]], Any]:
     from theow_workers.celery_app import app, settings
     from theow_workers.tokens import signed_internal
 
-    def send(chunk: dict[str, Any]) -> Any:
+    def send(chunk: JsonObject) -> Any:
         try:
             app.backend.client.ping()
             # Flower shows the job id and the chunk's size, never the failures' facts.
@@ -130,7 +138,7 @@ class Driver:
     def __init__(
         self,
         store: ReplayStore,
-        send: Callable[[dict[str, Any]], Any],
+        send: Callable[[JsonObject], Any],
         console: Console,
         chunk_size: int = 200,
         in_flight: int = 8,
@@ -150,7 +158,7 @@ class Driver:
         self.chunk_size, self.in_flight, self.poll = max(1, chunk_size), max(1, in_flight), poll
         self.chunk_bytes = max(1, chunk_bytes)
         self.show_progress = show_progress
-        self._pending: dict[str, Any] = {}
+        self._pending: JsonObject = {}
         self.chunk_errors: list[str] = []
 
     def run(self, job: Job, source: Source) -> Job:
@@ -194,9 +202,10 @@ class Driver:
         except KeyboardInterrupt:
             queued = len(self._pending)
             self.store.update(
-                job.id, status=INTERRUPTED,
+                job.id,
+                status=INTERRUPTED,
                 message=f"interrupted; {queued} chunk(s) already queued are still decided by workers",
-            )  # fmt: skip
+            )
             raise
         return self._finish()
 
@@ -210,14 +219,16 @@ class Driver:
         else:
             why = "; ".join(dict.fromkeys(self.chunk_errors)) or "items left undecided"
             self.store.update(
-                job.id, status=INCOMPLETE, heartbeat_at=now,
+                job.id,
+                status=INCOMPLETE,
+                heartbeat_at=now,
                 message=f"{job.remaining} item(s) still undecided after {PASSES} passes without progress: {why[:1000]}",
-            )  # fmt: skip
+            )
         return self.store.get(job.id)
 
     def _pass(self, source: Source) -> int:
         sent = 0
-        chunk: list[dict[str, Any]] = []
+        chunk: list[JsonObject] = []
         size = 0
         for batch in source.batches():
             self._tick()
@@ -240,7 +251,7 @@ class Driver:
             sent += self._send(chunk)
         return sent
 
-    def _send(self, items: list[dict[str, Any]]) -> int:
+    def _send(self, items: list[JsonObject]) -> int:
         while len(self._pending) >= self.in_flight:
             time.sleep(self.poll)
             self._tick()

@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from theow_client.jsontypes import JsonObject
 from theow_client.messages import ExploreRequest
 from theow_workers.replay.grouping import Group, group_unmatched
 from theow_workers.replay.jobs import with_basis
@@ -70,7 +71,7 @@ class GroupExploration:
     cost: float = 0.0
     llm_sessions: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
@@ -84,12 +85,12 @@ def representative(group: Group) -> str:
     return group.failure_ids[0]
 
 
-def celery_explore_sender() -> Callable[[dict[str, Any]], Any]:
+def celery_explore_sender() -> Callable[[JsonObject], Any]:
     from theow_client import names
     from theow_workers.celery_app import app, settings
     from theow_workers.tokens import signed_internal
 
-    def send(request: dict[str, Any]) -> Any:
+    def send(request: JsonObject) -> Any:
         return app.send_task(
             names.TASK_EXPLORE,
             args=[signed_internal(settings, names.TASK_EXPLORE, request)],
@@ -103,7 +104,7 @@ def celery_explore_sender() -> Callable[[dict[str, Any]], Any]:
 class ReplayExplorer:
     """Sends a finished replay's unmatched groups to the explorer and follows them."""
 
-    def __init__(self, store: ReplayStore, send: Callable[[dict[str, Any]], Any]) -> None:
+    def __init__(self, store: ReplayStore, send: Callable[[JsonObject], Any]) -> None:
         self.store, self.send = store, send
         self.explorations = ReplayExplorations(store)
 
@@ -172,7 +173,7 @@ class ReplayExplorer:
         for rank, group in enumerate(groups, 1):
             failure_id = representative(group)
             row = rows.get(failure_id)
-            base: dict[str, Any] = {
+            base: JsonObject = {
                 "rank": rank,
                 "size": group.size,
                 "sample": group.sample,
@@ -228,11 +229,16 @@ class ReplayExplorer:
     ) -> None:
         self.explorations.add_group(
             GroupRecord(
-                job_id=job.id, failure_id=representative(group), rank=rank, size=group.size,
-                sample=group.sample, fingerprints=sorted(group.fingerprints), status=status,
+                job_id=job.id,
+                failure_id=representative(group),
+                rank=rank,
+                size=group.size,
+                sample=group.sample,
+                fingerprints=sorted(group.fingerprints),
+                status=status,
                 reused_from=reused_from,
             )
-        )  # fmt: skip
+        )
 
     def _send(self, job: Job, failure_id: str, budget: int) -> None:
         self.send(ExploreRequest(failure_id, None, session_id(job), budget).to_wire())

@@ -32,8 +32,8 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.core.summary import summarize
 
 SIMILAR = 0.7
@@ -50,7 +50,7 @@ SHARED_SHARE = 0.5
 _TOKEN = re.compile(r"<\w+>|[a-z_][a-z0-9_.\-']*")
 
 
-def scope_of(facts: dict[str, Any]) -> str:
+def scope_of(facts: JsonObject) -> str:
     """The project a failure belongs to, when its facts say (``repo``, ``repository``, ``project``)."""
     for name in SCOPE_FACTS:
         value = facts.get(name)
@@ -73,7 +73,7 @@ def split_basis(basis: str) -> tuple[str, str]:
 
 
 def error_summary(
-    facts: dict[str, Any],
+    facts: JsonObject,
     is_normal: Callable[[str], bool] | None = None,
     is_wrapper: Callable[[str], bool] | None = None,
 ) -> tuple[str, str]:
@@ -134,8 +134,8 @@ class Group:
         self.keys += other.keys
         self.fingerprints |= other.fingerprints
 
-    def to_dict(self, with_ids: bool = True) -> dict[str, Any]:
-        data: dict[str, Any] = {
+    def to_dict(self, with_ids: bool = True) -> JsonObject:
+        data: JsonObject = {
             "size": self.size,
             "sample": self.sample,
             "fingerprints": sorted(self.fingerprints),

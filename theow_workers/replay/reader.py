@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from theow_client.facts import DEFAULT_FACT_LIMIT, FactsError, bound_facts_kept, decode
+from theow_client.jsontypes import JsonObject
 from theow_client.lines import to_wire
 
 DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
@@ -88,11 +89,11 @@ class Line:
     """One parsed line: its facts, or the problem that keeps it from being replayed."""
 
     number: int
-    facts: dict[str, Any] | None = None
-    notes: dict[str, Any] = field(default_factory=dict)
+    facts: JsonObject | None = None
+    notes: JsonObject = field(default_factory=dict)
     problem: str | None = None
     # Which lines of each cut fact were kept (``theow_client.lines``, wire form).
-    kept_lines: dict[str, Any] = field(default_factory=dict)
+    kept_lines: JsonObject = field(default_factory=dict)
 
 
 def _physical_lines(
@@ -272,7 +273,7 @@ def raw_lines(
             yield RawLine(number, data, size, duplicate_of=seen)
 
 
-def json_object(data: bytes) -> tuple[dict[str, Any] | None, str | None]:
+def json_object(data: bytes) -> tuple[JsonObject | None, str | None]:
     """A line's JSON object, or what keeps it from being one."""
     try:
         value = json.loads(decode(data))

@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from theow_client.jsontypes import JsonObject
 from theow_client.verdict import Verdict
 from theow_client.verdict_text import where_text
 from theow_workers.core.logtext import strip_ansi
@@ -46,9 +47,12 @@ class Pricing:
         prices = settings.model_prices
         price_in, price_out = prices.get(model, prices.get(model.split("/")[-1], (0.0, 0.0)))
         return cls(
-            model, settings.llm_session_input_tokens, settings.llm_session_output_tokens,
-            price_in, price_out,
-        )  # fmt: skip
+            model,
+            settings.llm_session_input_tokens,
+            settings.llm_session_output_tokens,
+            price_in,
+            price_out,
+        )
 
     @property
     def per_session(self) -> float:
@@ -57,7 +61,7 @@ class Pricing:
         ) / 1e6
 
 
-def build(store: ReplayStore, job: Job, pricing: Pricing) -> dict[str, Any]:
+def build(store: ReplayStore, job: Job, pricing: Pricing) -> JsonObject:
     by_rule = store.counts(job.id, "rule")
     samples = store.evidence_samples(job.id)
     unmatched = with_basis(store, store.items(job.id, UNKNOWN))
@@ -68,7 +72,7 @@ def build(store: ReplayStore, job: Job, pricing: Pricing) -> dict[str, Any]:
     # The lines to look at of each group's first failure: what a person opens first.
     where = store.where_lines(g.failure_ids[0] for g in groups if g.failure_ids)
     problems = [i for i in store.items(job.id) if i.status in (INVALID, DUPLICATE)]
-    report: dict[str, Any] = {
+    report: JsonObject = {
         "job": job.to_dict(),
         "generated_at": datetime.now(UTC).isoformat(),
         "complete": job.status == DONE,
@@ -107,9 +111,9 @@ def build(store: ReplayStore, job: Job, pricing: Pricing) -> dict[str, Any]:
     return report
 
 
-def _explored(store: ReplayStore, job: Job, groups: list[Any]) -> dict[str, Any]:
+def _explored(store: ReplayStore, job: Job, groups: list[Any]) -> JsonObject:
     """Per group, what its exploration did; the actual tokens and cost beside the estimate."""
-    request: dict[str, Any] = {
+    request: JsonObject = {
         "requested": job.explore,
         "budget": job.explore_budget,
         "status": job.explore_status,
@@ -130,7 +134,7 @@ def _explored(store: ReplayStore, job: Job, groups: list[Any]) -> dict[str, Any]
     return request
 
 
-def _compare(store: ReplayStore, job: Job, by_rule: dict[str, int]) -> dict[str, Any] | None:
+def _compare(store: ReplayStore, job: Job, by_rule: dict[str, int]) -> JsonObject | None:
     """What changed since the replay ``job`` is compared with (``--again``/``--compare``),
     else since the previous finished replay of the same source."""
     before = None
@@ -177,7 +181,7 @@ def llm_sessions(store: ReplayStore, job: Job) -> int:
     return ReplayExplorations(store).sessions(session_id(job))
 
 
-def newly_matched(store: ReplayStore, before: str, now: str) -> dict[str, Any]:
+def newly_matched(store: ReplayStore, before: str, now: str) -> JsonObject:
     """Items no rule matched in ``before`` that one matches in ``now``, per rule now.
 
     Each rule says whether it came from an approved proposal (and which).
@@ -190,7 +194,7 @@ def newly_matched(store: ReplayStore, before: str, now: str) -> dict[str, Any]:
     return {"count": sum(counts.values()), "by_rule": rules}
 
 
-def changed_rule(store: ReplayStore, before: str, now: str) -> dict[str, Any]:
+def changed_rule(store: ReplayStore, before: str, now: str) -> JsonObject:
     """Items matched in both replays, by a different rule now."""
     rows = store.changed_rule(before, now)
     pairs = Counter(f"{r} → {nr}" for _, _, r, nr in rows)
@@ -204,7 +208,7 @@ def changed_rule(store: ReplayStore, before: str, now: str) -> dict[str, Any]:
     }
 
 
-def _cost(groups: int, job: Job, pricing: Pricing) -> dict[str, Any]:
+def _cost(groups: int, job: Job, pricing: Pricing) -> JsonObject:
     sessions = min(groups, job.explore_budget) if job.explore_budget is not None else groups
     return {
         "groups": groups,
@@ -222,7 +226,7 @@ def _cost(groups: int, job: Job, pricing: Pricing) -> dict[str, Any]:
     }
 
 
-def write(report: dict[str, Any], directory: Path) -> tuple[Path, Path]:
+def write(report: JsonObject, directory: Path) -> tuple[Path, Path]:
     directory.mkdir(parents=True, exist_ok=True)
     stem = directory / f"replay-{report['job']['id']}"
     json_path, md_path = stem.with_suffix(".json"), stem.with_suffix(".md")
@@ -256,7 +260,7 @@ def _idle_rules(names: list[str]) -> list[str]:
     ]
 
 
-def markdown(report: dict[str, Any], top: int = 25) -> str:
+def markdown(report: JsonObject, top: int = 25) -> str:
     job, s = report["job"], report["summary"]
     mode = "dry run" if job["dry_run"] else "executed actions"
     out = [
@@ -348,17 +352,17 @@ def markdown(report: dict[str, Any], top: int = 25) -> str:
     return "\n".join(out) + "\n"
 
 
-def group_where(group: dict[str, Any]) -> list[str]:
+def group_where(group: JsonObject) -> list[str]:
     """A report group's lines to look at, as text (``log line 7: ...``); none when its verdict has none."""
     lines = Verdict.from_dict({"failure_id": "-", "status": "-", "where": group.get("where")}).where
     return [where_text(w) for w in lines]
 
 
-def _look_at(group: dict[str, Any]) -> str:
+def _look_at(group: JsonObject) -> str:
     return "<br>".join(f"`{_cell(line)}`" for line in group_where(group)) or "-"
 
 
-def unexplained_note(summary: dict[str, Any]) -> str:
+def unexplained_note(summary: JsonObject) -> str:
     """`` (N of them unexplained: only a wrapper matched)`` when there are some."""
     n = summary.get("unexplained", 0)
     return f" ({n} of them unexplained: only a wrapper matched)" if n else ""

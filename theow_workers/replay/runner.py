@@ -26,8 +26,8 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
+from theow_client.jsontypes import JsonObject
 from theow_client.lines import FIELD as KEPT_LINES
 from theow_client.messages import SubmitRequest
 from theow_client.verdict import Status, Verdict
@@ -70,10 +70,10 @@ class ReplayRunner:
         self.policy = policy
         self.rules_version = rules_version
 
-    def run(self, chunk: dict[str, Any], delivery: int = 1) -> dict[str, Any]:
+    def run(self, chunk: JsonObject, delivery: int = 1) -> JsonObject:
         """Replay a chunk; ``delivery`` > 1 means an earlier delivery's worker died."""
         job = self.store.get(str(chunk["job_id"]))
-        items: list[dict[str, Any]] = list(chunk.get("items") or [])
+        items: list[JsonObject] = list(chunk.get("items") or [])
         result = {"job_id": job.id, "recorded": 0, "skipped": len(items), "cancelled": False}
         result["timed_out"] = False
         if job.status == CANCELLED:
@@ -107,8 +107,8 @@ class ReplayRunner:
     def _replay_one(
         self,
         job: Job,
-        item: dict[str, Any],
-        stored: dict[str, dict[str, Any]],
+        item: JsonObject,
+        stored: dict[str, JsonObject],
         service: ResolveService,
         writes: ChunkStore,
         careful: bool,
@@ -151,10 +151,12 @@ class ReplayRunner:
         writes: ChunkStore,
         service: ResolveService | None = None,
     ) -> ItemRecord:
-        fields: dict[str, Any] = {
-            "line": line, "failure_id": verdict.failure_id, "rule": verdict.rule,
+        fields: JsonObject = {
+            "line": line,
+            "failure_id": verdict.failure_id,
+            "rule": verdict.rule,
             "rules_version": self.rules_version(),
-        }  # fmt: skip
+        }
         if verdict.status in (Status.UNMATCHED, Status.UNEXPLAINED):
             # As recorded by the service: facts redacted, fingerprint computed.
             failure = writes.failures.get(verdict.failure_id)

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from theow_client.jsontypes import JsonObject
 from theow_client.terminal import printable
 from theow_workers.core.logtext import strip_ansi
 from theow_workers.replay.report import group_where, unexplained_note
@@ -28,16 +29,18 @@ def as_text(value: Any, limit: int | None = None) -> Text:
     return Text(shown if limit is None else shown[:limit])
 
 
-def show_report(report: dict[str, Any], console: Console) -> None:
+def show_report(report: JsonObject, console: Console) -> None:
     job, s = report["job"], report["summary"]
     mode = "dry run" if job["dry_run"] else "actions executed"
     console.print(
         Text.assemble(
-            "\n", (f"replay {job['id']}", "bold"), f" — {job['source']} ({mode}), status ",
+            "\n",
+            (f"replay {job['id']}", "bold"),
+            f" — {job['source']} ({mode}), status ",
             (job["status"], "bold"),
         ),
         highlight=False,
-    )  # fmt: skip
+    )
     console.print(
         f"hit rate [bold green]{_pct(s['hit_rate'])}[/bold green] explained: {s['matched']} of "
         f"{s['replayed']} replayed failures explained by a rule · {s['unmatched']} unmatched"
@@ -81,9 +84,11 @@ def show_report(report: dict[str, Any], console: Console) -> None:
                 status = f" ({e['proposal_status']})" if e.get("proposal_status") else ""
                 outcome = f": {e['outcome']}" if e.get("outcome") else ""
                 cells += [
-                    as_text(f"{e.get('state', '?')}{outcome}"), as_text(f"{proposal}{status}"),
-                    f"{e.get('tokens_in', 0) + e.get('tokens_out', 0):,}", f"${e.get('cost', 0):.4f}",
-                ]  # fmt: skip
+                    as_text(f"{e.get('state', '?')}{outcome}"),
+                    as_text(f"{proposal}{status}"),
+                    f"{e.get('tokens_in', 0) + e.get('tokens_out', 0):,}",
+                    f"${e.get('cost', 0):.4f}",
+                ]
             table.add_row(*cells)
         console.print(table)
     cost = report["exploration"]
@@ -111,7 +116,7 @@ def show_report(report: dict[str, Any], console: Console) -> None:
             console.print(f"  … {len(problems) - TOP_PROBLEMS} more in the report files")
 
 
-def _show_comparison(report: dict[str, Any], console: Console) -> None:
+def _show_comparison(report: JsonObject, console: Console) -> None:
     cmp = report["comparison"]
     if cmp is None:
         return
@@ -150,7 +155,7 @@ def _age(iso: str | None) -> str:
     return f"{seconds:.0f}s ago" if seconds < 120 else f"{seconds / 60:.0f}m ago"
 
 
-def show_status(job: dict[str, Any], console: Console) -> None:
+def show_status(job: JsonObject, console: Console) -> None:
     table = Table(show_header=False, title=f"replay {job['id']}")
     state = job["status"] + (" (its command stopped beating: resume it)" if job["orphaned"] else "")
     rows = [
@@ -179,26 +184,40 @@ def show_status(job: dict[str, Any], console: Console) -> None:
     console.print(table)
     groups = [g for g in job.get("explorations", []) if g["state"] != "not explored"]
     if groups:
-        explored = Table("group", "failures", "exploration", "proposal", "tokens", "cost",
-                         title="explored groups")  # fmt: skip
+        explored = Table(
+            "group",
+            "failures",
+            "exploration",
+            "proposal",
+            "tokens",
+            "cost",
+            title="explored groups",
+        )
         for g in groups:
             proposal = g["rule_name"] or g["proposal_id"] or "-"
             status = f" ({g['proposal_status']})" if g["proposal_status"] else ""
             explored.add_row(
-                str(g["rank"]), str(g["size"]), as_text(f"{g['state']} {g['outcome']}".strip()),
-                as_text(f"{proposal}{status}"), f"{g['tokens_in'] + g['tokens_out']:,}",
+                str(g["rank"]),
+                str(g["size"]),
+                as_text(f"{g['state']} {g['outcome']}".strip()),
+                as_text(f"{proposal}{status}"),
+                f"{g['tokens_in'] + g['tokens_out']:,}",
                 f"${g['cost']:.4f}",
-            )  # fmt: skip
+            )
         console.print(explored)
 
 
-def show_jobs(jobs: list[dict[str, Any]], console: Console) -> None:
+def show_jobs(jobs: list[JsonObject], console: Console) -> None:
     table = Table("job", "created", "status", "progress", "hit rate", "source")
     for j in jobs:
         table.add_row(
-            j["id"], j["created_at"][5:16].replace("T", " "), j["status"], f"{j['processed']}/{j['total']}",
-            _pct(j["hit_rate"]), as_text(j["source"][-60:]),
-        )  # fmt: skip
+            j["id"],
+            j["created_at"][5:16].replace("T", " "),
+            j["status"],
+            f"{j['processed']}/{j['total']}",
+            _pct(j["hit_rate"]),
+            as_text(j["source"][-60:]),
+        )
     console.print(table)
     if not jobs:
         console.print("no replays yet: `theow replay FILE.jsonl` or `theow replay --from-db`")

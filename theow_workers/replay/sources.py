@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from theow_client.facts import dumps_facts
+from theow_client.jsontypes import JsonObject
 from theow_client.lines import FIELD as KEPT_LINES
 from theow_workers.replay.reader import HistoryError, parse_line, raw_lines, scan
 from theow_workers.store.replay import DUPLICATE, INVALID, PASSING, ItemRecord, Job, ReplayStore
@@ -40,7 +41,7 @@ class Pending:
 
     key: str
     size: int
-    load: Callable[[], dict[str, Any] | ItemRecord]
+    load: Callable[[], JsonObject | ItemRecord]
 
 
 class Source(Protocol):
@@ -51,7 +52,7 @@ class Source(Protocol):
 
     def total(self) -> int: ...
 
-    def options(self) -> dict[str, Any]: ...
+    def options(self) -> JsonObject: ...
 
     def batches(self) -> Iterator[list[Pending]]: ...
 
@@ -70,7 +71,7 @@ class FileSource:
 
     kind = "file"
     # facts -> what was learned, in a few words (``theow_workers.cli.replay``).
-    learn: Callable[[dict[str, Any]], str] | None = None
+    learn: Callable[[JsonObject], str] | None = None
 
     def __init__(self, path: Path, fact_limit: int, max_line_bytes: int) -> None:
         """Raises ``SourceError`` for a file that cannot be read as JSON Lines (``reader.scan``)."""
@@ -98,7 +99,7 @@ class FileSource:
     def total(self) -> int:
         return self.info.lines
 
-    def options(self) -> dict[str, Any]:
+    def options(self) -> JsonObject:
         return {"sha256": self.info.sha256, "bytes": self.info.size}
 
     def batches(self) -> Iterator[list[Pending]]:
@@ -113,8 +114,8 @@ class FileSource:
         if batch:
             yield batch
 
-    def _loader(self, raw: Any) -> Callable[[], dict[str, Any] | ItemRecord]:
-        def load() -> dict[str, Any] | ItemRecord:
+    def _loader(self, raw: Any) -> Callable[[], JsonObject | ItemRecord]:
+        def load() -> JsonObject | ItemRecord:
             line = parse_line(raw, self.fact_limit, self.max_line_bytes)
             if line.problem is not None:
                 status = DUPLICATE if raw.duplicate_of is not None else INVALID
@@ -123,8 +124,12 @@ class FileSource:
                 learned = self.learn(line.facts or {}) if self.learn else "not learned"
                 return ItemRecord(str(line.number), PASSING, line=line.number, sample=learned)
             # Facts travel as one JSON text: nothing deep is decoded before the task body.
-            item = {"key": str(line.number), "line": line.number,
-                    "facts_json": dumps_facts(line.facts or {}), "notes": line.notes}  # fmt: skip
+            item = {
+                "key": str(line.number),
+                "line": line.number,
+                "facts_json": dumps_facts(line.facts or {}),
+                "notes": line.notes,
+            }
             if line.kept_lines:  # line numbers then count in the history's own log
                 item[KEPT_LINES] = line.kept_lines
             return item
@@ -156,7 +161,7 @@ class StoredSource:
 
     kind = "db"
 
-    def __init__(self, store: ReplayStore, selection: dict[str, Any]) -> None:
+    def __init__(self, store: ReplayStore, selection: JsonObject) -> None:
         self.store = store
         self.selection = selection
         words = ["stored failures"]
@@ -174,9 +179,12 @@ class StoredSource:
     ) -> StoredSource:
         now = datetime.now(UTC)
         selection = {
-            "since": since, "unmatched_only": unmatched_only, "rule": rule,
-            "from": parse_since(since, now).isoformat() if since else None, "until": now.isoformat(),
-        }  # fmt: skip
+            "since": since,
+            "unmatched_only": unmatched_only,
+            "rule": rule,
+            "from": parse_since(since, now).isoformat() if since else None,
+            "until": now.isoformat(),
+        }
         return cls(store, selection)
 
     @classmethod
@@ -185,11 +193,14 @@ class StoredSource:
 
     def identity(self) -> str:
         sel = self.selection
-        spec = {"since": sel.get("since"), "unmatched": sel.get("unmatched_only"),
-                "rule": sel.get("rule")}  # fmt: skip
+        spec = {
+            "since": sel.get("since"),
+            "unmatched": sel.get("unmatched_only"),
+            "rule": sel.get("rule"),
+        }
         return _sha("db\n" + json.dumps(spec, sort_keys=True))
 
-    def options(self) -> dict[str, Any]:
+    def options(self) -> JsonObject:
         return dict(self.selection)
 
     def total(self) -> int:
@@ -205,5 +216,5 @@ class StoredSource:
             after = ids[-1]
 
 
-def _ref(failure_id: str) -> Callable[[], dict[str, Any]]:
+def _ref(failure_id: str) -> Callable[[], JsonObject]:
     return lambda: {"key": failure_id, "ref": failure_id}

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
+from theow_client.jsontypes import Json
 from theow_workers.core.patching import PatchError, apply_diff
 from theow_workers.core.rules import RULE_SUFFIX, RuleError, parse_rule
 from theow_workers.review.proposals import ReviewError, action_target
@@ -20,7 +20,7 @@ from theow_workers.store.explore import Proposal
 
 def proposal_flags(
     proposal: Proposal,
-    facts: Mapping[str, Any],
+    facts: Mapping[str, Json],
     rule_layers: Sequence[Path],
     action_layers: Sequence[Path],
 ) -> list[Flag]:
@@ -51,7 +51,9 @@ def called_actions(proposal: Proposal, action_layers: Sequence[Path]) -> list[tu
         return []
     known = _existing(action_layers)
     for change in proposal.diffs:
-        known.update({n: c for n, (c, _, _) in actions_in(_action_file(change, action_layers).after).items()})  # fmt: skip
+        known.update(
+            {n: c for n, (c, _, _) in actions_in(_action_file(change, action_layers).after).items()}
+        )
     runs = {True: "build agent", False: "worker"}
     return [(name, runs[known[name]] if name in known else "unknown") for name in names]
 

@@ -20,10 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import yaml
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.core.knowledge import Knowledge
 from theow_workers.core.matching import evaluate
 from theow_workers.core.patching import PatchError, apply_diff, sha256
@@ -138,7 +139,9 @@ def action_target(path: str, action_layers: Sequence[Path]) -> Path:
     actions_dir = action_layers[-1].resolve()
     parts = PurePosixPath(path).parts
     if ".." in parts or len(parts) != 2 or parts[0] != "actions":
-        raise ReviewError(f"{path}: outside {actions_dir}/, refused: a proposal writes only actions/<name>.py")  # fmt: skip
+        raise ReviewError(
+            f"{path}: outside {actions_dir}/, refused: a proposal writes only actions/<name>.py"
+        )
     if not ACTION_FILE.match(parts[1]) or parts[1] in NOT_ACTIONS:
         raise ReviewError(
             f"{path}: refused: an action file is named <name>.py in lowercase snake_case, "
@@ -161,7 +164,9 @@ def _read(path: Path) -> str | None:
 
 def _write(path: Path, content: str) -> None:
     """Write through a temporary file renamed over ``path``: a symlink there is replaced, not followed."""
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # fmt: skip
+    descriptor, temporary = tempfile.mkstemp(
+        dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
+    )
     try:
         with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
             handle.write(content)
@@ -193,7 +198,9 @@ def approve(
         raise ReviewError(f"no proposal {proposal_id!r} (see `theow review list`)")
     if proposal.status == "pending" and store.claim_proposal(proposal.id, by, STALE_CLAIM):
         try:
-            written, rule_name = _apply(store, proposal, rule_layers, action_layers, rule_yaml, by, replace_shipped)  # fmt: skip
+            written, rule_name = _apply(
+                store, proposal, rule_layers, action_layers, rule_yaml, by, replace_shipped
+            )
         except BaseException:
             store.release_proposal(proposal.id, by)
             raise
@@ -274,7 +281,9 @@ def _check_defined(
             raise ReviewError(f"actions/{name}: defines no @action: refused")
         dropped = set(actions_in(_read(path) or "")) - registered
         if dropped:
-            raise ReviewError(f"actions/{name}: no longer defines {', '.join(sorted(dropped))}: refused")  # fmt: skip
+            raise ReviewError(
+                f"actions/{name}: no longer defines {', '.join(sorted(dropped))}: refused"
+            )
 
 
 def reject(store: ExploreStore, proposal_id: str, reason: str, by: str | None = None) -> Proposal:
@@ -330,7 +339,7 @@ def origin(exploration: ExplorationRecord | None) -> tuple[str, str | None]:
     return "explorer", None
 
 
-def summary(proposal: Proposal, exploration: ExplorationRecord | None) -> dict[str, Any]:
+def summary(proposal: Proposal, exploration: ExplorationRecord | None) -> JsonObject:
     source, taught_by = origin(exploration)
     return {
         "id": proposal.id,

@@ -24,6 +24,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from theow_client.jsontypes import Json, JsonObject
+
 NOT_A_VERDICT = (
     "No flag does not mean safe: these checks only catch the obvious. "
     "Read the rule and every changed line before approving."
@@ -97,9 +99,9 @@ class ActionFile:
 
 def assess(
     rule_yaml: str,
-    rule_actions: Sequence[tuple[str, dict[str, Any]]],
+    rule_actions: Sequence[tuple[str, JsonObject]],
     files: Sequence[ActionFile],
-    facts: Mapping[str, Any],
+    facts: Mapping[str, Json],
     client_side: Iterable[str],
     known_text: str,
 ) -> list[Flag]:
@@ -333,9 +335,9 @@ def _callee(call: ast.Call) -> str:
 
 
 def rule_flags(
-    steps: Sequence[tuple[str, dict[str, Any]]],
+    steps: Sequence[tuple[str, JsonObject]],
     files: Sequence[ActionFile],
-    facts: Mapping[str, Any],
+    facts: Mapping[str, Json],
     client_side: frozenset[str],
     known_text: str,
 ) -> list[Flag]:
@@ -378,7 +380,7 @@ def _strings(value: Any) -> str:
     return str(value)
 
 
-def injection_flags(facts: Mapping[str, Any], limit: int = 5) -> list[Flag]:
+def injection_flags(facts: Mapping[str, Json], limit: int = 5) -> list[Flag]:
     """Lines of the failure's facts that talk to the model, first ``limit`` of them."""
     flags: list[Flag] = []
     for fact, value in facts.items():

@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.core.ports import CLIENT_PENDING, SUGGESTED
 from theow_workers.store.figures import (
     LLM_OUTCOMES,
@@ -45,7 +45,7 @@ def _rate(matched: int, total: int) -> float | None:
     return round(matched / total, 4) if total else None
 
 
-def meow(store: SqlStore, since: timedelta | None = None) -> dict[str, Any]:
+def meow(store: SqlStore, since: timedelta | None = None) -> JsonObject:
     start = datetime.now(UTC) - since if since else datetime(1970, 1, 1, tzinfo=UTC)
     with Figures.read(store.engine) as figures:
         verdicts = _by_status(figures.verdicts(since=start))
@@ -64,7 +64,7 @@ def meow(store: SqlStore, since: timedelta | None = None) -> dict[str, Any]:
     saved = sum(by_outcome.get(o, 0) for o in SAVED_OUTCOMES)
     total = sum(verdicts.values())
     matched = sum(verdicts[s] for s in MATCHED)
-    rules: list[dict[str, Any]] = [{"rule": r, **counts} for r, counts in per_rule.items()]
+    rules: list[JsonObject] = [{"rule": r, **counts} for r, counts in per_rule.items()]
     return {
         "since": start.isoformat() if since else None,
         "failures": total,
@@ -107,12 +107,12 @@ def _by_status(counts: list[VerdictCount]) -> Counter[str]:
     return by_status
 
 
-def _hit_rates(figures: Figures, start: datetime, approval: datetime | None) -> dict[str, Any]:
+def _hit_rates(figures: Figures, start: datetime, approval: datetime | None) -> JsonObject:
     """Hit rate of failures received before and after the last approval in the window."""
     if approval is None:
         return {"last_approval": None, "before": None, "after": None}
 
-    def rate(received: tuple[datetime | None, datetime | None]) -> dict[str, Any]:
+    def rate(received: tuple[datetime | None, datetime | None]) -> JsonObject:
         counts = _by_status(figures.verdicts(received=received))
         total = sum(counts.values())
         return {"failures": total, "hit_rate": _rate(sum(counts[s] for s in MATCHED), total)}

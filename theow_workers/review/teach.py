@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.core.confusion import rule_confusions
 from theow_workers.core.examples import example_problems
 from theow_workers.core.explorer import Exploration
@@ -42,12 +43,12 @@ class RuleTests:
     scanned: int  # stored failures tried
     matches: int  # ... the rule matches (the taught one included)
     before: dict[str, int]  # what their verdicts named before: rule name, or "(none)"
-    examples: list[dict[str, Any]] = field(default_factory=list)  # {failure_id, line, text, before}
-    evidence: dict[str, Any] | None = None  # on the taught failure
+    examples: list[JsonObject] = field(default_factory=list)  # {failure_id, line, text, before}
+    evidence: JsonObject | None = None  # on the taught failure
     normal_known: bool = False  # the job's normal was there to try
     fires_on_normal: bool = False  # its evidence on the taught failure is a normal line
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "scanned": self.scanned,
             "matches": self.matches,
@@ -69,7 +70,7 @@ class Teaching:
     tests: RuleTests
     by: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "proposal_id": self.proposal_id,
             "failure_id": self.failure_id,
@@ -108,8 +109,20 @@ def teach(
     if failure is None:
         raise TeachError(f"no failure {failure_id!r}")
     if taught is None:
-        taught = draft(store, book, failure_id, failure.facts, first, last, by=by, scope=scope,
-                       mode=mode, name=name, is_normal=is_normal, taken=taken)  # fmt: skip
+        taught = draft(
+            store,
+            book,
+            failure_id,
+            failure.facts,
+            first,
+            last,
+            by=by,
+            scope=scope,
+            mode=mode,
+            name=name,
+            is_normal=is_normal,
+            taken=taken,
+        )
     tests = test_rule(store, taught.rule, failure_id, failure.facts, is_normal, book)
     proposal_id = str(uuid.uuid4())
     exploration = Exploration(
@@ -149,7 +162,7 @@ def draft(
     store: ExploreStore,
     book: RuleBook,
     failure_id: str,
-    facts: dict[str, Any],
+    facts: JsonObject,
     first: int,
     last: int,
     *,
@@ -163,10 +176,18 @@ def draft(
     """The rule :func:`teach` would file, not filed (its name clear of pending proposals')."""
     pending = {_name_of(text) for _, text in store.pending_rules()}
     return synthesize(
-        facts, first, last, is_wrapper=book.is_wrapper, is_normal=is_normal,
-        scope=scope, mode=mode, name=name, taken=set(taken) | pending, book=book,
+        facts,
+        first,
+        last,
+        is_wrapper=book.is_wrapper,
+        is_normal=is_normal,
+        scope=scope,
+        mode=mode,
+        name=name,
+        taken=set(taken) | pending,
+        book=book,
         origin=f"failure {failure_id} lines {first}-{last}, by {by}",
-    )  # fmt: skip
+    )
 
 
 def _name_of(rule_yaml: str) -> str:
@@ -183,7 +204,7 @@ def test_rule(
     store: ExploreStore,
     rule: Rule,
     failure_id: str,
-    facts: dict[str, Any],
+    facts: JsonObject,
     is_normal: IsNormal | None,
     book: RuleBook,
 ) -> RuleTests:
@@ -193,7 +214,7 @@ def test_rule(
     fires_on_normal = bool(
         is_normal is not None and own.evidence is not None and is_normal(own.evidence.text)
     )
-    matched: list[tuple[str, dict[str, Any]]] = []
+    matched: list[tuple[str, JsonObject]] = []
     scanned, after = 0, ""
     while scanned < MAX_SCANNED:
         page = store.failure_facts(after, PAGE)
@@ -212,9 +233,14 @@ def test_rule(
         for fid, where in sorted(matched, key=lambda m: m[0] != failure_id)[:MAX_SHOWN]
     ]
     return RuleTests(
-        scanned, len(matched), dict(before.most_common()), examples, evidence,
-        is_normal is not None, fires_on_normal,
-    )  # fmt: skip
+        scanned,
+        len(matched),
+        dict(before.most_common()),
+        examples,
+        evidence,
+        is_normal is not None,
+        fires_on_normal,
+    )
 
 
 MAX_RULE_CHARS = 20_000  # an edited rule: a rule file, not a log
@@ -222,7 +248,7 @@ MAX_RULE_CHARS = 20_000  # an edited rule: a rule file, not a log
 
 def rule_problems(
     rule_yaml: str,
-    facts: dict[str, Any],
+    facts: JsonObject,
     book: RuleBook,
     taken: frozenset[str] | set[str] = frozenset(),
     proposed: str | None = None,
@@ -257,7 +283,7 @@ def rule_problems(
     return rule, problems
 
 
-def what_it_does(rule: Rule) -> dict[str, Any]:
+def what_it_does(rule: Rule) -> JsonObject:
     """What a rule does once it matches: its mode, its actions and their params, its LLM."""
     return rule.model_dump(mode="json", include={"mode", "then", "llm_config"})
 

@@ -89,9 +89,14 @@ def load_in_child(
         code = f"import sys; sys.path.insert(0, {str(ROOT)!r}); import {__name__} as v; v.child()"
         process = subprocess.Popen(
             [sys.executable, "-I", "-B", "-c", code],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=env, cwd=scratch, start_new_session=True, text=True,
-        )  # fmt: skip
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=scratch,
+            start_new_session=True,
+            text=True,
+        )
         try:
             out, err = process.communicate(request, timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
+from theow_client.jsontypes import JsonObject
 from theow_client.verdict import Status
 from theow_workers.store.explore import ExploreStore
 from theow_workers.store.failure_list import Cursor, _common, aware, failure_page
@@ -44,7 +45,7 @@ class UnknownFailure:
 
 def failures_page(
     store: ExploreStore, where: FailureFilter, before: datetime | None = None, limit: int = PAGE
-) -> tuple[list[dict[str, Any]], datetime | None]:
+) -> tuple[list[JsonObject], datetime | None]:
     """One page of failures, newest first, and the time cursor of the next page (or None).
 
     The list the JSON API reads too (``failure_list.failure_page``), paged here by time
@@ -55,7 +56,7 @@ def failures_page(
     return page, (more.at if more is not None else None)
 
 
-def rule_activity(store: ExploreStore) -> dict[str, dict[str, Any]]:
+def rule_activity(store: ExploreStore) -> dict[str, JsonObject]:
     """Per rule: matches (verdicts naming it) and the last one."""
     query = (
         select(VerdictRow.rule, func.count(), func.max(VerdictRow.decided_at))
@@ -69,16 +70,14 @@ def rule_activity(store: ExploreStore) -> dict[str, dict[str, Any]]:
         }
 
 
-def rule_activity_of(store: ExploreStore, rule: str) -> dict[str, Any]:
+def rule_activity_of(store: ExploreStore, rule: str) -> JsonObject:
     query = select(func.count(), func.max(VerdictRow.decided_at)).where(VerdictRow.rule == rule)
     with store.session() as s:
         n, last = s.execute(query).one()
     return {"hits": int(n), "last_match": aware(last)}
 
 
-def rule_matches(
-    store: ExploreStore, rule: str, limit: int = RECENT_MATCHES
-) -> list[dict[str, Any]]:
+def rule_matches(store: ExploreStore, rule: str, limit: int = RECENT_MATCHES) -> list[JsonObject]:
     query = (
         select(VerdictRow.failure_id, VerdictRow.status, VerdictRow.decided_at, VerdictRow.evidence)
         .where(VerdictRow.rule == rule)
@@ -92,39 +91,67 @@ def rule_matches(
         ]
 
 
-def queue(store: ExploreStore) -> list[dict[str, Any]]:
+def queue(store: ExploreStore) -> list[JsonObject]:
     """Pending proposals with their session's tokens and cost, newest first."""
     query = (
-        select(ProposalRow.id, ProposalRow.rule_name, ProposalRow.created_at, ProposalRow.failure_id,
-               ProposalRow.diffs, ExplorationRow.tokens_in, ExplorationRow.tokens_out,
-               ExplorationRow.cost, ExplorationRow.models)
+        select(
+            ProposalRow.id,
+            ProposalRow.rule_name,
+            ProposalRow.created_at,
+            ProposalRow.failure_id,
+            ProposalRow.diffs,
+            ExplorationRow.tokens_in,
+            ExplorationRow.tokens_out,
+            ExplorationRow.cost,
+            ExplorationRow.models,
+        )
         .join(ExplorationRow, ExplorationRow.id == ProposalRow.exploration_id)
         .where(ProposalRow.status == "pending")
         .order_by(ProposalRow.created_at.desc())
-    )  # fmt: skip
+    )
     with store.session() as s:
         return [
-            {"id": pid, "rule": name, "created_at": aware(at), "failure_id": fid,
-             "files": [d["path"] for d in diffs or []], "tokens_in": tin or 0,
-             "tokens_out": tout or 0, "cost": cost or 0.0, "models": models or []}
+            {
+                "id": pid,
+                "rule": name,
+                "created_at": aware(at),
+                "failure_id": fid,
+                "files": [d["path"] for d in diffs or []],
+                "tokens_in": tin or 0,
+                "tokens_out": tout or 0,
+                "cost": cost or 0.0,
+                "models": models or [],
+            }
             for pid, name, at, fid, diffs, tin, tout, cost, models in s.execute(query).all()
-        ]  # fmt: skip
+        ]
 
 
-def reviewed(store: ExploreStore, limit: int = 20) -> list[dict[str, Any]]:
+def reviewed(store: ExploreStore, limit: int = 20) -> list[JsonObject]:
     query = (
-        select(ProposalRow.id, ProposalRow.rule_name, ProposalRow.status, ProposalRow.reviewed_by,
-               ProposalRow.reviewed_at, ProposalRow.review_reason)
+        select(
+            ProposalRow.id,
+            ProposalRow.rule_name,
+            ProposalRow.status,
+            ProposalRow.reviewed_by,
+            ProposalRow.reviewed_at,
+            ProposalRow.review_reason,
+        )
         .where(ProposalRow.status != "pending")
         .order_by(ProposalRow.reviewed_at.desc())
         .limit(limit)
-    )  # fmt: skip
+    )
     with store.session() as s:
         return [
-            {"id": pid, "rule": name, "status": st, "reviewed_by": by,
-             "reviewed_at": aware(at), "reason": reason}
+            {
+                "id": pid,
+                "rule": name,
+                "status": st,
+                "reviewed_by": by,
+                "reviewed_at": aware(at),
+                "reason": reason,
+            }
             for pid, name, st, by, at, reason in s.execute(query).all()
-        ]  # fmt: skip
+        ]
 
 
 def _days(start: date, days: int) -> list[date]:
@@ -135,7 +162,7 @@ def _day(value: Any) -> date:
     return value if isinstance(value, date) else date.fromisoformat(str(value)[:10])
 
 
-def series(store: ExploreStore, days: int = 30) -> dict[str, Any]:
+def series(store: ExploreStore, days: int = 30) -> JsonObject:
     """Per day over the last ``days``: failures, matched, hit rate, LLM sessions, cost."""
     today = datetime.now(UTC).date()
     first = today - timedelta(days=days - 1)
@@ -194,9 +221,9 @@ def unknown_failures(store: ExploreStore, limit: int = UNKNOWN_SCAN) -> list[Unk
         return [UnknownFailure(fid, fp or "", aware(at)) for fid, fp, at in s.execute(query).all()]
 
 
-def facts_of(store: ExploreStore, ids: list[str]) -> dict[str, dict[str, Any]]:
+def facts_of(store: ExploreStore, ids: list[str]) -> dict[str, JsonObject]:
     """The stored (redacted) facts of each failure id found, in one query per 500 ids."""
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, JsonObject] = {}
     with store.session() as s:
         for start in range(0, len(ids), 500):
             query = select(FailureRow.id, FailureRow.facts).where(

@@ -37,19 +37,32 @@ class ExplanationStore:
         if row is None:
             return None
         return Explanation(
-            row.state, row.text, row.cause_class, row.next_step, row.model, row.reason,
-            row.tokens_in, row.tokens_out, row.cost,
-        )  # fmt: skip
+            row.state,
+            row.text,
+            row.cause_class,
+            row.next_step,
+            row.model,
+            row.reason,
+            row.tokens_in,
+            row.tokens_out,
+            row.cost,
+        )
 
     def save_explanation(self, cause: str, project: str, explanation: Explanation) -> None:
         values = {
-            "cause": cause, "project": project, "state": explanation.state,
-            "text": explanation.text, "cause_class": explanation.cause,
-            "next_step": explanation.next_step, "model": explanation.model,
-            "reason": explanation.reason, "tokens_in": explanation.tokens_in,
-            "tokens_out": explanation.tokens_out, "cost": explanation.cost,
+            "cause": cause,
+            "project": project,
+            "state": explanation.state,
+            "text": explanation.text,
+            "cause_class": explanation.cause,
+            "next_step": explanation.next_step,
+            "model": explanation.model,
+            "reason": explanation.reason,
+            "tokens_in": explanation.tokens_in,
+            "tokens_out": explanation.tokens_out,
+            "cost": explanation.cost,
             "created_at": datetime.now(UTC),
-        }  # fmt: skip
+        }
         dialect = postgresql if self.engine.dialect.name == "postgresql" else sqlite
         changed = {k: v for k, v in values.items() if k != "cause"}
         statement = (

@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import and_, or_, select, update
 
+from theow_client.jsontypes import JsonObject
 from theow_client.verdict import Status
 from theow_workers.core.explorer import Exploration
 from theow_workers.core.ports import FailureRecord
@@ -69,35 +70,60 @@ class ExplorationRecord:
     outcome: str
     reason: str
     proposal_id: str | None
-    transcript: list[dict[str, Any]]
+    transcript: list[JsonObject]
     started_at: datetime
     finished_at: datetime
 
 
 def _proposal(row: ProposalRow) -> Proposal:
     return Proposal(
-        id=row.id, exploration_id=row.exploration_id, failure_id=row.failure_id,
-        rule_name=row.rule_name, rule_yaml=row.rule_yaml, diffs=row.diffs or [],
-        status=row.status, created_at=row.created_at, reviewed_by=row.reviewed_by,
-        reviewed_at=row.reviewed_at, review_reason=row.review_reason,
-    )  # fmt: skip
+        id=row.id,
+        exploration_id=row.exploration_id,
+        failure_id=row.failure_id,
+        rule_name=row.rule_name,
+        rule_yaml=row.rule_yaml,
+        diffs=row.diffs or [],
+        status=row.status,
+        created_at=row.created_at,
+        reviewed_by=row.reviewed_by,
+        reviewed_at=row.reviewed_at,
+        review_reason=row.review_reason,
+    )
 
 
 def _exploration(row: ExplorationRow) -> ExplorationRecord:
     return ExplorationRecord(
-        id=row.id, failure_id=row.failure_id, fingerprint=row.fingerprint,
-        session_id=row.session_id, rule=row.rule, models=row.models or [], turns=row.turns,
-        tool_calls=row.tool_calls, tokens_in=row.tokens_in, tokens_out=row.tokens_out,
-        cost=row.cost, outcome=row.outcome, reason=row.reason, proposal_id=row.proposal_id,
-        transcript=row.transcript or [], started_at=row.started_at, finished_at=row.finished_at,
-    )  # fmt: skip
+        id=row.id,
+        failure_id=row.failure_id,
+        fingerprint=row.fingerprint,
+        session_id=row.session_id,
+        rule=row.rule,
+        models=row.models or [],
+        turns=row.turns,
+        tool_calls=row.tool_calls,
+        tokens_in=row.tokens_in,
+        tokens_out=row.tokens_out,
+        cost=row.cost,
+        outcome=row.outcome,
+        reason=row.reason,
+        proposal_id=row.proposal_id,
+        transcript=row.transcript or [],
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+    )
 
 
 def _failure(row: FailureRow) -> FailureRecord:
     return FailureRecord(
-        id=row.id, fingerprint=row.fingerprint, facts=row.facts, problem_type=row.problem_type,
-        source=row.source, received_at=row.received_at, explore=row.explore, notes=row.notes,
-    )  # fmt: skip
+        id=row.id,
+        fingerprint=row.fingerprint,
+        facts=row.facts,
+        problem_type=row.problem_type,
+        source=row.source,
+        received_at=row.received_at,
+        explore=row.explore,
+        notes=row.notes,
+    )
 
 
 class ExploreStore:
@@ -112,9 +138,7 @@ class ExploreStore:
             row = s.get(FailureRow, failure_id)
             return _failure(row) if row is not None else None
 
-    def add_exploration(
-        self, exploration: Exploration, proposal: dict[str, Any] | None = None
-    ) -> None:
+    def add_exploration(self, exploration: Exploration, proposal: JsonObject | None = None) -> None:
         """One transaction: the exploration and, when there is one, its proposal."""
         with self.session.begin() as s:
             s.add(
@@ -210,7 +234,7 @@ class ExploreStore:
         with self.session() as s:
             return [(pid, text) for pid, text in s.execute(query).all()]
 
-    def failure_facts(self, after: str, limit: int) -> list[tuple[str, dict[str, Any]]]:
+    def failure_facts(self, after: str, limit: int) -> list[tuple[str, JsonObject]]:
         """``(failure id, facts)`` of the next ``limit`` failures by id after ``after``."""
         query = (
             select(FailureRow.id, FailureRow.facts)
@@ -244,12 +268,14 @@ class ExploreStore:
                     ProposalRow.id == proposal_id,
                     or_(
                         ProposalRow.status == "pending",
-                        and_(ProposalRow.status == "approving",
-                             ProposalRow.reviewed_at < _now() - stale),
+                        and_(
+                            ProposalRow.status == "approving",
+                            ProposalRow.reviewed_at < _now() - stale,
+                        ),
                     ),
                 )
                 .values(status="approving", reviewed_by=by, reviewed_at=_now())
-            )  # fmt: skip
+            )
             return bool(done.rowcount)  # type: ignore[attr-defined]
 
     def release_proposal(self, proposal_id: str, by: str) -> None:
@@ -257,25 +283,32 @@ class ExploreStore:
         with self.session.begin() as s:
             s.execute(
                 update(ProposalRow)
-                .where(ProposalRow.id == proposal_id, ProposalRow.status == "approving",
-                       ProposalRow.reviewed_by == by)
+                .where(
+                    ProposalRow.id == proposal_id,
+                    ProposalRow.status == "approving",
+                    ProposalRow.reviewed_by == by,
+                )
                 .values(status="pending", reviewed_by=None, reviewed_at=None)
-            )  # fmt: skip
+            )
 
     def approve_proposal(self, proposal_id: str, by: str, rule_yaml: str) -> bool:
         """Mark a pending proposal, or one ``by`` claimed, approved; False if reviewed meanwhile."""
         with self.session.begin() as s:
             done = s.execute(
                 update(ProposalRow)
-                .where(ProposalRow.id == proposal_id,
-                       or_(ProposalRow.status == "pending",
-                           and_(ProposalRow.status == "approving", ProposalRow.reviewed_by == by)))
+                .where(
+                    ProposalRow.id == proposal_id,
+                    or_(
+                        ProposalRow.status == "pending",
+                        and_(ProposalRow.status == "approving", ProposalRow.reviewed_by == by),
+                    ),
+                )
                 .values(status="approved", reviewed_by=by, reviewed_at=_now(), rule_yaml=rule_yaml)
-            )  # fmt: skip
+            )
             return bool(done.rowcount)  # type: ignore[attr-defined]
 
     def edit_proposal(
-        self, proposal_id: str, rule_name: str, rule_yaml: str, note: dict[str, Any] | None = None
+        self, proposal_id: str, rule_name: str, rule_yaml: str, note: JsonObject | None = None
     ) -> bool:
         """A reviewer's edit of a pending proposal's rule (``note`` appended to its
         exploration's transcript: who edited, the tests re-run); False if it is not pending."""
@@ -310,7 +343,7 @@ class ExploreStore:
             )
             return bool(done.rowcount)  # type: ignore[attr-defined]
 
-    def replay_origin(self, failure_id: str) -> dict[str, Any] | None:
+    def replay_origin(self, failure_id: str) -> JsonObject | None:
         """The replay job and unmatched group a failure was explored for, if any."""
         query = select(ReplayExplorationRow).where(ReplayExplorationRow.failure_id == failure_id)
         with self.session() as s:

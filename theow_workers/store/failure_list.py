@@ -27,6 +27,7 @@ from typing import Any
 
 from sqlalchemy import and_, func, literal_column, or_, select
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.store.explore import ExploreStore
 from theow_workers.store.figures import REPLAY_SOURCE
 from theow_workers.store.schema import FailureRow, VerdictRow
@@ -127,7 +128,7 @@ def failure_page(
     after: Cursor | None = None,
     limit: int = 50,
     window: Window = Window(),
-) -> tuple[list[dict[str, Any]], Cursor | None]:
+) -> tuple[list[JsonObject], Cursor | None]:
     """One page of failures, newest first, and the cursor of the next page (None: the last).
 
     Raises UnknownSource for a ``where.source`` other than live, replay or all.
@@ -135,13 +136,23 @@ def failure_page(
     repo = FailureRow.facts["repo"].as_string()
     job = FailureRow.facts["job"].as_string()
     query = (
-        select(FailureRow.id, FailureRow.received_at, FailureRow.source, FailureRow.problem_type,
-               repo, job, VerdictRow.status, VerdictRow.rule, VerdictRow.mode,
-               VerdictRow.reason, VerdictRow.wrapper)
+        select(
+            FailureRow.id,
+            FailureRow.received_at,
+            FailureRow.source,
+            FailureRow.problem_type,
+            repo,
+            job,
+            VerdictRow.status,
+            VerdictRow.rule,
+            VerdictRow.mode,
+            VerdictRow.reason,
+            VerdictRow.wrapper,
+        )
         .outerjoin(VerdictRow, VerdictRow.failure_id == FailureRow.id)
         .order_by(FailureRow.received_at.desc(), FailureRow.id.desc())
         .limit(limit + 1)
-    )  # fmt: skip
+    )
     if after is not None and after.id is None:
         query = query.where(FailureRow.received_at < after.at)
     elif after is not None:
@@ -174,11 +185,21 @@ def failure_page(
             query = query.where(common(VerdictRow.status == where.outcome))
         rows = s.execute(query).all()
     page = [
-        {"id": fid, "received_at": aware(at), "source": source, "problem_type": ptype,
-         "repo": r or "", "job": j or "", "outcome": status, "rule": rule, "mode": mode,
-         "reason": reason, "wrapper": wrapper}
+        {
+            "id": fid,
+            "received_at": aware(at),
+            "source": source,
+            "problem_type": ptype,
+            "repo": r or "",
+            "job": j or "",
+            "outcome": status,
+            "rule": rule,
+            "mode": mode,
+            "reason": reason,
+            "wrapper": wrapper,
+        }
         for fid, at, source, ptype, r, j, status, rule, mode, reason, wrapper in rows[:limit]
-    ]  # fmt: skip
+    ]
     if len(rows) <= limit or not page:
         return page, None
     last = page[-1]

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from sqlalchemy import select
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.core.query import error_lines
 from theow_workers.core.summary import summarize
 from theow_workers.store.explore import ExploreStore
@@ -33,7 +33,7 @@ def recent(
     since: timedelta | None = None,
     limit: int = 50,
     source: str = LIVE,
-) -> list[dict[str, Any]]:
+) -> list[JsonObject]:
     """The newest failures of ``source`` (live, replay or all); UnknownSource for another.
 
     The first page of the one failure list (``failure_list.failure_page``), in the
@@ -43,14 +43,21 @@ def recent(
     window = Window(since=datetime.now(UTC) - since if since is not None else None)
     rows, _ = failure_page(store, where, None, limit, window)
     return [
-        {"id": r["id"], "received_at": r["received_at"].isoformat(),
-         "problem_type": r["problem_type"], "source": r["source"], "status": r["outcome"],
-         "rule": r["rule"], "wrapper": r["wrapper"], "reason": r["reason"]}
+        {
+            "id": r["id"],
+            "received_at": r["received_at"].isoformat(),
+            "problem_type": r["problem_type"],
+            "source": r["source"],
+            "status": r["outcome"],
+            "rule": r["rule"],
+            "wrapper": r["wrapper"],
+            "reason": r["reason"],
+        }
         for r in rows
-    ]  # fmt: skip
+    ]
 
 
-def detail(store: ExploreStore, failure_id: str) -> dict[str, Any] | None:
+def detail(store: ExploreStore, failure_id: str) -> JsonObject | None:
     with store.session() as s:
         failure = s.get(FailureRow, failure_id)
         if failure is None:

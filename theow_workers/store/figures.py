@@ -18,12 +18,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy import Connection, column, func, inspect, or_, select, table
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql.expression import TableClause
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.store.schema import (
     AttemptRow,
     ExplorationRow,
@@ -190,7 +190,7 @@ class Figures:
         )
         jobs: list[ReplayJobFigures] = []
         for job in self.conn.execute(query).mappings():
-            values: dict[str, Any] = dict(job)
+            values: JsonObject = dict(job)
             jobs.append(
                 ReplayJobFigures(
                     values["id"],

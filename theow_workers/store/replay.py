@@ -26,6 +26,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.store.schema import (
     AttemptRow,
     FailureRow,
@@ -57,8 +58,15 @@ COUNTER_OF = {
     PASSING: "passing",
 }
 COUNTERS = (
-    "processed", "matched", "unmatched", "failed", "errors", "invalid", "duplicates", "passing"
-)  # fmt: skip
+    "processed",
+    "matched",
+    "unmatched",
+    "failed",
+    "errors",
+    "invalid",
+    "duplicates",
+    "passing",
+)
 
 
 def _now() -> datetime:
@@ -71,7 +79,7 @@ class Job:
     kind: str
     source: str
     source_key: str
-    options: dict[str, Any]
+    options: JsonObject
     dry_run: bool
     explore: bool
     explore_budget: int | None
@@ -106,7 +114,7 @@ class Job:
     def remaining(self) -> int | None:
         return None if self.total is None else max(0, self.total - self.processed)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         for key in ("created_at", "heartbeat_at", "finished_at"):
             data[key] = data[key].isoformat() if data[key] else None
@@ -216,13 +224,20 @@ class ReplayStore:
             return 0
         rows = [
             {
-                "job_id": job_id, "item_key": i.key, "line": i.line, "failure_id": i.failure_id,
-                "status": i.status, "rule": i.rule, "fingerprint": i.fingerprint,
-                "sample": i.sample[:2000], "basis": i.basis[:2000],
-                "rules_version": i.rules_version, "decided_at": _now(),
+                "job_id": job_id,
+                "item_key": i.key,
+                "line": i.line,
+                "failure_id": i.failure_id,
+                "status": i.status,
+                "rule": i.rule,
+                "fingerprint": i.fingerprint,
+                "sample": i.sample[:2000],
+                "basis": i.basis[:2000],
+                "rules_version": i.rules_version,
+                "decided_at": _now(),
             }
             for i in items
-        ]  # fmt: skip
+        ]
         dialect = postgresql if self.engine.dialect.name == "postgresql" else sqlite
         statement = (
             dialect.insert(ReplayItemRow)
@@ -237,7 +252,7 @@ class ReplayStore:
             inserted = [status for (status,) in s.execute(statement, rows)]
             if not inserted:
                 return 0
-            bumps: dict[str, Any] = {"processed": ReplayJobRow.processed + len(inserted)}
+            bumps: JsonObject = {"processed": ReplayJobRow.processed + len(inserted)}
             for counter in {COUNTER_OF[status] for status in inserted}:
                 n = sum(1 for status in inserted if COUNTER_OF[status] == counter)
                 bumps[counter] = getattr(ReplayJobRow, counter) + n
@@ -278,7 +293,7 @@ class ReplayStore:
         with self.session() as s:
             return {str(rule): str(sample or "") for rule, sample in s.execute(query)}
 
-    def where_lines(self, failure_ids: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
+    def where_lines(self, failure_ids: Iterable[str]) -> dict[str, list[JsonObject]]:
         """The lines to look at of each failure's verdict (none for a verdict without them)."""
         ids, found = list(dict.fromkeys(failure_ids)), {}
         for start in range(0, len(ids), 500):  # under SQLite's limit on bound parameters
@@ -355,7 +370,7 @@ class ReplayStore:
 
     # The failures a replay reads
 
-    def failure_facts(self, failure_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    def failure_facts(self, failure_ids: Sequence[str]) -> dict[str, JsonObject]:
         """The stored facts of those of ``failure_ids`` that exist."""
         if not failure_ids:
             return {}
@@ -363,28 +378,28 @@ class ReplayStore:
         with self.session() as s:
             return {fid: facts for fid, facts in s.execute(query)}
 
-    def failure(self, failure_id: str) -> tuple[str, dict[str, Any]]:
+    def failure(self, failure_id: str) -> tuple[str, JsonObject]:
         """A stored failure's (fingerprint, facts); ("", {}) if there is none."""
         query = select(FailureRow.fingerprint, FailureRow.facts).where(FailureRow.id == failure_id)
         with self.session() as s:
             row = s.execute(query).one_or_none()
         return (row[0], row[1]) if row is not None else ("", {})
 
-    def selected_count(self, selection: dict[str, Any]) -> int:
+    def selected_count(self, selection: JsonObject) -> int:
         """How many stored failures ``selection`` takes (see ``_selected``)."""
         with self.session() as s:
             return int(
                 s.execute(_selected(select(func.count(FailureRow.id)), selection)).scalar_one()
             )
 
-    def selected_ids(self, selection: dict[str, Any], after: str, limit: int) -> list[str]:
+    def selected_ids(self, selection: JsonObject, after: str, limit: int) -> list[str]:
         """The ids ``selection`` takes, in id order: the next ``limit`` after ``after``."""
         query = _selected(select(FailureRow.id), selection).where(FailureRow.id > after)
         with self.session() as s:
             return list(s.execute(query.order_by(FailureRow.id).limit(limit)).scalars())
 
 
-def _selected(query: Any, selection: dict[str, Any]) -> Any:
+def _selected(query: Any, selection: JsonObject) -> Any:
     """Stored failures by time (``from``, ``until``), verdict (``unmatched_only``) and ``rule``.
 
     Failures recorded by replays are never selected, nor rejected submissions

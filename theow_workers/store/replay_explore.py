@@ -70,12 +70,16 @@ class ReplayExplorations:
         with self.session.begin() as s:
             s.add(
                 ReplayExplorationRow(
-                    job_id=group.job_id, failure_id=group.failure_id, rank=group.rank,
-                    size=group.size, sample=group.sample[:2000],
-                    fingerprints=sorted(group.fingerprints), status=group.status,
+                    job_id=group.job_id,
+                    failure_id=group.failure_id,
+                    rank=group.rank,
+                    size=group.size,
+                    sample=group.sample[:2000],
+                    fingerprints=sorted(group.fingerprints),
+                    status=group.status,
                     reused_from=group.reused_from,
                 )
-            )  # fmt: skip
+            )
 
     def mark_sent(self, job_id: str, failure_id: str) -> None:
         with self.session.begin() as s:
@@ -118,14 +122,20 @@ class ReplayExplorations:
             proposal = proposals.get(e.proposal_id) if e.proposal_id else None
             out.append(
                 ExplorationOutcome(
-                    failure_id=e.failure_id, session_id=e.session_id, outcome=e.outcome,
-                    reason=e.reason, models=list(e.models or []), tokens_in=e.tokens_in,
-                    tokens_out=e.tokens_out, cost=e.cost, finished_at=e.finished_at,
+                    failure_id=e.failure_id,
+                    session_id=e.session_id,
+                    outcome=e.outcome,
+                    reason=e.reason,
+                    models=list(e.models or []),
+                    tokens_in=e.tokens_in,
+                    tokens_out=e.tokens_out,
+                    cost=e.cost,
+                    finished_at=e.finished_at,
                     proposal_id=e.proposal_id,
                     proposal_status=proposal.status if proposal else None,
                     rule_name=proposal.rule_name if proposal else None,
                 )
-            )  # fmt: skip
+            )
         return out
 
     def sessions(self, session_id: str) -> int:
@@ -137,7 +147,13 @@ class ReplayExplorations:
 
 def _group(row: ReplayExplorationRow) -> GroupRecord:
     return GroupRecord(
-        job_id=row.job_id, failure_id=row.failure_id, rank=row.rank, size=row.size,
-        sample=row.sample, fingerprints=list(row.fingerprints or []), status=row.status,
-        reused_from=row.reused_from, sent_at=row.sent_at,
-    )  # fmt: skip
+        job_id=row.job_id,
+        failure_id=row.failure_id,
+        rank=row.rank,
+        size=row.size,
+        sample=row.sample,
+        fingerprints=list(row.fingerprints or []),
+        status=row.status,
+        reused_from=row.reused_from,
+        sent_at=row.sent_at,
+    )

@@ -42,6 +42,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import sessionmaker
 
+from theow_client.jsontypes import JsonObject
 from theow_client.verdict import Status, Verdict
 from theow_workers.core.ports import (
     CLIENT_PENDING,
@@ -105,8 +106,12 @@ class SqlStore:
         tally = Counter(counted(attempts))
         if writes.add_outcome is not None:
             rows = [{f.name: getattr(a, f.name) for f in ATTEMPT_FIELDS} for a in attempts]
-            outcome = {**verdict_values(verdict), "attempt_rows": rows,
-                       "rule_counts": _count_rows(tally), "written_at": now}  # fmt: skip
+            outcome = {
+                **verdict_values(verdict),
+                "attempt_rows": rows,
+                "rule_counts": _count_rows(tally),
+                "written_at": now,
+            }
             with self._autocommit.connect() as conn:
                 if conn.execute(writes.add_outcome, outcome).first() is not None:
                     return verdict
@@ -134,7 +139,7 @@ class SqlStore:
             row = conn.execute(select(FailureRow.agent).where(FailureRow.id == failure_id)).first()
         return (row is not None, row.agent if row is not None else None)
 
-    def same_key(self, idempotency_key: str, but: str, limit: int = 5) -> list[dict[str, Any]]:
+    def same_key(self, idempotency_key: str, but: str, limit: int = 5) -> list[JsonObject]:
         """Other failures sent with ``idempotency_key`` (id and agent), oldest first."""
         query = (
             select(FailureRow.id, FailureRow.agent)
@@ -173,7 +178,7 @@ class SqlStore:
             self._bump(conn, rule, success, 1)
 
     def settle_client_attempt(
-        self, failure_id: str, rule: str, worked: bool, error: str, outputs: list[dict[str, Any]]
+        self, failure_id: str, rule: str, worked: bool, error: str, outputs: list[JsonObject]
     ) -> bool:
         """Record what the build agent reported for a ``client_pending`` attempt.
 
@@ -278,13 +283,20 @@ def writes_for(dialect_name: str) -> Writes:
 
 # When the outcome is written: the attempts' created_at, the rules' last success or failure.
 WRITTEN_AT = bindparam("written_at", type_=DateTime(timezone=True))
-ATTEMPT_FIELDS = [column("failure_id", String), column("rule", String), column("params", JSON),
-                  column("outcome", String), column("error", Text), column("duration_ms", Float),
-                  column("delivery", Integer), column("evidence", JSON)]  # fmt: skip
+ATTEMPT_FIELDS = [
+    column("failure_id", String),
+    column("rule", String),
+    column("params", JSON),
+    column("outcome", String),
+    column("error", Text),
+    column("duration_ms", Float),
+    column("delivery", Integer),
+    column("evidence", JSON),
+]
 COUNT_FIELDS = [column("rule", String), column("successes", Integer), column("failures", Integer)]
 
 
-def _bound(row: Any) -> dict[str, Any]:
+def _bound(row: Any) -> JsonObject:
     """Every column of a row's table as a bound parameter of the column's name."""
     return {c.name: bindparam(c.name, type_=c.type) for c in row.__table__.c}
 
@@ -342,10 +354,12 @@ def _recordset(name: str, fields: list[Any]) -> Any:
     return func.json_to_recordset(bound).table_valued(*fields).render_derived(with_types=True)
 
 
-def _count_rows(tally: Counter[tuple[str, bool]]) -> list[dict[str, Any]]:
+def _count_rows(tally: Counter[tuple[str, bool]]) -> list[JsonObject]:
     """Each rule's successes and failures, one row a rule, in name order."""
-    return [{"rule": rule, "successes": tally[rule, True], "failures": tally[rule, False]}
-            for rule in sorted({rule for rule, _ in tally})]  # fmt: skip
+    return [
+        {"rule": rule, "successes": tally[rule, True], "failures": tally[rule, False]}
+        for rule in sorted({rule for rule, _ in tally})
+    ]
 
 
 def _stored_verdict(conn: Connection, failure_id: str) -> Verdict | None:
@@ -372,31 +386,54 @@ def _stored_verdict(conn: Connection, failure_id: str) -> Verdict | None:
     )
 
 
-def failure_values(f: FailureRecord) -> dict[str, Any]:
+def failure_values(f: FailureRecord) -> JsonObject:
     """A failure as the values of its row (the replay's chunk store writes the same)."""
     return {
-        "id": f.id, "fingerprint": f.fingerprint, "facts": f.facts, "problem_type": f.problem_type,
-        "source": f.source, "received_at": f.received_at, "explore": f.explore, "notes": f.notes,
-        "agent": f.agent, "idempotency_key": f.idempotency_key,
-    }  # fmt: skip
+        "id": f.id,
+        "fingerprint": f.fingerprint,
+        "facts": f.facts,
+        "problem_type": f.problem_type,
+        "source": f.source,
+        "received_at": f.received_at,
+        "explore": f.explore,
+        "notes": f.notes,
+        "agent": f.agent,
+        "idempotency_key": f.idempotency_key,
+    }
 
 
-def verdict_values(v: Verdict) -> dict[str, Any]:
+def verdict_values(v: Verdict) -> JsonObject:
     """A verdict as the values of its row."""
     data = v.to_dict()
     return {
-        "failure_id": v.failure_id, "status": data["status"], "rule": v.rule, "mode": v.mode,
-        "actions": data["actions"], "outputs": data["outputs"], "reason": v.reason,
-        "attempts": v.attempts, "evidence": v.evidence, "also": list(v.also),
-        "seen_in_passing": list(v.seen_in_passing), "where_lines": data["where"] or None,
-        "wrapper": v.wrapper, "explanation": v.explanation, "decided_at": _now(),
-    }  # fmt: skip
+        "failure_id": v.failure_id,
+        "status": data["status"],
+        "rule": v.rule,
+        "mode": v.mode,
+        "actions": data["actions"],
+        "outputs": data["outputs"],
+        "reason": v.reason,
+        "attempts": v.attempts,
+        "evidence": v.evidence,
+        "also": list(v.also),
+        "seen_in_passing": list(v.seen_in_passing),
+        "where_lines": data["where"] or None,
+        "wrapper": v.wrapper,
+        "explanation": v.explanation,
+        "decided_at": _now(),
+    }
 
 
-def attempt_values(a: AttemptRecord) -> dict[str, Any]:
+def attempt_values(a: AttemptRecord) -> JsonObject:
     """An attempt as the values of its row."""
     return {
-        "failure_id": a.failure_id, "rule": a.rule, "params": a.params, "outcome": a.outcome,
-        "error": a.error, "duration_ms": a.duration_ms, "delivery": a.delivery,
-        "evidence": a.evidence, "created_at": _now(),
-    }  # fmt: skip
+        "failure_id": a.failure_id,
+        "rule": a.rule,
+        "params": a.params,
+        "outcome": a.outcome,
+        "error": a.error,
+        "duration_ms": a.duration_ms,
+        "delivery": a.delivery,
+        "evidence": a.evidence,
+        "created_at": _now(),
+    }

@@ -33,6 +33,8 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import DisconnectionError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
+from theow_client.jsontypes import JsonObject
+
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 
 # The database could not be reached or answered (worth retrying): what callers catch.
@@ -54,12 +56,12 @@ class FailureRow(Base):
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     fingerprint: Mapped[str] = mapped_column(String(64), index=True)
-    facts: Mapped[dict[str, Any]] = mapped_column(JSON)
+    facts: Mapped[JsonObject] = mapped_column(JSON)
     problem_type: Mapped[str | None] = mapped_column(String(200), index=True)
     source: Mapped[str] = mapped_column(String(200))
     received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
     explore: Mapped[bool] = mapped_column(Boolean, default=False)
-    notes: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    notes: Mapped[JsonObject] = mapped_column(JSON, default=dict)
     # Who sent it, as verified by its signature; None for replayed history.
     agent: Mapped[str | None] = mapped_column(String(64), index=True, nullable=True)
     idempotency_key: Mapped[str | None] = mapped_column(String(200), index=True, nullable=True)
@@ -88,12 +90,12 @@ class AttemptRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     failure_id: Mapped[str] = mapped_column(ForeignKey("failures.id"), index=True)
     rule: Mapped[str] = mapped_column(String(256), index=True)
-    params: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    params: Mapped[list[JsonObject]] = mapped_column(JSON)
     outcome: Mapped[str] = mapped_column(String(16))
     error: Mapped[str] = mapped_column(Text, default="")
     duration_ms: Mapped[float] = mapped_column(Float, default=0.0)
     delivery: Mapped[int] = mapped_column(Integer, default=1)
-    evidence: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    evidence: Mapped[JsonObject | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
 
 
@@ -104,20 +106,20 @@ class VerdictRow(Base):
     status: Mapped[str] = mapped_column(String(16), index=True)
     rule: Mapped[str | None] = mapped_column(String(256), index=True)
     mode: Mapped[str | None] = mapped_column(String(16))
-    actions: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
-    outputs: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    actions: Mapped[list[JsonObject]] = mapped_column(JSON)
+    outputs: Mapped[list[JsonObject]] = mapped_column(JSON)
     reason: Mapped[str] = mapped_column(Text, default="")
     attempts: Mapped[int] = mapped_column(Integer, default=0)
-    evidence: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    evidence: Mapped[JsonObject | None] = mapped_column(JSON, nullable=True)
     also: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
     seen_in_passing: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
     # The lines to look at ({fact, line, text}, in the log the build printed), most telling first.
-    where_lines: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
+    where_lines: Mapped[list[JsonObject] | None] = mapped_column(JSON, nullable=True)
     wrapper: Mapped[str | None] = mapped_column(String(256), nullable=True)
     decided_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, index=True)
     # explain's answer for an unexplained failure ({state, text, cause, next_step, model,
     # reason}), attached after the verdict; None: not explained (explain off, or not yet).
-    explanation: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    explanation: Mapped[JsonObject | None] = mapped_column(JSON, nullable=True)
 
 
 class ExplanationRow(Base):
@@ -166,7 +168,7 @@ class ExplorationRow(Base):
     outcome: Mapped[str] = mapped_column(String(32), index=True)
     reason: Mapped[str] = mapped_column(Text, default="")
     proposal_id: Mapped[str | None] = mapped_column(String(64), index=True)
-    transcript: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    transcript: Mapped[list[JsonObject]] = mapped_column(JSON, default=list)
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
     finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, index=True)
 
@@ -194,7 +196,7 @@ class ReplayJobRow(Base):
     kind: Mapped[str] = mapped_column(String(8))  # "file" | "db"
     source: Mapped[str] = mapped_column(Text)  # file path, or the selection in words
     source_key: Mapped[str] = mapped_column(String(64), index=True)  # same source, same key
-    options: Mapped[dict[str, Any]] = mapped_column(JSON)
+    options: Mapped[JsonObject] = mapped_column(JSON)
     dry_run: Mapped[bool] = mapped_column(Boolean, default=True)
     explore: Mapped[bool] = mapped_column(Boolean, default=False)
     explore_budget: Mapped[int | None] = mapped_column(Integer)
@@ -365,7 +367,7 @@ def schema_state(url: str, timeout: float) -> SchemaState:
     from alembic.script import ScriptDirectory
 
     backend = backend_of(url)
-    args: dict[str, Any] = {}
+    args: JsonObject = {}
     if backend == "sqlite":
         args = {"timeout": timeout}
     elif backend == "postgresql":

@@ -18,13 +18,13 @@ import hmac
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
 from theow_client import names
+from theow_client.jsontypes import JsonObject
 from theow_client.signing import AgentToken, TokenError
 from theow_workers.store.schema import TokenRow, make_engine, migrate
 
@@ -46,7 +46,7 @@ class TokenInfo:
     created_at: datetime
     revoked_at: datetime | None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "name": self.name,
             "scope": self.scope,
@@ -178,5 +178,5 @@ class TokenStore:
         return found
 
 
-def _values(row: TokenRow) -> dict[str, Any]:
+def _values(row: TokenRow) -> JsonObject:
     return {c.name: getattr(row, c.name) for c in TokenRow.__table__.c}

@@ -15,8 +15,8 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.core.matching import evaluate
 from theow_workers.core.resolver import matching_facts
 from theow_workers.core.rules import Rule, RuleError, parse_rule
@@ -120,7 +120,7 @@ class AffectedCounter:
             self._publish(rules, matched, examples, scanned, done=False)
         self._publish(rules, matched, examples, scanned, done=not self._stop.is_set())
 
-    def _batch(self, after: str) -> list[tuple[str, dict[str, Any]]]:
+    def _batch(self, after: str) -> list[tuple[str, JsonObject]]:
         return self.store.failure_facts(after, BATCH)
 
     def _publish(

@@ -60,8 +60,9 @@ class Api:
         settings = console.settings
         self.console = console
         self.tokens = TokenStore(console.store.sql.engine)
-        self.reads = TokenBuckets(settings.api_requests_per_minute,
-                                 min(BURST, settings.api_requests_per_minute))  # fmt: skip
+        self.reads = TokenBuckets(
+            settings.api_requests_per_minute, min(BURST, settings.api_requests_per_minute)
+        )
         self.document = schema.openapi()
 
 
@@ -105,12 +106,18 @@ async def authorize(
     api = api_of(request)
     text = presented(request)
     if text is None:
-        return problem(401, "a token is required: Authorization: Bearer <token>",
-                       {"WWW-Authenticate": 'Bearer realm="theow"'})  # fmt: skip
+        return problem(
+            401,
+            "a token is required: Authorization: Bearer <token>",
+            {"WWW-Authenticate": 'Bearer realm="theow"'},
+        )
     token = await run_in_threadpool(api.tokens.find, text)
     if token is None:
-        return problem(401, "this token is unknown or revoked",
-                       {"WWW-Authenticate": 'Bearer realm="theow", error="invalid_token"'})  # fmt: skip
+        return problem(
+            401,
+            "this token is unknown or revoked",
+            {"WWW-Authenticate": 'Bearer realm="theow", error="invalid_token"'},
+        )
     if token.scope not in scopes:
         why = (
             "an api-read token is read-only: only agent tokens submit"
@@ -122,8 +129,11 @@ async def authorize(
     wait = (buckets or api.reads).take(token.name)
     if wait > 0:
         seconds = max(1, math.ceil(wait))
-        return problem(429, f"too many requests for token {token.name!r}; retry in {seconds} s",
-                       {"Retry-After": str(seconds)})  # fmt: skip
+        return problem(
+            429,
+            f"too many requests for token {token.name!r}; retry in {seconds} s",
+            {"Retry-After": str(seconds)},
+        )
     return token
 
 
@@ -151,13 +161,30 @@ async def failures(request: Request) -> Response:
     if not isinstance(token, TokenInfo):
         return token
     params = request.query_params
-    given = {k: params.get(k, "").strip()[:FILTER_CHARS] for k in
-             ("repo", "job", "rule", "mode", "status", "source", "since", "until", "limit",
-              "cursor")}  # fmt: skip
+    given = {
+        k: params.get(k, "").strip()[:FILTER_CHARS]
+        for k in (
+            "repo",
+            "job",
+            "rule",
+            "mode",
+            "status",
+            "source",
+            "since",
+            "until",
+            "limit",
+            "cursor",
+        )
+    }
     try:
-        where = FailureFilter(repo=given["repo"], job=given["job"], rule=given["rule"],
-                              mode=given["mode"], outcome=given["status"],
-                              source=given["source"] or LIVE)  # fmt: skip
+        where = FailureFilter(
+            repo=given["repo"],
+            job=given["job"],
+            rule=given["rule"],
+            mode=given["mode"],
+            outcome=given["status"],
+            source=given["source"] or LIVE,
+        )
         if where.source not in SOURCES:
             raise UnknownSource(where.source)
         window = Window(_when(given["since"], "since"), _when(given["until"], "until"))
@@ -172,10 +199,10 @@ async def failures(request: Request) -> Response:
     rows, more = await run_in_threadpool(
         failure_page, api_of(request).console.store, where, after, limit, window
     )
-    listed = [{**{k: v for k, v in r.items() if k != "outcome"}, "status": r["outcome"]}
-              for r in rows]  # fmt: skip
-    return answer(schema.FailurePage,
-                  {"failures": listed, "next": more.encode() if more else None})  # fmt: skip
+    listed = [
+        {**{k: v for k, v in r.items() if k != "outcome"}, "status": r["outcome"]} for r in rows
+    ]
+    return answer(schema.FailurePage, {"failures": listed, "next": more.encode() if more else None})
 
 
 async def failure(request: Request) -> Response:

@@ -20,6 +20,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import models_json_schema
 
+from theow_client.jsontypes import JsonObject
+
 API = "/api/v1"
 VERSION = "1"
 
@@ -75,15 +77,15 @@ class VerdictView(Model):
     rule: str | None = None
     mode: str | None = None
     reason: str = ""
-    evidence: dict[str, Any] | None = None
+    evidence: JsonObject | None = None
     also: list[str] = []
     where: list[WhereLine] = []
     wrapper: str | None = None
     explanation: Explanation | None = Field(
         None, description="explain's answer for a failure no specific rule explains."
     )
-    actions: list[dict[str, Any]] = []
-    outputs: list[dict[str, Any]] = []
+    actions: list[JsonObject] = []
+    outputs: list[JsonObject] = []
 
 
 class FailureDetail(Model):
@@ -91,11 +93,11 @@ class FailureDetail(Model):
     received_at: str
     source: str
     fingerprint: str | None = None
-    facts: dict[str, Any] = Field(description="The stored facts: bounded and masked.")
+    facts: JsonObject = Field(description="The stored facts: bounded and masked.")
     error_lines: list[Any] = []
     verdict: VerdictView | None = None
-    attempts: list[dict[str, Any]] = []
-    explorations: list[dict[str, Any]] = []
+    attempts: list[JsonObject] = []
+    explorations: list[JsonObject] = []
 
 
 class RuleFigures(Model):
@@ -119,9 +121,9 @@ class RuleList(Model):
 
 
 class Insight(Model):
-    stats: dict[str, Any] = Field(description="The figures of `theow meow`.")
-    days: dict[str, Any] = Field(description="Per-day series over the last 30 days.")
-    groups: list[dict[str, Any]] = Field(description="The largest groups of unknown failures.")
+    stats: JsonObject = Field(description="The figures of `theow meow`.")
+    days: JsonObject = Field(description="Per-day series over the last 30 days.")
+    groups: list[JsonObject] = Field(description="The largest groups of unknown failures.")
     as_of: str
 
 
@@ -162,19 +164,27 @@ class Verdict(Model):
 
 
 MODELS: tuple[type[BaseModel], ...] = (
-    Problem, FailurePage, FailureDetail, RuleList, Insight, ReplayList, Accepted, Pending, Verdict,
-)  # fmt: skip
+    Problem,
+    FailurePage,
+    FailureDetail,
+    RuleList,
+    Insight,
+    ReplayList,
+    Accepted,
+    Pending,
+    Verdict,
+)
 
 
-def _ref(model: type[BaseModel]) -> dict[str, Any]:
+def _ref(model: type[BaseModel]) -> JsonObject:
     return {"$ref": f"#/components/schemas/{model.__name__}"}
 
 
-def _answer(model: type[BaseModel], what: str) -> dict[str, Any]:
+def _answer(model: type[BaseModel], what: str) -> JsonObject:
     return {"description": what, "content": {"application/json": {"schema": _ref(model)}}}
 
 
-def _problem(what: str) -> dict[str, Any]:
+def _problem(what: str) -> JsonObject:
     return _answer(Problem, what)
 
 
@@ -185,8 +195,8 @@ READ_ERRORS = {
 }
 
 
-def _query(name: str, what: str, fmt: str | None = None) -> dict[str, Any]:
-    schema: dict[str, Any] = {"type": "string"}
+def _query(name: str, what: str, fmt: str | None = None) -> JsonObject:
+    schema: JsonObject = {"type": "string"}
     if fmt:
         schema["format"] = fmt
     return {"name": name, "in": "query", "required": False, "description": what, "schema": schema}
@@ -195,7 +205,7 @@ def _query(name: str, what: str, fmt: str | None = None) -> dict[str, Any]:
 ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
 
 
-def _get(summary: str, model: type[BaseModel], **extra: Any) -> dict[str, Any]:
+def _get(summary: str, model: type[BaseModel], **extra: Any) -> JsonObject:
     return {
         "summary": summary,
         "security": [{"token": []}],
@@ -204,7 +214,7 @@ def _get(summary: str, model: type[BaseModel], **extra: Any) -> dict[str, Any]:
     }
 
 
-def openapi() -> dict[str, Any]:
+def openapi() -> JsonObject:
     """The OpenAPI 3.1 document of ``/api/v1``."""
     _, top = models_json_schema(
         [(m, "serialization") for m in MODELS], ref_template="#/components/schemas/{model}"
@@ -219,10 +229,14 @@ def openapi() -> dict[str, Any]:
         _query("source", "live (default), replay or all."),
         _query("since", "Received at or after (ISO 8601).", "date-time"),
         _query("until", "Received before (ISO 8601).", "date-time"),
-        {"name": "limit", "in": "query", "required": False,
-         "schema": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}},
+        {
+            "name": "limit",
+            "in": "query",
+            "required": False,
+            "schema": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50},
+        },
         _query("cursor", "The `next` of the previous page."),
-    ]  # fmt: skip
+    ]
     submit = {
         "summary": "Submit a failure (agent tokens): the payload theow-client sends over Redis.",
         "security": [{"token": []}],

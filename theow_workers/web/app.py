@@ -20,7 +20,6 @@ import logging
 import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 from urllib.parse import quote
 
 from starlette.applications import Starlette
@@ -31,6 +30,7 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.config import Settings
 from theow_workers.store.explore import ExploreStore
 from theow_workers.store.results import SqlStore
@@ -70,13 +70,22 @@ class AuthMiddleware(BaseHTTPMiddleware):
         path = request.url.path
         host, origin = request.headers.get("host"), request.headers.get("origin")
         if not console.hosts.allows(host):
-            log.warning("refused %s %s from %s: Host %r is not one of the console's "
-                        "(THEOW_WEB_ALLOWED_HOSTS)", request.method, path, client(request),
-                        _shown(host))  # fmt: skip
+            log.warning(
+                "refused %s %s from %s: Host %r is not one of the console's "
+                "(THEOW_WEB_ALLOWED_HOSTS)",
+                request.method,
+                path,
+                client(request),
+                _shown(host),
+            )
             return PlainTextResponse("host not allowed (THEOW_WEB_ALLOWED_HOSTS)", status_code=403)
         if request.method == "POST" and origin is not None and not same_origin(origin, host):
-            log.warning("refused POST %s from %s: Origin %r is not the console's", path,
-                        client(request), _shown(origin))  # fmt: skip
+            log.warning(
+                "refused POST %s from %s: Origin %r is not the console's",
+                path,
+                client(request),
+                _shown(origin),
+            )
             return PlainTextResponse("cross-origin POST refused", status_code=403)
         if path.startswith(OPEN_PATHS):
             return await call_next(request)
@@ -85,8 +94,11 @@ class AuthMiddleware(BaseHTTPMiddleware):
             if request.method == "GET" and "text/html" in request.headers.get("accept", ""):
                 target = quote(path + (f"?{request.url.query}" if request.url.query else ""))
                 return RedirectResponse(f"/login?next={target}", status_code=303)
-            return PlainTextResponse("authentication required", status_code=401,
-                                     headers={"WWW-Authenticate": 'FormBased realm="theow"'})  # fmt: skip
+            return PlainTextResponse(
+                "authentication required",
+                status_code=401,
+                headers={"WWW-Authenticate": 'FormBased realm="theow"'},
+            )
         request.state.session = session
         if request.method == "POST":
             form = await request.form()
@@ -113,7 +125,7 @@ def _safe_next(target: str) -> str:
 
 async def login(request: Request) -> Response:
     console: Console = request.app.state.console
-    context: dict[str, Any] = {"next": _safe_next(request.query_params.get("next", "/"))}
+    context: JsonObject = {"next": _safe_next(request.query_params.get("next", "/"))}
     status, headers = 200, {}
     if request.method == "POST":
         form = await request.form()
@@ -124,8 +136,13 @@ async def login(request: Request) -> Response:
         wait = console.throttle.retry_after(address)
         if wait > 0:
             if console.throttle.first_refusal(address):
-                log.warning("login refused for %.0f s: %s failed %d times (last name %r)", wait,
-                            address, console.throttle.failures(address), _shown(name))  # fmt: skip
+                log.warning(
+                    "login refused for %.0f s: %s failed %d times (last name %r)",
+                    wait,
+                    address,
+                    console.throttle.failures(address),
+                    _shown(name),
+                )
             seconds = math.ceil(wait)
             status, headers = 429, {"Retry-After": str(seconds)}
             context["error"] = f"too many failed logins; try again in {seconds} s"
@@ -133,18 +150,27 @@ async def login(request: Request) -> Response:
             console.throttle.succeeded(address)
             response = RedirectResponse(context["next"], status_code=303)
             response.set_cookie(
-                COOKIE, console.sessions.open(role, name), max_age=SESSION_SECONDS,
-                httponly=True, samesite="strict", secure=request.url.scheme == "https",
-            )  # fmt: skip
+                COOKIE,
+                console.sessions.open(role, name),
+                max_age=SESSION_SECONDS,
+                httponly=True,
+                samesite="strict",
+                secure=request.url.scheme == "https",
+            )
             return response
         else:
             delay = console.throttle.failed(address)
-            log.warning("failed login from %s as %r (%d in a row)", address, _shown(name),
-                        console.throttle.failures(address))  # fmt: skip
+            log.warning(
+                "failed login from %s as %r (%d in a row)",
+                address,
+                _shown(name),
+                console.throttle.failures(address),
+            )
             await asyncio.sleep(delay)  # guessing costs time, more when many guess at once
             status, context["error"] = 401, "wrong password"
-    return console.templates.TemplateResponse(request, "login.html", context, status_code=status,
-                                              headers=headers)  # fmt: skip
+    return console.templates.TemplateResponse(
+        request, "login.html", context, status_code=status, headers=headers
+    )
 
 
 async def logout(request: Request) -> Response:

@@ -47,15 +47,43 @@ NAME_CHARS = 60
 MIN_PASSWORD_CHARS = 12
 MIN_DISTINCT_CHARS = 5
 # Long enough to pass the length rule and still among the first guesses of any list.
-COMMON_PASSWORDS = frozenset({
-    "123456789012", "1234567890123", "12345678901234", "123456789abc", "1q2w3e4r5t6y",
-    "qwertyuiop12", "qwertyuiopasdf", "qwerty123456", "password1234", "password12345",
-    "password123!", "passwordpassword", "iloveyou1234", "letmein12345", "welcome12345",
-    "administrator", "admin1234567", "changeme1234", "change-me-please", "changemeplease",
-    "choose-one-please", "correcthorsebatterystaple", "correct horse battery staple",
-    "theow-password", "theowpassword", "theow-console", "reviewer-password", "secretpassword",
-    "supersecret123", "trustno1trustno1", "monkey123456", "football1234", "baseball1234",
-})  # fmt: skip
+COMMON_PASSWORDS = frozenset(
+    {
+        "123456789012",
+        "1234567890123",
+        "12345678901234",
+        "123456789abc",
+        "1q2w3e4r5t6y",
+        "qwertyuiop12",
+        "qwertyuiopasdf",
+        "qwerty123456",
+        "password1234",
+        "password12345",
+        "password123!",
+        "passwordpassword",
+        "iloveyou1234",
+        "letmein12345",
+        "welcome12345",
+        "administrator",
+        "admin1234567",
+        "changeme1234",
+        "change-me-please",
+        "changemeplease",
+        "choose-one-please",
+        "correcthorsebatterystaple",
+        "correct horse battery staple",
+        "theow-password",
+        "theowpassword",
+        "theow-console",
+        "reviewer-password",
+        "secretpassword",
+        "supersecret123",
+        "trustno1trustno1",
+        "monkey123456",
+        "football1234",
+        "baseball1234",
+    }
+)
 
 
 class WebAuthError(ValueError):
@@ -123,8 +151,10 @@ def _check_passwords(reviewer: str, reader: str) -> None:
             "the web console is never started without authentication: set THEOW_WEB_PASSWORD "
             "(and THEOW_WEB_READONLY_PASSWORD for read-only logins)"
         )
-    for variable, password in (("THEOW_WEB_PASSWORD", reviewer),
-                               ("THEOW_WEB_READONLY_PASSWORD", reader)):  # fmt: skip
+    for variable, password in (
+        ("THEOW_WEB_PASSWORD", reviewer),
+        ("THEOW_WEB_READONLY_PASSWORD", reader),
+    ):
         problem = password and password_problem(password)
         if problem:
             raise WebAuthError(f"{variable} {problem} (e.g. the output of `openssl rand -hex 16`)")

@@ -83,9 +83,11 @@ class Console:
         session: Session = request.state.session
         flash = request.cookies.get(FLASH, "")
         response = self.templates.TemplateResponse(
-            request, name, {"session": session, "csrf": self.keys.csrf_token(session),
-                            "flash": flash, **context}, status_code=status,
-        )  # fmt: skip
+            request,
+            name,
+            {"session": session, "csrf": self.keys.csrf_token(session), "flash": flash, **context},
+            status_code=status,
+        )
         if flash:
             response.delete_cookie(FLASH)
         return response

@@ -21,8 +21,8 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.core.summary import LinePredicate
 from theow_workers.replay.grouping import error_summary, group_unmatched
 from theow_workers.store import console as queries
@@ -75,15 +75,16 @@ class BasisCache:
 
 def unknown_groups(
     store: ExploreStore, cache: BasisCache, limit: int = queries.GROUPS
-) -> list[dict[str, Any]]:
+) -> list[JsonObject]:
     """The largest groups of the newest unknown failures, each with its newest failure."""
     failures = {f.id: f for f in queries.unknown_failures(store)}
     bases = cache.bases(store, list(failures))
     # Oldest first, as a replay reads its input: a group's sample is its first failure's.
     groups = group_unmatched(
-        (fid, fid, failures[fid].fingerprint, *bases[fid]) for fid in reversed(failures)
+        (fid, fid, failures[fid].fingerprint, *bases[fid])
+        for fid in reversed(failures)
         if fid in bases
-    )  # fmt: skip
+    )
     shown = []
     for group in groups[:limit]:
         newest = max(group.failure_ids, key=lambda i: (failures[i].received_at or _EARLIEST, i))

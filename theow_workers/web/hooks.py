@@ -104,9 +104,12 @@ class HookIntake:
 
                 self._key = worker_key(self.settings)
                 app = Celery("theow-web", broker=self.settings.redis_url)
-                app.conf.update(task_serializer="json", task_routes=names.TASK_ROUTES,
-                                broker_connection_retry=False,
-                                broker_connection_timeout=3)  # fmt: skip
+                app.conf.update(
+                    task_serializer="json",
+                    task_routes=names.TASK_ROUTES,
+                    broker_connection_retry=False,
+                    broker_connection_timeout=3,
+                )
                 self._app = app
             return self._app, self._key
 
@@ -154,8 +157,10 @@ async def github(request: Request) -> Response:
     except TooLarge:
         return PlainTextResponse("payload too large", status_code=413)
     if not hooks.github_signature_ok(secret, body, request.headers.get("x-hub-signature-256")):
-        log.warning("refused GitHub delivery %r: bad or missing X-Hub-Signature-256",
-                    _header(request, "x-github-delivery"))  # fmt: skip
+        log.warning(
+            "refused GitHub delivery %r: bad or missing X-Hub-Signature-256",
+            _header(request, "x-github-delivery"),
+        )
         return PlainTextResponse("bad signature", status_code=401)
     if request.headers.get("x-github-event") != "workflow_job":
         return Response(status_code=204)  # ping and every other event: nothing to do
@@ -172,8 +177,10 @@ async def gitlab(request: Request) -> Response:
     except TooLarge:
         return PlainTextResponse("payload too large", status_code=413)
     if not hooks.gitlab_token_ok(secret, request.headers.get("x-gitlab-token")):
-        log.warning("refused GitLab delivery %r: bad or missing X-Gitlab-Token",
-                    _header(request, "x-gitlab-event-uuid"))  # fmt: skip
+        log.warning(
+            "refused GitLab delivery %r: bad or missing X-Gitlab-Token",
+            _header(request, "x-gitlab-event-uuid"),
+        )
         return PlainTextResponse("bad token", status_code=401)
     if request.headers.get("x-gitlab-event") != "Job Hook":
         return Response(status_code=204)
@@ -192,8 +199,9 @@ async def _accept(intake: HookIntake, body: bytes, read: Any, delivery: str) -> 
         queued = await run_in_threadpool(intake.enqueue, job, delivery)
     except Exception as exc:
         log.error("webhook for %s not queued: %s", job.key, str(exc)[:300])
-        return PlainTextResponse("broker unavailable", status_code=503,
-                                 headers={"Retry-After": "30"})  # fmt: skip
+        return PlainTextResponse(
+            "broker unavailable", status_code=503, headers={"Retry-After": "30"}
+        )
     if not queued:
         return PlainTextResponse("already received")
     log.info("webhook %r: %s %s queued", delivery, job.key, job.conclusion)

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from theow_client.jsontypes import JsonObject
 from theow_workers.review.stats import meow
 from theow_workers.store import console as queries
 from theow_workers.store.explore import ExploreStore
 from theow_workers.web.groups import BasisCache, unknown_groups
 
 
-def insight_data(store: ExploreStore, bases: BasisCache | None = None) -> dict[str, Any]:
+def insight_data(store: ExploreStore, bases: BasisCache | None = None) -> JsonObject:
     """Everything the insight page shows: totals, per-day series, groups of unknown failures.
 
     The groups are a replay's groups (``web.groups``); ``bases`` keeps each

@@ -39,6 +39,7 @@ from starlette.routing import Route
 
 from theow_client import names, signing
 from theow_client.config import celery_app
+from theow_client.jsontypes import JsonObject
 from theow_client.messages import SubmitRequest
 from theow_client.redact import summary
 from theow_workers.identity import submission_id
@@ -68,8 +69,9 @@ class Intake:
         settings: Settings = console.settings
         self.console = console
         self.max_bytes = settings.intake_max_bytes
-        self.submissions = TokenBuckets(settings.intake_per_minute,
-                                        min(BURST, settings.intake_per_minute))  # fmt: skip
+        self.submissions = TokenBuckets(
+            settings.intake_per_minute, min(BURST, settings.intake_per_minute)
+        )
         self._app: Any = None
         self._lock = threading.Lock()
 
@@ -81,7 +83,7 @@ class Intake:
                 self._app = celery_app(self.console.settings.redis_url, SEND_TIMEOUT)
             return self._app
 
-    def queue(self, agent: str, key: bytes, body: dict[str, Any]) -> str:
+    def queue(self, agent: str, key: bytes, body: JsonObject) -> str:
         """Sign ``body`` as ``agent`` and send it to the resolvers; the failure's id."""
         request = SubmitRequest.from_wire(body)
         requested = request.failure_id_or(str(uuid.uuid4()))
@@ -91,9 +93,15 @@ class Intake:
         redis.set(names.intake_key(agent, failure_id), "queued", ex=names.VERDICT_TTL)
         try:
             self.sender.send_task(
-                names.TASK_RESOLVE, args=[signed], task_id=requested, queue=names.QUEUE_RESOLVE,
-                retry=False, ignore_result=True, argsrepr=summary([body]), kwargsrepr="{}",
-            )  # fmt: skip
+                names.TASK_RESOLVE,
+                args=[signed],
+                task_id=requested,
+                queue=names.QUEUE_RESOLVE,
+                retry=False,
+                ignore_result=True,
+                argsrepr=summary([body]),
+                kwargsrepr="{}",
+            )
         except Exception:
             with contextlib.suppress(Exception):  # not queued: its verdict is not to be awaited
                 redis.delete(names.intake_key(agent, failure_id))
@@ -104,7 +112,7 @@ class Intake:
             raise
         return failure_id
 
-    def verdict(self, agent: str, failure_id: str) -> tuple[int, dict[str, Any] | None]:
+    def verdict(self, agent: str, failure_id: str) -> tuple[int, JsonObject | None]:
         """200 and the verdict, 202 (queued, undecided) or 404: only ``agent``'s own failures."""
         redis = self.console.runtime().redis
         raw = redis.get(names.verdict_key(agent, failure_id))
@@ -142,7 +150,7 @@ async def body_within(request: Request, most: int) -> bytes:
     return b"".join(chunks)
 
 
-def parse(raw: bytes) -> dict[str, Any]:
+def parse(raw: bytes) -> JsonObject:
     """The submission in a body; ValueError saying why it is none."""
     try:
         body = json.loads(raw)
@@ -184,8 +192,9 @@ async def submit(request: Request) -> Response:
         failure_id = await run_in_threadpool(intake.queue, token.name, known.key, body)
     except Exception as exc:  # the broker: the client keeps the failure in its spool
         log.warning("intake: could not queue %s's failure: %s", token.name, exc)
-        return problem(503, "the resolve queue cannot be reached; send it again later",
-                       {"Retry-After": "5"})  # fmt: skip
+        return problem(
+            503, "the resolve queue cannot be reached; send it again later", {"Retry-After": "5"}
+        )
     path = f"{schema.API}/failures/{failure_id}/verdict"
     return answer(schema.Accepted, {"failure_id": failure_id, "verdict": path}, status=202)
 

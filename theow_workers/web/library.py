@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.core.knowledge import Knowledge
 from theow_workers.runtime import directory_signature
 from theow_workers.store import console as queries
@@ -37,7 +38,7 @@ class Library:
                 self._signature = signature
             return self._loaded
 
-    def overview(self, store: ExploreStore, taken: Taken[dict[str, Any]]) -> dict[str, Any]:
+    def overview(self, store: ExploreStore, taken: Taken[JsonObject]) -> JsonObject:
         """The catalogue; ``taken`` is a snapshot of ``queries.rule_activity``."""
         knowledge = self.knowledge()
         activity = taken.value
@@ -48,16 +49,18 @@ class Library:
             seen = activity.get(rule.name, {})
             st = stats.get(rule.name)
             tried = (st.successes + st.failures) if st else 0
-            rows.append({
-                "name": rule.name,
-                "mode": rule.mode.value,
-                "tags": rule.tags,
-                "generic": rule.generic,
-                "hits": seen.get("hits", 0),
-                "last_match": seen.get("last_match"),
-                "success_ratio": st.successes / tried if st and tried else None,
-                "attempts": tried,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "name": rule.name,
+                    "mode": rule.mode.value,
+                    "tags": rule.tags,
+                    "generic": rule.generic,
+                    "hits": seen.get("hits", 0),
+                    "last_match": seen.get("last_match"),
+                    "success_ratio": st.successes / tried if st and tried else None,
+                    "attempts": tried,
+                }
+            )
         stopped = [
             r for r in rows if r["last_match"] is not None and now - r["last_match"] > queries.QUIET
         ]
@@ -73,7 +76,7 @@ class Library:
             "as_of": taken.at,
         }
 
-    def detail(self, store: ExploreStore, name: str) -> dict[str, Any] | None:
+    def detail(self, store: ExploreStore, name: str) -> JsonObject | None:
         rules = self.knowledge().rules
         rule = rules.by_name().get(name)
         if rule is None:

@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from theow_client.jsontypes import JsonObject
 from theow_client.lines import FIELD as KEPT_LINES
 from theow_client.lines import LineMap, LineMapError, parse_kept_lines
 from theow_workers.core.matching import evaluate
@@ -56,7 +57,7 @@ async def home(request: Request) -> Response:
     return RedirectResponse("/queue", status_code=303)
 
 
-def _affected(console: Console, proposal_id: str, pending: bool = True) -> dict[str, Any]:
+def _affected(console: Console, proposal_id: str, pending: bool = True) -> JsonObject:
     count = console.affected.get(proposal_id)
     if count is None:
         text = "counting…" if pending else "not counted (only pending proposals are)"
@@ -66,8 +67,7 @@ def _affected(console: Console, proposal_id: str, pending: bool = True) -> dict[
         text = f"not countable: {count.error}"
     elif not count.done:
         text += " so far (counting…)"
-    return {"known": count.done, "matched": count.matched, "text": text,
-            "examples": count.examples}  # fmt: skip
+    return {"known": count.done, "matched": count.matched, "text": text, "examples": count.examples}
 
 
 async def queue(request: Request) -> Response:
@@ -82,13 +82,13 @@ async def queue(request: Request) -> Response:
     return console.render(request, "queue.html", proposals=rows, reviewed=recent)
 
 
-def _log_fact(facts: dict[str, Any]) -> str | None:
+def _log_fact(facts: JsonObject) -> str | None:
     """The name of the fact ``log_text`` reads as the failure's log."""
     text = log_text(facts)
     return next((k for k, v in facts.items() if text and v is text), None)
 
 
-def _proposal_context(console: Console, proposal_id: str) -> dict[str, Any] | None:
+def _proposal_context(console: Console, proposal_id: str) -> JsonObject | None:
     store = console.store
     proposal = store.proposal(proposal_id)
     if proposal is None:
@@ -137,15 +137,29 @@ def _proposal_context(console: Console, proposal_id: str) -> dict[str, Any] | No
     }
 
 
-def _taught(transcript: list[Any]) -> dict[str, Any] | None:
+def _taught(transcript: list[Any]) -> JsonObject | None:
     """A taught proposal's origin and its latest test results (re-run on each edit)."""
-    origin = next((t["taught"] for t in transcript if isinstance(t, dict) and
-                   isinstance(t.get("taught"), dict)), None)  # fmt: skip
+    origin = next(
+        (
+            t["taught"]
+            for t in transcript
+            if isinstance(t, dict) and isinstance(t.get("taught"), dict)
+        ),
+        None,
+    )
     if origin is None:
         return None
-    tests: dict[str, Any] = next((t["tests"] for t in reversed(transcript) if isinstance(t, dict) and
-                  isinstance(t.get("tests"), dict)), {})  # fmt: skip
-    edited = [t["edited"] for t in transcript if isinstance(t, dict) and isinstance(t.get("edited"), dict)]  # fmt: skip
+    tests: JsonObject = next(
+        (
+            t["tests"]
+            for t in reversed(transcript)
+            if isinstance(t, dict) and isinstance(t.get("tests"), dict)
+        ),
+        {},
+    )
+    edited = [
+        t["edited"] for t in transcript if isinstance(t, dict) and isinstance(t.get("edited"), dict)
+    ]
     return {"origin": origin, "tests": tests, "edited": edited[-1] if edited else None}
 
 
@@ -162,8 +176,12 @@ async def _review(request: Request, verb: str) -> Response:
     session = request.state.session
     pid = request.path_params["pid"]
     if not session.can_review:
-        return console.render(request, "refused.html", status=403,
-                              reason="this login is read-only: it cannot approve or reject")  # fmt: skip
+        return console.render(
+            request,
+            "refused.html",
+            status=403,
+            reason="this login is read-only: it cannot approve or reject",
+        )
     form = request.state.form  # read (and its CSRF token checked) by AuthMiddleware
     by = f"{session.name} (web)"
     settings = console.settings
@@ -215,27 +233,32 @@ def _cursor(text: str) -> datetime | None:
 async def failures_list(request: Request) -> Response:
     console = _console(request)
     params = request.query_params
-    where = queries.FailureFilter(**{k: params.get(k, "").strip()[:200] for k in
-                                     ("repo", "job", "rule", "mode", "outcome", "q")},
-                                  source=params.get("source", "").strip() or failure_queries.LIVE)  # fmt: skip
+    where = queries.FailureFilter(
+        **{
+            k: params.get(k, "").strip()[:200]
+            for k in ("repo", "job", "rule", "mode", "outcome", "q")
+        },
+        source=params.get("source", "").strip() or failure_queries.LIVE,
+    )
     if where.source not in failure_queries.SOURCES:
         return PlainTextResponse(str(failure_queries.UnknownSource(where.source)), status_code=400)
     before = _cursor(params.get("before", ""))
     rows, more = await run_in_threadpool(queries.failures_page, console.store, where, before)
-    return console.render(request, "failures.html", rows=rows, where=where, more=more,
-                          filters=where.active())  # fmt: skip
+    return console.render(
+        request, "failures.html", rows=rows, where=where, more=more, filters=where.active()
+    )
 
 
 def _failure_context(
     console: Console, failure_id: str, chosen: tuple[int | None, int | None] = (None, None)
-) -> dict[str, Any] | None:
+) -> JsonObject | None:
     info = failure_queries.detail(console.store, failure_id)
     if info is None:
         return None
     facts = info["facts"]
     verdict = info["verdict"] or {}
     kept = _kept_lines(info)
-    evidences: list[tuple[str, dict[str, Any]]] = []
+    evidences: list[tuple[str, JsonObject]] = []
     if verdict.get("evidence") and verdict.get("rule"):
         evidences.append((verdict["rule"], verdict["evidence"]))
     evidences += [(a["rule"], a["evidence"]) for a in info["attempts"] if a["evidence"]]
@@ -309,7 +332,7 @@ def _line_param(value: str | None) -> int | None:
     return int(value) if value and value.isdigit() and len(value) <= 9 else None
 
 
-def _select(lines: list[dict[str, Any]], first: int | None, last: int | None) -> dict[str, Any]:
+def _select(lines: list[JsonObject], first: int | None, last: int | None) -> JsonObject:
     """Teaching by pointing without a script: each line number links to the selection it makes.
 
     With no line chosen, or a whole selection, a number starts a new one
@@ -335,7 +358,7 @@ def _select(lines: list[dict[str, Any]], first: int | None, last: int | None) ->
     return {"first": first, "last": last, "count": (last - first + 1) if first and last else 0}
 
 
-def _kept_lines(info: dict[str, Any]) -> dict[str, LineMap]:
+def _kept_lines(info: JsonObject) -> dict[str, LineMap]:
     """Which lines of the build's log the stored facts kept (none: they are the whole log)."""
     try:
         return parse_kept_lines((info["notes"] or {}).get(KEPT_LINES), info["facts"])
@@ -345,7 +368,10 @@ def _kept_lines(info: dict[str, Any]) -> dict[str, LineMap]:
 
 async def failure_page(request: Request) -> Response:
     console = _console(request)
-    chosen = _line_param(request.query_params.get("from")), _line_param(request.query_params.get("to"))  # fmt: skip
+    chosen = (
+        _line_param(request.query_params.get("from")),
+        _line_param(request.query_params.get("to")),
+    )
     context = await run_in_threadpool(_failure_context, console, request.path_params["fid"], chosen)
     if context is None:
         return _missing(request, "failure")
@@ -382,9 +408,17 @@ def _teach(
         is_normal = None
     taken = {name for layer in settings.rule_layers for name in defined_names(layer)}
     teaching = teach(
-        console.store, console.library().knowledge().book, failure.id, start, end, by=by,
-        scope=scope, mode=mode, is_normal=is_normal, taken=frozenset(taken),
-    )  # fmt: skip
+        console.store,
+        console.library().knowledge().book,
+        failure.id,
+        start,
+        end,
+        by=by,
+        scope=scope,
+        mode=mode,
+        is_normal=is_normal,
+        taken=frozenset(taken),
+    )
     tests = teaching.tests
     message = (
         f"taught {teaching.taught.rule.name} from lines {min(first, last)}-{max(first, last)}: "
@@ -394,7 +428,7 @@ def _teach(
     return teaching.proposal_id, message
 
 
-def _offset(facts: dict[str, Any], shown: str) -> int | None:
+def _offset(facts: JsonObject, shown: str) -> int | None:
     """Where the shown fact's lines start in the log rules read (``matching_facts``):
     0 for the log itself, after stdout's lines for stderr (they are joined stdout first),
     None for a fact rules do not read as the log."""
@@ -417,10 +451,14 @@ async def teach_post(request: Request) -> Response:
     session = request.state.session
     fid = request.path_params["fid"]
     if not session.can_review:
-        return console.render(request, "refused.html", status=403,
-                              reason="this login is read-only: it cannot teach")  # fmt: skip
+        return console.render(
+            request, "refused.html", status=403, reason="this login is read-only: it cannot teach"
+        )
     form = request.state.form
-    first, last = _line_param(str(form.get("first") or "")), _line_param(str(form.get("last") or ""))  # fmt: skip
+    first, last = (
+        _line_param(str(form.get("first") or "")),
+        _line_param(str(form.get("last") or "")),
+    )
     scope = str(form.get("scope") or "auto")
     mode = str(form.get("mode") or "track")
     try:
@@ -435,8 +473,9 @@ async def teach_post(request: Request) -> Response:
         context = await run_in_threadpool(_failure_context, console, fid, (first, last))
         if context is None:
             return _missing(request, "failure")
-        return console.render(request, "failure.html", status=422,
-                              teach_error=redact_text(str(exc))[:2000], **context)  # fmt: skip
+        return console.render(
+            request, "failure.html", status=422, teach_error=redact_text(str(exc))[:2000], **context
+        )
     console.affected.poke()
     response = RedirectResponse(f"/proposals/{pid}", status_code=303)
     response.set_cookie("theow_flash", message[:600], httponly=True, samesite="strict")
@@ -460,8 +499,11 @@ def _edit(console: Console, pid: str, text: str, by: str) -> list[str]:
     if rule is None or problems:
         return problems
     tests = test_rule(console.store, rule, proposal.failure_id, facts, None, book)
-    edited = {"by": by, "at": datetime.now(UTC).isoformat(timespec="seconds"),
-              "previous_yaml": proposal.rule_yaml}  # fmt: skip
+    edited = {
+        "by": by,
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "previous_yaml": proposal.rule_yaml,
+    }
     note = {"edited": edited, "tests": tests.to_dict()}
     if not console.store.edit_proposal(pid, rule.name, text, note):
         return ["the proposal was reviewed meanwhile: it is no longer pending"]
@@ -475,8 +517,12 @@ async def edit_post(request: Request) -> Response:
     session = request.state.session
     pid = request.path_params["pid"]
     if not session.can_review:
-        return console.render(request, "refused.html", status=403,
-                              reason="this login is read-only: it cannot edit a proposal")  # fmt: skip
+        return console.render(
+            request,
+            "refused.html",
+            status=403,
+            reason="this login is read-only: it cannot edit a proposal",
+        )
     text = str(request.state.form.get("rule_yaml") or "").replace("\r\n", "\n")
     problems = await run_in_threadpool(_edit, console, pid, text, f"{session.name} (web)")
     if problems:
@@ -484,12 +530,17 @@ async def edit_post(request: Request) -> Response:
         if context is None:
             return _missing(request, "proposal")
         shown = [redact_text(p)[:1000] for p in problems[:20]]
-        return console.render(request, "proposal.html", status=422, edit_errors=shown,
-                              edit_text=text, **context)  # fmt: skip
+        return console.render(
+            request, "proposal.html", status=422, edit_errors=shown, edit_text=text, **context
+        )
     console.affected.poke()
     response = RedirectResponse(f"/proposals/{pid}", status_code=303)
-    response.set_cookie("theow_flash", "saved: the edited rule passes its checks; its tests "
-                        "were run again", httponly=True, samesite="strict")  # fmt: skip
+    response.set_cookie(
+        "theow_flash",
+        "saved: the edited rule passes its checks; its tests were run again",
+        httponly=True,
+        samesite="strict",
+    )
     return response
 
 
@@ -502,14 +553,15 @@ async def rules_list(request: Request) -> Response:
 
 async def rule_page(request: Request) -> Response:
     console = _console(request)
-    context = await run_in_threadpool(console.library().detail, console.store,
-                                      request.path_params["name"])  # fmt: skip
+    context = await run_in_threadpool(
+        console.library().detail, console.store, request.path_params["name"]
+    )
     if context is None:
         return _missing(request, "rule")
     return console.render(request, "rule.html", **context)
 
 
-def _insight_context(console: Console) -> dict[str, Any]:
+def _insight_context(console: Console) -> JsonObject:
     taken = console.insight.get()
     days = taken.value["days"]
     d = days["days"]
@@ -539,7 +591,7 @@ async def replays(request: Request) -> Response:
     return console.render(request, "replays.html", jobs=jobs)
 
 
-def _replay_context(console: Console, job_id: str) -> dict[str, Any] | None:
+def _replay_context(console: Console, job_id: str) -> JsonObject | None:
     from theow_workers.replay.report import Pricing, build
     from theow_workers.store.replay import DONE, JobNotFound, ReplayStore
 
@@ -549,8 +601,11 @@ def _replay_context(console: Console, job_id: str) -> dict[str, Any] | None:
     except (JobNotFound, LookupError):
         return None
     report = build(store, job, Pricing.from_settings(console.settings))
-    return {"job": job, "report": report, "running": job.status != DONE and job.status in
-            ("pending", "running")}  # fmt: skip
+    return {
+        "job": job,
+        "report": report,
+        "running": job.status != DONE and job.status in ("pending", "running"),
+    }
 
 
 async def replay_page(request: Request) -> Response:

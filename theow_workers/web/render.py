@@ -13,13 +13,13 @@ True
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
 
 from markupsafe import Markup
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import DiffLexer, JsonLexer, YamlLexer
 
+from theow_client.jsontypes import JsonObject
 from theow_client.lines import LineMap, kept_line
 from theow_workers.core.redact import redact_text
 
@@ -43,7 +43,7 @@ def code(text: str, language: str) -> Markup:
     return Markup(highlight(redact_text(text), lexer, _formatter()))  # Pygments escapes the text
 
 
-def log_lines(text: str, marks: dict[int, list[str]], kept: LineMap = ()) -> list[dict[str, Any]]:
+def log_lines(text: str, marks: dict[int, list[str]], kept: LineMap = ()) -> list[JsonObject]:
     """The log as numbered lines; ``marks`` maps a 1-based line to the rules it is evidence for.
 
     Lines are numbered as in the build's own log: for a log that bounding cut,

@@ -26,9 +26,12 @@ class WebCommand:
         from theow_workers.stack import die_with_parent
 
         return subprocess.Popen(
-            self.argv, env=env, stdout=log_path.open("ab"), stderr=subprocess.STDOUT,
+            self.argv,
+            env=env,
+            stdout=log_path.open("ab"),
+            stderr=subprocess.STDOUT,
             preexec_fn=die_with_parent,
-        )  # fmt: skip
+        )
 
 
 def web_command(settings: Settings, host: str = "127.0.0.1", port: int | None = None) -> WebCommand:
@@ -59,6 +62,7 @@ def serve(settings: Settings, sock: socket.socket) -> None:
     host, port = sock.getsockname()[:2]
     app = create_app(settings, bound=host)  # refuses before migrating without a good password
     migrate(settings.store_url)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", proxy_headers=True,
-                            server_header=False)  # fmt: skip
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", proxy_headers=True, server_header=False
+    )
     uvicorn.Server(config).run(sockets=[sock])

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.core.redact import redact_text
 
 
@@ -23,9 +24,7 @@ def _price(model: str, prices: dict[str, tuple[float, float]]) -> tuple[float, f
     return prices.get(model, prices.get(model.split("/")[-1], (0.0, 0.0)))
 
 
-def turns(
-    transcript: list[dict[str, Any]], prices: dict[str, tuple[float, float]]
-) -> list[dict[str, Any]]:
+def turns(transcript: list[JsonObject], prices: dict[str, tuple[float, float]]) -> list[JsonObject]:
     rows = []
     for i, turn in enumerate(transcript, 1):
         if not isinstance(turn, dict):
@@ -48,17 +47,19 @@ def turns(
         note = ""
         if turn.get("role") == "tool":
             note = f"{turn.get('name')} ended the session: {turn.get('ended')}"
-        rows.append({
-            "n": i,
-            "role": str(turn.get("role") or "?"),
-            "model": str(turn.get("model") or ""),
-            "text": redact_text(str(turn.get("text") or note)),
-            "calls": calls,
-            "responses": responses,
-            "tokens_in": tokens_in,
-            "tokens_out": tokens_out,
-            "cost": round((tokens_in * price_in + tokens_out * price_out) / 1e6, 6),
-        })  # fmt: skip
+        rows.append(
+            {
+                "n": i,
+                "role": str(turn.get("role") or "?"),
+                "model": str(turn.get("model") or ""),
+                "text": redact_text(str(turn.get("text") or note)),
+                "calls": calls,
+                "responses": responses,
+                "tokens_in": tokens_in,
+                "tokens_out": tokens_out,
+                "cost": round((tokens_in * price_in + tokens_out * price_out) / 1e6, 6),
+            }
+        )
     return rows
 
 
@@ -67,7 +68,7 @@ def _shown(value: Any) -> str:
     return redact_text(json.dumps(value, indent=1, default=str))
 
 
-def test_rule_results(transcript: list[dict[str, Any]]) -> list[Any]:
+def test_rule_results(transcript: list[JsonObject]) -> list[Any]:
     """What ``test_rule`` answered, each time the model called it, in order."""
     found = []
     for turn in transcript:
