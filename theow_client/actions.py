@@ -39,7 +39,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from theow_client.jsontypes import JsonObject
 
@@ -47,7 +46,7 @@ DEFAULT_ACTION_TIMEOUT = 30.0
 # Parameters filled from the context of the run, never from a rule's params.
 CONTEXT_PARAMS = ("facts", "workspace")
 
-ActionFunc = Callable[..., Any]
+ActionFunc = Callable[..., object]
 
 
 class ActionError(Exception):
@@ -186,7 +185,7 @@ def call_action(
     facts: JsonObject | None = None,
     workspace: str | None = None,
     timeout: float | None = None,
-) -> Any:
+) -> object:
     """Run an action with its bound params; return its output or raise ActionError."""
     signature = inspect.signature(spec.func)
     kwargs = dict(params)

@@ -25,7 +25,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 from kombu.exceptions import OperationalError
@@ -35,12 +35,16 @@ from theow_client import config, names, signing
 from theow_client.facts import bound_facts_kept, dumps_facts
 from theow_client.intake import HttpIntake, IntakeRefused, IntakeUnavailable
 from theow_client.job import job_fact
-from theow_client.jsontypes import JsonObject
+from theow_client.jsontypes import Json, JsonObject
 from theow_client.lines import to_wire
 from theow_client.messages import SubmitRequest
 from theow_client.redact import redact, summary
 from theow_client.spool import Spool, SpoolError
 from theow_client.verdict import Status, Verdict, jsonable
+
+if TYPE_CHECKING:
+    from celery import Celery
+    from celery.result import AsyncResult
 
 log = logging.getLogger("theow.client")
 
@@ -79,7 +83,7 @@ def failure_id_for(
 
 
 def build_payload(
-    facts: Any,
+    facts: object,
     *,
     failure_id: str | None = None,
     agent: str = "",
@@ -141,7 +145,7 @@ def _agent_token(text: str | None) -> signing.AgentToken | None:
         return None
 
 
-def _stop_listening(result: Any) -> None:
+def _stop_listening(result: AsyncResult) -> None:
     """Unsubscribe from ``result``'s channel now, while the interpreter is whole.
 
     Otherwise Celery's ``AsyncResult.__del__`` does it at exit, when imports
@@ -294,7 +298,7 @@ class Ticket:
             "(is a resolver worker running?)"
         )
 
-    def _read(self, value: Any) -> Verdict:
+    def _read(self, value: Json) -> Verdict:
         try:
             return Verdict.from_dict(value)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -364,7 +368,7 @@ class TheowClient:
         self.url_source = config.redis_url_source(redis_url, url_name)
         self.spool = Spool(config.spool_dir(spool_dir))
         self.timeout = timeout
-        self._app: Any = None
+        self._app: Celery | None = None
 
     @property
     def token(self) -> signing.AgentToken | None:
@@ -394,7 +398,7 @@ class TheowClient:
         return signing.sign(task, payload, token.name, token.signing_key)
 
     @property
-    def app(self) -> Any:
+    def app(self) -> Celery:
         """The minimal Celery app used to send tasks and read results.
 
         Raises RedisURLError when the URL cannot work, before Celery reads it.
@@ -479,7 +483,7 @@ class TheowClient:
             return Ticket(payload["failure_id"], spool_path=path, spooled_for=exc)
         return Ticket(failure_id, client=self, agent=self.agent)
 
-    def send(self, payload: JsonObject) -> Any:
+    def send(self, payload: JsonObject) -> str | AsyncResult:
         """Sign and publish a ready payload; raise one of UNREACHABLE if that fails.
 
         With an HTTP intake the payload is posted there (the intake signs it for the
@@ -491,7 +495,7 @@ class TheowClient:
         # Signed as it leaves (a spooled failure is signed when flushed): the time is now.
         return self._publish(self.signed(names.TASK_RESOLVE, payload))
 
-    def _publish(self, payload: JsonObject) -> Any:
+    def _publish(self, payload: JsonObject) -> AsyncResult:
         """Publish a signed payload.
 
         The result backend is pinged first: it is the same Redis, and a ping

@@ -22,7 +22,6 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from celery import Celery
@@ -294,7 +293,7 @@ def actions_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     return Path(raw).expanduser()
 
 
-def celery_app(url: str, timeout: float = DEFAULT_CONNECT_TIMEOUT) -> Any:
+def celery_app(url: str, timeout: float = DEFAULT_CONNECT_TIMEOUT) -> Celery:
     """A minimal Celery app that sends tasks by name and reads their results.
 
     ``url`` is both broker and result backend. Every connection attempt and

@@ -24,9 +24,8 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
-from theow_client.jsontypes import JsonObject
+from theow_client.jsontypes import Json, JsonObject
 from theow_client.lines import LineMap
 
 DEFAULT_FACT_LIMIT = 64 * 1024
@@ -333,7 +332,7 @@ SIDE_LIMITS = FactLimits(text=4096, depth=8, total=1024 * 1024)
 
 
 def bound_facts(
-    facts: Any,
+    facts: object,
     limit: int | None = None,
     *,
     limits: FactLimits = DEFAULT_LIMITS,
@@ -360,7 +359,7 @@ def bound_facts(
 
 
 def bound_facts_kept(
-    facts: Any,
+    facts: object,
     limit: int | None = None,
     *,
     limits: FactLimits = DEFAULT_LIMITS,
@@ -382,7 +381,7 @@ def bound_facts_kept(
 
 def loads_facts(
     text: str | bytes, where: str = "facts", limits: FactLimits = DEFAULT_LIMITS
-) -> Any:
+) -> Json:
     """Parse JSON text under limits: FactsError, never RecursionError or MemoryError.
 
     >>> loads_facts("[" * 5000 + "]" * 5000)
@@ -420,7 +419,7 @@ class _Walk:
         self.values = 0
         self.chars = 0
 
-    def value(self, value: Any, path: str, depth: int, top: bool = False) -> Any:
+    def value(self, value: object, path: str, depth: int, top: bool = False) -> Json:
         self.values += 1
         if self.values > self.limits.values:
             raise FactsError(f"{_short(path)}: more than {self.limits.values} values in all")
@@ -443,7 +442,7 @@ class _Walk:
             return [self.value(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]
         raise FactsError(f"{_short(path)}: a value of type {type(value).__name__}, not JSON")
 
-    def mapping(self, value: dict[Any, Any], path: str, depth: int, top: bool) -> JsonObject:
+    def mapping(self, value: dict[object, object], path: str, depth: int, top: bool) -> JsonObject:
         if len(value) > self.limits.keys:
             raise FactsError(f"{_short(path)}: {len(value)} keys, more than {self.limits.keys}")
         out: JsonObject = {}
@@ -501,6 +500,6 @@ def _short(path: str, limit: int = 80) -> str:
     return path if len(path) <= limit else path[: limit - 3] + "..."
 
 
-def _preview(key: Any) -> str:
+def _preview(key: object) -> str:
     text = repr(key)
     return text if len(text) <= 40 else text[:37] + "..."

@@ -22,7 +22,6 @@ import ipaddress
 import json
 import urllib.error
 import urllib.request
-from typing import Any
 from urllib.parse import quote, urlsplit
 
 from theow_client import signing
@@ -49,7 +48,7 @@ class IntakeRefused(ValueError):
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
     """A 30x is answered as the error it is here: the token is never sent on to its Location."""
 
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
         return None
 
 

@@ -20,7 +20,6 @@ A submission without ``kept_lines`` counts lines in the facts as received.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from theow_client.jsontypes import Json
 
@@ -80,7 +79,7 @@ def to_wire(maps: Mapping[str, LineMap]) -> dict[str, list[list[int]]]:
     return {fact: [list(piece) for piece in pieces] for fact, pieces in maps.items()}
 
 
-def parse_kept_lines(value: Any, facts: Mapping[str, Json]) -> dict[str, LineMap]:
+def parse_kept_lines(value: object, facts: Mapping[str, Json]) -> dict[str, LineMap]:
     """The line maps an agent sent, for the top-level text facts it names.
 
     Raises LineMapError naming what is wrong: the caller ignores the whole
@@ -108,7 +107,7 @@ def parse_kept_lines(value: Any, facts: Mapping[str, Json]) -> dict[str, LineMap
     return maps
 
 
-def _pieces(pieces: list[Any], where: str) -> LineMap:
+def _pieces(pieces: list[object], where: str) -> LineMap:
     checked: list[tuple[int, int, int]] = []
     for i, piece in enumerate(pieces):
         if not (

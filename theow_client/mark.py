@@ -26,7 +26,7 @@ import subprocess
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar
 
 from theow_client import config
 from theow_client.client import DEFAULT_WAIT_TIMEOUT, TheowClient
@@ -86,7 +86,7 @@ def _process_facts(exc: subprocess.CalledProcessError) -> JsonObject:
     return facts
 
 
-def _text(value: Any) -> str | None:
+def _text(value: object) -> str | None:
     if value is None:
         return None
     if isinstance(value, bytes):

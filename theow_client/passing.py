@@ -18,13 +18,16 @@ import logging
 import os
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from theow_client import names
 from theow_client.facts import PASSING_LIMITS, bound_facts, dumps_facts
 from theow_client.jsontypes import JsonObject
 from theow_client.messages import PassingRun
 from theow_client.redact import redact
+
+if TYPE_CHECKING:
+    from theow_client.client import TheowClient
 
 log = logging.getLogger("theow.client")
 
@@ -55,7 +58,7 @@ def build_passing_payload(facts: JsonObject, *, job: str) -> JsonObject:
 
 
 def report_passing(
-    client: Any,
+    client: TheowClient,
     facts: JsonObject,
     *,
     job: str,

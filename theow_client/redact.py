@@ -40,9 +40,8 @@ import contextlib
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
 
-from theow_client.jsontypes import JsonObject
+from theow_client.jsontypes import Json, JsonObject
 from theow_client.secret_rules import DETECTORS, Detector, Group
 
 MASK = "***"
@@ -124,7 +123,7 @@ class Redactor:
             for key, value in facts.items()
         }
 
-    def _value(self, key: str, value: Any) -> Any:
+    def _value(self, key: str, value: Json) -> Json:
         if isinstance(key, str) and SECRET_NAME.search(key) and value not in (None, ""):
             return MASK
         if isinstance(value, str):
@@ -224,7 +223,7 @@ def redact(facts: JsonObject) -> JsonObject:
     return default_redactor().redact(facts)
 
 
-def summary(values: Sequence[Any]) -> str:
+def summary(values: Sequence[object]) -> str:
     """What Flower may show of a task's arguments: ids and sizes, never the facts.
 
     >>> summary([{"failure_id": "f-1", "facts": {"stderr": "x" * 10, "problem_type": "oom"}}])
@@ -256,7 +255,7 @@ def summary(values: Sequence[Any]) -> str:
 _IDS = (("failure_id", "failure"), ("job_id", "replay job"))
 
 
-def _size(value: Any) -> int:
+def _size(value: object) -> int:
     if isinstance(value, (str, list, dict)):
         return len(value)
     return len(str(value))

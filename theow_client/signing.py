@@ -31,7 +31,6 @@ import secrets
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
 
 from theow_client.jsontypes import JsonObject
 
@@ -146,7 +145,7 @@ def sign(
     return {**body, AUTH: {"v": 1, "name": name, "ts": ts, "sig": digest}}
 
 
-def signed_by(payload: Any) -> Signature | None:
+def signed_by(payload: object) -> Signature | None:
     """The signature a payload carries, or None when it has none that could be one."""
     auth = payload.get(AUTH) if isinstance(payload, dict) else None
     if not isinstance(auth, dict):

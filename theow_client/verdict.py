@@ -17,9 +17,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
-from typing import Any
 
-from theow_client.jsontypes import JsonObject
+from theow_client.jsontypes import Json, JsonObject
 
 
 class Status(StrEnum):
@@ -183,7 +182,7 @@ def _explanation(value: object) -> JsonObject | None:
     return {str(k): str(v) for k, v in value.items() if isinstance(v, str | int | float)}
 
 
-def jsonable(value: Any) -> Any:
+def jsonable(value: object) -> Json:
     """``value`` if it travels as JSON, else its ``repr``: an action may return anything."""
     try:
         json.dumps(value)
