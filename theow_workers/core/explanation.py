@@ -35,7 +35,7 @@ import logging
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Protocol
+from typing import Protocol
 
 from theow_client.jsontypes import JsonObject
 from theow_client.terminal import printable
@@ -129,7 +129,7 @@ class Explanation:
         return {k: v for k, v in self.to_dict().items() if k in keys and v != ""}
 
     @classmethod
-    def from_dict(cls, data: Any) -> Explanation | None:
+    def from_dict(cls, data: object) -> Explanation | None:
         """An explanation read back (cache, store); None for anything that is not one."""
         if not isinstance(data, dict) or data.get("state") not in STATES:
             return None

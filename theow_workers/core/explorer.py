@@ -18,9 +18,9 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Protocol
 
-from theow_client.jsontypes import JsonObject
+from theow_client.jsontypes import Json, JsonObject
 from theow_workers.core.explore import ExplorationContext, render_prompt, result_of
 from theow_workers.core.llm import (
     MODEL_TEXT_LIMIT,
@@ -107,7 +107,9 @@ class ExploreState(Protocol):
 
 
 class ExplorationSink(Protocol):
-    def add_exploration(self, exploration: Any, proposal: JsonObject | None = None) -> None: ...
+    def add_exploration(
+        self, exploration: Exploration, proposal: JsonObject | None = None
+    ) -> None: ...
 
 
 class Gateway(Protocol):
@@ -167,14 +169,14 @@ class ExploreService:
         settings: ExploreSettings = ExploreSettings(),
         regex_timeout: float = 0.05,
         load_prompt: Callable[[str], str] = lambda template: template,
-        mask: Callable[[Any], Any] | None = None,
+        mask: Callable[[Json], Json] | None = None,
     ) -> None:
         """``load_prompt`` turns a rule's ``prompt_template`` (inline or ``file://``) into
         text, raising ValueError for a template it refuses. ``mask`` masks secrets in
         everything a model or a tool wrote (the reason, the transcript) before it is
         recorded: by default the secret rules, the worker adds its deployment's secrets."""
         self.load_prompt = load_prompt
-        self.mask: Callable[[Any], Any] = mask or Masker()
+        self.mask: Callable[[Json], Json] = mask or Masker()
         self.state = state
         self.sink = sink
         self.gateway = gateway

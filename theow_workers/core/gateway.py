@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-from theow_client.jsontypes import JsonObject
+from theow_client.jsontypes import Json, JsonObject
 from theow_workers.core.llm import Tool
 
 
@@ -52,7 +52,7 @@ class ModelTurn:
     calls: tuple[ToolCall, ...] = ()
     tokens_in: int = 0
     tokens_out: int = 0
-    native: Any = None
+    native: object = None
     unusable: str = ""
 
 
@@ -92,6 +92,6 @@ class ModelGateway(Protocol):
         """Why this model cannot be used (unreachable, key refused, unknown), or None."""
         ...
 
-    def scrub(self, value: Any) -> Any:
+    def scrub(self, value: Json) -> Json:
         """``value`` (str, dict, list) with the gateway's credentials masked."""
         ...

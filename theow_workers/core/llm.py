@@ -26,10 +26,10 @@ import typing
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Protocol
 
 from theow_client.facts import CUT_MARKER
-from theow_client.jsontypes import JsonObject
+from theow_client.jsontypes import Json, JsonObject
 
 # What one model turn or one tool result may weigh: a model answer of 8 MB is
 # kept (and stored, and carried to the client) as its first 64 KB and a marker.
@@ -61,7 +61,7 @@ class Tool:
     name: str
     description: str
     parameters: JsonObject  # JSON schema of an object
-    func: Callable[..., Any]
+    func: Callable[..., object]
     permissions: frozenset[Permission] = frozenset()
 
     def declaration(self) -> JsonObject:
@@ -173,7 +173,7 @@ class Budget:
 class ToolCallRecord:
     name: str
     args: JsonObject
-    result: Any = None
+    result: Json = None
     error: str = ""
 
 
@@ -262,11 +262,11 @@ def offered(tools: Iterable[Tool], granted: Iterable[Permission | str]) -> list[
     return [t for t in tools if t.permissions <= allowed]
 
 
-_JSON_TYPES: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
+_JSON_TYPES: dict[object, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
 _ARG_LINE = re.compile(r"^\s{2,}(\w+)\s*(?:\([^)]*\))?:\s*(.*)$")
 
 
-def _schema(annotation: Any) -> JsonObject:
+def _schema(annotation: object) -> JsonObject:
     origin = typing.get_origin(annotation)
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     if origin in (typing.Union, types.UnionType) and len(args) == 1:
@@ -283,7 +283,7 @@ def _schema(annotation: Any) -> JsonObject:
     raise TypeError(f"cannot declare a tool parameter of type {annotation!r}")
 
 
-def _docstring(func: Callable[..., Any]) -> tuple[str, dict[str, str]]:
+def _docstring(func: Callable[..., object]) -> tuple[str, dict[str, str]]:
     doc = inspect.getdoc(func) or ""
     summary, _, rest = doc.partition("\n\nArgs:")
     params: dict[str, str] = {}
@@ -299,7 +299,7 @@ def _docstring(func: Callable[..., Any]) -> tuple[str, dict[str, str]]:
 
 
 def tool_from_callable(
-    func: Callable[..., Any],
+    func: Callable[..., object],
     *,
     name: str | None = None,
     permissions: Iterable[Permission | str] = (),
@@ -334,7 +334,7 @@ def tool_from_callable(
     )
 
 
-def call_tool(tool: Tool, args: JsonObject) -> Any:
+def call_tool(tool: Tool, args: JsonObject) -> object:
     """Call a tool with the LLM's arguments; wrong arguments become a ToolError."""
     try:
         inspect.signature(tool.func).bind(**args)

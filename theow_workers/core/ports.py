@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol, TypeVar, cast
+from typing import Protocol, TypeVar, cast
 
 from theow_client.jsontypes import JsonObject
 from theow_client.verdict import Status, Verdict
@@ -136,7 +136,7 @@ def counted(attempts: Iterable[AttemptRecord]) -> Iterator[tuple[str, bool]]:
             yield attempt.rule, attempt.outcome == "success"
 
 
-def with_outputs(params: list[JsonObject], outputs: list[Any]) -> list[JsonObject]:
+def with_outputs(params: list[JsonObject], outputs: Sequence[object]) -> list[JsonObject]:
     """An attempt's bound actions, each with the output the build agent reported for it."""
     reported = {o.get("action"): o.get("output") for o in outputs if isinstance(o, dict)}
     return [

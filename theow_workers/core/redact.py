@@ -28,7 +28,7 @@ from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, SecretStr
 
-from theow_client.jsontypes import JsonObject
+from theow_client.jsontypes import Json, JsonObject
 from theow_client.redact import MASK, SECRET_NAME, KeywordFinder, Redactor
 from theow_client.secret_rules import DETECTORS, GITLAB_PREFIXES, Detector
 
@@ -221,7 +221,7 @@ class Masker:
                 text = text.replace(secret, DEPLOYMENT_SECRET)
         return redact_text(text)
 
-    def __call__(self, value: Any) -> Any:
+    def __call__(self, value: Json) -> Json:
         """``value`` (text, or JSON-like lists and dicts of it) with every string masked."""
         if isinstance(value, str):
             return self.text(value)

@@ -26,7 +26,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
 
 from theow_client import names
 from theow_client.facts import (
@@ -154,7 +153,7 @@ class PreparedFacts:
         self.items: OrderedDict[str, _Prepared] = OrderedDict()
 
 
-def _prepare(raw: Any, fact_limit: int, seen: PreparedFacts | None = None) -> _Prepared:
+def _prepare(raw: object, fact_limit: int, seen: PreparedFacts | None = None) -> _Prepared:
     """Facts bounded and masked, notes of what was cut, the fingerprint, the cuts' line maps."""
     key = ""
     if seen is not None:
@@ -621,5 +620,5 @@ def _why(exc: Exception) -> str:
     return f"unreadable submission ({type(exc).__name__}: {str(exc)[:500]})"
 
 
-def _text_or_none(value: Any) -> str | None:
+def _text_or_none(value: object) -> str | None:
     return None if value is None else str(value)[:200]

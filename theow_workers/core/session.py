@@ -22,9 +22,8 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from theow_client.jsontypes import JsonObject
+from theow_client.jsontypes import Json, JsonObject
 from theow_workers.core.gateway import (
     ModelGateway,
     ModelRequest,
@@ -105,7 +104,7 @@ class ToolLoop:
         limiter: RateLimiter,
         sleep: Callable[[float], None] = time.sleep,
         interrupts: tuple[type[BaseException], ...] = (),
-        mask: Callable[[Any], Any] | None = None,
+        mask: Callable[[Json], Json] | None = None,
         spend: Spending | None = None,
         price: tuple[float, float] | None = None,
         max_output_tokens: int | None = None,
@@ -120,7 +119,7 @@ class ToolLoop:
         sent (its estimated prompt and ``max_output_tokens`` at ``price``, dollars per
         million tokens in and out); a model without a price costs nothing. ``max_wait``:
         seconds a one-shot request (``generate``) may wait on the rate limiter."""
-        self.mask: Callable[[Any], Any] = mask or Masker()
+        self.mask: Callable[[Json], Json] = mask or Masker()
         self.spend = spend
         self.price = price
         self.max_output_tokens = max_output_tokens
@@ -198,7 +197,7 @@ class ToolLoop:
         most = max_output_tokens or self.max_output_tokens
         request = ModelRequest([UserTurn((prompt,))], schema=schema, max_output_tokens=most)
         reply = self._turn(session, request, estimate_tokens(prompt) + TOKEN_MARGIN, record=False)
-        parsed: Any = None
+        parsed: Json = None
         if schema is not None:
             try:
                 parsed = json.loads(reply.text)
@@ -385,7 +384,7 @@ def _bounded(reply: ModelTurn) -> ModelTurn:
     return dataclasses.replace(reply, text=cut(reply.text, MODEL_TEXT_LIMIT), native=native)
 
 
-def _capped(value: Any) -> Any:
+def _capped(value: Json) -> Json:
     """A tool's result as the model gets it: TOOL_RESULT_LIMIT characters of JSON at most."""
     text = json.dumps(value, default=str)
     return value if len(text) <= TOOL_RESULT_LIMIT else cut(text, TOOL_RESULT_LIMIT)
@@ -444,7 +443,7 @@ def _user_turn(turn: UserTurn) -> JsonObject:
     return record
 
 
-def _cut(value: Any, limit: int = TRANSCRIPT_LIMIT) -> Any:
+def _cut(value: Json, limit: int = TRANSCRIPT_LIMIT) -> Json:
     """A function response (or call) as the transcript keeps it: ``limit`` characters at most."""
     text = json.dumps(value, default=str)
     if len(text) <= limit:
@@ -452,10 +451,10 @@ def _cut(value: Any, limit: int = TRANSCRIPT_LIMIT) -> Any:
     return f"{text[:limit]}… [{len(text) - limit} more characters]"
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> Json:
     """A tool's return value as JSON can carry it to the model."""
 
-    def fallback(obj: Any) -> Any:
+    def fallback(obj: object) -> Json:
         if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
             return dataclasses.asdict(obj)
         if isinstance(obj, set | frozenset | tuple):

@@ -26,7 +26,7 @@ import functools
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import regex
 
@@ -36,6 +36,9 @@ from theow_client.verdict import Where
 from theow_workers.core.evidence import Evidence
 from theow_workers.core.logtext import ANNOTATION, mask_volatile, numbered_lines
 from theow_workers.core.matching import compiled
+
+if TYPE_CHECKING:
+    from theow_workers.core.rules import Rule
 
 # Facts that hold a log, in the order one is taken as the failure's log. The
 # resolver matches ``log`` (``core.resolver.matching_facts``), so it comes first.
@@ -357,7 +360,7 @@ def _telling(evidence: Evidence, is_wrapper: LinePredicate | None) -> Where:
     return Where(evidence.fact, evidence.line, evidence.text)
 
 
-def wrapper_predicate(rules: Iterable[Any]) -> LinePredicate:
+def wrapper_predicate(rules: Iterable[Rule]) -> LinePredicate:
     """Whether a line is a wrapper: a ``generic`` rule's pattern matches it, alone or as its start.
 
     A wrapper pattern may go on past its line (``rake aborted!`` then the

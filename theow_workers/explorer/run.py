@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from theow_client import names
 from theow_client.job import job_fact
@@ -34,7 +34,8 @@ if TYPE_CHECKING:
     from theow_workers.adapters.normals import RedisNormals
     from theow_workers.config import Settings
     from theow_workers.core.knowledge import Knowledge
-    from theow_workers.core.ports import Embedder, RuleIndex
+    from theow_workers.core.ports import Embedder, Hit, RuleIndex
+    from theow_workers.store.explore import ExploreStore
     from theow_workers.store.results import SqlStore
 
 
@@ -110,7 +111,7 @@ def service(runtime: Runtime) -> ExploreService:
     )
 
 
-def explorer_problem(settings: Any) -> str | None:
+def explorer_problem(settings: Settings) -> str | None:
     """Why a worker with these settings cannot explore, or None if it can.
 
     Checked before an explorer starts, so that a missing key or an unusable
@@ -195,7 +196,7 @@ def explore_failure(
         root=actions_dir.parent,
     )
 
-    def search(query: str, kind: str, limit: int) -> Any:
+    def search(query: str, kind: str, limit: int) -> list[Hit]:
         return runtime.index.search(runtime.embedder.embed([query])[0], kind=kind, limit=limit)
 
     context = ExplorationContext(
@@ -227,7 +228,9 @@ def explore_failure(
 PROBE_FAILURES = 2_000  # stored failures a draft is tried on per test_rule: seconds, not minutes
 
 
-def draft_probe(store: Any, normal: JobNormal | None, limit: int = PROBE_FAILURES) -> Probe:
+def draft_probe(
+    store: ExploreStore, normal: JobNormal | None, limit: int = PROBE_FAILURES
+) -> Probe:
     """``test_rule``'s "where else would it fire": the first ``limit`` stored failures
     (by id: no recency bias) and the templates of the job's passing runs."""
     from theow_workers.core.matching import evaluate

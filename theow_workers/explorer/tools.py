@@ -34,7 +34,7 @@ import subprocess
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 from theow_client.jsontypes import JsonObject
 from theow_workers.core.llm import Permission, Tool, ToolError, tool_from_callable
@@ -42,15 +42,17 @@ from theow_workers.core.query import log_text
 from theow_workers.explorer.sandbox import SandboxUnavailable, sandbox
 
 _REGISTERED: list[Tool] = []
+# A deployment tool's function, returned by ``tool`` as it was given.
+ToolFunc = TypeVar("ToolFunc", bound=Callable[..., object])
 OUTPUT_LIMIT = 16_000
 
 
 def tool(
     permissions: Iterable[Permission | str] = (), name: str | None = None
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+) -> Callable[[ToolFunc], ToolFunc]:
     """Register a deployment tool; its type hints and docstring declare it to the LLM."""
 
-    def register(func: Callable[..., Any]) -> Callable[..., Any]:
+    def register(func: ToolFunc) -> ToolFunc:
         _REGISTERED.append(tool_from_callable(func, name=name, permissions=permissions))
         return func
 

@@ -22,7 +22,6 @@ import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from theow_client.jsontypes import Json, JsonObject
 
@@ -372,7 +371,7 @@ def rule_flags(
     return flags
 
 
-def _strings(value: Any) -> str:
+def _strings(value: object) -> str:
     if isinstance(value, Mapping):
         return "\n".join(f"{k}\n{_strings(v)}" for k, v in value.items())
     if isinstance(value, list | tuple):

@@ -17,7 +17,7 @@ import json
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from theow_client.jsontypes import JsonObject
 from theow_workers.core.confusion import rule_confusions
@@ -29,6 +29,9 @@ from theow_workers.core.resolver import RuleBook, matching_facts
 from theow_workers.core.rules import Rule, RuleError, parse_rule
 from theow_workers.core.teaching import Taught, TeachError, synthesize
 from theow_workers.store.explore import ExploreStore
+
+if TYPE_CHECKING:
+    from theow_workers.runtime import Runtime
 
 TAUGHT = "taught"  # the exploration outcome, and a proposal's origin, when a person taught it
 PAGE = 500
@@ -304,12 +307,12 @@ def _changed_action(proposed: str, edited: Rule) -> list[str]:
     ]
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     text = json.dumps(value, sort_keys=True)
     return text if len(text) <= 300 else text[:300] + "…"
 
 
-def normal_test(runtime: Any, job: str | None) -> IsNormal | None:
+def normal_test(runtime: Runtime, job: str | None) -> IsNormal | None:
     """The job's normal line test from the runtime's store (Redis), or None when unknown.
 
     Teaching goes on without it (its test results say the normal was not tried).
