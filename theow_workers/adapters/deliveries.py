@@ -15,10 +15,13 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from theow_client import names
 from theow_workers.core.ports import wait_for_owner
+
+if TYPE_CHECKING:
+    from redis import Redis
 
 T = TypeVar("T")
 
@@ -39,7 +42,9 @@ DELIVERY_TTL = 24 * 3600
 
 
 class RedisDeliveries:
-    def __init__(self, redis: Any, claim_ttl: float = 15.0, count_ttl: int = DELIVERY_TTL) -> None:
+    def __init__(
+        self, redis: Redis, claim_ttl: float = 15.0, count_ttl: int = DELIVERY_TTL
+    ) -> None:
         self.redis = redis
         self.claim_ttl = claim_ttl
         self.count_ttl = count_ttl
@@ -49,7 +54,10 @@ class RedisDeliveries:
 
     def count(self, key: str) -> int:
         counted = names.key_deliveries(key)
-        count, _ = self.redis.pipeline().incr(counted).expire(counted, self.count_ttl).execute()
+        pipe = self.redis.pipeline()
+        pipe.incr(counted)
+        pipe.expire(counted, self.count_ttl)
+        count, _ = pipe.execute()
         return int(count)
 
     def uncount(self, key: str) -> None:
@@ -64,7 +72,7 @@ class RedisClaim:
     redelivered message can take over.
     """
 
-    def __init__(self, redis: Any, key: str, ttl: float = 15.0) -> None:
+    def __init__(self, redis: Redis, key: str, ttl: float = 15.0) -> None:
         self.redis = redis
         self.name = key
         self.key = names.key_resolving(key)

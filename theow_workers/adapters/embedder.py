@@ -19,7 +19,10 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
 
 log = logging.getLogger("theow.embedder")
 
@@ -34,14 +37,14 @@ class MiniLMEmbedder:
 
     def __init__(self, disk: VectorFiles | bool | None = True) -> None:
         """``disk``: the vectors kept on disk (True: the configured place; None or False: none)."""
-        self._model: Any = None
+        self._model: SentenceTransformer | None = None
         self._lock = threading.Lock()
         self._cache: OrderedDict[str, list[float]] = OrderedDict()
         if disk is True:
             disk = VectorFiles.configured(MODEL_NAME)
         self._disk = disk or None
 
-    def _load(self) -> Any:
+    def _load(self) -> SentenceTransformer:
         with self._lock:
             if self._model is None:
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -14,8 +14,8 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator
-from typing import Any
 
+from redis import Redis
 from redis.exceptions import LockError
 
 from theow_client import names
@@ -34,7 +34,7 @@ class RedisExplanations:
     ``hold``: seconds the lock outlives a worker killed while holding it.
     """
 
-    def __init__(self, redis: Any, hold: float, retry_after: float = 300.0) -> None:
+    def __init__(self, redis: Redis, hold: float, retry_after: float = 300.0) -> None:
         self.redis = redis
         self.hold = hold
         self.retry_after = retry_after

@@ -36,7 +36,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol, TypedDict, Unpack
 from urllib.parse import quote
 
 import httpx2 as httpx
@@ -46,6 +46,8 @@ from theow_client.capture import HeadTail
 from theow_client.jsontypes import JsonObject
 
 if TYPE_CHECKING:
+    from redis import Redis
+
     from theow_workers.config import Settings
 
 
@@ -97,7 +99,7 @@ class Comment:
 class RepoLimiter:
     """Calls per minute per repository, shared by every worker (``ratelimit.lua``)."""
 
-    def __init__(self, redis: Any, per_minute: int = CALLS_PER_MINUTE) -> None:
+    def __init__(self, redis: Redis, per_minute: int = CALLS_PER_MINUTE) -> None:
         from theow_workers.adapters.redis_state import _script
 
         self.redis = redis
@@ -163,7 +165,7 @@ class ForgeAPI:
         self._me: str | None = None  # the token's own account (GET /user), asked once
 
     @classmethod
-    def for_settings(cls, settings: Settings, forge: str, redis: Any) -> ForgeAPI:
+    def for_settings(cls, settings: Settings, forge: str, redis: Redis | None) -> ForgeAPI:
         if forge == "github":
             url, token = settings.github_api_url, settings.github_token.get_secret_value()
         else:
@@ -268,7 +270,13 @@ class ForgeAPI:
         return f"{self._project(job)}/merge_requests/{number}/notes"
 
     def _call(
-        self, method: str, path: str, repo: str, *, sink: HeadTail | None = None, **kwargs: Any
+        self,
+        method: str,
+        path: str,
+        repo: str,
+        *,
+        sink: HeadTail | None = None,
+        **kwargs: Unpack[_Request],
     ) -> httpx.Response:
         """One call, retried on a transport error, a 5xx or a 429; ForgeError otherwise."""
         url = self.base + path
@@ -302,7 +310,9 @@ class ForgeAPI:
         raise ForgeUnavailable(f"{self.forge} {method} {path}: {problem}", status)
 
     @contextlib.contextmanager
-    def _stream(self, method: str, url: str, **kwargs: Any) -> Iterator[httpx.Response]:
+    def _stream(
+        self, method: str, url: str, **kwargs: Unpack[_Request]
+    ) -> Iterator[httpx.Response]:
         """GitHub: httpx follows redirects, without Authorization to another origin.
 
         GitLab: redirects of a GET are followed here, PRIVATE-TOKEN sent only
@@ -327,6 +337,13 @@ class ForgeAPI:
                 target = target.join(response.headers["location"])
                 kwargs.pop("params", None)  # the location carries its own query
         raise ForgeError(f"gitlab {method} {url}: more than {MAX_REDIRECTS} redirects", 0)
+
+
+class _Request(TypedDict, total=False):
+    """What a call sends besides its method and URL."""
+
+    json: JsonObject
+    params: dict[str, int]
 
 
 def _repo(repo: str) -> str:

@@ -14,13 +14,13 @@ a function-call turn without its thought signature is refused.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import httpx2  # the transport google-genai 3.x uses
 import pydantic
 from google import genai
 from google.genai import errors, types
 
+from theow_client.jsontypes import Json
 from theow_workers.config import ConfigError
 from theow_workers.core.gateway import (
     ModelRequest,
@@ -103,7 +103,7 @@ class GeminiGateway:
             raise ModelError(self.scrub(f"{self.model}: malformed answer: {exc}")) from exc
         return _turn(response)
 
-    def scrub(self, value: Any) -> Any:
+    def scrub(self, value: Json) -> Json:
         """The value with the API key masked wherever it appears."""
         if isinstance(value, str):
             return value.replace(self._secret, "***")
@@ -189,7 +189,7 @@ def _usage(usage: types.GenerateContentResponseUsageMetadata | None) -> tuple[in
     return usage.prompt_token_count or 0, output
 
 
-def _quota_details(body: Any) -> tuple[float | None, bool, str]:
+def _quota_details(body: Json) -> tuple[float | None, bool, str]:
     """(retry delay in seconds, per-day?, quota id) from a 429's google.rpc details."""
     error = body.get("error", body) if isinstance(body, dict) else {}
     delay: float | None = None

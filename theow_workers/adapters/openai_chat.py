@@ -23,12 +23,11 @@ import itertools
 import json
 import re
 import time
-from typing import Any
 
 import httpx2  # the transport the openai client uses
 import openai
 
-from theow_client.jsontypes import JsonObject
+from theow_client.jsontypes import Json, JsonObject
 from theow_workers.core.gateway import (
     ModelRequest,
     ModelTurn,
@@ -114,7 +113,7 @@ class OpenAIChatGateway:
             shown = self.scrub(response.text[:300])
             raise ModelError(f"{self.model}: malformed answer ({exc!r}): {shown!r}") from None
 
-    def scrub(self, value: Any) -> Any:
+    def scrub(self, value: Json) -> Json:
         """The value with the API key masked wherever it appears."""
         if isinstance(value, str):
             return value.replace(self._secret, "***") if self._secret else value
@@ -174,7 +173,7 @@ def _declaration(tool: Tool) -> JsonObject:
     return {"type": "function", "function": function}
 
 
-def _turn(answer: Any, sent: JsonObject) -> ModelTurn:
+def _turn(answer: Json, sent: JsonObject) -> ModelTurn:
     """A ModelTurn from the answer's JSON; KeyError/TypeError/ValueError when it is not one."""
     choices = answer["choices"]
     if not choices:

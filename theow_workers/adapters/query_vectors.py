@@ -20,10 +20,13 @@ import threading
 from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from theow_client import names
 from theow_workers.core.ports import Embedder
+
+if TYPE_CHECKING:
+    from redis import Redis
 
 log = logging.getLogger("theow.vectors")
 
@@ -33,7 +36,7 @@ CACHE_SIZE = 8192  # vectors a process keeps: 1.5 KB each
 
 class QueryVectors:
     def __init__(
-        self, redis: Any, embedder: Embedder, ttl: int = TTL, size: int = CACHE_SIZE
+        self, redis: Redis, embedder: Embedder, ttl: int = TTL, size: int = CACHE_SIZE
     ) -> None:
         self.redis, self.embedder, self.ttl, self.size = redis, embedder, ttl, size
         self._local: OrderedDict[str, array[float]] = OrderedDict()

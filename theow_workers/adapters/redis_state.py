@@ -18,13 +18,18 @@ import logging
 import random
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from theow_client import names
 from theow_client.jsontypes import JsonObject
 from theow_workers.core.limits import MICRO, budget_reason, day_and_rest, micro
 from theow_workers.core.llm import BudgetReached, QuotaExhausted
+
+if TYPE_CHECKING:
+    from redis import Redis
+    from redis.commands.core import Script
 
 log = logging.getLogger("theow.limits")
 
@@ -34,8 +39,13 @@ DONE_TTL = 7 * 24 * 3600
 CACHE_MAX = 2000
 
 
-def _script(redis: Any, name: str) -> Any:
+def _script(redis: Redis, name: str) -> Script:
     return redis.register_script((HERE / name).read_text())
+
+
+def _text(value: bytes | str) -> str:
+    """A value read from Redis as text (the clients here read bytes; typed as either)."""
+    return value.decode() if isinstance(value, bytes) else value
 
 
 class RedisLimiter:
@@ -49,7 +59,7 @@ class RedisLimiter:
     than the limit when estimates run low.
     """
 
-    def __init__(self, redis: Any, requests_per_minute: int, tokens_per_minute: int) -> None:
+    def __init__(self, redis: Redis, requests_per_minute: int, tokens_per_minute: int) -> None:
         self.redis = redis
         self.rpm = requests_per_minute
         self.tpm = tokens_per_minute
@@ -74,7 +84,7 @@ class RedisLimiter:
                 reason = (
                     self.redis.get(names.key_llm(model, "stopped")) or b"per-day quota exhausted"
                 )
-                raise QuotaExhausted(model, reason.decode(), int(wait_ms) / 1000, daily=True)
+                raise QuotaExhausted(model, _text(reason), int(wait_ms) / 1000, daily=True)
             wait = int(wait_ms) / 1000
             if time.monotonic() + wait > deadline:
                 raise QuotaExhausted(
@@ -114,11 +124,11 @@ class RedisLimiter:
 
     def stopped(self, model: str) -> str | None:
         value = self.redis.get(names.key_llm(model, "stopped"))
-        return value.decode() if value else None
+        return _text(value) if value else None
 
 
 class RedisExploreState:
-    def __init__(self, redis: Any) -> None:
+    def __init__(self, redis: Redis) -> None:
         self.redis = redis
         self._session_limit = _script(redis, "session_limit.lua")
 
@@ -128,7 +138,7 @@ class RedisExploreState:
         if self.redis.set(key, failure_id, nx=True, ex=ttl):
             return None
         owner = self.redis.get(key)
-        return owner.decode() if owner else None
+        return _text(owner) if owner else None
 
     def land(self, fingerprint: str) -> None:
         self.redis.delete(names.key_explore_flight(fingerprint))
@@ -173,7 +183,7 @@ class RedisSpend:
     disagree by minutes start the next day minutes apart.
     """
 
-    def __init__(self, redis: Any, cap: float, clock: Any = time.time) -> None:
+    def __init__(self, redis: Redis, cap: float, clock: Callable[[], float] = time.time) -> None:
         self.redis = redis
         self.cap = cap
         self._clock = clock
@@ -208,9 +218,9 @@ class RedisSpend:
         day, _ = day_and_rest(self._clock())
         spent = self.redis.get(names.key_llm_spend(day))
         reached = self.redis.get(names.key_llm_budget_reached(day))
-        return int(spent or 0) / MICRO, reached.decode() if reached else None
+        return int(spent or 0) / MICRO, _text(reached) if reached else None
 
 
-def spend_cap(redis: Any, cap: float) -> RedisSpend | None:
+def spend_cap(redis: Redis, cap: float) -> RedisSpend | None:
     """The fleet's daily cap (``llm_daily_budget`` dollars), or None when there is none (0)."""
     return RedisSpend(redis, cap) if cap > 0 else None

@@ -26,8 +26,8 @@ import json
 import logging
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
 
+from redis import Redis
 from redis.exceptions import LockError
 
 from theow_client import names
@@ -125,7 +125,7 @@ def _line_to_look_at(verdict: Mapping[str, Json]) -> str:
 
 
 def post(
-    redis: Any, api: ForgeAPI, job: HookedJob, verdict: Mapping[str, Json], console_url: str = ""
+    redis: Redis, api: ForgeAPI, job: HookedJob, verdict: Mapping[str, Json], console_url: str = ""
 ) -> list[str]:
     """Write the job's outcome into the comment of each of its pull requests; their numbers."""
     numbers = api.pull_requests(job)
@@ -135,7 +135,7 @@ def post(
     return numbers
 
 
-def mark_passed(redis: Any, api: ForgeAPI, job: HookedJob, console_url: str = "") -> list[str]:
+def mark_passed(redis: Redis, api: ForgeAPI, job: HookedJob, console_url: str = "") -> list[str]:
     """A passing run of a job that comments list as failed: those comments say it passed now.
 
     The pull requests whose comment lists the job are in Redis
@@ -164,7 +164,7 @@ def mark_passed(redis: Any, api: ForgeAPI, job: HookedJob, console_url: str = ""
     ]
 
 
-def post_or_log(redis: Any, api: ForgeAPI, job: HookedJob, verdict: Mapping[str, Json]) -> None:
+def post_or_log(redis: Redis, api: ForgeAPI, job: HookedJob, verdict: Mapping[str, Json]) -> None:
     """``post``; a refusal (no permission, a pull request gone) is logged, the verdict stands.
 
     ForgeUnavailable (5xx, 429 or no answer after the retries) propagates: the
@@ -178,7 +178,7 @@ def post_or_log(redis: Any, api: ForgeAPI, job: HookedJob, verdict: Mapping[str,
         log.warning("%s: no pull-request comment: %s", job.key, exc)
 
 
-def mark_passed_or_log(redis: Any, api: ForgeAPI, job: HookedJob) -> list[str]:
+def mark_passed_or_log(redis: Redis, api: ForgeAPI, job: HookedJob) -> list[str]:
     """``mark_passed``; a refusal is logged (as ``post_or_log``), ForgeUnavailable propagates."""
     try:
         return mark_passed(redis, api, job)
@@ -220,7 +220,7 @@ def _stored(raw: bytes | str | None) -> dict[str, str] | None:
 
 
 def _write(
-    redis: Any,
+    redis: Redis,
     api: ForgeAPI,
     job: HookedJob,
     number: str,
@@ -257,11 +257,11 @@ def _write(
         entries = [
             json.loads(value)
             for field, value in sorted(stored.items())
-            if field.decode().startswith("job:")
+            if _text(field).startswith("job:")
         ]
         body = render(entries, console)
         known = stored.get(b"comment")
-        comment_id = known.decode() if known else None
+        comment_id = _text(known) if known else None
         if comment_id is None:
             found = api.find_comment(job, number, MARKER)
             comment_id = found.id if found else None
@@ -287,3 +287,8 @@ def _write(
     finally:
         with contextlib.suppress(LockError):
             lock.release()
+
+
+def _text(value: bytes | str) -> str:
+    """A value read from Redis as text (the client here reads bytes; typed as either)."""
+    return value.decode() if isinstance(value, bytes) else value
