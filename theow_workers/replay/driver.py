@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import (
@@ -49,6 +49,9 @@ from theow_workers.store.replay import (
     Job,
     ReplayStore,
 )
+
+if TYPE_CHECKING:
+    from celery.result import AsyncResult
 
 PASSES = 3
 HEARTBEAT = timedelta(seconds=5)
@@ -97,7 +100,7 @@ def progress_bar(console: Console) -> Progress:
     )
 
 
-def celery_sender() -> Callable[[JsonObject], Any]:
+def celery_sender() -> Callable[[JsonObject], AsyncResult]:
     """Send a chunk; a broker that went away raises one of ``_broker_errors()``.
 
     The result backend (the same Redis) is pinged first, as ``theow-client``
@@ -107,7 +110,7 @@ def celery_sender() -> Callable[[JsonObject], Any]:
     from theow_workers.celery_app import app, settings
     from theow_workers.tokens import signed_internal
 
-    def send(chunk: JsonObject) -> Any:
+    def send(chunk: JsonObject) -> AsyncResult:
         try:
             app.backend.client.ping()
             # Flower shows the job id and the chunk's size, never the failures' facts.
@@ -138,7 +141,7 @@ class Driver:
     def __init__(
         self,
         store: ReplayStore,
-        send: Callable[[JsonObject], Any],
+        send: Callable[[JsonObject], AsyncResult],
         console: Console,
         chunk_size: int = 200,
         in_flight: int = 8,
@@ -318,5 +321,5 @@ class _Quiet:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, *_: Any) -> None:
+    def __exit__(self, *_: object) -> None:
         return None

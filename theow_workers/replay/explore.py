@@ -32,7 +32,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from theow_client.jsontypes import JsonObject
 from theow_client.messages import ExploreRequest
@@ -47,6 +47,9 @@ from theow_workers.store.replay_explore import (
     GroupRecord,
     ReplayExplorations,
 )
+
+if TYPE_CHECKING:
+    from celery.result import AsyncResult
 
 # Outcomes that settle a root cause: a later group with its fingerprint reuses them.
 SETTLED = ("proposal", "gave_up", "done", "deduplicated", "cache_hit")
@@ -85,12 +88,12 @@ def representative(group: Group) -> str:
     return group.failure_ids[0]
 
 
-def celery_explore_sender() -> Callable[[JsonObject], Any]:
+def celery_explore_sender() -> Callable[[JsonObject], AsyncResult]:
     from theow_client import names
     from theow_workers.celery_app import app, settings
     from theow_workers.tokens import signed_internal
 
-    def send(request: JsonObject) -> Any:
+    def send(request: JsonObject) -> AsyncResult:
         return app.send_task(
             names.TASK_EXPLORE,
             args=[signed_internal(settings, names.TASK_EXPLORE, request)],
@@ -104,7 +107,7 @@ def celery_explore_sender() -> Callable[[JsonObject], Any]:
 class ReplayExplorer:
     """Sends a finished replay's unmatched groups to the explorer and follows them."""
 
-    def __init__(self, store: ReplayStore, send: Callable[[JsonObject], Any]) -> None:
+    def __init__(self, store: ReplayStore, send: Callable[[JsonObject], object]) -> None:
         self.store, self.send = store, send
         self.explorations = ReplayExplorations(store)
 

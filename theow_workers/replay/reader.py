@@ -44,7 +44,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Protocol, cast
 
 from theow_client.facts import DEFAULT_FACT_LIMIT, FactsError, bound_facts_kept, decode
 from theow_client.jsontypes import JsonObject
@@ -60,6 +60,12 @@ STDIN = "-"
 # is not JSON Lines. At most 1 in 10 valid is "nearly none".
 SNIFF_LINES = 100
 SNIFF_MIN_VALID = 0.1
+
+
+class _Digest(Protocol):
+    """What ``_physical_lines`` uses of a hashlib object."""
+
+    def update(self, data: bytes, /) -> None: ...
 
 
 class HistoryError(ValueError):
@@ -97,7 +103,7 @@ class Line:
 
 
 def _physical_lines(
-    handle: IO[bytes], max_bytes: int, digest: Any = None
+    handle: IO[bytes], max_bytes: int, digest: _Digest | None = None
 ) -> Iterator[tuple[bytes | None, int]]:
     """Yield (line bytes, or None when longer than ``max_bytes``; its size in bytes).
 
@@ -320,6 +326,6 @@ def read_lines(
         yield parse_line(raw, fact_limit, max_line_bytes)
 
 
-def _json_type(value: Any) -> str:
+def _json_type(value: object) -> str:
     names = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
     return names.get(type(value), "a number")

@@ -18,16 +18,19 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from theow_client.jsontypes import JsonObject
 from theow_client.verdict import Verdict
 from theow_client.verdict_text import where_text
 from theow_workers.core.logtext import strip_ansi
-from theow_workers.replay.grouping import group_unmatched
+from theow_workers.replay.grouping import Group, group_unmatched
 from theow_workers.replay.jobs import with_basis
 from theow_workers.store.replay import DONE, DUPLICATE, INVALID, UNKNOWN, Job, ReplayStore
 from theow_workers.store.replay_explore import ReplayExplorations
+
+if TYPE_CHECKING:
+    from theow_workers.config import Settings
 
 LOST_SAMPLE = 50
 
@@ -41,7 +44,7 @@ class Pricing:
     output_per_mtok: float
 
     @classmethod
-    def from_settings(cls, settings: Any) -> Pricing:
+    def from_settings(cls, settings: Settings) -> Pricing:
         """The primary model's price from ``model_prices`` ("gemini/x" is looked up as "x")."""
         model = settings.llm
         prices = settings.model_prices
@@ -111,7 +114,7 @@ def build(store: ReplayStore, job: Job, pricing: Pricing) -> JsonObject:
     return report
 
 
-def _explored(store: ReplayStore, job: Job, groups: list[Any]) -> JsonObject:
+def _explored(store: ReplayStore, job: Job, groups: list[Group]) -> JsonObject:
     """Per group, what its exploration did; the actual tokens and cost beside the estimate."""
     request: JsonObject = {
         "requested": job.explore,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -23,7 +22,7 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
-def as_text(value: Any, limit: int | None = None) -> Text:
+def as_text(value: object, limit: int | None = None) -> Text:
     """Data (log lines, paths, rule names) shown as it is: no Rich markup, no emoji codes, no ANSI."""
     shown = strip_ansi(str(value))
     return Text(shown if limit is None else shown[:limit])
@@ -77,7 +76,7 @@ def show_report(report: JsonObject, console: Console) -> None:
         for rank, g in enumerate(groups[:TOP_GROUPS], 1):
             where = "\n".join(group_where(g))
             shown = as_text(printable(where) or "-")
-            cells: list[Any] = [str(g["size"]), as_text(g["sample"], 160), shown]
+            cells: list[str | Text] = [str(g["size"]), as_text(g["sample"], 160), shown]
             if explored:
                 e = explored.get(rank, {})
                 proposal = e.get("rule_name") or e.get("proposal_id") or "-"

@@ -17,12 +17,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from theow_client.facts import dumps_facts
 from theow_client.jsontypes import JsonObject
 from theow_client.lines import FIELD as KEPT_LINES
-from theow_workers.replay.reader import HistoryError, parse_line, raw_lines, scan
+from theow_workers.replay.reader import HistoryError, RawLine, parse_line, raw_lines, scan
 from theow_workers.store.replay import DUPLICATE, INVALID, PASSING, ItemRecord, Job, ReplayStore
 
 BATCH_ITEMS = 500
@@ -114,7 +114,7 @@ class FileSource:
         if batch:
             yield batch
 
-    def _loader(self, raw: Any) -> Callable[[], JsonObject | ItemRecord]:
+    def _loader(self, raw: RawLine) -> Callable[[], JsonObject | ItemRecord]:
         def load() -> JsonObject | ItemRecord:
             line = parse_line(raw, self.fact_limit, self.max_line_bytes)
             if line.problem is not None:

@@ -18,10 +18,10 @@ import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from theow_client import names, signing
-from theow_client.jsontypes import JsonObject
+from theow_client.jsontypes import Json, JsonObject
 from theow_workers.celery_app import app
 from theow_workers.identity import WORKER, Refused, count_refused
 from theow_workers.replay.runner import ReplayRunner, replay_runner
@@ -51,7 +51,7 @@ class ReplayTask(ServicesTask):
 
 
 @app.task(name=names.TASK_REPLAY, base=ReplayTask, bind=True)
-def replay(self: ReplayTask, chunk: Any = None, *_: Any, **__: Any) -> JsonObject:
+def replay(self: ReplayTask, chunk: Json = None, *_: object, **__: object) -> JsonObject:
     """Replay one chunk of a job's items; returns how many were recorded.
 
     Only a chunk signed with the workers' secret (the operator's CLI shares it) is replayed.
