@@ -13,13 +13,16 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from theow_client import names
 from theow_client.jsontypes import Json, JsonObject
 from theow_workers import last_good
 from theow_workers.config import VALKEY_PASSWORD_FILE, Settings
 from theow_workers.core.redact import redact_text
+
+if TYPE_CHECKING:
+    from pymilvus import MilvusClient
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
 TIMEOUT = 5.0
@@ -264,7 +267,7 @@ def check_milvus(ctx: Context) -> list[Finding]:
     return findings
 
 
-def _milvus_version(client: Any) -> str:
+def _milvus_version(client: MilvusClient) -> str:
     try:
         return str(client.get_server_version(timeout=TIMEOUT))
     except Exception:  # Milvus Lite does not answer it; reachability is what matters
