@@ -13,7 +13,7 @@ limit and retry delay, or Redis hands a still-running task to a second worker.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from celery import Celery
 from celery.signals import (
@@ -27,6 +27,12 @@ from celery.signals import (
 from theow_client import names
 from theow_workers import wire
 from theow_workers.config import Settings
+
+if TYPE_CHECKING:
+    from celery.apps.worker import Worker
+    from celery.worker.consumer import Consumer
+
+    from theow_workers.heartbeat import Heartbeat
 
 
 def make_app(settings: Settings | None = None) -> Celery:
@@ -69,7 +75,7 @@ app = make_app(settings)
 
 @after_setup_logger.connect
 @after_setup_task_logger.connect
-def _log_format(logger: logging.Logger, **_: Any) -> None:
+def _log_format(logger: logging.Logger, **_: object) -> None:
     # THEOW_LOG_FORMAT=json: one JSON object per line; secrets masked in either format.
     from theow_workers.logs import configure_logger
 
@@ -77,18 +83,18 @@ def _log_format(logger: logging.Logger, **_: Any) -> None:
 
 
 @celeryd_init.connect
-def _json_from_the_start(instance: Any, **_: Any) -> None:
+def _json_from_the_start(instance: Worker, **_: object) -> None:
     # Before Celery sets up logging: no free-text banner or warnings in JSON mode.
     from theow_workers.logs import prepare_worker
 
     prepare_worker(instance, settings)
 
 
-_heartbeats: list[Any] = []
+_heartbeats: list[Heartbeat] = []
 
 
 @worker_ready.connect
-def _heartbeat(sender: Any, **_: Any) -> None:
+def _heartbeat(sender: Consumer, **_: object) -> None:
     # Liveness for `theow doctor` and `theow replay` without the remote control.
     from theow_workers.heartbeat import Heartbeat
 
@@ -96,6 +102,6 @@ def _heartbeat(sender: Any, **_: Any) -> None:
 
 
 @worker_shutdown.connect
-def _heartbeat_stop(**_: Any) -> None:
+def _heartbeat_stop(**_: object) -> None:
     while _heartbeats:
         _heartbeats.pop().stop()

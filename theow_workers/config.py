@@ -13,14 +13,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
 
 from theow_client.config import port_problem, redis_url_problem, safe_url
-from theow_client.jsontypes import JsonObject
+from theow_client.jsontypes import Json, JsonObject
 from theow_client.names import DEFAULT_MILVUS_URI, DEFAULT_REDIS_URL
 
 CONFIG_FILE = "theow.yaml"
@@ -405,7 +404,7 @@ def _milvus_uri_problem(uri: str) -> str | None:
     return port_problem(authority)
 
 
-def _check_keys(file: Path, loaded: dict[Any, Any]) -> None:
+def _check_keys(file: Path, loaded: dict[object, object]) -> None:
     """theow.yaml keys are setting names (``redis_url``), not variable names."""
     by_variable = {v: n for n, v in zip(Settings.model_fields, Settings.env_names(), strict=True)}
     for key in loaded:
@@ -455,7 +454,7 @@ def _check_layers(data: JsonObject) -> None:
             )
 
 
-def _from_env(value: str, annotation: Any, name: str = "") -> Any:
+def _from_env(value: str, annotation: object, name: str = "") -> Json:
     """Lists from comma-separated text (directories: os.pathsep), mappings from JSON."""
     if name in PATH_LISTS:
         return [v for v in value.split(os.pathsep) if v.strip()]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from theow_client import names
 from theow_client.jsontypes import JsonObject
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
     from theow_workers.config import Settings
     from theow_workers.core.knowledge import Knowledge
+    from theow_workers.core.llm import FallbackGateway
     from theow_workers.core.service import ResolveService
     from theow_workers.store.results import SqlStore
 
@@ -106,7 +107,7 @@ def service(runtime: Runtime) -> ExplainService:
     )
 
 
-def model(runtime: Runtime) -> Any:
+def model(runtime: Runtime) -> FallbackGateway:
     """The configured models behind the shared rate limiter and the daily spend cap."""
     from theow_workers.adapters.providers import gateway_from_settings
     from theow_workers.adapters.redis_state import RedisLimiter, spend_cap

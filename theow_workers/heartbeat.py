@@ -16,9 +16,13 @@ import logging
 import os
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from theow_client import names
+
+if TYPE_CHECKING:
+    from celery.worker.consumer import Consumer
+    from redis import Redis
 
 log = logging.getLogger("theow.heartbeat")
 
@@ -26,12 +30,12 @@ log = logging.getLogger("theow.heartbeat")
 class Heartbeat:
     """The heartbeat thread of one worker, started when it is ready."""
 
-    def __init__(self, consumer: Any, redis_url: str) -> None:
+    def __init__(self, consumer: Consumer, redis_url: str) -> None:
         import redis
 
         self.consumer = consumer
         self.worker = str(consumer.hostname)
-        self.redis: Any = redis.Redis.from_url(redis_url, socket_timeout=5)
+        self.redis: Redis = redis.Redis.from_url(redis_url, socket_timeout=5)
         self.beating: set[str] = set()
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, name="theow-heartbeat", daemon=True)
@@ -78,7 +82,7 @@ class Heartbeat:
             self.stopped.wait(names.CONSUMER_BEAT)
 
 
-def consumers(redis: Any, queue: str) -> list[str]:
+def consumers(redis: Redis, queue: str) -> list[str]:
     """The workers whose heartbeat on ``queue`` is alive, sorted."""
     prefix = names.key_consumer(queue, "")
     found = redis.scan_iter(match=names.key_consumer(queue, "*"), count=500)

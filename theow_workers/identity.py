@@ -20,11 +20,15 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from theow_client import names, signing
+from theow_client.jsontypes import Json
 from theow_client.messages import SubmitRequest
 from theow_workers.store.tokens import TokenStore
+
+if TYPE_CHECKING:
+    from redis import Redis
 
 log = logging.getLogger("theow.identity")
 
@@ -60,7 +64,7 @@ class Verifier:
         self.worker_key = worker_key
         self.max_age = max_age
 
-    def verify(self, task: str, payload: Any, scopes: frozenset[str]) -> Identity:
+    def verify(self, task: str, payload: Json, scopes: frozenset[str]) -> Identity:
         """The verified sender of ``payload`` for ``task``; Refused says why not."""
         found = signing.signed_by(payload)
         if found is None:
@@ -111,7 +115,7 @@ def refused_id(task_id: str) -> str:
     return str(uuid.uuid5(signing.FAILURE_ID_NAMESPACE, json.dumps(["refused", task_id])))
 
 
-def count_refused(redis: Any, task: str) -> None:
+def count_refused(redis: Redis, task: str) -> None:
     """One more refused message for ``task`` (best effort: a refusal never fails on this)."""
     try:
         redis.hincrby(names.KEY_REFUSED, task, 1)

@@ -19,8 +19,8 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
+from redis import Redis
 from redis.exceptions import RedisError
 
 from theow_client import names
@@ -30,7 +30,7 @@ from theow_workers.core.rules import RULE_SUFFIX
 log = logging.getLogger("theow.runtime")
 
 
-def remember(redis: Any, layers: Sequence[Path], version: str) -> None:
+def remember(redis: Redis, layers: Sequence[Path], version: str) -> None:
     """Store the rule files of a valid version (once per version) and clear any error."""
     try:
         if _text(redis.hget(names.KEY_RULES_LAST_GOOD, "version")) != version:
@@ -51,7 +51,7 @@ def remember(redis: Any, layers: Sequence[Path], version: str) -> None:
 
 
 def restore(
-    redis: Any, written: dict[str, tuple[Path, ...]] | None = None
+    redis: Redis, written: dict[str, tuple[Path, ...]] | None = None
 ) -> tuple[Path, ...] | None:
     """Directories holding the last valid rule files, one per layer; None if none was stored.
 
@@ -89,7 +89,7 @@ def restore(
     return layers
 
 
-def report(redis: Any, error: str, serving: str | None) -> None:
+def report(redis: Redis, error: str, serving: str | None) -> None:
     """Keep the error for doctor and metrics: what is wrong and which version still serves."""
     data = {"error": error[:4000], "serving": serving, "at": time.time()}
     try:
@@ -98,7 +98,7 @@ def report(redis: Any, error: str, serving: str | None) -> None:
         log.warning("could not report the rules error: %s", exc)
 
 
-def current_error(redis: Any) -> JsonObject | None:
+def current_error(redis: Redis) -> JsonObject | None:
     """The rules error a worker last reported, or None while the rules are valid."""
     raw = _text(redis.get(names.KEY_RULES_ERROR))
     if not raw:
@@ -110,7 +110,7 @@ def current_error(redis: Any) -> JsonObject | None:
     return data if isinstance(data, dict) else None
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     if value is None:
         return ""
     return value.decode() if isinstance(value, bytes) else str(value)

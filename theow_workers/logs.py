@@ -21,12 +21,15 @@ import json
 import logging
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
 from theow_client.jsontypes import JsonObject
 from theow_workers.config import Settings
 from theow_workers.core.redact import MASK, SECRET_NAME, redact_text
+
+if TYPE_CHECKING:
+    from celery.apps.worker import Worker
 
 FORMATS = ("text", "json")
 TEXT_FORMAT = "%(name)s: %(message)s"
@@ -160,7 +163,7 @@ def configure_logger(
         configure_handler(handler, settings.log_format, secrets, task_context)
 
 
-def prepare_worker(worker: Any, settings: Settings) -> None:
+def prepare_worker(worker: Worker, settings: Settings) -> None:
     """Before Celery configures logging: with JSON logs, no free-text banner, and
     warnings (e.g. Celery's privilege check) go through a JSON handler.
 

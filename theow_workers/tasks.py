@@ -12,13 +12,12 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import replace
-from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 
 from theow_client import names, signing
 from theow_client.facts import FactsError
-from theow_client.jsontypes import JsonObject
+from theow_client.jsontypes import Json, JsonObject
 from theow_client.messages import ExploreRequest, PassingRun, SubmitRequest
 from theow_workers.adapters.forges import ForgeAPI, ForgeError
 from theow_workers.celery_app import app, settings
@@ -64,10 +63,10 @@ EXPLAIN_TIME_LIMIT = int(
 
 
 @app.task(name=names.TASK_RESOLVE, base=ServicesTask, bind=True)
-def resolve(self: ServicesTask, payload: Any = None, *_: Any, **__: Any) -> JsonObject:
+def resolve(self: ServicesTask, payload: Json = None, *_: object, **__: object) -> JsonObject:
     """Resolve one failure; returns its Verdict as a dict.
 
-    Any arguments are accepted: a malformed message is recorded as rejected, not
+    Whatever arguments arrive are accepted: a malformed message is recorded as rejected, not
     failed in Celery's call with no outcome of its own.
     """
     rt = self.services
@@ -122,7 +121,7 @@ def _as_sent_by(
 
 
 def _refused_submission(
-    rt: Runtime, payload: Any, request: SubmitRequest, refused: Refused, task_id: str
+    rt: Runtime, payload: Json, request: SubmitRequest, refused: Refused, task_id: str
 ) -> JsonObject:
     """Record a submission whose sender is unverified as rejected, under an id of its own.
 
@@ -219,7 +218,7 @@ def _resolve_claimed(
     retry_backoff=True,
     max_retries=3,
 )
-def explore(self: ServicesTask, request: Any = None, *_: Any, **__: Any) -> JsonObject:
+def explore(self: ServicesTask, request: Json = None, *_: object, **__: object) -> JsonObject:
     """Explore one unmatched failure; returns the exploration's summary.
 
     Internal: only a message signed with the workers' secret is explored
@@ -259,7 +258,7 @@ def explore(self: ServicesTask, request: Any = None, *_: Any, **__: Any) -> Json
     retry_backoff=True,
     max_retries=3,
 )
-def client_outcome(self: ServicesTask, report: Any) -> JsonObject:
+def client_outcome(self: ServicesTask, report: Json) -> JsonObject:
     """What a build agent's client-side fix did; counts the rule's success or failure.
 
     ``report``: ``{"failure_id", "rule", "outcome": "success" | "error",
@@ -317,7 +316,7 @@ def client_outcome(self: ServicesTask, report: Any) -> JsonObject:
     retry_backoff=True,
     max_retries=3,
 )
-def passing(self: ServicesTask, payload: Any = None, *_: Any, **__: Any) -> JsonObject:
+def passing(self: ServicesTask, payload: Json = None, *_: object, **__: object) -> JsonObject:
     """A passing run of a job: its lines are mined into the job's normal.
 
     ``payload``: ``{"job", "run_id", "facts_json"}`` (``theow_client.passing``).
@@ -352,7 +351,7 @@ def passing(self: ServicesTask, payload: Any = None, *_: Any, **__: Any) -> Json
     soft_time_limit=EXPLAIN_TIME_LIMIT,
     time_limit=EXPLAIN_TIME_LIMIT + 30,
 )
-def explain(self: ServicesTask, request: Any = None, *_: Any, **__: Any) -> JsonObject:
+def explain(self: ServicesTask, request: Json = None, *_: object, **__: object) -> JsonObject:
     """Explain one unexplained failure (``theow_workers.explainer``); internal, signed by a worker.
 
     Whatever the model answers (or fails to), the failure's verdict records it;
@@ -386,7 +385,7 @@ def explain(self: ServicesTask, request: Any = None, *_: Any, **__: Any) -> Json
     retry_backoff=True,
     max_retries=5,
 )
-def hook(self: ServicesTask, payload: Any = None, *_: Any, **__: Any) -> JsonObject:
+def hook(self: ServicesTask, payload: Json = None, *_: object, **__: object) -> JsonObject:
     """A finished CI job a forge's webhook named (``web.hooks``): its log read, then resolved.
 
     Internal: signed by the web process with the workers' secret. A failed job

@@ -14,18 +14,19 @@ a rejection and the message is acked like any other.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
 
 from kombu.serialization import register
 from kombu.utils import json as kombu_json
 
 from theow_client import names
+from theow_client.jsontypes import Json
 
 # The task envelope is a few levels; facts add at most FactLimits.depth (32) more.
 MAX_MESSAGE_DEPTH = 48
 
 
-def loads(text: str | bytes) -> Any:
+def loads(text: str | bytes) -> Json:
     """kombu's JSON decoding, refusing what is nested past ``MAX_MESSAGE_DEPTH``."""
     try:
         body = kombu_json.loads(text)  # type: ignore[no-untyped-call]
@@ -38,19 +39,19 @@ def loads(text: str | bytes) -> Any:
     return body
 
 
-def unreadable(reason: str) -> list[Any]:
+def unreadable(reason: str) -> list[Json]:
     """A protocol-2 task body ``[args, kwargs, embed]`` calling the task with the reason."""
     embed = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
     return [[{names.UNREADABLE: reason}], {}, embed]
 
 
-def deeper_than(value: Any, limit: int) -> bool:
+def deeper_than(value: object, limit: int) -> bool:
     """Whether ``value`` nests more than ``limit`` containers; iterative, stops early."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
+    stack: list[tuple[object, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, dict):
-            children: Any = item.values()
+            children: Iterable[object] = item.values()
         elif isinstance(item, list):
             children = item
         else:
