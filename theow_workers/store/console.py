@@ -21,7 +21,7 @@ from sqlalchemy import func, select
 from theow_client.jsontypes import JsonObject
 from theow_client.verdict import Status
 from theow_workers.store.explore import ExploreStore
-from theow_workers.store.failure_list import Cursor, _common, aware, failure_page
+from theow_workers.store.failure_list import Cursor, _common, aware, failure_rows
 from theow_workers.store.failure_list import FailureFilter as FailureFilter  # the pages' name
 from theow_workers.store.figures import LLM_OUTCOMES, MATCHED
 from theow_workers.store.schema import ExplorationRow, FailureRow, ProposalRow, VerdictRow
@@ -48,11 +48,11 @@ def failures_page(
 ) -> tuple[list[JsonObject], datetime | None]:
     """One page of failures, newest first, and the time cursor of the next page (or None).
 
-    The list the JSON API reads too (``failure_list.failure_page``), paged here by time
+    The list the JSON API reads too (``failure_list.failure_rows``), paged here by time
     alone as the console always did. Raises UnknownSource for an unknown ``where.source``.
     """
     after = Cursor(before) if before is not None else None
-    page, more = failure_page(store, where, after, limit)
+    page, more = failure_rows(store, where, after, limit)
     return page, (more.at if more is not None else None)
 
 

@@ -18,7 +18,7 @@ from theow_workers.store.failure_list import (
     FailureFilter,
     UnknownSource,
     Window,
-    failure_page,
+    failure_rows,
     from_source,
 )
 from theow_workers.store.schema import AttemptRow, ExplorationRow, FailureRow, VerdictRow
@@ -36,12 +36,12 @@ def recent(
 ) -> list[JsonObject]:
     """The newest failures of ``source`` (live, replay or all); UnknownSource for another.
 
-    The first page of the one failure list (``failure_list.failure_page``), in the
+    The first page of the one failure list (``failure_list.failure_rows``), in the
     CLI's words: the console and the JSON API read the same list.
     """
     where = FailureFilter(outcome=status or "", source=source)
     window = Window(since=datetime.now(UTC) - since if since is not None else None)
-    rows, _ = failure_page(store, where, None, limit, window)
+    rows, _ = failure_rows(store, where, None, limit, window)
     return [
         {
             "id": r["id"],

@@ -9,7 +9,7 @@ agent tokens; an ``api-read`` token there is refused with 403, as an agent
 token is on these lists.
 
 The answers are the CLI's and the console's own views: the failure list is
-``store.failure_list.failure_page`` (the console's failure page reads it
+``store.failure_list.failure_rows`` (the console's failure page reads it
 too), one failure is ``store.failures.detail`` (``theow failures show
 --json``), rules are the console's catalogue, insight its snapshot, replays
 the replay store's jobs. Each answer goes through its model in
@@ -35,7 +35,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from theow_workers.store.failure_list import Cursor, FailureFilter, Window, failure_page
+from theow_workers.store.failure_list import Cursor, FailureFilter, Window, failure_rows
 from theow_workers.store.failures import LIVE, SOURCES, UnknownSource, detail
 from theow_workers.store.tokens import TokenInfo, TokenStore
 from theow_workers.web import api_schema as schema
@@ -197,7 +197,7 @@ async def failures(request: Request) -> Response:
         if after is None or after.id is None:
             return problem(400, "cursor is not one this API gave (pass a page's `next` as is)")
     rows, more = await run_in_threadpool(
-        failure_page, api_of(request).console.store, where, after, limit, window
+        failure_rows, api_of(request).console.store, where, after, limit, window
     )
     listed = [
         {**{k: v for k, v in r.items() if k != "outcome"}, "status": r["outcome"]} for r in rows
