@@ -20,7 +20,6 @@ from datetime import UTC
 
 from sqlalchemy import ColumnElement, and_, func, literal_column, or_, select
 
-from theow_client.jsontypes import JsonObject
 from theow_workers.store.explore import ExploreStore
 from theow_workers.store.figures import REPLAY_SOURCE
 from theow_workers.store.schema import FailureRow, VerdictRow
@@ -161,15 +160,3 @@ def failure_page(
         return FailurePage(page, None)
     last = page[-1]
     return FailurePage(page, Cursor(last.received_at, last.id))
-
-
-def failure_rows(
-    store: ExploreStore,
-    where: FailureFilter,
-    after: Cursor | None = None,
-    limit: int = 50,
-    window: Window = ANY_TIME,
-) -> tuple[list[JsonObject], Cursor | None]:
-    """``failure_page`` as the dictionaries its callers read until they read the views."""
-    page = failure_page(store, where, after, limit, window)
-    return [dict(r.__dict__) for r in page.rows], page.next

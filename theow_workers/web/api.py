@@ -8,10 +8,11 @@ writes: any method but GET (and HEAD) is answered 405. The agents' intake
 agent tokens; an ``api-read`` token there is refused with 403, as an agent
 token is on these lists.
 
-The answers are the CLI's and the console's own views: the failure list is
-``store.failure_list.failure_rows`` (the console's failure page reads it
-too), one failure is ``store.failures.detail`` (``theow failures show
---json``), rules are the console's catalogue, insight its snapshot, replays
+The answers are the CLI's and the console's own views (``theow_workers.views``
+on the read model, ``console.reads``): the failure list is
+``views.failures.failure_list`` (the console's failure page and ``theow
+failures list`` read it too), one failure is ``views.failures.failure_detail``
+(``theow failures show --json``), rules are the console's catalogue, insight its snapshot, replays
 the replay store's jobs. Each answer goes through its model in
 ``api_schema``, which also writes the OpenAPI document served at
 ``/api/v1/openapi.json`` (no token needed: it holds no data).
@@ -35,9 +36,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from theow_workers.store.failure_list import Cursor, FailureFilter, Window, failure_rows
-from theow_workers.store.failures import LIVE, SOURCES, UnknownSource, detail
 from theow_workers.store.tokens import TokenInfo, TokenStore
+from theow_workers.views.failures import api_page, checked, failure_detail
+from theow_workers.views.ports import LIVE, Cursor, FailureFilter, Window
 from theow_workers.web import api_schema as schema
 from theow_workers.web.rate import TokenBuckets
 
@@ -177,16 +178,16 @@ async def failures(request: Request) -> Response:
         )
     }
     try:
-        where = FailureFilter(
-            repo=given["repo"],
-            job=given["job"],
-            rule=given["rule"],
-            mode=given["mode"],
-            outcome=given["status"],
-            source=given["source"] or LIVE,
+        where = checked(
+            FailureFilter(
+                repo=given["repo"],
+                job=given["job"],
+                rule=given["rule"],
+                mode=given["mode"],
+                outcome=given["status"],
+                source=given["source"] or LIVE,
+            )
         )
-        if where.source not in SOURCES:
-            raise UnknownSource(where.source)
         window = Window(_when(given["since"], "since"), _when(given["until"], "until"))
         limit = _limit(given["limit"])
     except ValueError as exc:
@@ -196,13 +197,10 @@ async def failures(request: Request) -> Response:
         after = Cursor.decode(given["cursor"])
         if after is None or after.id is None:
             return problem(400, "cursor is not one this API gave (pass a page's `next` as is)")
-    rows, more = await run_in_threadpool(
-        failure_rows, api_of(request).console.store, where, after, limit, window
+    page = await run_in_threadpool(
+        api_page, api_of(request).console.reads, where, after, limit, window
     )
-    listed = [
-        {**{k: v for k, v in r.items() if k != "outcome"}, "status": r["outcome"]} for r in rows
-    ]
-    return answer(schema.FailurePage, {"failures": listed, "next": more.encode() if more else None})
+    return answer(schema.FailurePage, page)
 
 
 async def failure(request: Request) -> Response:
@@ -210,7 +208,7 @@ async def failure(request: Request) -> Response:
     if not isinstance(token, TokenInfo):
         return token
     fid = request.path_params["fid"][:FILTER_CHARS]
-    info = await run_in_threadpool(detail, api_of(request).console.store, fid)
+    info = await run_in_threadpool(failure_detail, api_of(request).console.reads, fid)
     if info is None:
         return problem(404, f"no failure {fid!r}")
     return answer(schema.FailureDetail, info)

@@ -25,8 +25,9 @@ from theow_workers.core.teaching import TeachError
 from theow_workers.review.flags import called_actions, proposal_flags
 from theow_workers.review.proposals import ReviewError, approve, reject, sync_after_approval
 from theow_workers.review.risk import NOT_A_VERDICT, visible
-from theow_workers.store import console as queries
-from theow_workers.store import failures as failure_queries
+from theow_workers.views.failures import console_page, failure_detail
+from theow_workers.views.ports import LIVE, FailureFilter, UnknownSource
+from theow_workers.views.proposals import recently_reviewed, review_queue
 from theow_workers.web import charts
 from theow_workers.web.render import code, log_lines
 from theow_workers.web.transcript import test_rule_results, turns
@@ -73,12 +74,12 @@ def _affected(console: Console, proposal_id: str, pending: bool = True) -> JsonO
 async def queue(request: Request) -> Response:
     console = _console(request)
     console.affected.poke()
-    rows = await run_in_threadpool(queries.queue, console.store)
+    rows = await run_in_threadpool(review_queue, console.reads)
     for row in rows:
         row["affected"] = _affected(console, row["id"])
     # Most-affecting first, newest first among equals (the query returns newest first).
     rows.sort(key=lambda r: -r["affected"]["matched"])
-    recent = await run_in_threadpool(queries.reviewed, console.store)
+    recent = await run_in_threadpool(recently_reviewed, console.reads)
     return console.render(request, "queue.html", proposals=rows, reviewed=recent)
 
 
@@ -233,17 +234,18 @@ def _cursor(text: str) -> datetime | None:
 async def failures_list(request: Request) -> Response:
     console = _console(request)
     params = request.query_params
-    where = queries.FailureFilter(
+    where = FailureFilter(
         **{
             k: params.get(k, "").strip()[:200]
             for k in ("repo", "job", "rule", "mode", "outcome", "q")
         },
-        source=params.get("source", "").strip() or failure_queries.LIVE,
+        source=params.get("source", "").strip() or LIVE,
     )
-    if where.source not in failure_queries.SOURCES:
-        return PlainTextResponse(str(failure_queries.UnknownSource(where.source)), status_code=400)
     before = _cursor(params.get("before", ""))
-    rows, more = await run_in_threadpool(queries.failures_page, console.store, where, before)
+    try:
+        rows, more = await run_in_threadpool(console_page, console.reads, where, before)
+    except UnknownSource as exc:
+        return PlainTextResponse(str(exc), status_code=400)
     return console.render(
         request, "failures.html", rows=rows, where=where, more=more, filters=where.active()
     )
@@ -252,7 +254,7 @@ async def failures_list(request: Request) -> Response:
 def _failure_context(
     console: Console, failure_id: str, chosen: tuple[int | None, int | None] = (None, None)
 ) -> JsonObject | None:
-    info = failure_queries.detail(console.store, failure_id)
+    info = failure_detail(console.reads, failure_id)
     if info is None:
         return None
     facts = info["facts"]
