@@ -8,14 +8,14 @@ import subprocess
 import tempfile
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from theow_client.jsontypes import JsonObject
+from theow_client.jsontypes import Json, JsonObject
 from theow_client.terminal import printable
 from theow_client.verdict import Verdict, Where
 from theow_client.verdict_text import explained, look_at
@@ -24,6 +24,7 @@ from theow_workers.cli.output import fail as _fail
 from theow_workers.core.logtext import strip_ansi
 
 if TYPE_CHECKING:
+    from theow_workers.config import Settings
     from theow_workers.store.explore import ExploreStore
     from theow_workers.views.ports import Reads
 
@@ -35,7 +36,7 @@ failures_app = typer.Typer(
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 
 
-def _context() -> tuple[Any, Any]:
+def _context() -> tuple[Settings, ExploreStore]:
     """The settings and an ExploreStore on the configured database (migrated)."""
     from theow_workers.store import migrate
     from theow_workers.store.explore import ExploreStore
@@ -63,7 +64,7 @@ def _window(since: str | None) -> timedelta | None:
         raise _fail(str(exc), 2) from None
 
 
-def _full_id(store: Any, given: str, what: str) -> str:
+def _full_id(store: ExploreStore, given: str, what: str) -> str:
     """The id ``given`` names, a unique prefix accepted; unknown or ambiguous exits 1."""
     from theow_workers.store import AmbiguousId
 
@@ -268,7 +269,7 @@ def _edit(text: str) -> str:
         os.unlink(handle.name)
 
 
-def _sync(settings: Any) -> None:
+def _sync(settings: Settings) -> None:
     """Sync the index now; when Milvus or Redis is down, workers sync on their next poll."""
     from theow_workers.review.proposals import sync_after_approval
 
@@ -436,7 +437,7 @@ def failures_show(failure_id: str, as_json: JsonFlag = False) -> None:
         out.print(Text(f"  {strip_ansi(line)}", style="dim"))  # log text: no markup, no emoji
 
 
-def _wheres(stored: Any) -> list[Where]:
+def _wheres(stored: Json) -> list[Where]:
     """The stored lines to look at; one that is not ``{fact, line, text}`` is left out."""
     return list(Verdict.from_dict({"failure_id": "-", "status": "-", "where": stored}).where)
 

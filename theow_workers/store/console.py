@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from typing import Any
 
 from sqlalchemy import func, select
 
@@ -80,7 +79,7 @@ def _days(start: date, days: int) -> list[date]:
     return [start + timedelta(days=i) for i in range(days)]
 
 
-def _day(value: Any) -> date:
+def _day(value: date | str) -> date:
     return value if isinstance(value, date) else date.fromisoformat(str(value)[:10])
 
 

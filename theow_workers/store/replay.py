@@ -19,9 +19,9 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import exists, func, inspect, not_, or_, select, update
+from sqlalchemy import Select, exists, func, inspect, not_, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -399,7 +399,10 @@ class ReplayStore:
             return list(s.execute(query.order_by(FailureRow.id).limit(limit)).scalars())
 
 
-def _selected(query: Any, selection: JsonObject) -> Any:
+_T = TypeVar("_T")
+
+
+def _selected(query: Select[_T], selection: JsonObject) -> Select[_T]:
     """Stored failures by time (``from``, ``until``), verdict (``unmatched_only``) and ``rule``.
 
     Failures recorded by replays are never selected, nor rejected submissions

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import math
 from datetime import UTC, date, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
@@ -36,6 +36,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from theow_client.jsontypes import Json
 from theow_workers.store.tokens import TokenInfo, TokenStore
 from theow_workers.views.failures import api_page, checked, failure_detail
 from theow_workers.views.ports import LIVE, Cursor, FailureFilter, Window
@@ -71,16 +72,16 @@ def problem(status: int, error: str, headers: dict[str, str] | None = None) -> J
     return JSONResponse({"error": error}, status_code=status, headers=headers)
 
 
-def answer(model: type[BaseModel], value: Any, status: int = 200) -> Response:
+def answer(model: type[BaseModel], value: object, status: int = 200) -> Response:
     """``value`` as ``model`` says it is (the document's promise), as JSON."""
     body = model.model_validate(plain(value)).model_dump(mode="json", exclude_none=False)
     return JSONResponse(body, status_code=status)
 
 
-def plain(value: Any) -> Any:
+def plain(value: object) -> Json:
     """Dates and times as ISO 8601 text, everything else as JSON has it."""
 
-    def default(v: Any) -> Any:
+    def default(v: object) -> str:
         if isinstance(v, (datetime, date)):
             return v.isoformat()
         return str(v)

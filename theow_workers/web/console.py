@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -81,7 +81,7 @@ class Console:
                 self._runtime = build(self.settings, "web")
             return self._runtime
 
-    def render(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
+    def render(self, request: Request, name: str, status: int = 200, **context: object) -> Response:
         session: Session = request.state.session
         flash = request.cookies.get(FLASH, "")
         response = self.templates.TemplateResponse(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
@@ -33,6 +33,7 @@ from theow_workers.web.render import code, log_lines
 from theow_workers.web.transcript import test_rule_results, turns
 
 if TYPE_CHECKING:
+    from theow_workers.config import Settings
     from theow_workers.web.console import Console
 
 
@@ -138,7 +139,7 @@ def _proposal_context(console: Console, proposal_id: str) -> JsonObject | None:
     }
 
 
-def _taught(transcript: list[Any]) -> JsonObject | None:
+def _taught(transcript: list[JsonObject]) -> JsonObject | None:
     """A taught proposal's origin and its latest test results (re-run on each edit)."""
     origin = next(
         (
@@ -310,7 +311,7 @@ def _failure_context(
     }
 
 
-def budget_notice(settings: Any) -> str | None:
+def budget_notice(settings: Settings) -> str | None:
     """Why no model call is sent today (the daily LLM budget is reached), or None.
 
     Read from Redis with a short time limit; a console whose Redis is away says nothing.
