@@ -27,6 +27,7 @@ from theow_workers.views.ports import (
     FailureFilter,
     ProposalEntry,
     Reads,
+    ReplayJob,
     UnknownSource,
     VerdictDetail,
     Window,
@@ -63,6 +64,38 @@ class World(Protocol):
     def add(self, seen: Seen) -> None: ...
 
     def review(self, proposal_id: str, status: str, by: str) -> None: ...
+
+    def replay(self, job_id: str, at: datetime, matched: int) -> None: ...
+
+
+def replay_job(job_id: str, at: datetime, matched: int) -> ReplayJob:
+    """A replay job of a file, as ``ReplayStore.create`` stores one (its columns' defaults)."""
+    return ReplayJob(
+        id=job_id,
+        kind="file",
+        source="/h.jsonl",
+        source_key="k",
+        options={},
+        dry_run=True,
+        explore=False,
+        explore_budget=None,
+        explore_status="",
+        status="done",
+        message="",
+        rules=["tf_echo"],
+        rules_version="",
+        total=10,
+        processed=10,
+        matched=matched,
+        unmatched=10 - matched,
+        failed=0,
+        errors=0,
+        invalid=0,
+        duplicates=0,
+        created_at=at,
+        heartbeat_at=None,
+        finished_at=None,
+    )
 
 
 class SqlWorld:
@@ -126,6 +159,13 @@ class SqlWorld:
                 else None
             )
             self.store.add_exploration(exploration, proposal)
+
+    def replay(self, job_id: str, at: datetime, matched: int) -> None:
+        from dataclasses import asdict
+
+        from theow_workers.store.replay import ReplayStore
+
+        ReplayStore(self.sql.engine).create(**asdict(replay_job(job_id, at, matched)))
 
     def review(self, proposal_id: str, status: str, by: str) -> None:
         if status == "approved":
@@ -210,6 +250,9 @@ class MemoryWorld:
                 explorations=explorations,
             )
         )
+
+    def replay(self, job_id: str, at: datetime, matched: int) -> None:
+        self.memory.add_replay(replay_job(job_id, at, matched))
 
     def review(self, proposal_id: str, status: str, by: str) -> None:
         self.memory.review(proposal_id, status, by, datetime.now(UTC))
@@ -423,3 +466,22 @@ def test_figures_count_verdicts_attempts_explorations_and_proposals(world):
     assert figures.proposals() == {"approved": 1}
     approved = figures.last_approval(since=start)
     assert approved is not None and approved.tzinfo is not None and approved >= start
+
+
+def test_replays_are_listed_newest_first_with_their_counters(world):
+    world.replay("j-old", T0, 3)
+    world.replay("j-new", T0 + timedelta(hours=1), 7)
+    world.replay("j-mid", T0 + timedelta(minutes=1), 5)
+
+    jobs = world.reads.replays.recent(2)
+    assert [j.id for j in jobs] == ["j-new", "j-mid"]
+    newest = jobs[0]
+    assert (newest.matched, newest.total, newest.status, newest.rules) == (
+        7,
+        10,
+        "done",
+        ["tf_echo"],
+    )
+    assert newest.created_at == T0 + timedelta(hours=1) and newest.hit_rate == 0.7
+    assert newest.to_dict()["created_at"] == (T0 + timedelta(hours=1)).isoformat()
+    assert [j.id for j in world.reads.replays.recent()] == ["j-new", "j-mid", "j-old"]

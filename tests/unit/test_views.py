@@ -27,6 +27,7 @@ from theow_workers.views.ports import (
     VerdictDetail,
 )
 from theow_workers.views.proposals import proposal_list, recently_reviewed, review_queue
+from theow_workers.views.replays import api_replays, replay_list
 from theow_workers.views.stats import meow
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -213,3 +214,16 @@ def test_meow_counts_live_and_replayed_verdicts_explorations_and_pending_proposa
         {"rule": "tf_echo", "successes": 1, "failures": 0, "pending": 0, "suggested": 0}
     ]
     assert stats["hit_rate_change"] == {"last_approval": None, "before": None, "after": None}
+
+
+def test_the_replay_list_and_its_json():
+    from tests.contract.test_reads import replay_job
+
+    reads = MemoryReads()
+    for n in range(3):
+        reads.add_replay(replay_job(f"j-{n}", T0 + timedelta(minutes=n), n))
+    assert [j.id for j in replay_list(reads, limit=2)] == ["j-2", "j-1"]
+    shown = api_replays(reads)["replays"]
+    assert [j["id"] for j in shown] == ["j-2", "j-1", "j-0"]
+    assert shown[0]["created_at"] == (T0 + timedelta(minutes=2)).isoformat()
+    assert shown[0]["replayed"] == 10 and shown[0]["hit_rate"] == 0.2

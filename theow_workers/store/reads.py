@@ -2,7 +2,7 @@
 
 ``SqlReads(store).failures`` is the one failure list (``failure_list``) and
 one failure; ``.proposals`` the review queue, the list and one proposal;
-``.figures`` the counts of ``figures.Figures``. The views
+``.figures`` the counts of ``figures.Figures``; ``.replays`` the replay jobs. The views
 (``theow_workers.views``) read these and nothing else; the in-memory twin is
 ``views.memory.MemoryReads``.
 """
@@ -16,6 +16,7 @@ from sqlalchemy import Select, select
 from theow_workers.store.explore import ExploreStore
 from theow_workers.store.failure_list import failure_page
 from theow_workers.store.figures import Figures
+from theow_workers.store.replay import ReplayStore
 from theow_workers.store.schema import (
     AttemptRow,
     ExplorationRow,
@@ -35,6 +36,7 @@ from theow_workers.views.ports import (
     FailureFilter,
     FailurePage,
     ProposalEntry,
+    ReplayJob,
     VerdictCount,
     VerdictDetail,
     Window,
@@ -224,6 +226,16 @@ class SqlFigureReads:
             return figures.last_approval(since)
 
 
+class SqlReplayReads:
+    """The replay store's jobs (its tables exist once ``theow db upgrade`` ran)."""
+
+    def __init__(self, store: ExploreStore) -> None:
+        self.store = store
+
+    def recent(self, limit: int = 20) -> list[ReplayJob]:
+        return ReplayStore(self.store.sql.engine).recent(limit)
+
+
 class SqlReads:
     """The read model on an ExploreStore's database."""
 
@@ -232,6 +244,7 @@ class SqlReads:
         self._failures = SqlFailureReads(store)
         self._proposals = SqlProposalReads(store)
         self._figures = SqlFigureReads(store)
+        self._replays = SqlReplayReads(store)
 
     @property
     def failures(self) -> SqlFailureReads:
@@ -244,3 +257,7 @@ class SqlReads:
     @property
     def figures(self) -> SqlFigureReads:
         return self._figures
+
+    @property
+    def replays(self) -> SqlReplayReads:
+        return self._replays

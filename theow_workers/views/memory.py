@@ -1,7 +1,7 @@
 """The read model in memory: the twin of ``store.reads.SqlReads`` for the views' unit tests.
 
 Fill it with ``add_failure`` (a ``FailureDetail``: its verdict, attempts and
-explorations) and ``add_proposal``; it answers every read as the SQL one
+explorations) and ``add_proposal`` and ``add_replay``; it answers every read as the SQL one
 does (``tests/contract/test_reads.py`` runs the same tests on both).
 """
 
@@ -25,6 +25,7 @@ from theow_workers.views.ports import (
     FailurePage,
     FailureSummary,
     ProposalEntry,
+    ReplayJob,
     UnknownSource,
     VerdictCount,
     Window,
@@ -212,6 +213,14 @@ class MemoryFigureReads:
         return max((t for t in times if since is None or t >= since), default=None)
 
 
+class MemoryReplayReads:
+    def __init__(self, jobs: list[ReplayJob]) -> None:
+        self._jobs = jobs
+
+    def recent(self, limit: int = 20) -> list[ReplayJob]:
+        return sorted(self._jobs, key=lambda j: j.created_at, reverse=True)[:limit]
+
+
 class MemoryReads:
     """The read model over failures and proposals held in dictionaries."""
 
@@ -221,12 +230,17 @@ class MemoryReads:
         self._failures = MemoryFailureReads(self._failure_map)
         self._proposals = MemoryProposalReads(self._proposal_map)
         self._figures = MemoryFigureReads(self._failure_map, self._proposal_map)
+        self._jobs: list[ReplayJob] = []
+        self._replays = MemoryReplayReads(self._jobs)
 
     def add_failure(self, failure: FailureDetail) -> None:
         self._failure_map[failure.id] = failure
 
     def add_proposal(self, proposal: ProposalEntry) -> None:
         self._proposal_map[proposal.id] = proposal
+
+    def add_replay(self, job: ReplayJob) -> None:
+        self._jobs.append(job)
 
     def review(self, proposal_id: str, status: str, by: str, at: datetime) -> None:
         self._proposal_map[proposal_id] = replace(
@@ -244,3 +258,7 @@ class MemoryReads:
     @property
     def figures(self) -> MemoryFigureReads:
         return self._figures
+
+    @property
+    def replays(self) -> MemoryReplayReads:
+        return self._replays

@@ -2,7 +2,7 @@
 
 ``Reads.failures`` (the one failure list, one failure), ``Reads.proposals``
 (the review queue, the list, one proposal) and ``Reads.figures`` (the counts
-``theow meow`` and the insight page show). Each returns frozen dataclasses.
+``theow meow`` and the insight page show) and ``Reads.replays`` (the replay jobs). Each returns frozen dataclasses.
 The SQL implementation is ``theow_workers.store.reads.SqlReads``; the
 in-memory twin is ``theow_workers.views.memory.MemoryReads``; the views
 (``theow_workers.views``) take either and return what a screen shows.
@@ -20,7 +20,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -315,6 +315,66 @@ class FigureReads(Protocol):
         ...
 
 
+# Replays
+
+
+@dataclass(frozen=True)
+class ReplayJob:
+    """A replay job as stored: its source, options, status and item counters."""
+
+    id: str
+    kind: str
+    source: str
+    source_key: str
+    options: JsonObject
+    dry_run: bool
+    explore: bool
+    explore_budget: int | None
+    explore_status: str
+    status: str
+    message: str
+    rules: list[str]
+    rules_version: str
+    total: int | None
+    processed: int
+    matched: int
+    unmatched: int
+    failed: int
+    errors: int
+    invalid: int
+    duplicates: int
+    created_at: datetime
+    heartbeat_at: datetime | None
+    finished_at: datetime | None
+    passing: int = 0  # passing runs learned, not replayed
+
+    @property
+    def replayed(self) -> int:
+        """Items that went through the resolver (not invalid input, duplicates, passing runs)."""
+        return self.processed - self.invalid - self.duplicates - self.passing
+
+    @property
+    def hit_rate(self) -> float:
+        return self.matched / self.replayed if self.replayed else 0.0
+
+    @property
+    def remaining(self) -> int | None:
+        return None if self.total is None else max(0, self.total - self.processed)
+
+    def to_dict(self) -> JsonObject:
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        for key in ("created_at", "heartbeat_at", "finished_at"):
+            data[key] = data[key].isoformat() if data[key] else None
+        data.update(replayed=self.replayed, hit_rate=round(self.hit_rate, 4))
+        return data
+
+
+class ReplayReads(Protocol):
+    def recent(self, limit: int = 20) -> list[ReplayJob]:
+        """The newest replay jobs, newest first."""
+        ...
+
+
 class Reads(Protocol):
     """Everything the screens read."""
 
@@ -326,3 +386,6 @@ class Reads(Protocol):
 
     @property
     def figures(self) -> FigureReads: ...
+
+    @property
+    def replays(self) -> ReplayReads: ...

@@ -13,7 +13,7 @@ on the read model, ``console.reads``): the failure list is
 ``views.failures.failure_list`` (the console's failure page and ``theow
 failures list`` read it too), one failure is ``views.failures.failure_detail``
 (``theow failures show --json``), rules are the console's catalogue, insight its snapshot, replays
-the replay store's jobs. Each answer goes through its model in
+``views.replays``. Each answer goes through its model in
 ``api_schema``, which also writes the OpenAPI document served at
 ``/api/v1/openapi.json`` (no token needed: it holds no data).
 
@@ -40,6 +40,7 @@ from theow_client.jsontypes import Json
 from theow_workers.store.tokens import TokenInfo, TokenStore
 from theow_workers.views.failures import api_page, checked, failure_detail
 from theow_workers.views.ports import LIVE, Cursor, FailureFilter, Window
+from theow_workers.views.replays import api_replays
 from theow_workers.web import api_schema as schema
 from theow_workers.web.rate import TokenBuckets
 
@@ -235,13 +236,11 @@ async def insight(request: Request) -> Response:
 
 
 async def replays(request: Request) -> Response:
-    from theow_workers.store.replay import ReplayStore
-
     token = await authorize(request, READ_SCOPES)
     if not isinstance(token, TokenInfo):
         return token
-    jobs = await run_in_threadpool(ReplayStore(api_of(request).console.store.sql.engine).recent, 50)
-    return answer(schema.ReplayList, {"replays": [j.to_dict() for j in jobs]})
+    jobs = await run_in_threadpool(api_replays, api_of(request).console.reads)
+    return answer(schema.ReplayList, jobs)
 
 
 async def openapi(request: Request) -> Response:

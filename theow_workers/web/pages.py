@@ -28,6 +28,7 @@ from theow_workers.review.risk import NOT_A_VERDICT, visible
 from theow_workers.views.failures import console_page, failure_detail
 from theow_workers.views.ports import LIVE, FailureFilter, UnknownSource
 from theow_workers.views.proposals import recently_reviewed, review_queue
+from theow_workers.views.replays import replay_list
 from theow_workers.web import charts
 from theow_workers.web.render import code, log_lines
 from theow_workers.web.transcript import test_rule_results, turns
@@ -587,10 +588,8 @@ async def insight(request: Request) -> Response:
 
 
 async def replays(request: Request) -> Response:
-    from theow_workers.store.replay import ReplayStore
-
     console = _console(request)
-    jobs = await run_in_threadpool(ReplayStore(console.store.sql.engine).recent, 50)
+    jobs = await run_in_threadpool(replay_list, console.reads)
     return console.render(request, "replays.html", jobs=jobs)
 
 
