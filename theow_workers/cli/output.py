@@ -75,7 +75,7 @@ err = make_console(stderr=True)
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")]
 
 
-def print_json(data: Any) -> None:
+def print_json(data: object) -> None:
     """The ``--json`` output: one JSON document on one line of stdout."""
     print(json.dumps(data))
 

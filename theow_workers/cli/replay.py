@@ -15,8 +15,9 @@ import contextlib
 import json
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperGroup
@@ -25,6 +26,10 @@ from theow_client.jsontypes import JsonObject
 from theow_workers.cli.output import err, fail, out, print_json
 from theow_workers.cli.output import load_settings as _settings
 from theow_workers.config import Settings
+
+if TYPE_CHECKING:
+    from theow_workers.replay.sources import Source
+    from theow_workers.store.replay import Job, ReplayStore
 
 
 class DefaultRunGroup(TyperGroup):
@@ -61,7 +66,7 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
     return fail(message, code)
 
 
-def _store(settings: Settings) -> Any:
+def _store(settings: Settings) -> ReplayStore:
     from theow_workers.store import make_engine
     from theow_workers.store.replay import ReplayStore
 
@@ -71,7 +76,7 @@ def _store(settings: Settings) -> Any:
     return store
 
 
-def _get(store: Any, job_id: str) -> Any:
+def _get(store: ReplayStore, job_id: str) -> Job:
     from theow_workers.store import AmbiguousId
     from theow_workers.store.replay import JobNotFound
 
@@ -125,7 +130,7 @@ def _history(file: Path, settings: Settings) -> Path:
     return spool(sys.stdin.buffer, settings.home / "replay-input")
 
 
-def _open(job_id: str) -> tuple[Settings, Any, Any]:
+def _open(job_id: str) -> tuple[Settings, ReplayStore, Job]:
     """The settings, the replay store and the job ``job_id`` names."""
     s = _settings()
     store = _store(s)
@@ -235,8 +240,9 @@ def run(
     store = _store(s)
     try:
         if file is not None:
-            source: Any = FileSource(_history(file, s), s.fact_limit, s.replay_max_line_bytes)
-            source.learn = _learner(s)
+            history = FileSource(_history(file, s), s.fact_limit, s.replay_max_line_bytes)
+            history.learn = _learner(s)
+            source: Source = history
         else:
             source = StoredSource.select(store, since, unmatched_only, rule)
     except (SourceError, OSError) as exc:
@@ -289,7 +295,7 @@ def _again(
     before = _get(store, job_id)
     try:
         if before.kind == "file":
-            source: Any = FileSource(Path(before.source), s.fact_limit, s.replay_max_line_bytes)
+            source: Source = FileSource(Path(before.source), s.fact_limit, s.replay_max_line_bytes)
         else:
             source = StoredSource.for_job(store, before)
     except (SourceError, OSError) as exc:
@@ -342,8 +348,9 @@ def resume(
         raise _fail(f"replay {job.id} is running (its command beat recently); use --force")
     try:
         if job.kind == "file":
-            source: Any = FileSource.for_job(job, s.fact_limit, s.replay_max_line_bytes)
-            source.learn = _learner(s)
+            history = FileSource.for_job(job, s.fact_limit, s.replay_max_line_bytes)
+            history.learn = _learner(s)
+            source: Source = history
         else:
             source = StoredSource.for_job(store, job)
     except (SourceError, OSError) as exc:
@@ -357,9 +364,9 @@ def resume(
 
 def _drive(
     s: Settings,
-    store: Any,
-    job: Any,
-    source: Any,
+    store: ReplayStore,
+    job: Job,
+    source: Source,
     report_dir: Path | None,
     as_json: bool,
     wait: bool = True,
@@ -407,7 +414,7 @@ def _drive(
     raise typer.Exit(0 if job.status == DONE else 1)
 
 
-def _explore(s: Settings, store: Any, job: Any, budget: int, wait: bool) -> None:
+def _explore(s: Settings, store: ReplayStore, job: Job, budget: int, wait: bool) -> None:
     """Send the job's unmatched groups to the explorer (what is not sent yet) and follow them."""
     from theow_workers.replay.driver import progress_bar
     from theow_workers.replay.explore import ReplayExplorer, celery_explore_sender
@@ -495,7 +502,9 @@ def explore_job(
     _report(s, store, store.get(job.id), report_dir, as_json)
 
 
-def _report(s: Settings, store: Any, job: Any, report_dir: Path | None, as_json: bool) -> None:
+def _report(
+    s: Settings, store: ReplayStore, job: Job, report_dir: Path | None, as_json: bool
+) -> None:
     from theow_workers.replay import report as reports
     from theow_workers.replay.show import show_report
 
@@ -561,7 +570,7 @@ def list_jobs(
         show_jobs(jobs, out)
 
 
-def _learner(s: Any) -> Any:
+def _learner(s: Settings) -> Callable[[JsonObject], str]:
     """Learn a history's passing run into its job's normal (Redis), as a worker would."""
     import redis
 

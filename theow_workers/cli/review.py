@@ -8,20 +8,25 @@ import subprocess
 import tempfile
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from theow_client.jsontypes import JsonObject
+from theow_client.jsontypes import Json, JsonObject
 from theow_client.terminal import printable
 from theow_client.verdict import Verdict, Where
 from theow_client.verdict_text import explained, look_at
 from theow_workers.cli.output import err, load_settings, out, print_json
 from theow_workers.cli.output import fail as _fail
 from theow_workers.core.logtext import strip_ansi
+
+if TYPE_CHECKING:
+    from theow_workers.config import Settings
+    from theow_workers.store.explore import ExploreStore
+    from theow_workers.views.ports import Reads
 
 review_app = typer.Typer(no_args_is_help=True, help="Review the explorer's proposals.")
 failures_app = typer.Typer(
@@ -31,7 +36,7 @@ failures_app = typer.Typer(
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 
 
-def _context() -> tuple[Any, Any]:
+def _context() -> tuple[Settings, ExploreStore]:
     """The settings and an ExploreStore on the configured database (migrated)."""
     from theow_workers.store import migrate
     from theow_workers.store.explore import ExploreStore
@@ -40,6 +45,13 @@ def _context() -> tuple[Any, Any]:
     settings = load_settings()
     migrate(settings.store_url)
     return settings, ExploreStore(SqlStore(settings.store_url))
+
+
+def _reads(store: ExploreStore) -> Reads:
+    """The read model on the store's database (what the views read)."""
+    from theow_workers.store.reads import SqlReads
+
+    return SqlReads(store)
 
 
 def _window(since: str | None) -> timedelta | None:
@@ -52,7 +64,7 @@ def _window(since: str | None) -> timedelta | None:
         raise _fail(str(exc), 2) from None
 
 
-def _full_id(store: Any, given: str, what: str) -> str:
+def _full_id(store: ExploreStore, given: str, what: str) -> str:
     """The id ``given`` names, a unique prefix accepted; unknown or ambiguous exits 1."""
     from theow_workers.store import AmbiguousId
 
@@ -72,15 +84,12 @@ def review_list(
     as_json: JsonFlag = False,
 ) -> None:
     """Proposals, newest last."""
-    from theow_workers.review.proposals import summary
+    from theow_workers.views.proposals import proposal_list
 
     if status not in (None, "pending", "approved", "rejected", "all"):
         raise _fail(f"--status {status!r}: choose pending, approved, rejected or all", 2)
     _, store = _context()
-    rows = [
-        summary(p, store.exploration(p.exploration_id))
-        for p in store.proposals(None if status == "all" else status)
-    ]
+    rows = proposal_list(_reads(store), None if status == "all" else status)
     if as_json:
         print_json(rows)
         return
@@ -260,7 +269,7 @@ def _edit(text: str) -> str:
         os.unlink(handle.name)
 
 
-def _sync(settings: Any) -> None:
+def _sync(settings: Settings) -> None:
     """Sync the index now; when Milvus or Redis is down, workers sync on their next poll."""
     from theow_workers.review.proposals import sync_after_approval
 
@@ -276,11 +285,11 @@ def meow_command(
     as_json: JsonFlag = False,
 ) -> None:
     """Resolves, explores, hit rate, top and struggling rules, LLM cost (cat)."""
-    from theow_workers.review.stats import meow
+    from theow_workers.views.stats import meow
 
     window = _window(since)
     _, store = _context()
-    stats = meow(store.sql, window)
+    stats = meow(_reads(store), window)
     if as_json:
         print_json(stats)
         return
@@ -339,13 +348,14 @@ def failures_list(
     as_json: JsonFlag = False,
 ) -> None:
     """Recent failures with their verdicts: live ones unless --source says otherwise."""
-    from theow_workers.store.failures import SOURCES, UnknownSource, recent
+    from theow_workers.views.failures import cli_rows
+    from theow_workers.views.ports import SOURCES, UnknownSource
 
     window = _window(since)
     if source not in SOURCES:
         raise _fail(str(UnknownSource(source)), 2)
     _, store = _context()
-    rows = recent(store, status=status, since=window, limit=limit, source=source)
+    rows = cli_rows(_reads(store), status=status, since=window, limit=limit, source=source)
     if as_json:
         print_json(rows)
         return
@@ -380,11 +390,11 @@ def _wrapper(row: JsonObject) -> str:
 @failures_app.command("show")
 def failures_show(failure_id: str, as_json: JsonFlag = False) -> None:
     """One failure: its facts, every attempt, its verdict and explorations."""
-    from theow_workers.store.failures import detail
+    from theow_workers.views.failures import failure_detail
 
     _, store = _context()
     failure_id = _full_id(store, failure_id, "failure")
-    info = detail(store, failure_id)
+    info = failure_detail(_reads(store), failure_id)
     if info is None:
         raise _fail(f"no failure {failure_id!r} (see `theow failures list`)")
     if as_json:
@@ -427,7 +437,7 @@ def failures_show(failure_id: str, as_json: JsonFlag = False) -> None:
         out.print(Text(f"  {strip_ansi(line)}", style="dim"))  # log text: no markup, no emoji
 
 
-def _wheres(stored: Any) -> list[Where]:
+def _wheres(stored: Json) -> list[Where]:
     """The stored lines to look at; one that is not ``{fact, line, text}`` is left out."""
     return list(Verdict.from_dict({"failure_id": "-", "status": "-", "where": stored}).where)
 

@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from contextlib import nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -20,6 +20,7 @@ from theow_workers.core.actions import ActionLoadError
 if TYPE_CHECKING:
     from theow_workers.config import Settings
     from theow_workers.core.knowledge import Knowledge
+    from theow_workers.core.rules import RuleError
 
 rules_app = typer.Typer(no_args_is_help=True, help="Check, test and index rules.")
 
@@ -99,7 +100,7 @@ def _knowledge(rule_dirs: Sequence[Path], action_dirs: Sequence[Path]) -> Knowle
         raise fail(str(exc)) from None
 
 
-def _example_errors(knowledge: Knowledge) -> list[Any]:
+def _example_errors(knowledge: Knowledge) -> list[RuleError]:
     """Examples that do not match their condition, counter-examples that do."""
     from theow_workers.core.examples import check_examples
 
@@ -107,7 +108,7 @@ def _example_errors(knowledge: Knowledge) -> list[Any]:
     return [problem for path in files for problem in check_examples(path)]
 
 
-def _confusion_errors(knowledge: Knowledge) -> list[Any]:
+def _confusion_errors(knowledge: Knowledge) -> list[RuleError]:
     """Examples another specific rule wins, with the resolver's structural ranking."""
     from theow_workers.core.confusion import confusion_errors
 

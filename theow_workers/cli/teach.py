@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.syntax import Syntax
@@ -12,6 +12,14 @@ from rich.text import Text
 
 from theow_client.jsontypes import JsonObject
 from theow_workers.cli.output import JsonFlag, err, fail, load_settings, out, print_json
+
+if TYPE_CHECKING:
+    from theow_workers.config import Settings
+    from theow_workers.core.normal import IsNormal
+    from theow_workers.core.resolver import RuleBook
+    from theow_workers.core.rules import Rule
+    from theow_workers.runtime import Runtime
+    from theow_workers.store.explore import ExploreStore
 
 LINES = re.compile(r"^\s*(\d+)\s*(?:[-:]\s*(\d+)\s*)?$")
 
@@ -89,7 +97,7 @@ def teach(
     _print(teaching)
 
 
-def _context() -> tuple[Any, Any, Any]:
+def _context() -> tuple[Settings, ExploreStore, RuleBook]:
     from theow_workers.cli.review import _context as review_context
     from theow_workers.core.actions import ActionLoadError
     from theow_workers.core.knowledge import Knowledge
@@ -103,9 +111,9 @@ def _context() -> tuple[Any, Any, Any]:
 
 
 def _teach_one(
-    store: Any,
-    book: Any,
-    settings: Any,
+    store: ExploreStore,
+    book: RuleBook,
+    settings: Settings,
     given: str,
     first: int,
     last: int,
@@ -141,7 +149,7 @@ def _teach_one(
     return teaching.to_dict()
 
 
-def _normal(settings: Any, job: str | None) -> Any:
+def _normal(settings: Settings, job: str | None) -> IsNormal | None:
     """The job's normal from Redis, or None (no job, none learned, Redis down: said so)."""
     if not job:
         return None
@@ -157,7 +165,7 @@ def _normal(settings: Any, job: str | None) -> Any:
     return normal.is_normal if normal else None
 
 
-def _taken(settings: Any) -> set[str]:
+def _taken(settings: Settings) -> set[str]:
     from theow_workers.review.proposals import defined_names
 
     return {name for layer in settings.rule_layers for name in defined_names(layer)}
@@ -168,7 +176,7 @@ class _BadExample(ValueError):
 
 
 def _bulk(
-    store: Any, book: Any, path: Path, who: str, scope: str, mode: str, as_json: bool
+    store: ExploreStore, book: RuleBook, path: Path, who: str, scope: str, mode: str, as_json: bool
 ) -> None:
     """One proposal per distinct rule, in the file's order.
 
@@ -185,7 +193,7 @@ def _bulk(
     filed: list[JsonObject] = []
     problems: list[str] = []
     same: list[JsonObject] = []  # {line, proposal_id}: examples of a rule already filed
-    by_key: dict[tuple[Any, ...], str] = {}
+    by_key: dict[tuple[object, ...], str] = {}
     taken = set(_taken(settings))
     normals = _Normals(settings)
     for number, data, problem in read_jsonl(path):
@@ -258,13 +266,13 @@ def _bulk(
 class _Normals:
     """The job's normal line test per job, from one runtime, built when first wanted."""
 
-    def __init__(self, settings: Any) -> None:
+    def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.runtime: Any = None
-        self.known: JsonObject = {}
+        self.runtime: Runtime | None = None
+        self.known: dict[str, IsNormal | None] = {}
         self.down = False
 
-    def get(self, facts: JsonObject) -> Any:
+    def get(self, facts: JsonObject) -> IsNormal | None:
         from theow_client.job import job_fact
         from theow_workers.review.teach import normal_test
 
@@ -284,7 +292,7 @@ class _Normals:
         return self.known[job]
 
 
-def _example_failure(store: Any, data: JsonObject) -> tuple[str, JsonObject]:
+def _example_failure(store: ExploreStore, data: JsonObject) -> tuple[str, JsonObject]:
     """The stored failure an example names, or the one its facts are stored as (source
     ``taught``, id from their hash: the same facts twice are one failure)."""
     import hashlib
@@ -353,12 +361,12 @@ def _example_span(facts: JsonObject, data: JsonObject) -> tuple[int, int]:
     return max(first, last - MAX_SPAN + 1), last
 
 
-def _rule_key(rule: Any) -> tuple[Any, ...]:
+def _rule_key(rule: Rule) -> tuple[object, ...]:
     """What makes two taught rules the same rule: their conditions, examples aside."""
     return tuple((c.fact, c.equals, c.regex, c.contains) for c in rule.when)
 
 
-def _explained(rules: list[Any], facts: JsonObject, span: tuple[int, int]) -> str | None:
+def _explained(rules: list[Rule], facts: JsonObject, span: tuple[int, int]) -> str | None:
     """The rule among ``rules`` whose evidence on ``facts`` lies in ``span``, if any."""
     from theow_workers.core.matching import evaluate
     from theow_workers.core.resolver import matching_facts
@@ -370,7 +378,7 @@ def _explained(rules: list[Any], facts: JsonObject, span: tuple[int, int]) -> st
     return None
 
 
-def _with(book: Any, rule: Any) -> Any:
+def _with(book: RuleBook, rule: Rule) -> RuleBook:
     from theow_workers.core.resolver import RuleBook
 
     return RuleBook((*book.rules, rule), f"{book.version}+{rule.name}", book.client_side)

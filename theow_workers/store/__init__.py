@@ -5,7 +5,8 @@ resolve path (failures, attempts, verdicts, rule stats); ``explore`` the
 explorations and proposals; ``figures`` the counts that ``theow meow`` and
 the Prometheus metrics both read; ``replay``, ``replay_chunk`` and
 ``replay_explore`` the replay's jobs and items, a chunk's writes and its
-explorations. Outside this package (and the Alembic migrations) nothing
+explorations; ``reads`` the read model the screens read (``SqlReads``, the
+``views.ports.Reads`` Protocol: failures, proposals, figures, replays). Outside this package (and the Alembic migrations) nothing
 imports SQLAlchemy: callers get dataclasses.
 """
 

@@ -1,30 +1,27 @@
-"""What the web console's list pages read: paginated, indexed queries over the SQL store.
+"""What the web console's rule and insight pages read: bounded, indexed queries over the SQL store.
 
-Detail pages reuse the CLI's queries (``store.failures.detail``,
-``review.stats.meow``, ``replay.report.build``); the queries here are the ones
-a terminal never needed: a page of failures filtered by repo, job, rule, mode
-and outcome, per-rule activity, per-day series for the insight plots, and
-the newest failures no rule explains (which the insight page groups as a
-replay does: ``web.groups``).
-Every list is bounded (``PAGE`` rows, keyset pagination on ``received_at``)
-so a page costs the same with 100 or 100,000 failures stored.
+The failure list, one failure, the review queue and the totals are the read
+model's (``store.reads``, rendered by ``theow_workers.views``, as the CLI and
+the JSON API render them); the queries here are the ones a terminal never
+needed: per-rule activity, per-day series for the insight plots, and the
+newest failures no rule explains (which the insight page groups as a replay
+does: ``web.groups``). Every list is bounded, so a page costs the same with
+100 or 100,000 failures stored.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from typing import Any
 
 from sqlalchemy import func, select
 
 from theow_client.jsontypes import JsonObject
 from theow_client.verdict import Status
 from theow_workers.store.explore import ExploreStore
-from theow_workers.store.failure_list import Cursor, _common, aware, failure_page
-from theow_workers.store.failure_list import FailureFilter as FailureFilter  # the pages' name
+from theow_workers.store.failure_list import _common, aware
 from theow_workers.store.figures import LLM_OUTCOMES, MATCHED
-from theow_workers.store.schema import ExplorationRow, FailureRow, ProposalRow, VerdictRow
+from theow_workers.store.schema import ExplorationRow, FailureRow, VerdictRow
 
 PAGE = 50
 RECENT_MATCHES = 20
@@ -41,19 +38,6 @@ class UnknownFailure:
     id: str
     fingerprint: str
     received_at: datetime | None
-
-
-def failures_page(
-    store: ExploreStore, where: FailureFilter, before: datetime | None = None, limit: int = PAGE
-) -> tuple[list[JsonObject], datetime | None]:
-    """One page of failures, newest first, and the time cursor of the next page (or None).
-
-    The list the JSON API reads too (``failure_list.failure_page``), paged here by time
-    alone as the console always did. Raises UnknownSource for an unknown ``where.source``.
-    """
-    after = Cursor(before) if before is not None else None
-    page, more = failure_page(store, where, after, limit)
-    return page, (more.at if more is not None else None)
 
 
 def rule_activity(store: ExploreStore) -> dict[str, JsonObject]:
@@ -91,74 +75,11 @@ def rule_matches(store: ExploreStore, rule: str, limit: int = RECENT_MATCHES) ->
         ]
 
 
-def queue(store: ExploreStore) -> list[JsonObject]:
-    """Pending proposals with their session's tokens and cost, newest first."""
-    query = (
-        select(
-            ProposalRow.id,
-            ProposalRow.rule_name,
-            ProposalRow.created_at,
-            ProposalRow.failure_id,
-            ProposalRow.diffs,
-            ExplorationRow.tokens_in,
-            ExplorationRow.tokens_out,
-            ExplorationRow.cost,
-            ExplorationRow.models,
-        )
-        .join(ExplorationRow, ExplorationRow.id == ProposalRow.exploration_id)
-        .where(ProposalRow.status == "pending")
-        .order_by(ProposalRow.created_at.desc())
-    )
-    with store.session() as s:
-        return [
-            {
-                "id": pid,
-                "rule": name,
-                "created_at": aware(at),
-                "failure_id": fid,
-                "files": [d["path"] for d in diffs or []],
-                "tokens_in": tin or 0,
-                "tokens_out": tout or 0,
-                "cost": cost or 0.0,
-                "models": models or [],
-            }
-            for pid, name, at, fid, diffs, tin, tout, cost, models in s.execute(query).all()
-        ]
-
-
-def reviewed(store: ExploreStore, limit: int = 20) -> list[JsonObject]:
-    query = (
-        select(
-            ProposalRow.id,
-            ProposalRow.rule_name,
-            ProposalRow.status,
-            ProposalRow.reviewed_by,
-            ProposalRow.reviewed_at,
-            ProposalRow.review_reason,
-        )
-        .where(ProposalRow.status != "pending")
-        .order_by(ProposalRow.reviewed_at.desc())
-        .limit(limit)
-    )
-    with store.session() as s:
-        return [
-            {
-                "id": pid,
-                "rule": name,
-                "status": st,
-                "reviewed_by": by,
-                "reviewed_at": aware(at),
-                "reason": reason,
-            }
-            for pid, name, st, by, at, reason in s.execute(query).all()
-        ]
-
-
 def _days(start: date, days: int) -> list[date]:
     return [start + timedelta(days=i) for i in range(days)]
 
 
-def _day(value: Any) -> date:
+def _day(value: date | str) -> date:
     return value if isinstance(value, date) else date.fromisoformat(str(value)[:10])
 
 

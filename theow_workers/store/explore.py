@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from sqlalchemy import and_, or_, select, update
 
@@ -333,7 +332,7 @@ class ExploreStore:
         """Mark a pending proposal rejected; False if it was reviewed meanwhile."""
         return self._review(proposal_id, "rejected", by, review_reason=reason)
 
-    def _review(self, proposal_id: str, status: str, by: str, **values: Any) -> bool:
+    def _review(self, proposal_id: str, status: str, by: str, **values: str | None) -> bool:
         """Only a pending proposal is reviewed: of two reviews at once, one wins."""
         with self.session.begin() as s:
             done = s.execute(

@@ -1,4 +1,5 @@
-"""The one list of failures: the console's failure page and the JSON API both read it.
+"""The one list of failures, in SQL: the CLI, the console's failure page and the JSON API read it
+(``SqlReads.failures.page``, through ``views.failures.failure_list``).
 
 Newest first, keyset-paginated on ``(received_at, id)``: a cursor is the last
 row's pair, and the next page is every row strictly after it in that order.
@@ -10,42 +11,49 @@ microsecond are never split across a page boundary and lost.
 The console passes its old ``before`` time alone (``Cursor(at, None)``), which
 reads exactly as it did: ``received_at < at``.
 
->>> Cursor.decode(Cursor(datetime(2026, 1, 2, tzinfo=UTC), "f-1").encode())
-Cursor(at=datetime.datetime(2026, 1, 2, 0, 0, tzinfo=datetime.timezone.utc), id='f-1')
->>> Cursor.decode("not a cursor") is None
-True
+(``Cursor``, ``FailureFilter`` and ``Window`` are the read model's: ``views.ports``.)
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
+from datetime import UTC
 
-from sqlalchemy import and_, func, literal_column, or_, select
+from sqlalchemy import ColumnElement, and_, func, literal_column, or_, select
 
-from theow_client.jsontypes import JsonObject
 from theow_workers.store.explore import ExploreStore
 from theow_workers.store.figures import REPLAY_SOURCE
 from theow_workers.store.schema import FailureRow, VerdictRow
+from theow_workers.views.ports import (
+    ALL,
+    ANY_TIME,
+    LIVE,
+    REPLAY,
+    SOURCES,
+    Cursor,
+    FailureFilter,
+    FailurePage,
+    FailureSummary,
+    UnknownSource,
+    Window,
+    aware,
+)
 
-CURSOR_CHARS = 400  # a cursor is a time and an id: anything longer is not one of ours
+__all__ = [
+    "ALL",
+    "LIVE",
+    "REPLAY",
+    "SOURCES",
+    "Cursor",
+    "FailureFilter",
+    "UnknownSource",
+    "Window",
+    "aware",
+    "failure_page",
+    "from_source",
+]
 
-# Where failures came from: ``live`` (build agents, the demo, anything but a replay),
-# ``replay`` (a replay's, source ``replay:<job>``) or ``all``.
-LIVE, REPLAY, ALL = "live", "replay", "all"
-SOURCES = (LIVE, REPLAY, ALL)
 
-
-class UnknownSource(ValueError):
-    def __init__(self, given: str) -> None:
-        super().__init__(f"source {given!r}: use {', '.join(SOURCES)}")
-
-
-def from_source(source: str) -> Any:
+def from_source(source: str) -> ColumnElement[bool] | None:
     """The condition on failures that keeps those of ``source`` (None: all of them)."""
     if source == LIVE:
         return FailureRow.source.not_like(REPLAY_SOURCE)
@@ -56,29 +64,7 @@ def from_source(source: str) -> Any:
     raise UnknownSource(source)
 
 
-def aware(value: datetime | None) -> datetime | None:
-    """SQLite gives naive datetimes back; they are UTC."""
-    if value is not None and value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value
-
-
-@dataclass(frozen=True)
-class FailureFilter:
-    repo: str = ""
-    job: str = ""
-    rule: str = ""
-    mode: str = ""
-    outcome: str = ""  # the verdict's status
-    q: str = ""  # a failure id or its prefix
-    source: str = LIVE  # live, replay or all (failures.SOURCES)
-
-    def active(self) -> dict[str, str]:
-        """The filters that differ from a bare /failures (live failures, any of the rest)."""
-        return {k: v for k, v in self.__dict__.items() if v and not (k == "source" and v == LIVE)}
-
-
-def _common(condition: Any) -> Any:
+def _common(condition: ColumnElement[bool]) -> ColumnElement[bool]:
     """Tell SQLite's planner a condition holds for many rows.
 
     Without it, ``status = 'unmatched'`` picks the status index and sorts
@@ -88,38 +74,8 @@ def _common(condition: Any) -> Any:
     return func.likelihood(condition, literal_column("0.5"))
 
 
-@dataclass(frozen=True)
-class Cursor:
-    """Where a page ended: the last row's receipt time and id (id None: time only)."""
-
-    at: datetime
-    id: str | None = None
-
-    def encode(self) -> str:
-        raw = json.dumps([self.at.isoformat(), self.id], separators=(",", ":")).encode()
-        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-    @classmethod
-    def decode(cls, text: str) -> Cursor | None:
-        """The cursor ``text`` encodes, or None when it is not one ``encode`` wrote."""
-        if not text or len(text) > CURSOR_CHARS:
-            return None
-        try:
-            at, fid = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-            when = datetime.fromisoformat(at)
-        except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
-            return None
-        if fid is not None and not isinstance(fid, str):
-            return None
-        return cls(when if when.tzinfo else when.replace(tzinfo=UTC), fid)
-
-
-@dataclass(frozen=True)
-class Window:
-    """Received at or after ``since`` and before ``until`` (either may be open)."""
-
-    since: datetime | None = None
-    until: datetime | None = None
+def _as_is(condition: ColumnElement[bool]) -> ColumnElement[bool]:
+    return condition
 
 
 def failure_page(
@@ -127,8 +83,8 @@ def failure_page(
     where: FailureFilter,
     after: Cursor | None = None,
     limit: int = 50,
-    window: Window = Window(),
-) -> tuple[list[JsonObject], Cursor | None]:
+    window: Window = ANY_TIME,
+) -> FailurePage:
     """One page of failures, newest first, and the cursor of the next page (None: the last).
 
     Raises UnknownSource for a ``where.source`` other than live, replay or all.
@@ -178,29 +134,29 @@ def failure_page(
     if where.q:
         query = query.where(FailureRow.id.startswith(where.q.strip(), autoescape=True))
     with store.session() as s:
-        common = _common if s.get_bind().dialect.name == "sqlite" else (lambda c: c)
+        common = _common if s.get_bind().dialect.name == "sqlite" else _as_is
         if where.mode:
             query = query.where(common(VerdictRow.mode == where.mode))
         if where.outcome:
             query = query.where(common(VerdictRow.status == where.outcome))
         rows = s.execute(query).all()
-    page = [
-        {
-            "id": fid,
-            "received_at": aware(at),
-            "source": source,
-            "problem_type": ptype,
-            "repo": r or "",
-            "job": j or "",
-            "outcome": status,
-            "rule": rule,
-            "mode": mode,
-            "reason": reason,
-            "wrapper": wrapper,
-        }
+    page = tuple(
+        FailureSummary(
+            id=fid,
+            received_at=at if at.tzinfo else at.replace(tzinfo=UTC),
+            source=source,
+            problem_type=ptype,
+            repo=r or "",
+            job=j or "",
+            outcome=status,
+            rule=rule,
+            mode=mode,
+            reason=reason,
+            wrapper=wrapper,
+        )
         for fid, at, source, ptype, r, j, status, rule, mode, reason, wrapper in rows[:limit]
-    ]
+    )
     if len(rows) <= limit or not page:
-        return page, None
+        return FailurePage(page, None)
     last = page[-1]
-    return page, Cursor(last["received_at"], last["id"])
+    return FailurePage(page, Cursor(last.received_at, last.id))

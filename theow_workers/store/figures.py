@@ -31,36 +31,30 @@ from theow_workers.store.schema import (
     ProposalRow,
     VerdictRow,
 )
+from theow_workers.views.ports import (
+    LLM_OUTCOMES,
+    MATCHED,
+    REPLAY_PREFIX,
+    SAVED_OUTCOMES,
+    AttemptCount,
+    ExplorationCount,
+    VerdictCount,
+)
 
-MATCHED = ("resolved", "suggested", "retry", "tracked")
-# Outcomes in which a model was actually called (the rest cost nothing).
-LLM_OUTCOMES = ("proposal", "gave_up", "budget", "done", "rate_limited", "error")
-SAVED_OUTCOMES = ("cache_hit", "deduplicated")
+# The statuses and outcomes the figures group by are the read model's (``views.ports``).
+__all__ = [
+    "LLM_OUTCOMES",
+    "MATCHED",
+    "REPLAY_SOURCE",
+    "SAVED_OUTCOMES",
+    "AttemptCount",
+    "ExplorationCount",
+    "Figures",
+    "ReplayJobFigures",
+    "VerdictCount",
+]
 # Replayed history is not traffic: its failures (source replay:<job>) have their own figures.
-REPLAY_SOURCE = "replay:%"
-
-
-@dataclass(frozen=True)
-class VerdictCount:
-    status: str
-    rule: str | None
-    count: int
-
-
-@dataclass(frozen=True)
-class AttemptCount:
-    rule: str
-    outcome: str
-    count: int
-
-
-@dataclass(frozen=True)
-class ExplorationCount:
-    outcome: str
-    count: int
-    cost: float
-    tokens_in: int
-    tokens_out: int
+REPLAY_SOURCE = REPLAY_PREFIX + "%"
 
 
 @dataclass(frozen=True)

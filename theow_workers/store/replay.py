@@ -19,9 +19,9 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import exists, func, inspect, not_, or_, select, update
+from sqlalchemy import Select, exists, func, inspect, not_, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -36,6 +36,7 @@ from theow_workers.store.schema import (
     VerdictRow,
     expand_id,
 )
+from theow_workers.views.ports import ReplayJob
 
 # Job statuses. "running" with a stale heartbeat means the driver died.
 PENDING, RUNNING, DONE = "pending", "running", "done"
@@ -73,61 +74,16 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-@dataclass(frozen=True)
-class Job:
-    id: str
-    kind: str
-    source: str
-    source_key: str
-    options: JsonObject
-    dry_run: bool
-    explore: bool
-    explore_budget: int | None
-    explore_status: str
-    status: str
-    message: str
-    rules: list[str]
-    rules_version: str
-    total: int | None
-    processed: int
-    matched: int
-    unmatched: int
-    failed: int
-    errors: int
-    invalid: int
-    duplicates: int
-    created_at: datetime
-    heartbeat_at: datetime | None
-    finished_at: datetime | None
-    passing: int = 0  # passing runs learned, not replayed
+# A job is the read model's dataclass (``views.ports.ReplayJob``), by the name the replay uses.
+Job = ReplayJob
 
-    @property
-    def replayed(self) -> int:
-        """Items that went through the resolver (not invalid input, duplicates, passing runs)."""
-        return self.processed - self.invalid - self.duplicates - self.passing
 
-    @property
-    def hit_rate(self) -> float:
-        return self.matched / self.replayed if self.replayed else 0.0
-
-    @property
-    def remaining(self) -> int | None:
-        return None if self.total is None else max(0, self.total - self.processed)
-
-    def to_dict(self) -> JsonObject:
-        data = {f.name: getattr(self, f.name) for f in fields(self)}
-        for key in ("created_at", "heartbeat_at", "finished_at"):
-            data[key] = data[key].isoformat() if data[key] else None
-        data.update(replayed=self.replayed, hit_rate=round(self.hit_rate, 4))
-        return data
-
-    @classmethod
-    def from_row(cls, row: ReplayJobRow) -> Job:
-        data = {f.name: getattr(row, f.name) for f in fields(cls)}
-        for key in ("created_at", "heartbeat_at", "finished_at"):
-            if data[key] is not None and data[key].tzinfo is None:  # SQLite drops the zone
-                data[key] = data[key].replace(tzinfo=UTC)
-        return cls(**data)
+def _job(row: ReplayJobRow) -> Job:
+    data = {f.name: getattr(row, f.name) for f in fields(Job)}
+    for key in ("created_at", "heartbeat_at", "finished_at"):
+        if data[key] is not None and data[key].tzinfo is None:  # SQLite drops the zone
+            data[key] = data[key].replace(tzinfo=UTC)
+    return Job(**data)
 
 
 @dataclass(frozen=True)
@@ -179,12 +135,12 @@ class ReplayStore:
                 row = s.get(ReplayJobRow, full) if full is not None else None
             if row is None:
                 raise JobNotFound(f"no replay job {job_id!r} (see `theow replay list`)")
-            return Job.from_row(row)
+            return _job(row)
 
     def recent(self, limit: int = 20) -> list[Job]:
         with self.session() as s:
             query = select(ReplayJobRow).order_by(ReplayJobRow.created_at.desc()).limit(limit)
-            return [Job.from_row(r) for r in s.execute(query).scalars()]
+            return [_job(r) for r in s.execute(query).scalars()]
 
     def previous(self, job: Job) -> Job | None:
         """The latest finished job of the same source created before ``job``."""
@@ -201,7 +157,7 @@ class ReplayStore:
         )
         with self.session() as s:
             row = s.execute(query).scalar_one_or_none()
-            return Job.from_row(row) if row is not None else None
+            return _job(row) if row is not None else None
 
     def update(self, job_id: str, **values: Any) -> None:
         with self.session.begin() as s:
@@ -399,7 +355,10 @@ class ReplayStore:
             return list(s.execute(query.order_by(FailureRow.id).limit(limit)).scalars())
 
 
-def _selected(query: Any, selection: JsonObject) -> Any:
+_T = TypeVar("_T")
+
+
+def _selected(query: Select[_T], selection: JsonObject) -> Select[_T]:
     """Stored failures by time (``from``, ``until``), verdict (``unmatched_only``) and ``rule``.
 
     Failures recorded by replays are never selected, nor rejected submissions

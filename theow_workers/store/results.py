@@ -41,6 +41,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import sessionmaker
+from sqlalchemy.sql.expression import ColumnClause, TableValuedAlias
 
 from theow_client.jsontypes import JsonObject
 from theow_client.verdict import Status, Verdict
@@ -55,6 +56,7 @@ from theow_workers.core.ports import (
 )
 from theow_workers.store.schema import (
     AttemptRow,
+    Base,
     FailureRow,
     RuleStatsRow,
     VerdictRow,
@@ -283,7 +285,7 @@ def writes_for(dialect_name: str) -> Writes:
 
 # When the outcome is written: the attempts' created_at, the rules' last success or failure.
 WRITTEN_AT = bindparam("written_at", type_=DateTime(timezone=True))
-ATTEMPT_FIELDS = [
+ATTEMPT_FIELDS: list[ColumnClause[object]] = [
     column("failure_id", String),
     column("rule", String),
     column("params", JSON),
@@ -293,15 +295,19 @@ ATTEMPT_FIELDS = [
     column("delivery", Integer),
     column("evidence", JSON),
 ]
-COUNT_FIELDS = [column("rule", String), column("successes", Integer), column("failures", Integer)]
+COUNT_FIELDS: list[ColumnClause[object]] = [
+    column("rule", String),
+    column("successes", Integer),
+    column("failures", Integer),
+]
 
 
-def _bound(row: Any) -> JsonObject:
+def _bound(row: type[Base]) -> JsonObject:
     """Every column of a row's table as a bound parameter of the column's name."""
     return {c.name: bindparam(c.name, type_=c.type) for c in row.__table__.c}
 
 
-def _counted(upsert: Any) -> Insert:
+def _counted(upsert: postgresql.Insert | sqlite.Insert) -> Insert:
     """A rule's counts added to its row (``successes = successes + n``), or its row created."""
     old, new = RuleStatsRow, upsert.excluded
     return cast(
@@ -348,7 +354,7 @@ def _with_writes_in_front(add_verdict: Insert) -> Insert:
     return add_verdict.add_cte(add_attempts.cte("attempts_added"), add_counts.cte("counts_added"))
 
 
-def _recordset(name: str, fields: list[Any]) -> Any:
+def _recordset(name: str, fields: list[ColumnClause[object]]) -> TableValuedAlias:
     """``json_to_recordset(:name) AS (fields)``: rows bound as one JSON parameter."""
     bound = bindparam(name, type_=JSON)
     return func.json_to_recordset(bound).table_valued(*fields).render_derived(with_types=True)

@@ -12,7 +12,6 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import (
     JSON,
@@ -30,8 +29,17 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine.interfaces import DBAPIConnection, DBAPICursor
 from sqlalchemy.exc import DisconnectionError, OperationalError, SQLAlchemyError
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
+from sqlalchemy.orm import (
+    DeclarativeBase,
+    InstrumentedAttribute,
+    Mapped,
+    Session,
+    mapped_column,
+    sessionmaker,
+)
+from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
 
 from theow_client.jsontypes import JsonObject
 
@@ -250,7 +258,7 @@ class ReplayExplorationRow(Base):
     sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
-def _use_wal(cursor: Any, timeout: float = 30.0) -> None:
+def _use_wal(cursor: DBAPICursor, timeout: float = 30.0) -> None:
     """Switch the database to WAL unless it is already (as it is once migrated).
 
     Setting the mode takes a lock that SQLite's busy handler does not wait for:
@@ -262,7 +270,10 @@ def _use_wal(cursor: Any, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
-            (mode,) = cursor.execute("PRAGMA journal_mode").fetchone()
+            cursor.execute("PRAGMA journal_mode")
+            row = cursor.fetchone()
+            assert row is not None  # the pragma always answers one row
+            (mode,) = row
             if str(mode).lower() != "wal":
                 cursor.execute("PRAGMA journal_mode=WAL")
             return
@@ -280,7 +291,7 @@ def make_engine(url: str) -> Engine:
         engine = create_engine(url, connect_args={"timeout": 30})
 
         @event.listens_for(engine, "connect")
-        def _pragmas(dbapi_conn: Any, _: Any) -> None:
+        def _pragmas(dbapi_conn: DBAPIConnection, _: ConnectionPoolEntry) -> None:
             # WAL lets readers and one writer work at once across worker processes.
             cursor = dbapi_conn.cursor()
             cursor.execute("PRAGMA busy_timeout=30000")
@@ -311,11 +322,13 @@ def _ping_when_idle(engine: Engine) -> None:
     """
 
     @event.listens_for(engine, "checkin")
-    def _idle_since(_dbapi_conn: Any, record: Any) -> None:
+    def _idle_since(_dbapi_conn: DBAPIConnection, record: ConnectionPoolEntry) -> None:
         record.info["idle_since"] = time.monotonic()
 
     @event.listens_for(engine, "checkout")
-    def _ping(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+    def _ping(
+        dbapi_conn: DBAPIConnection, record: ConnectionPoolEntry, _proxy: PoolProxiedConnection
+    ) -> None:
         since = record.info.pop("idle_since", None)
         record.info["pinged"] = since is not None and time.monotonic() - since > PING_AFTER_IDLE_S
         if not record.info["pinged"]:
@@ -388,7 +401,9 @@ class AmbiguousId(LookupError):
     """An id prefix names more than one row."""
 
 
-def expand_id(session: sessionmaker[Any], column: Any, given: str, what: str) -> str | None:
+def expand_id(
+    session: sessionmaker[Session], column: InstrumentedAttribute[str], given: str, what: str
+) -> str | None:
     """``given`` when it is an id, else the one id it is a prefix of; None if none.
 
     Tables cut long ids on narrow screens and people copy short forms, so an

@@ -8,11 +8,12 @@ writes: any method but GET (and HEAD) is answered 405. The agents' intake
 agent tokens; an ``api-read`` token there is refused with 403, as an agent
 token is on these lists.
 
-The answers are the CLI's and the console's own views: the failure list is
-``store.failure_list.failure_page`` (the console's failure page reads it
-too), one failure is ``store.failures.detail`` (``theow failures show
---json``), rules are the console's catalogue, insight its snapshot, replays
-the replay store's jobs. Each answer goes through its model in
+The answers are the CLI's and the console's own views (``theow_workers.views``
+on the read model, ``console.reads``): the failure list is
+``views.failures.failure_list`` (the console's failure page and ``theow
+failures list`` read it too), one failure is ``views.failures.failure_detail``
+(``theow failures show --json``), rules are the console's catalogue, insight its snapshot, replays
+``views.replays``. Each answer goes through its model in
 ``api_schema``, which also writes the OpenAPI document served at
 ``/api/v1/openapi.json`` (no token needed: it holds no data).
 
@@ -27,7 +28,7 @@ from __future__ import annotations
 import json
 import math
 from datetime import UTC, date, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
@@ -35,9 +36,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from theow_workers.store.failure_list import Cursor, FailureFilter, Window, failure_page
-from theow_workers.store.failures import LIVE, SOURCES, UnknownSource, detail
+from theow_client.jsontypes import Json
 from theow_workers.store.tokens import TokenInfo, TokenStore
+from theow_workers.views.failures import api_page, checked, failure_detail
+from theow_workers.views.ports import LIVE, Cursor, FailureFilter, Window
+from theow_workers.views.replays import api_replays
 from theow_workers.web import api_schema as schema
 from theow_workers.web.rate import TokenBuckets
 
@@ -70,16 +73,16 @@ def problem(status: int, error: str, headers: dict[str, str] | None = None) -> J
     return JSONResponse({"error": error}, status_code=status, headers=headers)
 
 
-def answer(model: type[BaseModel], value: Any, status: int = 200) -> Response:
+def answer(model: type[BaseModel], value: object, status: int = 200) -> Response:
     """``value`` as ``model`` says it is (the document's promise), as JSON."""
     body = model.model_validate(plain(value)).model_dump(mode="json", exclude_none=False)
     return JSONResponse(body, status_code=status)
 
 
-def plain(value: Any) -> Any:
+def plain(value: object) -> Json:
     """Dates and times as ISO 8601 text, everything else as JSON has it."""
 
-    def default(v: Any) -> Any:
+    def default(v: object) -> str:
         if isinstance(v, (datetime, date)):
             return v.isoformat()
         return str(v)
@@ -177,16 +180,16 @@ async def failures(request: Request) -> Response:
         )
     }
     try:
-        where = FailureFilter(
-            repo=given["repo"],
-            job=given["job"],
-            rule=given["rule"],
-            mode=given["mode"],
-            outcome=given["status"],
-            source=given["source"] or LIVE,
+        where = checked(
+            FailureFilter(
+                repo=given["repo"],
+                job=given["job"],
+                rule=given["rule"],
+                mode=given["mode"],
+                outcome=given["status"],
+                source=given["source"] or LIVE,
+            )
         )
-        if where.source not in SOURCES:
-            raise UnknownSource(where.source)
         window = Window(_when(given["since"], "since"), _when(given["until"], "until"))
         limit = _limit(given["limit"])
     except ValueError as exc:
@@ -196,13 +199,10 @@ async def failures(request: Request) -> Response:
         after = Cursor.decode(given["cursor"])
         if after is None or after.id is None:
             return problem(400, "cursor is not one this API gave (pass a page's `next` as is)")
-    rows, more = await run_in_threadpool(
-        failure_page, api_of(request).console.store, where, after, limit, window
+    page = await run_in_threadpool(
+        api_page, api_of(request).console.reads, where, after, limit, window
     )
-    listed = [
-        {**{k: v for k, v in r.items() if k != "outcome"}, "status": r["outcome"]} for r in rows
-    ]
-    return answer(schema.FailurePage, {"failures": listed, "next": more.encode() if more else None})
+    return answer(schema.FailurePage, page)
 
 
 async def failure(request: Request) -> Response:
@@ -210,7 +210,7 @@ async def failure(request: Request) -> Response:
     if not isinstance(token, TokenInfo):
         return token
     fid = request.path_params["fid"][:FILTER_CHARS]
-    info = await run_in_threadpool(detail, api_of(request).console.store, fid)
+    info = await run_in_threadpool(failure_detail, api_of(request).console.reads, fid)
     if info is None:
         return problem(404, f"no failure {fid!r}")
     return answer(schema.FailureDetail, info)
@@ -236,13 +236,11 @@ async def insight(request: Request) -> Response:
 
 
 async def replays(request: Request) -> Response:
-    from theow_workers.store.replay import ReplayStore
-
     token = await authorize(request, READ_SCOPES)
     if not isinstance(token, TokenInfo):
         return token
-    jobs = await run_in_threadpool(ReplayStore(api_of(request).console.store.sql.engine).recent, 50)
-    return answer(schema.ReplayList, {"replays": [j.to_dict() for j in jobs]})
+    jobs = await run_in_threadpool(api_replays, api_of(request).console.reads)
+    return answer(schema.ReplayList, jobs)
 
 
 async def openapi(request: Request) -> Response:

@@ -15,12 +15,10 @@ and checks answers against it).
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import models_json_schema
 
-from theow_client.jsontypes import JsonObject
+from theow_client.jsontypes import Json, JsonObject
 
 API = "/api/v1"
 VERSION = "1"
@@ -94,7 +92,7 @@ class FailureDetail(Model):
     source: str
     fingerprint: str | None = None
     facts: JsonObject = Field(description="The stored facts: bounded and masked.")
-    error_lines: list[Any] = []
+    error_lines: list[str] = []
     verdict: VerdictView | None = None
     attempts: list[JsonObject] = []
     explorations: list[JsonObject] = []
@@ -205,7 +203,7 @@ def _query(name: str, what: str, fmt: str | None = None) -> JsonObject:
 ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
 
 
-def _get(summary: str, model: type[BaseModel], **extra: Any) -> JsonObject:
+def _get(summary: str, model: type[BaseModel], **extra: Json) -> JsonObject:
     return {
         "summary": summary,
         "security": [{"token": []}],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -14,6 +14,7 @@ from theow_workers.config import Settings
 from theow_workers.core.summary import LinePredicate
 from theow_workers.store import console as queries
 from theow_workers.store.explore import ExploreStore
+from theow_workers.store.reads import SqlReads
 from theow_workers.web.affected import AffectedCounter
 from theow_workers.web.auth import Keys, Session, Sessions
 from theow_workers.web.groups import BasisCache
@@ -42,6 +43,7 @@ class Console:
     def __init__(self, settings: Settings, store: ExploreStore, bound: str = "") -> None:
         self.settings = settings
         self.store = store
+        self.reads = SqlReads(store)  # what the pages and the JSON API read (views.ports.Reads)
         self.keys = Keys.for_deployment(
             settings.web_password.get_secret_value(),
             settings.web_readonly_password.get_secret_value(),
@@ -79,7 +81,7 @@ class Console:
                 self._runtime = build(self.settings, "web")
             return self._runtime
 
-    def render(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
+    def render(self, request: Request, name: str, status: int = 200, **context: object) -> Response:
         session: Session = request.state.session
         flash = request.cookies.get(FLASH, "")
         response = self.templates.TemplateResponse(

@@ -33,7 +33,8 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -44,6 +45,10 @@ from theow_client import names, signing
 from theow_workers.config import Settings
 from theow_workers.integrations import hooks
 from theow_workers.integrations.hooks import HookedJob
+
+if TYPE_CHECKING:
+    from celery import Celery
+    from redis import Redis
 
 log = logging.getLogger("theow.web")
 
@@ -61,8 +66,8 @@ class HookIntake:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._app: Any = None
-        self._redis: Any = None
+        self._app: Celery | None = None
+        self._redis: Redis | None = None
         self._key: bytes | None = None
         self._made = threading.Lock()  # deliveries arrive on many threads at once
 
@@ -75,7 +80,7 @@ class HookIntake:
         return self.settings.gitlab_webhook_token.get_secret_value()
 
     @property
-    def redis(self) -> Any:
+    def redis(self) -> Redis:
         if self._redis is None:
             import redis
 
@@ -94,7 +99,7 @@ class HookIntake:
             raise
         return True
 
-    def _broker(self) -> tuple[Any, bytes]:
+    def _broker(self) -> tuple[Celery, bytes]:
         """The Celery app that sends, and the workers' key that signs: made once."""
         with self._made:
             if self._app is None or self._key is None:
@@ -187,7 +192,9 @@ async def gitlab(request: Request) -> Response:
     return await _accept(intake, body, hooks.gitlab_job, _header(request, "x-gitlab-event-uuid"))
 
 
-async def _accept(intake: HookIntake, body: bytes, read: Any, delivery: str) -> Response:
+async def _accept(
+    intake: HookIntake, body: bytes, read: Callable[[object], HookedJob], delivery: str
+) -> Response:
     try:
         job = read(json.loads(body))
     except (ValueError, RecursionError):  # JSON errors and NotAJob alike

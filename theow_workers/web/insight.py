@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from theow_client.jsontypes import JsonObject
-from theow_workers.review.stats import meow
 from theow_workers.store import console as queries
 from theow_workers.store.explore import ExploreStore
+from theow_workers.store.reads import SqlReads
+from theow_workers.views.stats import meow
 from theow_workers.web.groups import BasisCache, unknown_groups
 
 
@@ -16,4 +17,4 @@ def insight_data(store: ExploreStore, bases: BasisCache | None = None) -> JsonOb
     failure's basis between refreshes.
     """
     groups = unknown_groups(store, bases if bases is not None else BasisCache())
-    return {"stats": meow(store.sql), "days": queries.series(store), "groups": groups}
+    return {"stats": meow(SqlReads(store)), "days": queries.series(store), "groups": groups}

@@ -30,7 +30,7 @@ import json
 import logging
 import threading
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -50,6 +50,8 @@ from theow_workers.web.rate import TokenBuckets
 from theow_workers.wire import MAX_MESSAGE_DEPTH, deeper_than
 
 if TYPE_CHECKING:
+    from celery import Celery
+
     from theow_workers.config import Settings
     from theow_workers.web.console import Console
 
@@ -72,11 +74,11 @@ class Intake:
         self.submissions = TokenBuckets(
             settings.intake_per_minute, min(BURST, settings.intake_per_minute)
         )
-        self._app: Any = None
+        self._app: Celery | None = None
         self._lock = threading.Lock()
 
     @property
-    def sender(self) -> Any:
+    def sender(self) -> Celery:
         """A publish-only Celery app on the fleet's broker: the client's, with the web's URL."""
         with self._lock:
             if self._app is None:

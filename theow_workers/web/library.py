@@ -12,7 +12,6 @@ import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from theow_client.jsontypes import JsonObject
 from theow_workers.core.knowledge import Knowledge
@@ -28,7 +27,7 @@ class Library:
         self.rule_layers, self.action_layers = tuple(rule_layers), tuple(action_layers)
         self._lock = threading.Lock()
         self._loaded: Knowledge | None = None
-        self._signature: Any = None
+        self._signature: tuple[tuple[str, int, int], ...] | None = None
 
     def knowledge(self) -> Knowledge:
         with self._lock:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
@@ -25,13 +25,16 @@ from theow_workers.core.teaching import TeachError
 from theow_workers.review.flags import called_actions, proposal_flags
 from theow_workers.review.proposals import ReviewError, approve, reject, sync_after_approval
 from theow_workers.review.risk import NOT_A_VERDICT, visible
-from theow_workers.store import console as queries
-from theow_workers.store import failures as failure_queries
+from theow_workers.views.failures import console_page, failure_detail
+from theow_workers.views.ports import LIVE, FailureFilter, UnknownSource
+from theow_workers.views.proposals import recently_reviewed, review_queue
+from theow_workers.views.replays import replay_list
 from theow_workers.web import charts
 from theow_workers.web.render import code, log_lines
 from theow_workers.web.transcript import test_rule_results, turns
 
 if TYPE_CHECKING:
+    from theow_workers.config import Settings
     from theow_workers.web.console import Console
 
 
@@ -73,12 +76,12 @@ def _affected(console: Console, proposal_id: str, pending: bool = True) -> JsonO
 async def queue(request: Request) -> Response:
     console = _console(request)
     console.affected.poke()
-    rows = await run_in_threadpool(queries.queue, console.store)
+    rows = await run_in_threadpool(review_queue, console.reads)
     for row in rows:
         row["affected"] = _affected(console, row["id"])
     # Most-affecting first, newest first among equals (the query returns newest first).
     rows.sort(key=lambda r: -r["affected"]["matched"])
-    recent = await run_in_threadpool(queries.reviewed, console.store)
+    recent = await run_in_threadpool(recently_reviewed, console.reads)
     return console.render(request, "queue.html", proposals=rows, reviewed=recent)
 
 
@@ -137,7 +140,7 @@ def _proposal_context(console: Console, proposal_id: str) -> JsonObject | None:
     }
 
 
-def _taught(transcript: list[Any]) -> JsonObject | None:
+def _taught(transcript: list[JsonObject]) -> JsonObject | None:
     """A taught proposal's origin and its latest test results (re-run on each edit)."""
     origin = next(
         (
@@ -233,17 +236,18 @@ def _cursor(text: str) -> datetime | None:
 async def failures_list(request: Request) -> Response:
     console = _console(request)
     params = request.query_params
-    where = queries.FailureFilter(
+    where = FailureFilter(
         **{
             k: params.get(k, "").strip()[:200]
             for k in ("repo", "job", "rule", "mode", "outcome", "q")
         },
-        source=params.get("source", "").strip() or failure_queries.LIVE,
+        source=params.get("source", "").strip() or LIVE,
     )
-    if where.source not in failure_queries.SOURCES:
-        return PlainTextResponse(str(failure_queries.UnknownSource(where.source)), status_code=400)
     before = _cursor(params.get("before", ""))
-    rows, more = await run_in_threadpool(queries.failures_page, console.store, where, before)
+    try:
+        rows, more = await run_in_threadpool(console_page, console.reads, where, before)
+    except UnknownSource as exc:
+        return PlainTextResponse(str(exc), status_code=400)
     return console.render(
         request, "failures.html", rows=rows, where=where, more=more, filters=where.active()
     )
@@ -252,7 +256,7 @@ async def failures_list(request: Request) -> Response:
 def _failure_context(
     console: Console, failure_id: str, chosen: tuple[int | None, int | None] = (None, None)
 ) -> JsonObject | None:
-    info = failure_queries.detail(console.store, failure_id)
+    info = failure_detail(console.reads, failure_id)
     if info is None:
         return None
     facts = info["facts"]
@@ -308,7 +312,7 @@ def _failure_context(
     }
 
 
-def budget_notice(settings: Any) -> str | None:
+def budget_notice(settings: Settings) -> str | None:
     """Why no model call is sent today (the daily LLM budget is reached), or None.
 
     Read from Redis with a short time limit; a console whose Redis is away says nothing.
@@ -584,10 +588,8 @@ async def insight(request: Request) -> Response:
 
 
 async def replays(request: Request) -> Response:
-    from theow_workers.store.replay import ReplayStore
-
     console = _console(request)
-    jobs = await run_in_threadpool(ReplayStore(console.store.sql.engine).recent, 50)
+    jobs = await run_in_threadpool(replay_list, console.reads)
     return console.render(request, "replays.html", jobs=jobs)
 
 

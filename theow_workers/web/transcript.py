@@ -14,9 +14,8 @@ estimate from ``Settings.llm_prices`` (dollars per million tokens).
 from __future__ import annotations
 
 import json
-from typing import Any
 
-from theow_client.jsontypes import JsonObject
+from theow_client.jsontypes import Json, JsonObject
 from theow_workers.core.redact import redact_text
 
 
@@ -63,12 +62,12 @@ def turns(transcript: list[JsonObject], prices: dict[str, tuple[float, float]]) 
     return rows
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     """A call's arguments or a tool's answer as indented JSON, secrets masked."""
     return redact_text(json.dumps(value, indent=1, default=str))
 
 
-def test_rule_results(transcript: list[JsonObject]) -> list[Any]:
+def test_rule_results(transcript: list[JsonObject]) -> list[Json]:
     """What ``test_rule`` answered, each time the model called it, in order."""
     found = []
     for turn in transcript:
