@@ -56,7 +56,7 @@ def _reads(store: ExploreStore) -> Reads:
 
 def _window(since: str | None) -> timedelta | None:
     """``--since 24h`` as a window (None: all time); a malformed one exits 2."""
-    from theow_workers.review.stats import parse_duration
+    from theow_workers.views.stats import parse_duration
 
     try:
         return parse_duration(since) if since else None
@@ -114,16 +114,17 @@ def review_show(proposal_id: str, as_json: JsonFlag = False) -> None:
     from theow_workers.core.query import error_lines
     from theow_workers.core.summary import summarize
     from theow_workers.review.flags import proposal_flags
-    from theow_workers.review.proposals import summary
     from theow_workers.review.risk import NOT_A_VERDICT, visible
+    from theow_workers.views.proposals import summary
 
     settings, store = _context()
     proposal = store.proposal(_full_id(store, proposal_id, "proposal"))
     if proposal is None:
         raise _fail(f"no proposal {proposal_id!r} (see `theow review list`)")
-    exploration = store.exploration(proposal.exploration_id)
     failure = store.failure(proposal.failure_id)
-    info = summary(proposal, exploration)
+    entry = _reads(store).proposals.one(proposal.id)
+    assert entry is not None  # read above, and proposals are never deleted
+    info = summary(entry)
     origin = store.replay_origin(proposal.failure_id)
     flags = proposal_flags(
         proposal, failure.facts if failure else {}, settings.rule_layers, settings.action_layers

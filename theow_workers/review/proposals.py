@@ -24,14 +24,13 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from theow_client.jsontypes import JsonObject
 from theow_workers.core.knowledge import Knowledge
 from theow_workers.core.matching import evaluate
 from theow_workers.core.patching import PatchError, apply_diff, sha256
 from theow_workers.core.rules import RULE_SUFFIX, RuleError, load_rules, parse_rule
 from theow_workers.review.risk import actions_in
 from theow_workers.review.validation import ActionCheckFailed, LoadedAction, load_in_child
-from theow_workers.store.explore import ExplorationRecord, ExploreStore, Proposal
+from theow_workers.store.explore import ExploreStore, Proposal
 
 if TYPE_CHECKING:
     from theow_workers.config import Settings
@@ -330,30 +329,3 @@ def _restore(originals: dict[Path, str | None]) -> None:
             path.unlink(missing_ok=True)
         else:
             _write(path, content)
-
-
-def origin(exploration: ExplorationRecord | None) -> tuple[str, str | None]:
-    """(origin, by whom): ``taught`` by a person (``theow teach``), else ``explorer``."""
-    if exploration is not None and exploration.outcome == "taught":
-        return "taught", exploration.session_id.removeprefix("taught:") or None
-    return "explorer", None
-
-
-def summary(proposal: Proposal, exploration: ExplorationRecord | None) -> JsonObject:
-    source, taught_by = origin(exploration)
-    return {
-        "id": proposal.id,
-        "origin": source,
-        "taught_by": taught_by,
-        "rule": proposal.rule_name,
-        "status": proposal.status,
-        "failure_id": proposal.failure_id,
-        "created_at": proposal.created_at.isoformat() if proposal.created_at else None,
-        "files": [d["path"] for d in proposal.diffs],
-        "tokens_in": exploration.tokens_in if exploration else 0,
-        "tokens_out": exploration.tokens_out if exploration else 0,
-        "cost": round(exploration.cost, 6) if exploration else 0.0,
-        "reviewed_by": proposal.reviewed_by,
-        "reviewed_at": proposal.reviewed_at.isoformat() if proposal.reviewed_at else None,
-        "review_reason": proposal.review_reason,
-    }

@@ -1,6 +1,6 @@
 """The counts Theow reports on: one query each, read by ``theow meow`` and the metrics.
 
-``theow meow`` (``review.stats``), the Prometheus collector (``ops.metrics``)
+``theow meow`` (``views.stats``), the Prometheus collector (``ops.metrics``)
 and the web console show the same figures; they read them here, so a verdict
 counted in one is counted the same way in the others. Every function takes
 an open connection (``Figures.read(engine)``) and returns dataclasses.

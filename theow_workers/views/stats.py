@@ -10,6 +10,7 @@ build agents have not reported on yet are pending, not failures.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
@@ -28,6 +29,17 @@ from theow_workers.views.ports import (
 # for the build agent to run it and report (pending), one only offered (suggested).
 RULE_COUNTS = ("successes", "failures", "pending", "suggested")
 RULE_COUNT_OF = {"success": "successes", CLIENT_PENDING: "pending", SUGGESTED: "suggested"}
+
+DURATION = re.compile(r"^(\d+)\s*([smhdw])$")
+UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_duration(text: str) -> timedelta:
+    """``30m``, ``24h``, ``7d``, ``2w``."""
+    found = DURATION.match(text.strip().lower())
+    if not found:
+        raise ValueError(f"duration {text!r}: use a number and s, m, h, d or w, e.g. 24h")
+    return timedelta(**{UNITS[found.group(2)]: int(found.group(1))})
 
 
 def _rate(matched: int, total: int) -> float | None:
