@@ -170,6 +170,15 @@ def _regex(text: str, operand: Operand, search: Search) -> Span | None:
     return None if found is None else Span(found.start(), found.end(), found)
 
 
+def _starts_with(text: str, operand: Operand, search: Search) -> Span | None:
+    """A line of the text starts with the operand: a regex's ``^`` (MULTILINE) before it."""
+    prefix = _text(operand)
+    if text.startswith(prefix):
+        return Span(0, len(prefix))
+    at = text.find("\n" + prefix)
+    return None if at < 0 else Span(at + 1, at + 1 + len(prefix))
+
+
 def _no_regex(pattern: str, text: str) -> PatternMatch | None:
     raise NotImplementedError("this operator runs no regex")
 
@@ -267,6 +276,20 @@ OPERATORS: dict[str, Operator] = {
             pattern=True,
             prompt="not_regex",
             doc="`not_regex`: the pattern matches nowhere in the fact's text",
+        ),
+        Operator(
+            "starts_with",
+            str | None,
+            _starts_with,
+            lambda fact, text, operand: (
+                f"fact {fact!r} has no line starting with {short(_text(operand))!r}"
+            ),
+            Cost.LITERAL,
+            scan=_scan_literal,  # a line that starts with it contains it
+            evidence=_literal_evidence,
+            prompt="starts_with",
+            doc="`starts_with`: a line of the fact's text (the text itself if it is one line)"
+            " starts with the operand, as a regex `^` followed by the operand would match",
         ),
     )
 }
