@@ -61,7 +61,8 @@ from theow_workers import runtime as runtime_mod
 from theow_workers.config import Settings
 from theow_workers.core import resolver as resolver_mod
 from theow_workers.core import service as service_mod
-from theow_workers.core.rules import Rule, as_text
+from theow_workers.core.operators import Operand, Operator
+from theow_workers.core.rules import FactCondition, Rule, as_text
 from theow_workers.core.scanner import Scanner
 from theow_workers.runtime import Runtime
 from theow_workers.stack import EmbeddedStack
@@ -252,34 +253,36 @@ class Floor:
     """
 
     def __init__(self, rules: tuple[Rule, ...]) -> None:
-        def rx(p: str | None) -> Any:
+        def rx(p: str) -> re.Pattern[str]:
             try:
-                return re.compile(p) if p else None
+                return re.compile(p)
             except re.error:
-                return regex.compile(p)
+                return regex.compile(p)  # type: ignore[no-any-return]
 
-        self.rules = [(r.name, [(c, rx(c.regex), rx(c.not_regex)) for c in r.when]) for r in rules]
+        # Each condition's operators, as the rules' table (core.operators) checks them.
+        self.rules = [(r.name, [(c, c.active()) for c in r.when]) for r in rules]
+        self.patterns = {
+            operand: rx(operand)
+            for _, conds in self.rules
+            for _, ops in conds
+            for op, operand in ops
+            if op.pattern and isinstance(operand, str)
+        }
 
-    @staticmethod
-    def holds(c: Any, rx: Any, nrx: Any, facts: dict) -> bool:
+    def search(self, pattern: str, text: str) -> re.Match[str] | None:
+        return self.patterns[pattern].search(text)
+
+    def holds(self, c: FactCondition, ops: list[tuple[Operator, Operand]], facts: dict) -> bool:
         if facts.get(c.fact) is None:
             return False
-        text, ops = as_text(facts[c.fact]), c.model_fields_set
-        return not (
-            ("equals" in ops and text != as_text(c.equals))
-            or ("not_equals" in ops and text == as_text(c.not_equals))
-            or (c.one_of is not None and text not in {as_text(v) for v in c.one_of})
-            or (c.contains is not None and c.contains not in text)
-            or (c.not_contains is not None and c.not_contains in text)
-            or (rx is not None and rx.search(text) is None)
-            or (nrx is not None and nrx.search(text) is not None)
-        )
+        text = as_text(facts[c.fact])
+        return all(op.holds(text, operand, self.search) for op, operand in ops)
 
     def valid(self, facts: dict, first: bool = False) -> list[str]:
         facts = resolver_mod.matching_facts(facts)  # the `log` the shipped rules are written for
         found = []
         for name, conds in self.rules:
-            if all(self.holds(c, rx, nrx, facts) for c, rx, nrx in conds):
+            if all(self.holds(c, ops, facts) for c, ops in conds):
                 found.append(name)
                 if first:
                     break

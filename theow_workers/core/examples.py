@@ -54,7 +54,8 @@ def example_problems(rule: Rule) -> list[tuple[Location, str]]:
     """(where in the rule file, what is wrong) for each example that misbehaves."""
     problems: list[tuple[Location, str]] = []
     for i, condition in enumerate(rule.when):
-        if condition.regex is None and condition.contains is None:
+        # Examples are log lines: held to the conditions that find evidence in a log.
+        if not any(op.evidence is not None for op, _ in condition.active()):
             continue
         alone = rule.model_copy(update={"when": [condition]})
         scanner = Scanner([alone])
@@ -86,10 +87,10 @@ def example_problems(rule: Rule) -> list[tuple[Location, str]]:
 def reading_changes(condition: FactCondition, index: int) -> list[tuple[Location, str]]:
     """The examples of ``condition`` whose reading depends on the default flags."""
     changes: list[tuple[Location, str]] = []
-    for key in ("regex", "not_regex"):
-        pattern = getattr(condition, key)
-        if pattern is None:
+    for op, pattern in condition.active():
+        if not op.pattern or not isinstance(pattern, str):
             continue
+        key = op.name
         for kind in ("examples", "counter_examples"):
             for j, example in enumerate(getattr(condition, kind)):
                 change = _changed_reading(pattern, example)

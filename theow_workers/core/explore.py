@@ -30,6 +30,7 @@ from theow_client.jsontypes import JsonObject
 from theow_workers.core.actions import ActionRegistry
 from theow_workers.core.llm import Outcome, SessionEnd, Tool, ToolError, tool_from_callable
 from theow_workers.core.matching import Captures, check_condition, evaluate
+from theow_workers.core.operators import prompt_operators
 from theow_workers.core.ports import Hit
 from theow_workers.core.proposal import (
     ExploreResult,
@@ -77,9 +78,9 @@ How to work:
 4. If you cannot find a cause worth a rule, call give_up with the reason.
 
 Rule YAML schema: name (new, snake_case), description, tags, mode (fix|retry|track),
-when: [{fact, equals|contains|regex|one_of|not_contains|not_regex, examples}],
+when: [{fact, OPERATORS, examples}],
 then: [{action, params}] with placeholders {extract.N}, {NAME} (named group), {facts.KEY}.
-"""
+""".replace("OPERATORS", prompt_operators())
 
 
 def summary_text(summary: ErrorSummary) -> str:

@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import Any
+from functools import lru_cache, partial
+from typing import Any, Protocol
 
 import regex
 
-from theow_client.jsontypes import JsonObject
+from theow_client.jsontypes import Json, JsonObject
 from theow_client.verdict import BoundAction
-from theow_workers.core.evidence import Evidence, IsWrapper, literal_runs, telling_evidence
+from theow_workers.core.evidence import Evidence, IsWrapper, telling_evidence
+from theow_workers.core.operators import PatternMatch
+from theow_workers.core.operators import short as _short
 from theow_workers.core.rules import PLACEHOLDER, REGEX_FLAGS, FactCondition, Rule, as_text
 from theow_workers.core.scanner import Hits
 
@@ -42,12 +44,12 @@ class UnboundPlaceholder(LookupError):
 class Captures:
     numbered: dict[int, str] = field(default_factory=dict)
     named: dict[str, str] = field(default_factory=dict)
-    # Where each regex/contains condition matched, by its index in ``when``.
+    # Where each condition's evidence operator (regex, contains) matched, by its index in ``when``.
     spans: dict[int, tuple[str, str, int, int]] = field(default_factory=dict)
     # Where each regex condition's named groups that matched begin, by its index in ``when``.
     named_at: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
-    def absorb(self, found: Any) -> None:
+    def absorb(self, found: PatternMatch) -> None:
         """Keep the first value seen for each group: earlier facts win."""
         for i, value in enumerate(found.groups(), start=1):
             if value is not None:
@@ -85,10 +87,28 @@ class Match:
     evidence: Evidence | None = None
 
 
+class CompiledPattern(Protocol):
+    """What is used of a compiled ``regex`` pattern (the module has no type information)."""
+
+    groups: int
+    groupindex: dict[str, int]
+
+    def search(
+        self,
+        text: str,
+        pos: int = 0,
+        endpos: int | None = None,
+        *,
+        partial: bool = False,
+        timeout: float | None = None,
+    ) -> PatternMatch | None: ...
+
+
 @lru_cache(maxsize=4096)
-def compiled(pattern: str, flags: int = REGEX_FLAGS) -> Any:
+def compiled(pattern: str, flags: int = REGEX_FLAGS) -> CompiledPattern:
     """``pattern`` as rules are searched (MULTILINE and DOTALL unless it says otherwise)."""
-    return regex.compile(pattern, flags)
+    pattern_: CompiledPattern = regex.compile(pattern, flags)
+    return pattern_
 
 
 @lru_cache(maxsize=4096)
@@ -158,7 +178,9 @@ class RegexTimeout(Exception):
     pass
 
 
-def _search(pattern: str, text: str, timeout: float, start: int | None = None) -> Any:
+def _search(
+    pattern: str, text: str, timeout: float, start: int | None = None
+) -> PatternMatch | None:
     """Search with a time limit; RegexTimeout past the limit.
 
     ``start`` is where the scanner saw the pattern occur (search from there);
@@ -188,51 +210,42 @@ def check_condition(
     if name not in facts or facts[name] is None:
         return f"fact {name!r} is missing"
     text = as_text(facts[name])
-    ops = condition.model_fields_set
-    if "equals" in ops and text != as_text(condition.equals):
-        return f"fact {name!r} is {_short(text)!r}, not {as_text(condition.equals)!r}"
-    if "not_equals" in ops and text == as_text(condition.not_equals):
-        return f"fact {name!r} equals {text!r}"
-    if condition.one_of is not None and text not in {as_text(v) for v in condition.one_of}:
-        return f"fact {name!r} is {_short(text)!r}, not one of {condition.one_of}"
-    if condition.contains is not None:
-        at = text.find(condition.contains)
-        if at < 0:
-            return f"fact {name!r} does not contain {_short(condition.contains)!r}"
-        captures.spans.setdefault(index, (name, text, at, at + len(condition.contains)))
-    if condition.not_contains is not None and condition.not_contains in text:
-        return f"fact {name!r} contains {_short(condition.not_contains)!r}"
     try:
-        if condition.regex is not None:
+        for op, operand in condition.active():
             start = None
-            if hits is not None and hits.covers(name, condition.regex):
-                start = hits.start(name, condition.regex)
-                if start is None:
-                    return f"fact {name!r}: regex {_short(condition.regex)!r} did not match"
-            found = _search(condition.regex, text, timeout, start)
-            if found is None:
-                return f"fact {name!r}: regex {_short(condition.regex)!r} did not match"
-            captures.absorb(found)
-            # The regex's span wins over a contains on the same condition.
-            captures.spans[index] = (name, text, found.start(), found.end())
-            captures.named_at[index] = tuple(
-                found.start(group) for group, value in found.groupdict().items() if value
-            )
-        if (
-            condition.not_regex is not None
-            and _search(condition.not_regex, text, timeout) is not None
-        ):
-            return f"fact {name!r} matches {_short(condition.not_regex)!r}"
+            if hits is not None and op.scan is not None and isinstance(operand, str):
+                # A pattern the scanner decided is searched from where it occurred.
+                need = op.scan(operand)
+                if need is not None and not need.literal and hits.covers(name, need.text):
+                    start = hits.start(name, need.text)
+                    if start is None:  # it does not occur
+                        return op.why_not(name, text, operand)
+            search = partial(_search, timeout=timeout, start=start) if op.pattern else _none
+            found = op.test(text, operand, search)
+            if (found is None) is not op.negated:
+                return op.why_not(name, text, operand)
+            if found is not None and op.evidence is not None:
+                # Checked cheapest first: a regex's span wins over a contains on one condition.
+                captures.spans[index] = (name, text, found.start, found.end)
+            if found is not None and found.match is not None and op.captures:
+                captures.absorb(found.match)
+                captures.named_at[index] = tuple(
+                    found.match.start(group)
+                    for group, value in found.match.groupdict().items()
+                    if value
+                )
     except RegexTimeout as exc:
         return f"fact {name!r}: {exc}"
     return ""
 
 
+def _none(pattern: str, text: str) -> PatternMatch | None:
+    raise AssertionError("only a regex operator searches")
+
+
 def _cost(condition: FactCondition) -> int:
     """Cheap checks first: most rules are ruled out by an equals or a literal."""
-    if condition.regex is not None or condition.not_regex is not None:
-        return 2
-    return 0 if condition.contains is None and condition.not_contains is None else 1
+    return condition.cost
 
 
 def evaluate(
@@ -280,14 +293,14 @@ def evaluate(
 
 
 def _condition_literals(condition: FactCondition) -> tuple[str, ...]:
-    if condition.regex is not None:
-        return literal_runs(condition.regex)
-    if condition.contains is not None:
-        return (condition.contains.strip().lower(),)
+    """The literals of the condition's evidence operator: the costliest, as for its span."""
+    for op, operand in reversed(condition.active()):
+        if op.evidence is not None and isinstance(operand, str):
+            return op.evidence(operand)
     return ()
 
 
-def bind(value: Any, captures: Captures, facts: JsonObject) -> Any:
+def bind(value: Json, captures: Captures, facts: JsonObject) -> Json:
     """Fill placeholders in every string of ``value``; captures win over facts."""
     if isinstance(value, str):
         return _bind_text(value, captures, facts)
@@ -320,8 +333,3 @@ def _bind_text(text: str, captures: Captures, facts: JsonObject) -> str:
         text = text.replace(escape, marker)
     bound = PLACEHOLDER.sub(lambda m: _lookup(m.group(1), captures, facts), text)
     return bound.replace("\x00", "{").replace("\x01", "}")
-
-
-def _short(text: str, limit: int = 60) -> str:
-    text = text.replace("\n", "\\n")
-    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -17,32 +17,34 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import regex
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import ErrorDetails
 
-from theow_client.jsontypes import JsonObject
+from theow_client.jsontypes import Json, JsonObject
 from theow_workers.core.actions import CONTEXT_PARAMS
+from theow_workers.core.operators import BY_COST, OPERATORS, Operand, Operator, Scalar
+from theow_workers.core.operators import REGEX_FLAGS as REGEX_FLAGS  # long read from here
+from theow_workers.core.operators import as_text as as_text  # long read from here
 
 RULE_SUFFIX = ".rule.yaml"
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
-MATCH_OPERATORS = (
-    "equals",
-    "contains",
-    "regex",
-    "one_of",
-    "not_equals",
-    "not_contains",
-    "not_regex",
-)
+MATCH_OPERATORS = tuple(OPERATORS)
+Location = tuple[str | int, ...]  # a path in a YAML document: keys and list indexes
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)?)\}")
-# How a rule's regex is searched, as in the single-process library (its
-# ``Fact.matches``): ``^``/``$`` at every line, ``.`` across lines. A rule that needs
-# a line-bound ``.`` says so: a leading ``(?-s)``, or ``(?-s:...)`` around a part.
-REGEX_FLAGS = regex.MULTILINE | regex.DOTALL
 
 
 class Mode(StrEnum):
@@ -70,7 +72,7 @@ class NoAliasLoader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
-def load_yaml(text: str) -> tuple[yaml.Node | None, Any]:
+def load_yaml(text: str) -> tuple[yaml.Node | None, Json]:
     """The document's node tree (for line numbers) and its value, parsed once.
 
     Raises yaml.YAMLError, aliases and anchors included (see NoAliasLoader).
@@ -98,38 +100,90 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class FactCondition(_Strict):
+class _Condition(_Strict):
     """One condition of ``when``: several operators on one fact are ANDed.
 
     A condition with no operator holds when the fact is present (the library
     spec's behaviour). ``examples`` must match the condition and
     ``counter_examples`` (lines that look alike but are another thing) must
     not; ``theow rules check`` holds every rule to both.
+
+    The operator fields come from ``core.operators.OPERATORS`` (see FactCondition).
     """
 
-    fact: str = Field(min_length=1)
-    equals: str | int | float | bool | None = None
-    contains: str | None = None
-    regex: str | None = None
-    one_of: list[str | int | float | bool] | None = None
-    not_equals: str | int | float | bool | None = None
-    not_contains: str | None = None
-    not_regex: str | None = None
-    examples: list[str] = Field(default_factory=list)
-    counter_examples: list[str] = Field(default_factory=list)
-
-    @field_validator("regex", "not_regex")
-    @classmethod
-    def _compiles(cls, pattern: str | None) -> str | None:
-        if pattern is not None:
-            try:
-                regex.compile(pattern, REGEX_FLAGS)
-            except regex.error as exc:
-                raise ValueError(f"regex does not compile: {exc}") from exc
-        return pattern
-
     def operators(self) -> list[str]:
+        """The operators this condition states, in table order (an explicit null included)."""
         return [op for op in MATCH_OPERATORS if op in self.model_fields_set]
+
+    def operand(self, op: str) -> Operand:
+        operand: Operand = getattr(self, op)
+        return operand
+
+    def active(self) -> tuple[tuple[Operator, Operand], ...]:
+        """The operators that take part in matching, cheapest first, with their operands.
+
+        An explicit null is as if the key were absent, but for ``equals``/``not_equals``
+        (it compares with the text "null"). Worked out once per condition: the matcher asks often.
+        """
+        return self._active
+
+    @cached_property
+    def cost(self) -> int:
+        """What checking the condition costs: its costliest operator's ``Cost``."""
+        return max((op.cost for op, _ in self._active), default=0)
+
+    @cached_property
+    def _active(self) -> tuple[tuple[Operator, Operand], ...]:
+        given, operands = self.model_fields_set, self.__dict__
+        return tuple(
+            (op, operands[op.name])
+            for op in BY_COST
+            if operands[op.name] is not None or (op.null_is_value and op.name in given)
+        )
+
+
+def _compiles(cls: type[BaseModel], pattern: str | None) -> str | None:
+    if pattern is not None:
+        try:
+            regex.compile(pattern, REGEX_FLAGS)
+        except regex.error as exc:
+            raise ValueError(f"regex does not compile: {exc}") from exc
+    return pattern
+
+
+def _condition_model() -> type[_Condition]:
+    """FactCondition's fields in the order rule files write them: fact, the operators, examples."""
+    fields: dict[str, tuple[object, object]] = {"fact": (str, Field(min_length=1))}
+    fields |= {op.name: (op.annotation, None) for op in OPERATORS.values()}
+    fields["examples"] = (list[str], Field(default_factory=list))
+    fields["counter_examples"] = (list[str], Field(default_factory=list))
+    patterns = [op.name for op in OPERATORS.values() if op.pattern]
+    return create_model(  # type: ignore[call-overload, no-any-return]
+        "FactCondition",
+        __base__=_Condition,
+        __module__=__name__,
+        __doc__=_Condition.__doc__,
+        __validators__={"_compiles": field_validator(*patterns)(_compiles)},
+        **fields,
+    )
+
+
+if TYPE_CHECKING:  # the operands other modules read by name, as mypy sees them
+
+    class FactCondition(_Condition):
+        fact: str
+        equals: Scalar | None = None
+        contains: str | None = None
+        regex: str | None = None
+        one_of: list[Scalar] | None = None
+        not_equals: Scalar | None = None
+        not_contains: str | None = None
+        not_regex: str | None = None
+        examples: list[str] = Field(default_factory=list)
+        counter_examples: list[str] = Field(default_factory=list)
+
+else:
+    FactCondition = _condition_model()
 
 
 class ActionStep(_Strict):
@@ -215,7 +269,9 @@ class Rule(_Strict):
 
     def equals_facts(self) -> dict[str, str]:
         """Facts this rule pins to one value: scalar filter fields in the index."""
-        return {c.fact: as_text(c.equals) for c in self.when if "equals" in c.model_fields_set}
+        return {
+            c.fact: as_text(operand) for c in self.when for op, operand in c.active() if op.pins
+        }
 
     def embedding_text(self) -> str:
         """Description plus every fact example: what semantic search sees of a rule."""
@@ -232,13 +288,6 @@ class Rule(_Strict):
     def to_yaml(self) -> str:
         data = self.model_dump(mode="json", exclude_unset=True)
         return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
-
-
-def as_text(value: Any) -> str:
-    """Facts and operands are compared as text; JSON spelling for non-strings."""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value)
 
 
 @dataclass(frozen=True)
@@ -347,7 +396,7 @@ def _rule_problems(
 def _name_and_action_problems(
     data: JsonObject,
     path: str | Path,
-    lines: dict[tuple[Any, ...], int],
+    lines: dict[Location, int],
     known_actions: frozenset[str] | None,
 ) -> list[RuleError]:
     problems = []
@@ -477,9 +526,14 @@ def _load_layer(
     return found
 
 
-def _unbindable_extract(rule: Rule, params: Any) -> str | None:
+def _unbindable_extract(rule: Rule, params: JsonObject) -> str | None:
     """A static check: ``{extract.N}``/``{extract.NAME}`` must name a group that exists."""
-    compiled = [regex.compile(c.regex, REGEX_FLAGS) for c in rule.when if c.regex is not None]
+    compiled = [
+        regex.compile(_pattern(operand), REGEX_FLAGS)
+        for c in rule.when
+        for op, operand in c.active()
+        if op.captures
+    ]
     max_group = max((p.groups for p in compiled), default=0)
     names = {n for p in compiled for n in p.groupindex}
     for text in _strings(params):
@@ -494,7 +548,12 @@ def _unbindable_extract(rule: Rule, params: Any) -> str | None:
     return None
 
 
-def _strings(value: Any) -> list[str]:
+def _pattern(operand: Operand) -> str:
+    assert isinstance(operand, str)  # the schema types a regex operand as text
+    return operand
+
+
+def _strings(value: Json) -> list[str]:
     if isinstance(value, str):
         return [value]
     if isinstance(value, dict):
@@ -504,7 +563,7 @@ def _strings(value: Any) -> list[str]:
     return []
 
 
-def _describe(error: Any) -> str:
+def _describe(error: ErrorDetails) -> str:
     loc = ".".join(str(p) for p in error["loc"]) or "rule"
     kind = error["type"]
     if kind == "extra_forbidden":
@@ -517,11 +576,11 @@ def _describe(error: Any) -> str:
     return f"{loc}: {message}"
 
 
-def _line_map(node: yaml.Node | None) -> dict[tuple[Any, ...], int]:
+def _line_map(node: yaml.Node | None) -> dict[Location, int]:
     """Path in the YAML document → 1-based line where that key or item starts."""
-    lines: dict[tuple[Any, ...], int] = {}
+    lines: dict[Location, int] = {}
 
-    def walk(current: yaml.Node, path: tuple[Any, ...]) -> None:
+    def walk(current: yaml.Node, path: Location) -> None:
         if isinstance(current, yaml.MappingNode):
             for key_node, value_node in current.value:
                 key_path = (*path, key_node.value)
@@ -537,7 +596,7 @@ def _line_map(node: yaml.Node | None) -> dict[tuple[Any, ...], int]:
     return lines
 
 
-def _line_for(lines: dict[tuple[Any, ...], int], loc: tuple[Any, ...]) -> int | None:
+def _line_for(lines: dict[Location, int], loc: Location) -> int | None:
     """The line of the deepest part of ``loc`` present in the document."""
     for end in range(len(loc), 0, -1):
         if loc[:end] in lines:

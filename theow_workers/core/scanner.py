@@ -1,7 +1,8 @@
 """One pass over each fact for every rule's ``regex`` and ``contains`` conditions.
 
 Trying rules one after another costs time in proportion to the rule count.
-Instead every regex and ``contains`` condition on a fact is compiled into
+Instead every regex and ``contains`` condition on a fact (each operator whose
+``scan`` says what to look for: ``core.operators``) is compiled into
 Hyperscan databases (no backtracking, one scan of the text for all of them),
 built once per rules version. A scan says which patterns occur and where the
 first occurrence ends; only rules all of whose scanned conditions occurred are
@@ -45,7 +46,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from theow_client.jsontypes import JsonObject
 from theow_workers.core.rules import FactCondition, Rule, as_text
@@ -120,7 +121,7 @@ class Scanner:
         by_fact: dict[str, list[int]] = {}
         for pattern, pid in patterns.items():
             by_fact.setdefault(pattern.fact, []).append(pid)
-        self._shards: dict[str, list[Any]] = {}
+        self._shards: dict[str, list[hyperscan.Database]] = {}
         self._local = threading.local()
         compiled: set[int] = set()
         loaded = True
@@ -179,13 +180,13 @@ class Scanner:
                 starts[(fact, pattern.text)] = start
         return Hits(starts, frozenset(found), self._scanned)
 
-    def _scratches(self, fact: str) -> list[Any]:
+    def _scratches(self, fact: str) -> list[hyperscan.Scratch]:
         """This thread's scratch space for each database of ``fact``.
 
         Hyperscan's scratch may not be shared by two scans at once; it lives
         as long as this scanner, so it always belongs to databases still alive.
         """
-        mine: dict[str, list[Any]] = self._local.__dict__.setdefault("scratches", {})
+        mine: dict[str, list[hyperscan.Scratch]] = self._local.__dict__.setdefault("scratches", {})
         if fact not in mine:
             mine[fact] = [hyperscan.Scratch(database) for database in self._shards[fact]]
         return mine[fact]
@@ -201,14 +202,16 @@ class Scanner:
 
 
 def _patterns(condition: FactCondition) -> Iterable[_Pattern]:
-    if condition.regex is not None:
-        yield _Pattern(condition.fact, condition.regex, literal=False)
-    if condition.contains:
-        yield _Pattern(condition.fact, condition.contains, literal=True)
+    """What the scanner looks for on the condition's behalf: a regex first, then literals."""
+    for op, operand in sorted(condition.active(), key=lambda found: -found[0].cost):
+        if op.scan is not None and isinstance(operand, str):
+            need = op.scan(operand)
+            if need is not None:
+                yield _Pattern(condition.fact, need.text, need.literal)
 
 
-def _record(pid: int, start: int, end: int, flags: int, ends: dict[int, int]) -> None:
-    ends.setdefault(pid, end)
+def _record(pid: int, start: int, end: int, flags: int, ends: object) -> None:
+    cast("dict[int, int]", ends).setdefault(pid, end)  # the context ``scan`` is given
 
 
 def _line_start(data: bytes, offset: int) -> int:
@@ -267,7 +270,7 @@ def _expression(pattern: _Pattern) -> tuple[bytes, int]:
     return hyperscan_form(pattern.text)
 
 
-def _compile(items: list[tuple[int, _Pattern]]) -> tuple[list[Any], set[int], bool]:
+def _compile(items: list[tuple[int, _Pattern]]) -> tuple[list[hyperscan.Database], set[int], bool]:
     """Hyperscan databases for ``items`` in shards, the ids that made it in, and whether from disk.
 
     Compiling takes seconds for a few hundred rules (a pattern with a long
@@ -299,7 +302,7 @@ def _cache_dir() -> Path | None:
     return Path(configured) if configured else Path.home() / ".cache" / "theow" / "scanner"
 
 
-def _load(key: str) -> tuple[list[Any], set[int]] | None:
+def _load(key: str) -> tuple[list[hyperscan.Database], set[int]] | None:
     directory = _cache_dir()
     if directory is None:
         return None
@@ -316,7 +319,7 @@ def _load(key: str) -> tuple[list[Any], set[int]] | None:
         return None  # absent or unreadable: compile
 
 
-def _store(key: str, shards: list[Any], ok: set[int]) -> None:
+def _store(key: str, shards: list[hyperscan.Database], ok: set[int]) -> None:
     directory = _cache_dir()
     if directory is None:
         return
@@ -331,7 +334,7 @@ def _store(key: str, shards: list[Any], ok: set[int]) -> None:
         log.warning("cannot keep the compiled scanner in %s: %s", directory, exc)
 
 
-def _build(items: list[tuple[int, _Pattern]]) -> tuple[list[Any], set[int]]:
+def _build(items: list[tuple[int, _Pattern]]) -> tuple[list[hyperscan.Database], set[int]]:
     # Patterns of one kind share a database: a shard mixing caseless `.*` patterns
     # with plain literals scans slower than each kind apart (benchmarks/match.py).
     exprs = sorted(
@@ -400,7 +403,7 @@ def _mode(expression: bytes, flags: int) -> int | None:
 
 
 @lru_cache(maxsize=1024)
-def _database(exprs: tuple[tuple[int, bytes, int], ...]) -> Any:
+def _database(exprs: tuple[tuple[int, bytes, int], ...]) -> hyperscan.Database:
     database = hyperscan.Database()
     database.compile(
         expressions=[e for _, e, _ in exprs],
