@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from theow_client.facts import CUT_MARKER, DEFAULT_FACT_LIMIT, bound_facts  # noqa: E402
-from theow_workers.core.grading import normalize  # noqa: E402
+from theow_workers.core.resolve.grading import normalize  # noqa: E402
 
 CORPUS = ROOT.parent / "shared" / "corpus" / "logchunks-dev"
 PREFIX = 2000

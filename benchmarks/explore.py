@@ -58,9 +58,9 @@ from tests.fakes.gemini_server import FakeGemini, function_call, user_texts  # n
 from theow_client import Status, TheowClient, names  # noqa: E402
 from theow_workers.adapters.redis_state import RedisLimiter  # noqa: E402
 from theow_workers.config import Settings  # noqa: E402
-from theow_workers.core.llm import QuotaExhausted  # noqa: E402
-from theow_workers.core.matching import evaluate  # noqa: E402
-from theow_workers.core.rules import parse_rule  # noqa: E402
+from theow_workers.core.llm.model import QuotaExhausted  # noqa: E402
+from theow_workers.core.rules.matching import evaluate  # noqa: E402
+from theow_workers.core.rules.schema import parse_rule  # noqa: E402
 from theow_workers.stack import EmbeddedStack  # noqa: E402
 from theow_workers.store.explore import ExploreStore  # noqa: E402
 from theow_workers.store.results import SqlStore  # noqa: E402

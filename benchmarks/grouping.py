@@ -51,8 +51,8 @@ sys.path.insert(0, str(ROOT))
 
 from theow_client.client import build_payload  # noqa: E402
 from theow_client.messages import SubmitRequest  # noqa: E402
-from theow_workers.core.resolver import Hints, plan  # noqa: E402
-from theow_workers.core.service import Submission  # noqa: E402
+from theow_workers.core.resolve.plan import Hints, plan  # noqa: E402
+from theow_workers.core.resolve.service import Submission  # noqa: E402
 from theow_workers.replay import grouping  # noqa: E402
 
 CORPUS = ROOT.parent / "shared" / "corpus" / "logchunks-dev"
@@ -97,9 +97,9 @@ def baseline() -> Any:
 
 def unknown_ids(items: list[tuple[str, dict[str, Any], str]]) -> tuple[set[str], set[str]]:
     """(no rule matched, no rule but wrapper rules matched): the ids of each population."""
-    from theow_workers.core.knowledge import Knowledge
+    from theow_workers.core.resolve.library import Library
 
-    book = Knowledge.load(ROOT / "rules", ROOT / "actions").book
+    book = Library.load(ROOT / "rules", ROOT / "actions").book
     unmatched, unknown = set(), set()
     for fid, facts, _ in items:
         attempts = plan(book, facts, Hints()).attempts

@@ -11,7 +11,7 @@ the logs ``--per-format`` times (new random values each time, at random line
 boundaries of a random log) and masks every log with:
 
 - ``client``: ``theow_client.redact`` (what a build agent runs before sending);
-- ``worker``: ``theow_workers.core.redact`` (the client's detectors plus detect-secrets' plugins).
+- ``worker``: ``theow_workers.core.logs.redact`` (the client's detectors plus detect-secrets' plugins).
 
 Figures, medians over runs:
 
@@ -180,7 +180,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from theow_client.redact import default_redactor
-    from theow_workers.core.redact import redactor
+    from theow_workers.core.logs.redact import redactor
 
     redactors = {"client": default_redactor(), "worker": redactor()}
     logs = real_logs(args.corpus)

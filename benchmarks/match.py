@@ -8,7 +8,7 @@
 The logs are ``shared/corpus/logchunks-dev`` (280 real Travis CI logs, 28
 languages), each bounded as ``theow-client`` bounds it and prepared as a
 worker prepares it (masked, fingerprinted) once, before timing. Then, per
-library size, the time of :func:`theow_workers.core.resolver.plan` per log
+library size, the time of :func:`theow_workers.core.resolve.plan.plan` per log
 (the whole matching step a worker runs: one scan, the full regex engine on
 candidates, ranking, evidence), as p50/p99 and logs/s in one process.
 
@@ -27,7 +27,7 @@ compares different real rules: the shipped library is larger than 100, and
 its real rules cost more than generated ones that match nothing.
 
 ``--learned N``: instead of generated rules, N rules made by the teaching
-synthesizer (:func:`theow_workers.core.teaching.synthesize`) from the real
+synthesizer (:func:`theow_workers.core.explore.teaching.synthesize`) from the real
 labelled failures of ``logchunks-dev`` and ``logsage-dev``, as a fleet's
 reviewers would have taught them: each source log belongs to several of
 ``LEARNED_REPOS`` synthetic projects (the same message met in different
@@ -62,10 +62,10 @@ sys.path.insert(0, str(ROOT))
 from theow_client.client import build_payload  # noqa: E402
 from theow_client.facts import bound_facts  # noqa: E402
 from theow_client.messages import SubmitRequest  # noqa: E402
-from theow_workers.core.resolver import Plan, RuleBook, matching_facts, plan  # noqa: E402
-from theow_workers.core.rules import Rule, load_rules, parse_rule  # noqa: E402
-from theow_workers.core.service import Submission  # noqa: E402
-from theow_workers.core.teaching import MAX_SPAN, TeachError, chunk_span, synthesize  # noqa: E402
+from theow_workers.core.explore.teaching import MAX_SPAN, TeachError, chunk_span, synthesize  # noqa: E402
+from theow_workers.core.resolve.plan import Plan, RuleBook, matching_facts, plan  # noqa: E402
+from theow_workers.core.resolve.service import Submission  # noqa: E402
+from theow_workers.core.rules.schema import Rule, load_rules, parse_rule  # noqa: E402
 
 CORPORA = ROOT.parent / "shared" / "corpus"
 if not CORPORA.is_dir():
@@ -138,7 +138,7 @@ def _taught_spans(log: str, chunk: str) -> list[tuple[int, int]]:
 def learned_rules(count: int, shipped: RuleBook, say: Any) -> list[Rule]:
     """``count`` rules taught by the synthesizer from the corpora's labelled failures, cached."""
     key = hashlib.sha256()
-    for part in ("core/teaching.py", "core/generalize.py"):
+    for part in ("core/explore/teaching.py", "core/rules/generalize.py"):
         key.update((ROOT / "theow_workers" / part).read_bytes())
     key.update(f"{count} {LEARNED_REPOS} {SINGLE_LINES} {shipped.version}".encode())
     for corpus in ("logchunks-dev", "logsage-dev"):

@@ -23,9 +23,9 @@ sys.path.insert(0, str(ROOT))
 from theow_client.client import build_payload  # noqa: E402
 from theow_client.facts import loads_facts  # noqa: E402
 from theow_client.passing import build_passing_payload  # noqa: E402
-from theow_workers.core.grading import grounded  # noqa: E402
-from theow_workers.core.normal import JobNormal, run_lines  # noqa: E402
-from theow_workers.core.resolver import matching_facts  # noqa: E402
+from theow_workers.core.logs.normal import JobNormal, run_lines  # noqa: E402
+from theow_workers.core.resolve.grading import grounded  # noqa: E402
+from theow_workers.core.resolve.plan import matching_facts  # noqa: E402
 from theow_workers.replay.grouping import error_summary  # noqa: E402
 
 

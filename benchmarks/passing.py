@@ -119,13 +119,13 @@ def resolve_latency(url: str, failures: int = 300) -> dict[str, float]:
     """
     import redis
 
+    from theow_workers.adapters.memory import InMemoryStore
     from theow_workers.adapters.normals import RedisNormals
-    from theow_workers.core.knowledge import Knowledge
-    from theow_workers.core.memory import InMemoryStore
-    from theow_workers.core.normal import mine
-    from theow_workers.core.service import ResolveService
+    from theow_workers.core.logs.normal import mine
+    from theow_workers.core.resolve.library import Library
+    from theow_workers.core.resolve.service import ResolveService
 
-    knowledge = Knowledge.load(ROOT / "rules", ROOT / "actions")
+    knowledge = Library.load(ROOT / "rules", ROOT / "actions")
     # Every job learns the same shape of log (mined once), stored under its own key.
     templates = mine(passing_log(0, 1).splitlines())
     services: dict[str, ResolveService] = {}

@@ -59,11 +59,11 @@ from theow_client.client import build_payload
 from theow_client.messages import SubmitRequest
 from theow_workers import runtime as runtime_mod
 from theow_workers.config import Settings
-from theow_workers.core import resolver as resolver_mod
-from theow_workers.core import service as service_mod
-from theow_workers.core.operators import Operand, Operator
-from theow_workers.core.rules import FactCondition, Rule, as_text
-from theow_workers.core.scanner import Scanner
+from theow_workers.core.resolve import plan as resolver_mod
+from theow_workers.core.resolve import service as service_mod
+from theow_workers.core.rules.operators import Operand, Operator
+from theow_workers.core.rules.scanner import Scanner
+from theow_workers.core.rules.schema import FactCondition, Rule, as_text
 from theow_workers.runtime import Runtime
 from theow_workers.stack import EmbeddedStack
 from theow_workers.store.tokens import TokenStore
@@ -259,7 +259,7 @@ class Floor:
             except re.error:
                 return regex.compile(p)  # type: ignore[no-any-return]
 
-        # Each condition's operators, as the rules' table (core.operators) checks them.
+        # Each condition's operators, as the rules' table (core.rules.operators) checks them.
         self.rules = [(r.name, [(c, c.active()) for c in r.when]) for r in rules]
         self.patterns = {
             operand: rx(operand)

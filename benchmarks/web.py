@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 from sqlalchemy import func, insert, select  # noqa: E402
 
 from theow_workers.config import Settings  # noqa: E402
-from theow_workers.core.knowledge import Knowledge  # noqa: E402
+from theow_workers.core.resolve.library import Library  # noqa: E402
 from theow_workers.store.replay import ReplayStore  # noqa: E402
 from theow_workers.store.results import SqlStore  # noqa: E402
 from theow_workers.store.schema import (  # noqa: E402
@@ -239,7 +239,7 @@ def main() -> int:
     parser.add_argument("--dir", type=Path, default=Path("/tmp/theow-web-bench"))
     args = parser.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
-    rules = sorted(r.name for r in Knowledge.load(ROOT / "rules", ROOT / "actions").rules.rules)
+    rules = sorted(r.name for r in Library.load(ROOT / "rules", ROOT / "actions").rules.rules)
     results = {}
     for label, count in (("baseline", BASELINE), ("big", args.failures)):
         url = f"sqlite:///{args.dir / f'web-{count}.db'}"

@@ -71,7 +71,7 @@ Redis keys (all under ``theow:``):
     String (why) set when a call was refused because the day's budget would
     be exceeded; read by ``theow doctor`` and the console; expires with the day.
 ``theow:explain:cause:<cause>``
-    JSON of the explanation of one cause (``core.explanation.cause_key``:
+    JSON of the explanation of one cause (``core.llm.explanation.cause_key``:
     the project and the summary's basis), expires after ``EXPLAIN_TTL``: every
     failure of the cause carries it; the SQL ``explanations`` table keeps it too.
 ``theow:explain:flight:<cause>``

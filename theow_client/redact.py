@@ -4,7 +4,7 @@ A build log leaks what the build had in hand: ``export GITHUB_TOKEN=…``,
 ``mysql -pX``, ``-H "Authorization: Bearer …"``, a private key printed by a
 debugging step. Masking them here means no spool file, Redis message, AOF file
 or Flower view ever holds them in clear; the worker masks again on arrival
-(``theow_workers.core.redact``), so an old client is covered too.
+(``theow_workers.core.logs.redact``), so an old client is covered too.
 
 Why two layers. ``theow_client`` may depend on celery and redis only, so this
 pass is the standard library's ``re`` with the detectors of

@@ -10,7 +10,7 @@ character but the newline and the tab. Theow's own output (its CI section
 markers, its colours) is not passed through it.
 
 The one function for both sides: ``theow_client`` may import nothing of the
-workers, so the workers' log reading (``theow_workers.core.logtext``) uses it.
+workers, so the workers' log reading (``theow_workers.core.logs.text``) uses it.
 
 >>> printable("\\x1b]52;c;ZWNobyBoaQ==\\x07error: \\x1b[31mit broke\\x1b[0m\\x1b[2J\\rdone")
 'error: it broke\\ndone'

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
-from theow_workers.core.rules import Rule, load_rules
+from theow_workers.core.rules.schema import Rule, load_rules
 
 # family -> tags that put a rule in it
 FAMILIES: dict[str, frozenset[str]] = {

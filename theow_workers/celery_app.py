@@ -4,7 +4,7 @@ Queues ``resolve``, ``explore`` and ``replay`` are routed by task name
 (``theow_client.names.TASK_ROUTES``); a worker chooses its role with
 ``--queues``. Delivery is at-least-once (late acks, a message whose worker
 dies goes back to the queue) and the effect exactly-once (idempotent tasks
-keyed by failure id, see ``theow_workers.core.service``).
+keyed by failure id, see ``theow_workers.core.resolve.service``).
 
 Warning: the visibility timeout must stay longer than every task's hard time
 limit and retry delay, or Redis hands a still-running task to a second worker.

@@ -101,7 +101,7 @@ class Settings(BaseModel):
     # Dollars every model call of the fleet may cost per UTC day, the explorer and explain
     # together; each call reserves its most before it is sent (adapters/redis_state.py). 0: no cap.
     llm_daily_budget: float = 0.0
-    # explain (core/explanation.py): for a failure no specific rule explains, one model call per
+    # explain (core/llm/explanation.py): for a failure no specific rule explains, one model call per
     # new cause, cached per cause and project for the fleet. Off unless set (THEOW_EXPLAIN=on).
     explain: bool = False
     explain_max_output_tokens: int = 400
@@ -132,7 +132,7 @@ class Settings(BaseModel):
     action_timeout: float = 30.0
     regex_timeout: float = 0.05
     fact_limit: int = 64 * 1024
-    # A job's normal (theow_workers.core.normal): kept this long after the job's last
+    # A job's normal (theow_workers.core.logs.normal): kept this long after the job's last
     # learned passing run; a resolver re-reads a job's templates at most this often.
     normal_ttl: int = 14 * 24 * 3600
     normal_cache_seconds: float = 30.0

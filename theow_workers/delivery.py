@@ -25,7 +25,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from theow_client.messages import SubmitRequest
 from theow_client.verdict import Verdict
 from theow_workers.core.ports import AttemptRecord
-from theow_workers.core.service import ResolveService
+from theow_workers.core.resolve.service import ResolveService
 
 # What the soft time limit leaves of the hard one to record the outcome, seconds.
 RECORD_SECONDS = 15

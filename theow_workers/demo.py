@@ -18,7 +18,7 @@ from theow_client import Status, TheowClient, Verdict
 from theow_client.jsontypes import JsonObject
 from theow_workers.client_env import grant_broker_access
 from theow_workers.config import Settings
-from theow_workers.core.knowledge import Knowledge
+from theow_workers.core.resolve.library import Library
 from theow_workers.replay.reader import check, json_object, raw_lines
 from theow_workers.runtime import build, sync_index
 from theow_workers.stack import EmbeddedStack, StackError
@@ -62,7 +62,7 @@ def run_demo(settings: Settings, path: Path, timeout: float, console: Console) -
         with console.status("indexing rules and actions (loads MiniLM)…"):
             settings = stack.settings  # with the password the stack gave its Valkey
             rt = build(settings, "cli")
-            knowledge = Knowledge.configured(settings)
+            knowledge = Library.configured(settings)
             report = sync_index(knowledge, rt.index, rt.embedder, rt.redis)
             rt.index.close()
         console.print(

@@ -2,8 +2,8 @@
 
 No server is needed: each failure is bounded exactly as ``theow-client``
 bounds it, parsed, masked and matched by the same code a resolver worker runs
-(:class:`~theow_workers.core.service.Submission` and
-:func:`~theow_workers.core.resolver.plan`), so the figures are what a fleet
+(:class:`~theow_workers.core.resolve.service.Submission` and
+:func:`~theow_workers.core.resolve.plan.plan`), so the figures are what a fleet
 gets. The one difference: a worker breaks an exact tie of specificity and
 evidence position by embedding similarity; eval has no model loaded and keeps
 the rules' load order instead.
@@ -14,16 +14,16 @@ optional ``id`` (else the line number). Labels, when given, are
 Throughput (``logs_per_s``) counts the worker's part only (preparing and
 matching, as the corpus README defines it), not the client-side shaping.
 Definitions (found, grounded, precision, false alarms, located) are those of
-``shared/corpus/README.md``, in :mod:`theow_workers.core.grading`.
+``shared/corpus/README.md``, in :mod:`theow_workers.core.resolve.grading`.
 
 Every failure, matched or not, gets its ``where`` lines (up to three
-``{fact, line, text}``, most telling first: :func:`~theow_workers.core.summary.where_lines`,
+``{fact, line, text}``, most telling first: :func:`~theow_workers.core.logs.summary.where_lines`,
 as a worker computes them; line numbers in the log as the worker receives it).
 A failure is *located* when one of them is grounded in its label by the same
 test as an evidence line (its text only).
 
 With a ``baseline`` (passing runs, JSON Lines like the failures), each log is
-matched with its job's normal (:mod:`theow_workers.core.normal`) learned from
+matched with its job's normal (:mod:`theow_workers.core.logs.normal`) learned from
 the baseline runs of the same ``id`` or the same ``job`` fact, as a worker
 learns it from the passing runs its clients report. A baseline run whose log
 is the very log being matched is left out, so a passing log is never judged
@@ -45,13 +45,13 @@ from theow_client.jsontypes import JsonObject
 from theow_client.messages import SubmitRequest
 from theow_client.passing import build_passing_payload
 from theow_client.verdict import Where
-from theow_workers.core.grading import grounded
-from theow_workers.core.normal import IsNormal, JobNormal, mine, run_lines
-from theow_workers.core.resolver import Candidate, Hints, RuleBook, matching_facts, plan
-from theow_workers.core.rules import Mode
-from theow_workers.core.service import Submission
-from theow_workers.core.summary import WHERE_LINES, where_lines
-from theow_workers.core.teaching import MAX_SPAN, Taught, TeachError, chunk_span, synthesize
+from theow_workers.core.explore.teaching import MAX_SPAN, Taught, TeachError, chunk_span, synthesize
+from theow_workers.core.logs.normal import IsNormal, JobNormal, mine, run_lines
+from theow_workers.core.logs.summary import WHERE_LINES, where_lines
+from theow_workers.core.resolve.grading import grounded
+from theow_workers.core.resolve.plan import Candidate, Hints, RuleBook, matching_facts, plan
+from theow_workers.core.resolve.service import Submission
+from theow_workers.core.rules.schema import Mode
 from theow_workers.replay.reader import DEFAULT_MAX_LINE_BYTES, json_object, raw_lines
 
 FAILURES, PASSING = "failures", "passing"
@@ -318,7 +318,7 @@ def run(
 
     ``learn`` (with ``labels``): a simulated reviewer. Each failure whose
     verdict is not grounded is taught from its labelled chunk through the
-    synthesizer (:mod:`theow_workers.core.teaching`), as ``theow teach``
+    synthesizer (:mod:`theow_workers.core.explore.teaching`), as ``theow teach``
     would, and the rule, when one passes the checks, joins the library for
     the failures after it (and for the passing logs). The taught failure
     keeps the verdict it had before. ``learned_to``: a directory each learned

@@ -6,7 +6,7 @@ failure no specific rule explains, with ``THEOW_EXPLAIN`` on, it sends
 and marks the verdict the agent reads ``explanation: pending``. The verdict is
 never delayed by it. The ``theow.explain`` task calls :func:`explain_failure`,
 which reads the failure from SQL (secrets already masked), asks
-``core.explanation.ExplainService`` and puts the verdict, now with its
+``core.llm.explanation.ExplainService`` and puts the verdict, now with its
 explanation, back under the agent's verdict key, where ``theow-client run``
 still waiting picks it up.
 """
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 from theow_client import names
 from theow_client.jsontypes import JsonObject
 from theow_client.verdict import Verdict
-from theow_workers.core.explanation import (
+from theow_workers.core.llm.explanation import (
     PENDING,
     ExplainService,
     cause_key,
@@ -29,16 +29,16 @@ from theow_workers.core.explanation import (
     render_prompt,
     summary_of,
 )
-from theow_workers.core.redact import Masker, settings_secrets
-from theow_workers.core.summary import wrapper_predicate
+from theow_workers.core.logs.redact import Masker, settings_secrets
+from theow_workers.core.logs.summary import wrapper_predicate
 
 if TYPE_CHECKING:
     from redis import Redis
 
     from theow_workers.config import Settings
-    from theow_workers.core.knowledge import Knowledge
-    from theow_workers.core.llm import FallbackGateway
-    from theow_workers.core.service import ResolveService
+    from theow_workers.core.llm.model import FallbackRunner
+    from theow_workers.core.resolve.library import Library
+    from theow_workers.core.resolve.service import ResolveService
     from theow_workers.store.results import SqlStore
 
 
@@ -55,7 +55,7 @@ class Runtime(Protocol):
     def service(self) -> ResolveService: ...
     @property
     def explainer(self) -> ExplainService: ...
-    def knowledge(self) -> Knowledge: ...
+    def knowledge(self) -> Library: ...
 
 
 log = logging.getLogger("theow.explain")
@@ -107,7 +107,7 @@ def service(runtime: Runtime) -> ExplainService:
     )
 
 
-def model(runtime: Runtime) -> FallbackGateway:
+def model(runtime: Runtime) -> FallbackRunner:
     """The configured models behind the shared rate limiter and the daily spend cap."""
     from theow_workers.adapters.providers import gateway_from_settings
     from theow_workers.adapters.redis_state import RedisLimiter, spend_cap
@@ -118,7 +118,7 @@ def model(runtime: Runtime) -> FallbackGateway:
 
 
 def explain_failure(runtime: Runtime, request: JsonObject) -> JsonObject:
-    """Explain one failure (raises ``core.explanation.InFlight`` to be tried again later)."""
+    """Explain one failure (raises ``core.llm.explanation.InFlight`` to be tried again later)."""
     from theow_workers.store.explore import ExploreStore
 
     failure_id = str(request.get("failure_id"))

@@ -25,7 +25,7 @@ from redis.exceptions import RedisError
 
 from theow_client import names
 from theow_client.jsontypes import JsonObject
-from theow_workers.core.rules import RULE_SUFFIX
+from theow_workers.core.rules.schema import RULE_SUFFIX
 
 log = logging.getLogger("theow.runtime")
 

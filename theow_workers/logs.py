@@ -7,7 +7,7 @@ The same two pieces serve the CLI (``cli.main``) and Celery workers (the
   with the task id and name inside a Celery task and the traceback as ``exc``.
 * ``SecretFilter``: masks, in every record and whatever the format, the
   configured secrets (LLM key, Flower password, passwords in service URLs) and
-  anything that looks like a token (``core.redact``).
+  anything that looks like a token (``core.logs.redact``).
 
 >>> handler = logging.StreamHandler()
 >>> configure_handler(handler, "json", secrets=["hunter2"])
@@ -26,7 +26,7 @@ from urllib.parse import unquote, urlparse
 
 from theow_client.jsontypes import JsonObject
 from theow_workers.config import Settings
-from theow_workers.core.redact import MASK, SECRET_NAME, redact_text
+from theow_workers.core.logs.redact import MASK, SECRET_NAME, redact_text
 
 if TYPE_CHECKING:
     from celery.apps.worker import Worker

@@ -12,11 +12,11 @@ from pathlib import Path
 
 from theow_client.facts import bound_facts
 from theow_client.jsontypes import JsonObject
-from theow_workers.core.knowledge import Knowledge
-from theow_workers.core.memory import InMemoryIndex
+from theow_workers.adapters.memory import InMemoryIndex
 from theow_workers.core.ports import Embedder
-from theow_workers.core.query import similarity_text
-from theow_workers.core.resolver import Hints, plan
+from theow_workers.core.resolve.fingerprint import similarity_text
+from theow_workers.core.resolve.library import Library
+from theow_workers.core.resolve.plan import Hints, plan
 
 # What the caller shows while a step waits: ``waiting("embedding 239 rules")``.
 Waiting = Callable[[str], AbstractContextManager[object]]
@@ -40,7 +40,7 @@ def trial(
     ``waiting`` is told of each step that may take seconds: embedding the
     rules and the failure (MiniLM; cached on disk), compiling the scanner.
     """
-    knowledge = Knowledge.load(rules_dir, actions_dir)
+    knowledge = Library.load(rules_dir, actions_dir)
     if knowledge.rules.errors:
         first = knowledge.rules.errors[0]
         raise ValueError(

@@ -6,8 +6,8 @@ processes; sockets, database pools and the MiniLM model must not be shared
 across a fork. ``Runtime`` builds each client lazily in the process that
 uses it, and a forked pool process forgets its parent's services.
 
-``Knowledge`` (the rules and actions loaded together) is the core's
-(``core.knowledge``); ``Runtime.knowledge()`` is how a worker notices a new
+``Library`` (the rules and actions loaded together) is the core's
+(``core.resolve.library``); ``Runtime.knowledge()`` is how a worker notices a new
 rules version without a restart: at most every ``rules_poll_seconds`` it stats every rules and actions
 directory (``Settings.rule_layers``); when anything changed it reloads them and
 syncs the index under a Redis lock (one sync at a time, fleet-wide).
@@ -29,15 +29,15 @@ from redis.exceptions import LockError
 from theow_client import names
 from theow_client.jsontypes import JsonObject
 from theow_workers import last_good
+from theow_workers.adapters.memory import cosine
 from theow_workers.config import Settings
 from theow_workers.core.actions import ActionRegistry
-from theow_workers.core.knowledge import Knowledge
-from theow_workers.core.memory import cosine
 from theow_workers.core.ports import Deliveries, Embedder, RuleIndex, SyncReport
-from theow_workers.core.query import similarity_text
-from theow_workers.core.resolver import Similarity
-from theow_workers.core.rules import RuleError
-from theow_workers.core.service import ResolveService, ResolveSettings, Submission
+from theow_workers.core.resolve.fingerprint import similarity_text
+from theow_workers.core.resolve.library import Library
+from theow_workers.core.resolve.plan import Similarity
+from theow_workers.core.resolve.service import ResolveService, ResolveSettings, Submission
+from theow_workers.core.rules.schema import RuleError
 from theow_workers.served import ServedRules
 
 if TYPE_CHECKING:
@@ -46,8 +46,8 @@ if TYPE_CHECKING:
     from theow_workers.adapters.milvus_index import MilvusIndex
     from theow_workers.adapters.normals import RedisNormals
     from theow_workers.adapters.query_vectors import QueryVectors
-    from theow_workers.core.explanation import ExplainService
-    from theow_workers.core.explorer import ExploreService
+    from theow_workers.core.explore.service import ExploreService
+    from theow_workers.core.llm.explanation import ExplainService
     from theow_workers.identity import Verifier
     from theow_workers.store.results import SqlStore
 
@@ -82,7 +82,7 @@ class IndexBusy(Exception):
 
 
 def sync_index(
-    knowledge: Knowledge,
+    knowledge: Library,
     index: RuleIndex,
     embedder: Embedder,
     redis: Redis | None,
@@ -143,8 +143,8 @@ class Runtime:
         self._explainer: ExplainService | None = None
         self._verifier: Verifier | None = None
         self._normals: RedisNormals | None = None
-        self._knowledge: Knowledge | None = None  # the latest loaded
-        self._served: ServedRules[Knowledge] = ServedRules()
+        self._knowledge: Library | None = None  # the latest loaded
+        self._served: ServedRules[Library] = ServedRules()
         self._signature: tuple[tuple[str, int, int], ...] = ()
         self._checked_at = 0.0
         self._vectors: dict[str, array[float]] = {}  # rule name -> its indexed vector
@@ -216,12 +216,12 @@ class Runtime:
                 self._normals = RedisNormals(self.redis, s.normal_ttl, s.normal_cache_seconds)
             return self._normals
 
-    def knowledge(self) -> Knowledge:
+    def knowledge(self) -> Library:
         """The rules and actions to resolve with: the latest version once its scanner is built
         (off the failures' path: ``served``)."""
         return self._served.serve(self._latest())
 
-    def _latest(self) -> Knowledge:
+    def _latest(self) -> Library:
         """The current rules and actions, reloaded (and the index synced) when changed."""
         now = time.monotonic()
         with self._lock:
@@ -235,7 +235,7 @@ class Runtime:
             signature = directory_signature(*s.rule_layers, *s.action_layers)
             if self._knowledge is not None and signature == self._signature:
                 return self._knowledge
-            loaded = Knowledge.configured(s)
+            loaded = Library.configured(s)
             if loaded.rules.errors:
                 return self._keep_last_good(loaded, signature)
             try:
@@ -260,8 +260,8 @@ class Runtime:
             return loaded
 
     def _keep_last_good(
-        self, invalid: Knowledge, signature: tuple[tuple[str, int, int], ...]
-    ) -> Knowledge:
+        self, invalid: Library, signature: tuple[tuple[str, int, int], ...]
+    ) -> Library:
         """Serve the last valid rules (this process's, else the fleet's) and report the error."""
         error = RulesInvalid(invalid.rules.errors)
         kept = self._knowledge or self._restore_last_good(invalid.actions)
@@ -278,11 +278,11 @@ class Runtime:
         self._knowledge, self._signature = kept, signature
         return kept
 
-    def _restore_last_good(self, actions: ActionRegistry) -> Knowledge | None:
+    def _restore_last_good(self, actions: ActionRegistry) -> Library | None:
         layers = last_good.restore(self.redis, self._restored)
         if layers is None:
             return None
-        kept = Knowledge.with_actions(layers, actions)
+        kept = Library.with_actions(layers, actions)
         return None if kept.rules.errors else kept
 
     def similarity_for(self, facts: JsonObject) -> Similarity:

@@ -1,6 +1,6 @@
 """Which rules version a worker resolves with: a new one once its scanner is built.
 
-Compiling the scanner of a few hundred rules (Hyperscan, ``core.scanner``)
+Compiling the scanner of a few hundred rules (Hyperscan, ``core.rules.scanner``)
 takes seconds when it is not in the disk cache; a failure that arrived just
 after a rule change used to wait all of it. A new version's scanner is built
 in a thread instead: the failure that noticed the change waits at most
@@ -9,7 +9,7 @@ rules), and until the build is done the previous version answers. The first
 version a worker loads is built on the spot: there is nothing to serve before it.
 
 >>> served = ServedRules()
->>> served.serve(Knowledge.load(rules, actions))    # doctest: +SKIP
+>>> served.serve(Library.load(rules, actions))    # doctest: +SKIP
 >>> # built now: the first version. Later, with ``reloaded`` just loaded:
 >>> served.serve(reloaded)                          # doctest: +SKIP
 >>> # the previous version, unless reloaded's scanner was built within SWAP_WAIT
@@ -21,7 +21,7 @@ import logging
 import threading
 from typing import Generic, Protocol, TypeVar
 
-from theow_workers.core.resolver import RuleBook
+from theow_workers.core.resolve.plan import RuleBook
 
 log = logging.getLogger("theow.runtime")
 

@@ -22,9 +22,9 @@ from theow_client.messages import ExploreRequest, PassingRun, SubmitRequest
 from theow_workers.adapters.forges import ForgeAPI, ForgeError
 from theow_workers.celery_app import app, settings
 from theow_workers.config import ConfigError
-from theow_workers.core.explanation import InFlight as ExplainInFlight
-from theow_workers.core.explorer import InFlight
-from theow_workers.core.normal import passing_run
+from theow_workers.core.explore.service import InFlight
+from theow_workers.core.llm.explanation import InFlight as ExplainInFlight
+from theow_workers.core.logs.normal import passing_run
 from theow_workers.core.ports import OwnerTimeout
 from theow_workers.delivery import DeliveryPolicy
 from theow_workers.explainer import after_verdict, explain_failure

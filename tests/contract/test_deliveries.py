@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from theow_workers.core.memory import InMemoryDeliveries
+from theow_workers.adapters.memory import InMemoryDeliveries
 from theow_workers.core.ports import Deliveries, OwnerTimeout
 
 # A factory builds one "worker's" Deliveries; every one from one factory shares the keys.

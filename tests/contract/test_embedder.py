@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from theow_workers.core.memory import HashingEmbedder, cosine
+from theow_workers.adapters.memory import HashingEmbedder, cosine
 
 DNS = "curl: (6) Could not resolve host: registry.npmjs.org"
 DNS_TOO = "fatal: Could not resolve host: github.com"

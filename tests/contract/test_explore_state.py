@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from theow_workers.core.memory import InMemoryExploreState
+from theow_workers.adapters.memory import InMemoryExploreState
 
 Factory = Callable[[], Any]
 

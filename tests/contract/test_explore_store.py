@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import prepared_database
-from theow_workers.core.explorer import Exploration
+from theow_workers.core.explore.service import Exploration
 from theow_workers.core.ports import FailureRecord
 from theow_workers.store.explore import ExploreStore, Proposal
 

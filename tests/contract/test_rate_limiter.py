@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from theow_workers.core.limits import InMemoryLimiter
-from theow_workers.core.llm import QuotaExhausted
+from theow_workers.adapters.limits import InMemoryLimiter
+from theow_workers.core.llm.model import QuotaExhausted
 
 MODEL = "gemini-2.5-flash"
 OTHER = "gemini-2.5-pro"

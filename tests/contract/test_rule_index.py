@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from theow_workers.core.memory import HashingEmbedder, InMemoryIndex
+from theow_workers.adapters.memory import HashingEmbedder, InMemoryIndex
 from theow_workers.core.ports import IndexEntry
 
 Factory = Callable[[], Any]

@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import prepared_database
 from theow_client.verdict import BoundAction, Status, Verdict
-from theow_workers.core.memory import InMemoryStore
+from theow_workers.adapters.memory import InMemoryStore
 from theow_workers.core.ports import CLIENT_PENDING, SUGGESTED, AttemptRecord, FailureRecord
 
 Factory = Callable[[], Any]

@@ -18,17 +18,17 @@ import pytest
 
 from tests.fakes.gemini_server import FakeGemini, function_call, function_responses, user_texts
 from theow_workers.adapters.gemini import GeminiGateway
-from theow_workers.core.explore import ExplorationContext
-from theow_workers.core.explorer import ExploreService, ExploreSettings
-from theow_workers.core.limits import InMemoryLimiter
-from theow_workers.core.llm import Budget, FallbackGateway, Outcome
-from theow_workers.core.memory import HashingEmbedder, InMemoryExploreState
-from theow_workers.core.normal import JobNormal
+from theow_workers.adapters.limits import InMemoryLimiter
+from theow_workers.adapters.memory import HashingEmbedder, InMemoryExploreState
+from theow_workers.core.explore.context import ExplorationContext
+from theow_workers.core.explore.proposal import Repository
+from theow_workers.core.explore.service import ExploreService, ExploreSettings
+from theow_workers.core.llm.model import Budget, FallbackRunner, Outcome
+from theow_workers.core.llm.session import ToolLoop
+from theow_workers.core.logs.normal import JobNormal
 from theow_workers.core.ports import FailureRecord
-from theow_workers.core.proposal import Repository
-from theow_workers.core.session import ToolLoop
 from theow_workers.explorer.run import draft_probe
-from theow_workers.runtime import Knowledge
+from theow_workers.runtime import Library
 from theow_workers.store.explore import ExploreStore
 from theow_workers.store.results import SqlStore
 from theow_workers.store.schema import migrate
@@ -73,7 +73,7 @@ def _answer(body: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def test_the_model_starts_from_a_synthesized_rule_and_submits_it_tested(store, tmp_path):
-    knowledge = Knowledge.load(FIXTURES / "rules", FIXTURES / "actions")
+    knowledge = Library.load(FIXTURES / "rules", FIXTURES / "actions")
     normal = JobNormal.learn(PASSING, "docs")
     turns: list[dict[str, Any]] = []
 
@@ -105,7 +105,7 @@ def test_the_model_starts_from_a_synthesized_rule_and_submits_it_tested(store, t
     )
     embedder = HashingEmbedder()
     with FakeGemini(model, api_key=KEY) as fake:
-        loop = FallbackGateway(ToolLoop(GeminiGateway(MODEL, api_key=KEY, base_url=fake.url),
+        loop = FallbackRunner(ToolLoop(GeminiGateway(MODEL, api_key=KEY, base_url=fake.url),
                                         InMemoryLimiter()))  # fmt: skip
         service = ExploreService(InMemoryExploreState(), Sink(), lambda: loop,
                                  lambda text: embedder.embed([text])[0],
@@ -136,12 +136,12 @@ def test_the_model_starts_from_a_synthesized_rule_and_submits_it_tested(store, t
 
 
 def test_lines_no_rule_can_be_made_from_are_a_tool_error_the_model_reads(store, tmp_path):
-    knowledge = Knowledge.load(FIXTURES / "rules", FIXTURES / "actions")
+    knowledge = Library.load(FIXTURES / "rules", FIXTURES / "actions")
     context = ExplorationContext({"log": LOG, **FACTS}, knowledge.rules.rules, knowledge.actions,
                                  Repository(frozenset(), {}, tmp_path, tmp_path),
                                  lambda q, k, n: [], book=knowledge.book)  # fmt: skip
     tool = next(t for t in context.meta_tools() if t.name == "rule_from_lines")
-    from theow_workers.core.llm import ToolError
+    from theow_workers.core.llm.model import ToolError
 
     with pytest.raises(ToolError, match="lines 40-41 hold no text"):
         tool.func(first_line=40, last_line=41)
@@ -149,8 +149,8 @@ def test_lines_no_rule_can_be_made_from_are_a_tool_error_the_model_reads(store, 
 
 def test_a_draft_that_fires_on_a_passing_line_is_counted(store):
     normal = JobNormal.learn([*PASSING, "docs/old.md:3: broken link to 'x' (anchor missing)"])
-    knowledge = Knowledge.load(FIXTURES / "rules", FIXTURES / "actions")
-    from theow_workers.core.teaching import synthesize
+    knowledge = Library.load(FIXTURES / "rules", FIXTURES / "actions")
+    from theow_workers.core.explore.teaching import synthesize
 
     rule = synthesize({"log": LOG, **FACTS}, 3, 3, book=knowledge.book).rule
     fires = draft_probe(store, normal)(rule)

@@ -34,12 +34,12 @@ from tests.fakes.gemini_server import (
     with_usage,
 )
 from theow_workers.adapters.gemini import GeminiGateway
+from theow_workers.adapters.limits import InMemoryLimiter
 from theow_workers.adapters.providers import gateway_from_settings
 from theow_workers.config import ConfigError, Settings
-from theow_workers.core.limits import InMemoryLimiter
-from theow_workers.core.llm import (
+from theow_workers.core.llm.model import (
     Budget,
-    FallbackGateway,
+    FallbackRunner,
     ModelError,
     Outcome,
     Permission,
@@ -49,7 +49,7 @@ from theow_workers.core.llm import (
     offered,
     tool_from_callable,
 )
-from theow_workers.core.session import NUDGE, ToolLoop
+from theow_workers.core.llm.session import NUDGE, ToolLoop
 
 KEY = "AIzaSyFAKE-test-key-0123456789abcdefghij"
 MODEL = "gemini-2.5-flash"
@@ -453,7 +453,7 @@ def test_a_daily_quota_on_the_primary_hands_over_to_the_secondary(fake: FakeGemi
     limiter = InMemoryLimiter()
     primary = ToolLoop(GeminiGateway(MODEL, api_key=KEY, base_url=fake.url), limiter)
     secondary = ToolLoop(GeminiGateway(SECONDARY, api_key=KEY, base_url=fake.url), limiter)
-    gateway = FallbackGateway(primary, secondary)
+    gateway = FallbackRunner(primary, secondary)
     fake.script(MODEL, [quota_error(per_day=True)])
     fake.brain = lambda model, request: function_call("give_up", reason=model)
 
@@ -574,7 +574,7 @@ def test_another_process_reaches_the_fake_through_the_environment(fake: FakeGemi
     script = (
         "from theow_workers.adapters.providers import gateway_from_settings\n"
         "from theow_workers.config import Settings\n"
-        "from theow_workers.core.llm import Budget, Outcome, SessionEnd, tool_from_callable\n"
+        "from theow_workers.core.llm.model import Budget, Outcome, SessionEnd, tool_from_callable\n"
         "def give_up(reason: str) -> None:\n"
         "    '''Stop.'''\n"
         "    raise SessionEnd(Outcome.GAVE_UP, {'reason': reason})\n"

@@ -22,9 +22,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import free_port, wait_port
 from theow_client.messages import SubmitRequest
-from theow_workers.core.explorer import Exploration
-from theow_workers.core.knowledge import Knowledge
-from theow_workers.core.service import ResolveService, ResolveSettings
+from theow_workers.core.explore.service import Exploration
+from theow_workers.core.resolve.library import Library
+from theow_workers.core.resolve.service import ResolveService, ResolveSettings
 from theow_workers.store.explore import ExploreStore
 from theow_workers.store.results import SqlStore
 from theow_workers.store.schema import migrate
@@ -70,7 +70,7 @@ def store(tmp_path: Path) -> Iterator[SqlStore]:
 
 
 def resolve(store: SqlStore, failures: list[dict[str, str]], source: str = "ci") -> None:
-    knowledge = Knowledge.load(FIXTURES / "rules", FIXTURES / "actions")
+    knowledge = Library.load(FIXTURES / "rules", FIXTURES / "actions")
     service = ResolveService(
         store,
         rulebook=lambda: knowledge.book,
@@ -188,7 +188,7 @@ def test_an_unreachable_database_is_a_zero_not_a_crash_and_its_password_stays_hi
 
 
 def test_dead_letters_and_rejections_are_counted_apart(store, tmp_path):
-    knowledge = Knowledge.load(FIXTURES / "rules", FIXTURES / "actions")
+    knowledge = Library.load(FIXTURES / "rules", FIXTURES / "actions")
     service = ResolveService(
         store, rulebook=lambda: knowledge.book, actions=lambda: knowledge.actions
     )

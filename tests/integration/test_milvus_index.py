@@ -19,7 +19,7 @@ def test_a_validating_rule_is_found_by_a_worker_even_when_it_ranks_below_top_k(
     tmp_path, milvus_uri, collection, redis_url, redis_client, minilm
 ):
     from theow_client.verdict import Status
-    from theow_workers.core.query import similarity_text
+    from theow_workers.core.resolve.fingerprint import similarity_text
 
     rules = tmp_path / "rules"
     rules.mkdir()
@@ -59,7 +59,7 @@ def test_two_rules_level_on_evidence_are_ordered_by_the_indexed_similarity(
     tmp_path, milvus_uri, collection, redis_url, redis_client, minilm
 ):
     from theow_client.verdict import Status
-    from theow_workers.core.query import similarity_text
+    from theow_workers.core.resolve.fingerprint import similarity_text
 
     rules = tmp_path / "rules"
     rules.mkdir()

@@ -31,12 +31,12 @@ from tests.fakes.openai_server import (
     text,
     with_usage,
 )
+from theow_workers.adapters.limits import InMemoryLimiter
 from theow_workers.adapters.openai_chat import OpenAIChatGateway
 from theow_workers.adapters.providers import gateway_from_settings
 from theow_workers.config import ConfigError, Settings
-from theow_workers.core.gateway import ModelRequest, ModelUnavailable, UserTurn
-from theow_workers.core.limits import InMemoryLimiter
-from theow_workers.core.llm import (
+from theow_workers.core.llm.gateway import ModelRequest, ModelUnavailable, UserTurn
+from theow_workers.core.llm.model import (
     Budget,
     ModelError,
     Outcome,
@@ -44,7 +44,7 @@ from theow_workers.core.llm import (
     SessionEnd,
     tool_from_callable,
 )
-from theow_workers.core.session import ToolLoop
+from theow_workers.core.llm.session import ToolLoop
 
 pytestmark = pytest.mark.integration
 

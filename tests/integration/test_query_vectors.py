@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from theow_workers.adapters.memory import cosine
 from theow_workers.adapters.query_vectors import QueryVectors
-from theow_workers.core.memory import cosine
-from theow_workers.core.query import similarity_text
+from theow_workers.core.resolve.fingerprint import similarity_text
 
 pytestmark = pytest.mark.integration
 

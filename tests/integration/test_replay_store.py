@@ -11,9 +11,9 @@ from sqlalchemy import func, select
 
 from theow_client.messages import SubmitRequest
 from theow_client.verdict import Status, Verdict
-from theow_workers.core.knowledge import Knowledge
 from theow_workers.core.ports import FailureRecord
-from theow_workers.core.service import ResolveService, ResolveSettings
+from theow_workers.core.resolve.library import Library
+from theow_workers.core.resolve.service import ResolveService, ResolveSettings
 from theow_workers.replay import report as reports
 from theow_workers.replay.jobs import replay_failure_id
 from theow_workers.replay.runner import ReplayRunner
@@ -35,7 +35,7 @@ def sql(sql_url: str) -> SqlStore:
 
 @pytest.fixture
 def runner(sql: SqlStore) -> ReplayRunner:
-    knowledge = Knowledge.load(FIXTURES / "rules", FIXTURES / "actions")
+    knowledge = Library.load(FIXTURES / "rules", FIXTURES / "actions")
     services = {}
 
     def service_for(dry_run: bool):

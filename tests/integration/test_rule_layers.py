@@ -88,7 +88,7 @@ def test_the_last_good_rules_keep_their_layers_so_an_override_survives_a_restore
 ):
     from theow_client import names
     from theow_workers import last_good
-    from theow_workers.core.knowledge import Knowledge
+    from theow_workers.core.resolve.library import Library
 
     lower, mine = tmp_path / "lower", tmp_path / "mine"
     lower.mkdir()
@@ -96,10 +96,10 @@ def test_the_last_good_rules_keep_their_layers_so_an_override_survives_a_restore
     (lower / "our_echo.rule.yaml").write_text(OURS.format(word="LOWER"))
     (mine / "our_echo.rule.yaml").write_text(OURS.format(word="MINE"))
     redis_client.delete(names.KEY_RULES_LAST_GOOD)
-    kept = Knowledge.load([lower, mine], FIXTURES / "actions")
+    kept = Library.load([lower, mine], FIXTURES / "actions")
 
     last_good.remember(redis_client, [lower, mine], kept.book.version)
-    restored = Knowledge.load(last_good.restore(redis_client), FIXTURES / "actions")
+    restored = Library.load(last_good.restore(redis_client), FIXTURES / "actions")
 
     assert restored.book.version == kept.book.version
     (rule,) = restored.rules.rules

@@ -16,8 +16,8 @@ from tests.conftest import wait_until
 from tests.integration.conftest import worker_runtime
 from theow_client.messages import SubmitRequest
 from theow_client.verdict import Status
-from theow_workers.core import resolver
-from theow_workers.core.scanner import Scanner
+from theow_workers.core.resolve import plan as resolver
+from theow_workers.core.rules.scanner import Scanner
 
 pytestmark = pytest.mark.integration
 

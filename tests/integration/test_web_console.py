@@ -24,7 +24,7 @@ from tests.conftest import free_port, unavailable
 from theow_client.messages import SubmitRequest
 from theow_client.verdict import Status, Verdict
 from theow_workers.config import Settings
-from theow_workers.core.explorer import Exploration
+from theow_workers.core.explore.service import Exploration
 from theow_workers.core.ports import AttemptRecord, FailureRecord
 from theow_workers.store.explore import ExploreStore
 from theow_workers.store.replay import ReplayStore
@@ -440,15 +440,15 @@ BIG_LOG_LINES, KEY_ERROR_AT = 400_000, 399_990
 def cut_log_console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """A console over one unmatched failure whose 400,000-line log the client cut to 64 KB."""
     from theow_client.client import build_payload
-    from theow_workers.core.knowledge import Knowledge
-    from theow_workers.core.service import ResolveService
+    from theow_workers.core.resolve.library import Library
+    from theow_workers.core.resolve.service import ResolveService
 
     root = tmp_path_factory.mktemp("web-cut")
     url = f"sqlite:///{root / 'theow.db'}"
     migrate(url)
     lines = [f"step {n}: compiled module_{n}.c" for n in range(1, BIG_LOG_LINES + 1)]
     lines[KEY_ERROR_AT - 1] = "KeyError: 'DATABASE_URL'"
-    knowledge = Knowledge.load(FIXTURES / "rules", FIXTURES / "actions")
+    knowledge = Library.load(FIXTURES / "rules", FIXTURES / "actions")
     sql = SqlStore(url)
     service = ResolveService(
         sql, rulebook=lambda: knowledge.book, actions=lambda: knowledge.actions

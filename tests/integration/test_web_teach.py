@@ -27,8 +27,8 @@ from tests.integration.test_web_console import (
 from theow_client.verdict import Status, Verdict
 from theow_workers.config import Settings
 from theow_workers.core.ports import FailureRecord
-from theow_workers.core.resolver import plan
-from theow_workers.runtime import Knowledge
+from theow_workers.core.resolve.plan import plan
+from theow_workers.runtime import Library
 from theow_workers.store.explore import ExploreStore
 from theow_workers.store.results import SqlStore
 from theow_workers.store.schema import migrate
@@ -154,7 +154,7 @@ def test_a_reviewer_teaches_a_failure_by_its_lines_and_the_next_one_like_it_is_k
     page.context.close()
 
     # A later run of the same kind, other file, line and anchor: the new rule explains it.
-    book = Knowledge.load(teach_console["rules"], teach_console["actions"]).book
+    book = Library.load(teach_console["rules"], teach_console["actions"]).book
     found = plan(book, {"log": LATER_LOG, **FACTS}).candidates
     assert found and found[0].rule == "docs_anchor_missing"
     match = found[0].match

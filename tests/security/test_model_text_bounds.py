@@ -28,18 +28,18 @@ from tests.fakes.gemini_server import (
     text,
     with_usage,
 )
+from theow_workers.adapters.memory import HashingEmbedder
 from theow_workers.adapters.providers import gateway_from_settings
 from theow_workers.adapters.redis_state import RedisExploreState
 from theow_workers.config import Settings
 from theow_workers.core.actions import load_actions
-from theow_workers.core.explore import ExplorationContext
-from theow_workers.core.explorer import Exploration, ExploreService, ExploreSettings
-from theow_workers.core.llm import Budget
-from theow_workers.core.memory import HashingEmbedder
+from theow_workers.core.explore.context import ExplorationContext
+from theow_workers.core.explore.proposal import Repository
+from theow_workers.core.explore.service import Exploration, ExploreService, ExploreSettings
+from theow_workers.core.llm.model import Budget
+from theow_workers.core.logs.redact import Masker, settings_secrets
 from theow_workers.core.ports import FailureRecord
-from theow_workers.core.proposal import Repository
-from theow_workers.core.redact import Masker, settings_secrets
-from theow_workers.core.rules import Rule, RuleError, load_rules, parse_rule
+from theow_workers.core.rules.schema import Rule, RuleError, load_rules, parse_rule
 from theow_workers.explorer.run import load_prompt
 from theow_workers.store.explore import ExploreStore
 from theow_workers.store.results import SqlStore

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from theow_workers.config import Settings
-from theow_workers.core.redact import Masker, settings_secrets
+from theow_workers.core.logs.redact import Masker, settings_secrets
 
 
 def test_the_database_and_broker_passwords_in_urls_are_masked_as_written_and_decoded(tmp_path):

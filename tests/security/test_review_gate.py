@@ -22,7 +22,7 @@ import pytest
 
 from tests.integration.test_review_approve import FIXTURES, ROOT
 from theow_workers.core.actions import load_action_layers
-from theow_workers.core.patching import sha256
+from theow_workers.core.explore.patching import sha256
 from theow_workers.core.ports import FailureRecord
 from theow_workers.review.proposals import Approval, ReviewError, approve
 from theow_workers.store.explore import ExploreStore

@@ -18,7 +18,7 @@ import pytest
 
 from tests.fakes.gemini_server import function_call, function_responses
 from theow_client import Status
-from theow_workers.core.llm import ToolError
+from theow_workers.core.llm.model import ToolError
 from theow_workers.explorer.tools import Workspace
 
 ROOT = Path(__file__).resolve().parents[2]

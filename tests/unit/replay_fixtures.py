@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from theow_workers.core.knowledge import Knowledge
-from theow_workers.core.service import ResolveService, ResolveSettings
+from theow_workers.core.resolve.library import Library
+from theow_workers.core.resolve.service import ResolveService, ResolveSettings
 from theow_workers.delivery import DeliveryPolicy
 from theow_workers.replay.runner import ReplayRunner
 from theow_workers.store.replay import COUNTER_OF, ReplayStore
@@ -26,8 +26,8 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 
 @pytest.fixture(scope="module")
-def knowledge() -> Knowledge:
-    return Knowledge.load(FIXTURES / "rules", FIXTURES / "actions")
+def knowledge() -> Library:
+    return Library.load(FIXTURES / "rules", FIXTURES / "actions")
 
 
 @pytest.fixture

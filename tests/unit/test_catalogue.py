@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from theow_workers.catalogue import END, PAGE, START, family, markdown, rewrite
-from theow_workers.core.rules import load_rules, parse_rule
+from theow_workers.core.rules.schema import load_rules, parse_rule
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -4,8 +4,8 @@ with a reason, and every other rule to be found as if it were not there."""
 
 from __future__ import annotations
 
-from theow_workers.core.resolver import RuleBook, plan
-from theow_workers.core.rules import parse_rule
+from theow_workers.core.resolve.plan import RuleBook, plan
+from theow_workers.core.rules.schema import parse_rule
 
 SLOW = parse_rule("name: slow\nmode: track\nwhen:\n  - fact: log\n    regex: '(?:a|aa)+[bd]'\n")
 CAUSE = parse_rule(
@@ -36,7 +36,7 @@ def test_the_scanner_itself_reads_the_catastrophic_pattern_without_backtracking(
 def test_the_compiled_scanner_is_kept_on_disk_and_a_broken_copy_is_compiled_again(
     tmp_path, monkeypatch
 ):
-    from theow_workers.core.scanner import Scanner
+    from theow_workers.core.rules.scanner import Scanner
 
     monkeypatch.setenv("THEOW_SCANNER_CACHE", str(tmp_path))
     rules = [CAUSE, parse_rule("name: other\nmode: track\nwhen: [{fact: log, contains: 'boom'}]\n")]

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from theow_client.verdict import Where
-from theow_workers.core.explanation import (
+from theow_workers.core.llm.explanation import (
     CAUSES,
     MAX_EXPLANATION,
     ExplainService,
@@ -21,8 +21,8 @@ from theow_workers.core.explanation import (
     render_prompt,
     summary_of,
 )
-from theow_workers.core.llm import BudgetReached, ModelError
-from theow_workers.core.redact import Masker
+from theow_workers.core.llm.model import BudgetReached, ModelError
+from theow_workers.core.logs.redact import Masker
 
 GOOD = {"explanation": "PyYAML is not installed.", "cause": "dependency", "next_step": "Add it."}
 LOG = "\n".join(

@@ -6,21 +6,21 @@ from pathlib import Path
 
 import pytest
 
+from theow_workers.adapters.limits import InMemoryLimiter
+from theow_workers.adapters.memory import HashingEmbedder, InMemoryExploreState
 from theow_workers.core.actions import load_actions
-from theow_workers.core.explore import ExplorationContext
-from theow_workers.core.explorer import ExploreService, ExploreSettings, InFlight
-from theow_workers.core.gateway import ModelTurn, ToolCall
-from theow_workers.core.limits import InMemoryLimiter
-from theow_workers.core.llm import Budget, FallbackGateway, Outcome
-from theow_workers.core.memory import HashingEmbedder, InMemoryExploreState
-from theow_workers.core.proposal import (
+from theow_workers.core.explore.context import ExplorationContext
+from theow_workers.core.explore.proposal import (
     Repository,
     SubmissionRejected,
     check_submission,
     defined_actions,
 )
-from theow_workers.core.rules import load_rules
-from theow_workers.core.session import ToolLoop
+from theow_workers.core.explore.service import ExploreService, ExploreSettings, InFlight
+from theow_workers.core.llm.gateway import ModelTurn, ToolCall
+from theow_workers.core.llm.model import Budget, FallbackRunner, Outcome
+from theow_workers.core.llm.session import ToolLoop
+from theow_workers.core.rules.schema import load_rules
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -122,7 +122,7 @@ class ScriptedGateway:
     """A model that answers each turn with the next scripted tool call; counts sessions.
 
     It makes one model call per turn, as Gemini's gateway does: the loop these
-    tests run is the production one (``core/session.py``).
+    tests run is the production one (``core/llm/session.py``).
     """
 
     model = "fake-model"
@@ -153,7 +153,7 @@ def explorer_for(repo):
 
     def build(script, **settings):
         gateway = ScriptedGateway(script)
-        loop = FallbackGateway(ToolLoop(gateway, InMemoryLimiter()))
+        loop = FallbackRunner(ToolLoop(gateway, InMemoryLimiter()))
         state = InMemoryExploreState()
         recorded = []
 
@@ -268,7 +268,7 @@ class TimeLimit(Exception):
 
 
 def test_a_task_time_limit_inside_a_tool_ends_the_session_instead_of_becoming_its_answer():
-    from theow_workers.core.llm import tool_from_callable
+    from theow_workers.core.llm.model import tool_from_callable
 
     def slow_check(pattern: str) -> str:
         """Check a pattern.
@@ -291,7 +291,7 @@ def test_a_task_time_limit_inside_a_tool_ends_the_session_instead_of_becoming_it
 
 def test_a_cause_explored_under_an_older_unversioned_fingerprint_is_still_found_by_it(explorer_for):
     """Failures stored before fingerprints carried their version keep theirs, and its exploration."""
-    from theow_workers.core.query import fingerprint, fingerprint_version
+    from theow_workers.core.resolve.fingerprint import fingerprint, fingerprint_version
 
     explore, gateway, _, state = explorer_for([SUBMIT])
     older = "3f2a9c0d1e4b5a6978877665544332ab"

@@ -8,7 +8,7 @@ import pytest
 
 from tests.unit.replay_fixtures import *  # noqa: F403
 from tests.unit.replay_fixtures import FIXTURES
-from theow_workers.core.knowledge import Knowledge
+from theow_workers.core.resolve.library import Library
 from theow_workers.replay import report as reports
 from theow_workers.store.explore import ExploreStore
 from theow_workers.web.groups import BasisCache
@@ -21,15 +21,15 @@ HUNG_UP = "fatal: the remote end hung up unexpectedly\n"
 
 
 @pytest.fixture(scope="module")
-def knowledge(tmp_path_factory) -> Knowledge:
+def knowledge(tmp_path_factory) -> Library:
     """The fixture library and the shipped rake wrapper: ``rake aborted!`` is no cause's text."""
     rules = tmp_path_factory.mktemp("rules")
     shutil.copytree(FIXTURES / "rules", rules, dirs_exist_ok=True)
     shutil.copy(FIXTURES.parent.parent / "rules" / "rake_aborted.rule.yaml", rules)
-    return Knowledge.load(rules, FIXTURES / "actions")
+    return Library.load(rules, FIXTURES / "actions")
 
 
-def bases_of(knowledge: Knowledge) -> BasisCache:
+def bases_of(knowledge: Library) -> BasisCache:
     """The console's cache with the library's wrapper test, as ``theow web`` builds it."""
     return BasisCache(wrappers=lambda: (knowledge.book.version, knowledge.book.is_wrapper))
 

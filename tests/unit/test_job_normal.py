@@ -12,10 +12,10 @@ from theow_client.job import job_of
 from theow_client.messages import PassingRun
 from theow_workers import evaluation
 from theow_workers.adapters.normals import MemoryNormals
-from theow_workers.core.normal import MAX_TEMPLATES, JobNormal, mask, mine, passing_run
-from theow_workers.core.query import fingerprint
-from theow_workers.core.resolver import Hints, RuleBook, plan
-from theow_workers.core.rules import parse_rule
+from theow_workers.core.logs.normal import MAX_TEMPLATES, JobNormal, mask, mine, passing_run
+from theow_workers.core.resolve.fingerprint import fingerprint
+from theow_workers.core.resolve.plan import Hints, RuleBook, plan
+from theow_workers.core.rules.schema import parse_rule
 
 
 def rule(name: str, pattern: str, generic: bool = False) -> object:

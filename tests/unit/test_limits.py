@@ -1,4 +1,4 @@
-"""The in-memory rate limiter (core.limits), on a clock the tests move."""
+"""The in-memory rate limiter (adapters.limits), on a clock the tests move."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from theow_workers.core.limits import InMemoryLimiter
-from theow_workers.core.llm import QuotaExhausted
+from theow_workers.adapters.limits import InMemoryLimiter
+from theow_workers.core.llm.model import QuotaExhausted
 
 MODEL = "gemini-2.5-flash"
 

@@ -6,7 +6,7 @@ from typing import Literal
 
 import pytest
 
-from theow_workers.core.llm import (
+from theow_workers.core.llm.model import (
     Budget,
     Permission,
     ToolError,

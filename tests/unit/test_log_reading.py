@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from theow_workers.core.evidence import evidence_at
-from theow_workers.core.logtext import mask_volatile, numbered_lines, without_stamps
-from theow_workers.core.normal import JobNormal
-from theow_workers.core.query import fingerprint, fingerprint_version
-from theow_workers.core.resolver import RuleBook, matching_facts, plan
-from theow_workers.core.rules import Rule
-from theow_workers.core.summary import summarize, where_lines, wrapper_predicate
+from theow_workers.core.logs.normal import JobNormal
+from theow_workers.core.logs.summary import summarize, where_lines, wrapper_predicate
+from theow_workers.core.logs.text import mask_volatile, numbered_lines, without_stamps
+from theow_workers.core.resolve.fingerprint import fingerprint, fingerprint_version
+from theow_workers.core.resolve.plan import RuleBook, matching_facts, plan
+from theow_workers.core.rules.evidence import evidence_at
+from theow_workers.core.rules.schema import Rule
 
 
 def rule(name: str, pattern: str, generic: bool = False) -> Rule:

@@ -4,8 +4,8 @@ import time
 
 import pytest
 
-from theow_workers.core.matching import evaluate, required_literal
-from theow_workers.core.rules import parse_rule
+from theow_workers.core.rules.matching import evaluate, required_literal
+from theow_workers.core.rules.schema import parse_rule
 
 
 def rule(when: str, params: str = "{}", mode: str = "fix") -> object:
@@ -94,7 +94,7 @@ def test_the_required_literal_is_only_what_every_match_must_contain(pattern, lit
 
 
 def test_an_alternation_needs_one_of_its_literals_and_still_matches_every_wording():
-    from theow_workers.core.matching import required_literals
+    from theow_workers.core.rules.matching import required_literals
 
     pattern = r"(?:Could not resolve host|Temporary failure in name resolution): (?P<host>\S+)"
     assert required_literals(pattern) == (

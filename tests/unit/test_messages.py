@@ -10,9 +10,9 @@ from theow_client.client import build_payload
 from theow_client.messages import ExploreRequest, PassingRun, SubmitRequest
 from theow_client.passing import build_passing_payload
 from theow_client.verdict import Status
-from theow_workers.core.knowledge import Knowledge
-from theow_workers.core.memory import InMemoryStore
-from theow_workers.core.service import ResolveService, ResolveSettings
+from theow_workers.adapters.memory import InMemoryStore
+from theow_workers.core.resolve.library import Library
+from theow_workers.core.resolve.service import ResolveService, ResolveSettings
 from theow_workers.delivery import DeliveryPolicy
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -69,11 +69,11 @@ def test_a_passing_run_without_a_usable_job_is_refused_with_the_reason():
 
 
 @pytest.fixture(scope="module")
-def knowledge() -> Knowledge:
-    return Knowledge.load(FIXTURES / "rules", FIXTURES / "actions")
+def knowledge() -> Library:
+    return Library.load(FIXTURES / "rules", FIXTURES / "actions")
 
 
-def service_of(knowledge: Knowledge, store: InMemoryStore) -> ResolveService:
+def service_of(knowledge: Library, store: InMemoryStore) -> ResolveService:
     return ResolveService(
         store,
         rulebook=lambda: knowledge.book,
@@ -107,7 +107,7 @@ def test_a_replayed_failure_delivered_too_often_is_given_up_with_its_facts(knowl
 def test_a_resolve_stopped_at_the_soft_limit_is_an_error_with_what_already_ran(
     knowledge, monkeypatch
 ):
-    import theow_workers.core.service as service_module
+    import theow_workers.core.resolve.service as service_module
 
     real, calls = service_module.call_action, []
 

@@ -6,12 +6,12 @@ import pytest
 
 from theow_client.messages import SubmitRequest
 from theow_client.verdict import Status
-from theow_workers.core import service as service_mod
-from theow_workers.core.memory import InMemoryStore
+from theow_workers.adapters.memory import InMemoryStore
 from theow_workers.core.ports import RuleStats
-from theow_workers.core.resolver import RuleBook
-from theow_workers.core.rules import parse_rule
-from theow_workers.core.service import ResolveService
+from theow_workers.core.resolve import service as service_mod
+from theow_workers.core.resolve.plan import RuleBook
+from theow_workers.core.resolve.service import ResolveService
+from theow_workers.core.rules.schema import parse_rule
 
 LOG = "Downloading deps\nnpm ERR! code ERESOLVE\nnpm ERR! ERESOLVE could not resolve\nmake: *** [ci] Error 1\n"
 

@@ -20,7 +20,7 @@ from detect_secrets.plugins.base import RegexBasedDetector
 from theow_client import redact as client_redact
 from theow_client.client import build_payload
 from theow_client.redact import summary
-from theow_workers.core import redact as worker_redact
+from theow_workers.core.logs import redact as worker_redact
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 

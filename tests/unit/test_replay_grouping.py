@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import random
 
-from theow_workers.core.query import fingerprint
-from theow_workers.core.rules import Rule
-from theow_workers.core.summary import wrapper_predicate
+from theow_workers.core.logs.summary import wrapper_predicate
+from theow_workers.core.resolve.fingerprint import fingerprint
+from theow_workers.core.rules.schema import Rule
 from theow_workers.replay.grouping import (
     Group,
     _shared_tokens,

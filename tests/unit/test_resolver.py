@@ -1,9 +1,9 @@
 """Which rules are tried, in which order."""
 
-from theow_workers.core.memory import HashingEmbedder, InMemoryIndex
+from theow_workers.adapters.memory import HashingEmbedder, InMemoryIndex
 from theow_workers.core.ports import IndexEntry, RuleStats
-from theow_workers.core.resolver import Hints, RuleBook, plan
-from theow_workers.core.rules import parse_rule
+from theow_workers.core.resolve.plan import Hints, RuleBook, plan
+from theow_workers.core.rules.schema import parse_rule
 
 
 def make(name: str, contains: str, tags: str = "[]", description: str = "") -> object:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from theow_workers.core.resolver import RuleBook
+from theow_workers.core.resolve.plan import RuleBook
 from theow_workers.review.teach import rule_problems
 
 FACTS = {"log": "checking docs\ndocs/guide.md:14: broken link to 'install' (anchor missing)\n"}

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from theow_workers.config import ConfigError, Settings
-from theow_workers.core.knowledge import Knowledge
+from theow_workers.core.resolve.library import Library
 
 ROOT = Path(__file__).resolve().parents[2]
 NO_FILE = Path("/nonexistent/theow.yaml")
@@ -38,7 +38,7 @@ def test_a_user_layer_adds_a_rule_and_replaces_a_shipped_one_by_name(tmp_path: P
     mine = user_layer(tmp_path / "mine")
     settings = Settings.load(env={"THEOW_RULES_DIRS": str(mine)}, path=NO_FILE)
 
-    knowledge = Knowledge.configured(settings)
+    knowledge = Library.configured(settings)
 
     rules = knowledge.rules.by_name()
     assert knowledge.rules.errors == ()
@@ -69,7 +69,7 @@ def test_rules_dir_alone_still_means_only_that_directory(tmp_path: Path) -> None
     mine = user_layer(tmp_path / "mine")
     settings = Settings.load(env={"THEOW_RULES_DIR": str(mine)}, path=NO_FILE)
 
-    knowledge = Knowledge.configured(settings)
+    knowledge = Library.configured(settings)
 
     assert settings.rule_layers == (mine,)
     assert sorted(knowledge.rules.by_name()) == ["my_cache_corrupt", "network_flake"]
@@ -98,7 +98,7 @@ def test_setting_both_the_only_directory_and_layers_is_one_configuration_error(
 
 def test_a_missing_layer_is_named(tmp_path: Path) -> None:
     settings = Settings.load(env={"THEOW_RULES_DIRS": str(tmp_path / "gone")}, path=NO_FILE)
-    (error,) = Knowledge.configured(settings).rules.errors
+    (error,) = Library.configured(settings).rules.errors
     assert str(error).startswith(f"{tmp_path / 'gone'}: rules directory does not exist")
 
 
@@ -110,7 +110,7 @@ def test_an_action_layer_replaces_a_shipped_action_of_the_same_name(tmp_path: Pa
         "    return {}\n"
     )
     settings = Settings.load(env={"THEOW_ACTIONS_DIRS": str(tmp_path)}, path=NO_FILE)
-    knowledge = Knowledge.configured(settings)
+    knowledge = Library.configured(settings)
     spec = knowledge.actions.get("go_mod_replace")
     assert spec is not None and spec.source_file == str(tmp_path / "mine.py")
     assert "suggest_goprivate" in knowledge.actions

@@ -18,11 +18,11 @@ import pytest
 import regex
 
 import theow_workers.rule_trial as trial_module
+from theow_workers.adapters.memory import HashingEmbedder
 from theow_workers.core.actions import call_action
-from theow_workers.core.knowledge import Knowledge
-from theow_workers.core.matching import evaluate, required_literal
-from theow_workers.core.memory import HashingEmbedder
-from theow_workers.core.rules import REGEX_FLAGS, Mode, Rule
+from theow_workers.core.resolve.library import Library
+from theow_workers.core.rules.matching import evaluate, required_literal
+from theow_workers.core.rules.schema import REGEX_FLAGS, Mode, Rule
 from theow_workers.rule_trial import trial
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -351,8 +351,8 @@ VARIANTS: dict[str, list[str]] = {
 
 
 @pytest.fixture(scope="module")
-def knowledge() -> Knowledge:
-    return Knowledge.load(RULES, ACTIONS)
+def knowledge() -> Library:
+    return Library.load(RULES, ACTIONS)
 
 
 @pytest.fixture(scope="module")
@@ -438,7 +438,7 @@ def test_a_rule_recognises_its_failure_as_other_tools_print_it(rules, name, log)
 def test_rules_test_picks_each_rule_for_its_first_example(knowledge, rules, monkeypatch):
     # trial() loads the library on every call; loading it once keeps the test fast.
     monkeypatch.setattr(
-        trial_module, "Knowledge", SimpleNamespace(load=lambda rules_dir, actions_dir: knowledge)
+        trial_module, "Library", SimpleNamespace(load=lambda rules_dir, actions_dir: knowledge)
     )
     embedder = HashingEmbedder()
     wrong = {}

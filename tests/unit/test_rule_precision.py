@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from theow_workers.core.actions import load_actions
-from theow_workers.core.matching import Captures, check_condition, evaluate
-from theow_workers.core.rules import Rule, load_rules
+from theow_workers.core.rules.matching import Captures, check_condition, evaluate
+from theow_workers.core.rules.schema import Rule, load_rules
 
 ROOT = Path(__file__).resolve().parents[2]
 SUCCESS_LOGS = ROOT / "tests" / "fixtures" / "success_logs"

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from theow_workers.core.confusion import confusion_errors, confusions
-from theow_workers.core.examples import example_problems
-from theow_workers.core.resolver import RuleBook, plan
-from theow_workers.core.rules import Rule, load_rules, parse_rule
-from theow_workers.core.scanner import BACK_BYTES
+from theow_workers.core.resolve.confusion import confusion_errors, confusions
+from theow_workers.core.resolve.plan import RuleBook, plan
+from theow_workers.core.rules.examples import example_problems
+from theow_workers.core.rules.scanner import BACK_BYTES
+from theow_workers.core.rules.schema import Rule, load_rules, parse_rule
 
 ROOT = Path(__file__).resolve().parents[2]
 

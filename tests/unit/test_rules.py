@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from theow_workers.core.matching import evaluate
-from theow_workers.core.rules import Mode, RuleError, load_rules, parse_rule
+from theow_workers.core.rules.matching import evaluate
+from theow_workers.core.rules.schema import Mode, RuleError, load_rules, parse_rule
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -155,7 +155,7 @@ def test_a_condition_without_an_operator_holds_when_the_fact_is_present():
 
 
 def test_rules_check_holds_each_rule_to_its_examples_and_counter_examples(tmp_path):
-    from theow_workers.core.examples import check_examples
+    from theow_workers.core.rules.examples import check_examples
 
     path = write(
         tmp_path,
@@ -201,7 +201,7 @@ def test_params_are_bound_against_the_actions_signatures(tmp_path):
     "text", ["[" * 5000 + "]" * 5000, "- " * 5000 + "x", "{a: " * 3000 + "1" + "}" * 3000]
 )
 def test_yaml_nested_too_deeply_is_a_rule_error_not_a_crash(text):
-    from theow_workers.core.resolver import RuleBook
+    from theow_workers.core.resolve.plan import RuleBook
     from theow_workers.review.teach import rule_problems
 
     with pytest.raises(RuleError, match="nested too deeply"):

@@ -7,17 +7,17 @@ import pytest
 
 from theow_client.messages import SubmitRequest
 from theow_client.verdict import Status
-from theow_workers.core.knowledge import Knowledge
-from theow_workers.core.memory import InMemoryStore
-from theow_workers.core.service import ResolveService, ResolveSettings
+from theow_workers.adapters.memory import InMemoryStore
+from theow_workers.core.resolve.library import Library
+from theow_workers.core.resolve.service import ResolveService, ResolveSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
 
 
 @pytest.fixture(scope="module")
-def knowledge() -> Knowledge:
-    loaded = Knowledge.load(FIXTURES / "rules", FIXTURES / "actions")
+def knowledge() -> Library:
+    loaded = Library.load(FIXTURES / "rules", FIXTURES / "actions")
     assert loaded.rules.errors == ()
     return loaded
 
@@ -159,7 +159,7 @@ def test_a_fix_whose_actions_only_suggest_is_suggested_not_resolved_and_not_coun
     (tmp_path / "actions").mkdir()
     shutil.copy(ROOT / "rules" / "python_module_not_found.rule.yaml", tmp_path / "rules")
     shutil.copy(ROOT / "actions" / "python.py", tmp_path / "actions")
-    loaded = Knowledge.load(tmp_path / "rules", tmp_path / "actions")
+    loaded = Library.load(tmp_path / "rules", tmp_path / "actions")
     store = InMemoryStore()
     service = ResolveService(store, lambda: loaded.book, lambda: loaded.actions)
     verdict = submit(service, {"stderr": "ModuleNotFoundError: No module named 'yaml'"})
@@ -238,7 +238,7 @@ class TimeLimit(BaseException):
 def test_what_ran_before_a_time_limit_is_recorded_with_the_verdict_that_gives_up(
     service, store, monkeypatch
 ):
-    import theow_workers.core.service as service_module
+    import theow_workers.core.resolve.service as service_module
 
     real, calls = service_module.call_action, []
 
@@ -270,7 +270,7 @@ def test_facts_seen_before_are_prepared_once_per_service_and_a_new_service_start
             store, rulebook=lambda: knowledge.book, actions=lambda: knowledge.actions
         )
 
-    import theow_workers.core.service as service_module
+    import theow_workers.core.resolve.service as service_module
 
     real, masked = service_module.redact, []
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from theow_workers.core.resolver import RuleBook, plan
-from theow_workers.core.rules import parse_rule
+from theow_workers.core.resolve.plan import RuleBook, plan
+from theow_workers.core.rules.schema import parse_rule
 
 
 def rule(name: str, pattern: str, generic: bool = False) -> object:

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from theow_workers.core.gateway import ModelTurn, ToolCall
-from theow_workers.core.limits import InMemoryLimiter, InMemorySpend
-from theow_workers.core.llm import (
+from theow_workers.adapters.limits import InMemoryLimiter, InMemorySpend
+from theow_workers.core.llm.gateway import ModelTurn, ToolCall
+from theow_workers.core.llm.model import (
     Budget,
     BudgetReached,
-    FallbackGateway,
+    FallbackRunner,
     Outcome,
     tool_from_callable,
 )
-from theow_workers.core.session import ToolLoop
+from theow_workers.core.llm.session import ToolLoop
 
 PRICE = (1.0, 2.0)  # dollars per million tokens in and out
 
@@ -62,7 +62,7 @@ def test_the_secondary_model_does_not_take_over_when_the_budget_is_reached():
     spend = InMemorySpend(0.0001)
     loops = [ToolLoop(m, InMemoryLimiter(), spend=spend, price=PRICE) for m in (primary, secondary)]
     with pytest.raises(BudgetReached):
-        FallbackGateway(*loops).generate("explain", {"type": "object"}, max_output_tokens=400)
+        FallbackRunner(*loops).generate("explain", {"type": "object"}, max_output_tokens=400)
     assert primary.requests == [] and secondary.requests == []
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from theow_workers.cli import app
-from theow_workers.core.explore import INSTRUCTIONS
-from theow_workers.core.matching import evaluate
-from theow_workers.core.rules import parse_rule
-from theow_workers.core.scanner import Scanner
+from theow_workers.core.explore.context import INSTRUCTIONS
+from theow_workers.core.rules.matching import evaluate
+from theow_workers.core.rules.scanner import Scanner
+from theow_workers.core.rules.schema import parse_rule
 
 RULE = """\
 name: npm_err

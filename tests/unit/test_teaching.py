@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from theow_workers.core.examples import example_problems
-from theow_workers.core.generalize import draft_pattern
-from theow_workers.core.matching import evaluate
-from theow_workers.core.resolver import RuleBook, plan
-from theow_workers.core.rules import parse_rule
-from theow_workers.core.teaching import TeachError, chunk_span, synthesize
+from theow_workers.core.explore.teaching import TeachError, chunk_span, synthesize
+from theow_workers.core.resolve.plan import RuleBook, plan
+from theow_workers.core.rules.examples import example_problems
+from theow_workers.core.rules.generalize import draft_pattern
+from theow_workers.core.rules.matching import evaluate
+from theow_workers.core.rules.schema import parse_rule
 
 WRAPPER = parse_rule(
     "name: make_failed\nmode: track\ngeneric: true\n"

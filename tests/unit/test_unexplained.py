@@ -15,11 +15,11 @@ from tests.conftest import prepared_database
 from theow_client.messages import SubmitRequest
 from theow_client.verdict import Status
 from theow_client.verdict_text import format_verdict
-from theow_workers.core.knowledge import Knowledge
-from theow_workers.core.memory import InMemoryStore
-from theow_workers.core.resolver import RuleBook
-from theow_workers.core.rules import parse_rule
-from theow_workers.core.service import ResolveService, ResolveSettings, Submission
+from theow_workers.adapters.memory import InMemoryStore
+from theow_workers.core.resolve.library import Library
+from theow_workers.core.resolve.plan import RuleBook
+from theow_workers.core.resolve.service import ResolveService, ResolveSettings, Submission
+from theow_workers.core.rules.schema import parse_rule
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -47,8 +47,8 @@ WRAPPED = "compiling\nKeyError: 'DATABASE_URL'\nmake: *** [all] Error 2\n"
 
 
 @pytest.fixture(scope="module")
-def knowledge() -> Knowledge:
-    return Knowledge.load(FIXTURES / "rules", FIXTURES / "actions")
+def knowledge() -> Library:
+    return Library.load(FIXTURES / "rules", FIXTURES / "actions")
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -63,7 +63,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path):
     sql.dispose()
 
 
-def service_for(knowledge: Knowledge, store, explored: list[str] | None = None) -> ResolveService:
+def service_for(knowledge: Library, store, explored: list[str] | None = None) -> ResolveService:
     book = RuleBook((*knowledge.book.rules, MAKE, RAKE), "with-wrappers")
 
     def explore(sub: Submission, rule: str | None) -> str:

@@ -14,9 +14,9 @@ from theow_client.facts import FactLimits, bound_facts_kept
 from theow_client.lines import original_line
 from theow_client.messages import SubmitRequest
 from theow_client.verdict import Status, Verdict, Where
-from theow_workers.core.knowledge import Knowledge
-from theow_workers.core.memory import InMemoryStore
-from theow_workers.core.service import ResolveService, ResolveSettings
+from theow_workers.adapters.memory import InMemoryStore
+from theow_workers.core.resolve.library import Library
+from theow_workers.core.resolve.service import ResolveService, ResolveSettings
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures"
 BIG = 400_000
@@ -31,8 +31,8 @@ def big_log(error: str = "KeyError: 'DATABASE_URL'") -> str:
 
 
 @pytest.fixture(scope="module")
-def knowledge() -> Knowledge:
-    return Knowledge.load(FIXTURES / "rules", FIXTURES / "actions")
+def knowledge() -> Library:
+    return Library.load(FIXTURES / "rules", FIXTURES / "actions")
 
 
 @pytest.fixture

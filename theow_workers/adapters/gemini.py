@@ -1,6 +1,6 @@
 """Gemini through google-genai 3.x: one request, one response.
 
-The tool loop is the core's (``core/session.py``); this gateway translates one
+The tool loop is the core's (``core/llm/session.py``); this gateway translates one
 :class:`ModelRequest` into a ``generate_content`` call and its answer into a
 :class:`ModelTurn`. Automatic function calling is off and the SDK's own retries
 are off, so every request passes the core's rate limiter and every turn's usage
@@ -22,7 +22,7 @@ from google.genai import errors, types
 
 from theow_client.jsontypes import Json
 from theow_workers.config import ConfigError
-from theow_workers.core.gateway import (
+from theow_workers.core.llm.gateway import (
     ModelRequest,
     ModelTurn,
     ModelUnavailable,
@@ -31,7 +31,7 @@ from theow_workers.core.gateway import (
     ToolCall,
     UserTurn,
 )
-from theow_workers.core.llm import ModelError, Tool
+from theow_workers.core.llm.model import ModelError, Tool
 
 API_VERSION = "v1beta"
 REQUEST_TIMEOUT_MS = 300_000

@@ -2,7 +2,7 @@
 
 One sorted set per job (``theow:normal:<job>``, named in
 ``theow_client.names``): template → when it was last seen. Learning a passing
-run merges its lines into the job's templates (``core.normal.mine``), stamps
+run merges its lines into the job's templates (``core.logs.normal.mine``), stamps
 them with the time, drops templates not seen within ``ttl`` and keeps the
 ``MAX_TEMPLATES`` most recently seen; the key expires ``ttl`` after the job's
 last learned run. So the normal follows the last few passing runs and stays
@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from theow_client import names
-from theow_workers.core.normal import MAX_TEMPLATES, JobNormal, mine, mine_run
+from theow_workers.core.logs.normal import MAX_TEMPLATES, JobNormal, mine, mine_run
 
 CACHE_JOBS = 1024  # jobs whose normal a process keeps in memory
 

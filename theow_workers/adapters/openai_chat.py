@@ -3,7 +3,7 @@
 vLLM, Ollama, llama.cpp's server and hosted services speak the same
 ``POST {base_url}/chat/completions`` with function calling (``tools``; the
 answer's ``tool_calls``; our ``role: tool`` messages answering each call by its
-``tool_call_id``). The tool loop is the core's (``core/session.py``), as for
+``tool_call_id``). The tool loop is the core's (``core/llm/session.py``), as for
 Gemini: the official ``openai`` client makes one attempt per request (its own
 retries are off, so every request passes the core's rate limiter), and the
 answer is read from the raw JSON, so a server that answers something else is a
@@ -28,7 +28,7 @@ import httpx2  # the transport the openai client uses
 import openai
 
 from theow_client.jsontypes import Json, JsonObject
-from theow_workers.core.gateway import (
+from theow_workers.core.llm.gateway import (
     ModelRequest,
     ModelTurn,
     ModelUnavailable,
@@ -37,7 +37,7 @@ from theow_workers.core.gateway import (
     ToolCall,
     UserTurn,
 )
-from theow_workers.core.llm import ModelError, Tool, estimate_tokens
+from theow_workers.core.llm.model import ModelError, Tool, estimate_tokens
 
 REQUEST_TIMEOUT = 300.0  # seconds: a local model on a CPU answers slowly
 CHECK_TIMEOUT = 10.0

@@ -19,12 +19,12 @@ from urllib.parse import urlsplit
 from celery.exceptions import SoftTimeLimitExceeded
 
 from theow_client.config import port_problem, safe_url
+from theow_workers.adapters.limits import InMemoryLimiter
 from theow_workers.config import ConfigError, Settings
-from theow_workers.core.gateway import ModelGateway
-from theow_workers.core.limits import InMemoryLimiter
-from theow_workers.core.llm import FallbackGateway, RateLimiter, Spending, split_model
-from theow_workers.core.redact import Masker, settings_secrets
-from theow_workers.core.session import ToolLoop
+from theow_workers.core.llm.gateway import ModelGateway
+from theow_workers.core.llm.model import FallbackRunner, RateLimiter, Spending, split_model
+from theow_workers.core.llm.session import ToolLoop
+from theow_workers.core.logs.redact import Masker, settings_secrets
 
 PROVIDERS = ("gemini", "openai")
 
@@ -70,7 +70,7 @@ def gateway_for(model: ModelSetting, timeout: float | None = None) -> ModelGatew
 
 def gateway_from_settings(
     settings: Settings, limiter: RateLimiter | None = None, spend: Spending | None = None
-) -> FallbackGateway:
+) -> FallbackRunner:
     """The primary model (``llm``) with the optional secondary (``llm_secondary``).
 
     ``spend``: the fleet's daily cap (``llm_daily_budget``), which every request of
@@ -93,7 +93,7 @@ def gateway_from_settings(
         )
         for m in configured_models(settings)
     ]
-    return FallbackGateway(loops[0], loops[1] if len(loops) > 1 else None)
+    return FallbackRunner(loops[0], loops[1] if len(loops) > 1 else None)
 
 
 def _model(settings: Settings, setting: str) -> ModelSetting:

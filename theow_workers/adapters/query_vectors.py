@@ -4,7 +4,7 @@ Ranking rules that tie on specificity and evidence position needs the failure
 embedded (MiniLM, 10-20 ms of CPU). A fleet sends the same failure many times,
 from many jobs to many worker processes, so the vector is kept by the hash of
 its text, the failure's error text with its volatile parts normalized
-(``core.query.similarity_text``): in this process (float32, least recently
+(``core.resolve.fingerprint.similarity_text``): in this process (float32, least recently
 used first out) and in Redis for ``ttl`` seconds (``theow:vector:<model>:<hash>``).
 A repeat then costs no model call on any worker, even one started since.
 

@@ -59,7 +59,7 @@ def metrics(
     """Serve Theow's Prometheus metrics (failures, verdicts, explorations, LLM cost, replays)."""
     from prometheus_client import start_http_server
 
-    from theow_workers.core.redact import redact_text
+    from theow_workers.core.logs.redact import redact_text
     from theow_workers.ops.metrics import registry_for
 
     settings = load_settings()

@@ -158,7 +158,7 @@ def run(app: typer.Typer) -> None:
     or a CI log they are plain lines (``Error: No such option: --learn``): with
     no markup mode Typer prints them as click does, without box-drawing.
     """
-    from theow_workers.core.redact import redact_text
+    from theow_workers.core.logs.redact import redact_text
 
     if not err.is_terminal:
         app.rich_markup_mode = None

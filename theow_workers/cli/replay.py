@@ -95,7 +95,7 @@ def _broker(settings: Settings) -> None:
     import redis
 
     from theow_client import names
-    from theow_workers.core.redact import redact_text
+    from theow_workers.core.logs.redact import redact_text
     from theow_workers.heartbeat import consumers
 
     client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=3, socket_timeout=3)
@@ -145,7 +145,7 @@ def _rules(settings: Settings) -> tuple[list[str], str]:
     under the rule and action files' signature (names, sizes, mtimes, as the
     workers notice changes), so the next replay of unchanged rules starts at once.
     """
-    from theow_workers.core.knowledge import Knowledge
+    from theow_workers.core.resolve.library import Library
     from theow_workers.runtime import directory_signature
 
     signature = [
@@ -157,7 +157,7 @@ def _rules(settings: Settings) -> tuple[list[str], str]:
         if summary["signature"] == signature:
             return list(summary["names"]), str(summary["version"])
     try:
-        knowledge = Knowledge.configured(settings)
+        knowledge = Library.configured(settings)
     except Exception as exc:  # a broken actions dir must not stop a replay; workers decide
         err.print(f"[yellow]rules not loaded here ({exc}); 'matched nothing' is unknown[/yellow]")
         return [], ""
@@ -576,7 +576,7 @@ def _learner(s: Settings) -> Callable[[JsonObject], str]:
 
     from theow_client.job import job_fact
     from theow_workers.adapters.normals import RedisNormals
-    from theow_workers.core.normal import run_lines
+    from theow_workers.core.logs.normal import run_lines
 
     normals = RedisNormals(redis.Redis.from_url(s.redis_url), s.normal_ttl)
 

@@ -21,7 +21,7 @@ from theow_client.verdict import Verdict, Where
 from theow_client.verdict_text import explained, look_at
 from theow_workers.cli.output import err, load_settings, out, print_json
 from theow_workers.cli.output import fail as _fail
-from theow_workers.core.logtext import strip_ansi
+from theow_workers.core.logs.text import strip_ansi
 
 if TYPE_CHECKING:
     from theow_workers.config import Settings
@@ -111,8 +111,8 @@ def review_list(
 @review_app.command("show")
 def review_show(proposal_id: str, as_json: JsonFlag = False) -> None:
     """The failure, the risk flags, the rule, the action diffs, tokens and cost."""
-    from theow_workers.core.query import error_lines
-    from theow_workers.core.summary import summarize
+    from theow_workers.core.logs.summary import summarize
+    from theow_workers.core.resolve.fingerprint import error_lines
     from theow_workers.review.flags import proposal_flags
     from theow_workers.review.risk import NOT_A_VERDICT, visible
     from theow_workers.views.proposals import summary

@@ -19,8 +19,8 @@ from theow_workers.core.actions import ActionLoadError
 
 if TYPE_CHECKING:
     from theow_workers.config import Settings
-    from theow_workers.core.knowledge import Knowledge
-    from theow_workers.core.rules import RuleError
+    from theow_workers.core.resolve.library import Library
+    from theow_workers.core.rules.schema import RuleError
 
 rules_app = typer.Typer(no_args_is_help=True, help="Check, test and index rules.")
 
@@ -90,27 +90,27 @@ def _layers(
     return ([rules] if rules else s.rule_layers), ([actions] if actions else s.action_layers)
 
 
-def _knowledge(rule_dirs: Sequence[Path], action_dirs: Sequence[Path]) -> Knowledge:
+def _knowledge(rule_dirs: Sequence[Path], action_dirs: Sequence[Path]) -> Library:
     """The rules and actions of these directories; actions that do not load exit 1."""
-    from theow_workers.core.knowledge import Knowledge
+    from theow_workers.core.resolve.library import Library
 
     try:
-        return Knowledge.load(rule_dirs, action_dirs)
+        return Library.load(rule_dirs, action_dirs)
     except ActionLoadError as exc:
         raise fail(str(exc)) from None
 
 
-def _example_errors(knowledge: Knowledge) -> list[RuleError]:
+def _example_errors(knowledge: Library) -> list[RuleError]:
     """Examples that do not match their condition, counter-examples that do."""
-    from theow_workers.core.examples import check_examples
+    from theow_workers.core.rules.examples import check_examples
 
     files = sorted(origin.file for origin in knowledge.rules.origins.values())
     return [problem for path in files for problem in check_examples(path)]
 
 
-def _confusion_errors(knowledge: Knowledge) -> list[RuleError]:
+def _confusion_errors(knowledge: Library) -> list[RuleError]:
     """Examples another specific rule wins, with the resolver's structural ranking."""
-    from theow_workers.core.confusion import confusion_errors
+    from theow_workers.core.resolve.confusion import confusion_errors
 
     files = {name: origin.file for name, origin in knowledge.rules.origins.items()}
     return confusion_errors(knowledge.rules.rules, files, knowledge.book)
@@ -418,12 +418,12 @@ def _print_explanation(report: JsonObject, limit: int) -> None:
 @rules_app.command("sync")
 def rules_sync() -> None:
     """Sync the Milvus index with the rules and actions directories now."""
-    from theow_workers.core.knowledge import Knowledge
+    from theow_workers.core.resolve.library import Library
     from theow_workers.runtime import build, sync_index
 
     rt = build(load_settings(), "cli")
     try:
-        knowledge = Knowledge.configured(rt.settings)
+        knowledge = Library.configured(rt.settings)
     except ActionLoadError as exc:
         raise fail(str(exc)) from None
     if knowledge.rules.errors:

@@ -15,9 +15,9 @@ from theow_workers.cli.output import JsonFlag, err, fail, load_settings, out, pr
 
 if TYPE_CHECKING:
     from theow_workers.config import Settings
-    from theow_workers.core.normal import IsNormal
-    from theow_workers.core.resolver import RuleBook
-    from theow_workers.core.rules import Rule
+    from theow_workers.core.logs.normal import IsNormal
+    from theow_workers.core.resolve.plan import RuleBook
+    from theow_workers.core.rules.schema import Rule
     from theow_workers.runtime import Runtime
     from theow_workers.store.explore import ExploreStore
 
@@ -100,11 +100,11 @@ def teach(
 def _context() -> tuple[Settings, ExploreStore, RuleBook]:
     from theow_workers.cli.review import _context as review_context
     from theow_workers.core.actions import ActionLoadError
-    from theow_workers.core.knowledge import Knowledge
+    from theow_workers.core.resolve.library import Library
 
     settings, store = review_context()
     try:
-        knowledge = Knowledge.configured(settings)
+        knowledge = Library.configured(settings)
     except ActionLoadError as exc:
         raise fail(str(exc)) from None
     return settings, store, knowledge.book
@@ -124,7 +124,7 @@ def _teach_one(
 ) -> JsonObject:
     from theow_client.job import job_fact
     from theow_workers.cli.review import _full_id
-    from theow_workers.core.teaching import TeachError
+    from theow_workers.core.explore.teaching import TeachError
     from theow_workers.review.teach import teach as file_teaching
 
     failure_id = _full_id(store, given, "failure")
@@ -184,7 +184,7 @@ def _bulk(
     or whose draft is that rule again (same conditions, same pattern), files
     nothing. A bad line is reported as ``FILE:LINE: why`` and the rest go on.
     """
-    from theow_workers.core.teaching import TeachError
+    from theow_workers.core.explore.teaching import TeachError
     from theow_workers.evaluation import read_jsonl
     from theow_workers.review.teach import draft
     from theow_workers.review.teach import teach as file_teaching
@@ -336,8 +336,8 @@ def _example_failure(store: ExploreStore, data: JsonObject) -> tuple[str, JsonOb
 
 
 def _example_span(facts: JsonObject, data: JsonObject) -> tuple[int, int]:
-    from theow_workers.core.resolver import matching_facts
-    from theow_workers.core.teaching import MAX_SPAN, chunk_span
+    from theow_workers.core.explore.teaching import MAX_SPAN, chunk_span
+    from theow_workers.core.resolve.plan import matching_facts
 
     lines, chunk = data.get("lines"), data.get("chunk")
     if (lines is None) == (chunk is None):
@@ -368,8 +368,8 @@ def _rule_key(rule: Rule) -> tuple[object, ...]:
 
 def _explained(rules: list[Rule], facts: JsonObject, span: tuple[int, int]) -> str | None:
     """The rule among ``rules`` whose evidence on ``facts`` lies in ``span``, if any."""
-    from theow_workers.core.matching import evaluate
-    from theow_workers.core.resolver import matching_facts
+    from theow_workers.core.resolve.plan import matching_facts
+    from theow_workers.core.rules.matching import evaluate
 
     for rule in rules:
         match = evaluate(rule, matching_facts(facts))
@@ -379,7 +379,7 @@ def _explained(rules: list[Rule], facts: JsonObject, span: tuple[int, int]) -> s
 
 
 def _with(book: RuleBook, rule: Rule) -> RuleBook:
-    from theow_workers.core.resolver import RuleBook
+    from theow_workers.core.resolve.plan import RuleBook
 
     return RuleBook((*book.rules, rule), f"{book.version}+{rule.name}", book.client_side)
 

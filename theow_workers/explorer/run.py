@@ -17,14 +17,14 @@ from theow_client import names
 from theow_client.job import job_fact
 from theow_client.jsontypes import JsonObject
 from theow_client.messages import ExploreRequest
-from theow_workers.core.explore import ExplorationContext, Probe
-from theow_workers.core.explorer import Exploration, ExploreService, ExploreSettings
-from theow_workers.core.llm import Budget, Outcome, offered
-from theow_workers.core.normal import JobNormal
-from theow_workers.core.proposal import Repository
-from theow_workers.core.query import query_text
-from theow_workers.core.redact import Masker, settings_secrets
-from theow_workers.core.rules import Rule, prompt_path
+from theow_workers.core.explore.context import ExplorationContext, Probe
+from theow_workers.core.explore.proposal import Repository
+from theow_workers.core.explore.service import Exploration, ExploreService, ExploreSettings
+from theow_workers.core.llm.model import Budget, Outcome, offered
+from theow_workers.core.logs.normal import JobNormal
+from theow_workers.core.logs.redact import Masker, settings_secrets
+from theow_workers.core.resolve.fingerprint import query_text
+from theow_workers.core.rules.schema import Rule, prompt_path
 from theow_workers.explorer.sandbox import sandbox_problem
 from theow_workers.explorer.tools import Workspace, deployment_tools, read_log_tool
 
@@ -33,8 +33,8 @@ if TYPE_CHECKING:
 
     from theow_workers.adapters.normals import RedisNormals
     from theow_workers.config import Settings
-    from theow_workers.core.knowledge import Knowledge
     from theow_workers.core.ports import Embedder, Hit, RuleIndex
+    from theow_workers.core.resolve.library import Library
     from theow_workers.store.explore import ExploreStore
     from theow_workers.store.results import SqlStore
 
@@ -59,7 +59,7 @@ class Runtime(Protocol):
     @property
     def normals(self) -> RedisNormals: ...
 
-    def knowledge(self) -> Knowledge: ...
+    def knowledge(self) -> Library: ...
 
 
 def enqueue(runtime: Runtime, failure_id: str, rule: str | None, session_id: str | None) -> str:
@@ -233,8 +233,8 @@ def draft_probe(
 ) -> Probe:
     """``test_rule``'s "where else would it fire": the first ``limit`` stored failures
     (by id: no recency bias) and the templates of the job's passing runs."""
-    from theow_workers.core.matching import evaluate
-    from theow_workers.core.resolver import matching_facts
+    from theow_workers.core.resolve.plan import matching_facts
+    from theow_workers.core.rules.matching import evaluate
 
     templates = _templates(normal)
 

@@ -19,7 +19,7 @@ from theow_client.jsontypes import JsonObject
 from theow_client.messages import PassingRun, SubmitRequest
 from theow_client.passing import build_passing_payload, passing_interval
 from theow_workers.adapters.forges import ForgeAPI
-from theow_workers.core.normal import passing_run
+from theow_workers.core.logs.normal import passing_run
 from theow_workers.integrations.hooks import HookedJob
 
 if TYPE_CHECKING:

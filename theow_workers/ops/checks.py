@@ -19,7 +19,7 @@ from theow_client import names
 from theow_client.jsontypes import Json, JsonObject
 from theow_workers import last_good
 from theow_workers.config import VALKEY_PASSWORD_FILE, Settings
-from theow_workers.core.redact import redact_text
+from theow_workers.core.logs.redact import redact_text
 
 if TYPE_CHECKING:
     from pymilvus import MilvusClient
@@ -353,12 +353,12 @@ def check_model(ctx: Context) -> list[Finding]:
 
 
 def check_rules(ctx: Context) -> list[Finding]:
-    from theow_workers.core.knowledge import Knowledge
+    from theow_workers.core.resolve.library import Library
 
     s = ctx.settings
     where = ", ".join(map(str, s.rule_layers))
     try:
-        knowledge = Knowledge.configured(s)
+        knowledge = Library.configured(s)
     except Exception as exc:  # an action module that does not import
         return [Finding("rules", FAIL, f"actions do not load: {exc}")]
     errors = knowledge.rules.errors

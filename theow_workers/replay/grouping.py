@@ -1,7 +1,7 @@
 """Unmatched failures grouped by root cause: what is still unknown, largest first.
 
 No model: each failure is summarized by its error text (:func:`error_summary`):
-the one reading of its log (``core.summary``: colour codes, time stamps and
+the one reading of its log (``core.logs.summary``: colour codes, time stamps and
 CI-system boilerplate removed, its error lines picked with the markers
 bounding uses, strongest first, wrappers left out) with the volatile parts
 masked (times, durations, ids, paths and numbers taken out). Failures with
@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from theow_client.jsontypes import JsonObject
-from theow_workers.core.summary import summarize
+from theow_workers.core.logs.summary import summarize
 
 SIMILAR = 0.7
 # Facts naming the project a failure belongs to. A cause is grouped within its
@@ -79,7 +79,7 @@ def error_summary(
 ) -> tuple[str, str]:
     """(sample line, basis) of a failure, from its (redacted) facts.
 
-    The failure's log read once (``core.summary.summarize``): ``is_normal``,
+    The failure's log read once (``core.logs.summary.summarize``): ``is_normal``,
     the job's normal, and ``is_wrapper``, the rules' wrappers, keep their
     lines out of the basis unless nothing else is left.
 

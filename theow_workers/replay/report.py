@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from theow_client.jsontypes import JsonObject
 from theow_client.verdict import Verdict
 from theow_client.verdict_text import where_text
-from theow_workers.core.logtext import strip_ansi
+from theow_workers.core.logs.text import strip_ansi
 from theow_workers.replay.grouping import Group, group_unmatched
 from theow_workers.replay.jobs import with_basis
 from theow_workers.store.replay import DONE, DUPLICATE, INVALID, UNKNOWN, Job, ReplayStore

@@ -33,7 +33,7 @@ from theow_client.messages import SubmitRequest
 from theow_client.verdict import Status, Verdict
 from theow_workers.config import Settings
 from theow_workers.core.ports import Deliveries
-from theow_workers.core.service import ResolveService
+from theow_workers.core.resolve.service import ResolveService
 from theow_workers.delivery import Delivered, DeliveryPolicy
 from theow_workers.replay.grouping import error_summary
 from theow_workers.replay.jobs import replay_failure_id

@@ -10,7 +10,7 @@ from rich.text import Text
 
 from theow_client.jsontypes import JsonObject
 from theow_client.terminal import printable
-from theow_workers.core.logtext import strip_ansi
+from theow_workers.core.logs.text import strip_ansi
 from theow_workers.replay.report import group_where, unexplained_note
 
 TOP_GROUPS = 10

@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from theow_client.jsontypes import Json
-from theow_workers.core.patching import PatchError, apply_diff
-from theow_workers.core.rules import RULE_SUFFIX, RuleError, parse_rule
+from theow_workers.core.explore.patching import PatchError, apply_diff
+from theow_workers.core.rules.schema import RULE_SUFFIX, RuleError, parse_rule
 from theow_workers.review.proposals import ReviewError, action_target
 from theow_workers.review.risk import ActionFile, Flag, actions_in, assess
 from theow_workers.store.explore import Proposal

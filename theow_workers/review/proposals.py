@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from theow_workers.core.knowledge import Knowledge
-from theow_workers.core.matching import evaluate
-from theow_workers.core.patching import PatchError, apply_diff, sha256
-from theow_workers.core.rules import RULE_SUFFIX, RuleError, load_rules, parse_rule
+from theow_workers.core.explore.patching import PatchError, apply_diff, sha256
+from theow_workers.core.resolve.library import Library
+from theow_workers.core.rules.matching import evaluate
+from theow_workers.core.rules.schema import RULE_SUFFIX, RuleError, load_rules, parse_rule
 from theow_workers.review.risk import actions_in
 from theow_workers.review.validation import ActionCheckFailed, LoadedAction, load_in_child
 from theow_workers.store.explore import ExploreStore, Proposal
@@ -311,7 +311,7 @@ def sync_after_approval(settings: Settings, runtime: Runtime | None = None) -> t
     try:
         runtime = runtime or build(settings, "cli")
         report = sync_index(
-            Knowledge.configured(settings),
+            Library.configured(settings),
             runtime.index,
             runtime.embedder,
             runtime.redis,

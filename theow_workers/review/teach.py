@@ -1,6 +1,6 @@
 """``theow teach``: a stored failure's selected lines become a tested, pending proposal.
 
-The rule comes from the synthesizer (:mod:`theow_workers.core.teaching`); it
+The rule comes from the synthesizer (:mod:`theow_workers.core.explore.teaching`); it
 is then tried where a reviewer wants to know: on the stored failures (how many
 it would explain, and which rule their verdicts named before) and on the
 job's normal (would its evidence be a line the job's passing runs print).
@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from theow_client.jsontypes import JsonObject
-from theow_workers.core.confusion import rule_confusions
-from theow_workers.core.examples import example_problems
-from theow_workers.core.explorer import Exploration
-from theow_workers.core.matching import evaluate
-from theow_workers.core.normal import IsNormal
-from theow_workers.core.resolver import RuleBook, matching_facts
-from theow_workers.core.rules import Rule, RuleError, parse_rule
-from theow_workers.core.teaching import Taught, TeachError, synthesize
+from theow_workers.core.explore.service import Exploration
+from theow_workers.core.explore.teaching import Taught, TeachError, synthesize
+from theow_workers.core.logs.normal import IsNormal
+from theow_workers.core.resolve.confusion import rule_confusions
+from theow_workers.core.resolve.plan import RuleBook, matching_facts
+from theow_workers.core.rules.examples import example_problems
+from theow_workers.core.rules.matching import evaluate
+from theow_workers.core.rules.schema import Rule, RuleError, parse_rule
 from theow_workers.store.explore import ExploreStore
 
 if TYPE_CHECKING:

@@ -14,13 +14,13 @@ from sqlalchemy import select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from theow_client.verdict import Verdict
-from theow_workers.core.explanation import EXPLAINED, Explanation
+from theow_workers.core.llm.explanation import EXPLAINED, Explanation
 from theow_workers.store.results import SqlStore, _stored_verdict
 from theow_workers.store.schema import ExplanationRow, VerdictRow
 
 
 class ExplanationStore:
-    """The ExplanationStore port (``core.explanation``) on the result store's database."""
+    """The ExplanationStore port (``core.llm.explanation``) on the result store's database."""
 
     def __init__(self, store: SqlStore) -> None:
         self.store = store

@@ -131,7 +131,7 @@ class VerdictRow(Base):
 
 
 class ExplanationRow(Base):
-    """What the model answered for one cause (``core.explanation.cause_key``): paid once."""
+    """What the model answered for one cause (``core.llm.explanation.cause_key``): paid once."""
 
     __tablename__ = "explanations"
 

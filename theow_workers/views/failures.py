@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 
 from theow_client.jsontypes import JsonObject
-from theow_workers.core.query import error_lines
-from theow_workers.core.summary import summarize
+from theow_workers.core.logs.summary import summarize
+from theow_workers.core.resolve.fingerprint import error_lines
 from theow_workers.views.ports import (
     ANY_TIME,
     LIVE,

@@ -17,9 +17,9 @@ import time
 from dataclasses import dataclass, field
 
 from theow_client.jsontypes import JsonObject
-from theow_workers.core.matching import evaluate
-from theow_workers.core.resolver import matching_facts
-from theow_workers.core.rules import Rule, RuleError, parse_rule
+from theow_workers.core.resolve.plan import matching_facts
+from theow_workers.core.rules.matching import evaluate
+from theow_workers.core.rules.schema import Rule, RuleError, parse_rule
 from theow_workers.store.explore import ExploreStore
 
 log = logging.getLogger("theow.web")

@@ -11,7 +11,7 @@ from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 
 from theow_workers.config import Settings
-from theow_workers.core.summary import LinePredicate
+from theow_workers.core.logs.summary import LinePredicate
 from theow_workers.store import console as queries
 from theow_workers.store.explore import ExploreStore
 from theow_workers.store.reads import SqlReads
@@ -20,7 +20,7 @@ from theow_workers.web.auth import Keys, Session, Sessions
 from theow_workers.web.groups import BasisCache
 from theow_workers.web.hosts import AllowedHosts
 from theow_workers.web.insight import insight_data
-from theow_workers.web.library import Library
+from theow_workers.web.library import LibraryView
 from theow_workers.web.snapshot import Snapshot
 from theow_workers.web.throttle import LoginThrottle
 
@@ -54,14 +54,14 @@ class Console:
         self.hosts = AllowedHosts.of(settings.web_allowed_hosts, bound)
         self.templates = templates()
         self.affected = AffectedCounter(store)
-        self._library = Library(settings.rule_layers, settings.action_layers)
+        self._library = LibraryView(settings.rule_layers, settings.action_layers)
         bases = BasisCache(wrappers=self._wrappers)
         self.insight = Snapshot(lambda: insight_data(store, bases))
         self.activity = Snapshot(lambda: queries.rule_activity(store))
         self._runtime: Runtime | None = None
         self._runtime_lock = threading.Lock()
 
-    def library(self) -> Library:
+    def library(self) -> LibraryView:
         return self._library
 
     def _wrappers(self) -> tuple[str, LinePredicate | None]:

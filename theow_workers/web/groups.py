@@ -23,7 +23,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from theow_client.jsontypes import JsonObject
-from theow_workers.core.summary import LinePredicate
+from theow_workers.core.logs.summary import LinePredicate
 from theow_workers.replay.grouping import error_summary, group_unmatched
 from theow_workers.store import console as queries
 from theow_workers.store.explore import ExploreStore

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from theow_client.jsontypes import JsonObject
-from theow_workers.core.knowledge import Knowledge
+from theow_workers.core.resolve.library import Library
 from theow_workers.runtime import directory_signature
 from theow_workers.store import console as queries
 from theow_workers.store.explore import ExploreStore
@@ -22,18 +22,18 @@ from theow_workers.web.render import code
 from theow_workers.web.snapshot import Taken
 
 
-class Library:
+class LibraryView:
     def __init__(self, rule_layers: Sequence[Path], action_layers: Sequence[Path]) -> None:
         self.rule_layers, self.action_layers = tuple(rule_layers), tuple(action_layers)
         self._lock = threading.Lock()
-        self._loaded: Knowledge | None = None
+        self._loaded: Library | None = None
         self._signature: tuple[tuple[str, int, int], ...] | None = None
 
-    def knowledge(self) -> Knowledge:
+    def knowledge(self) -> Library:
         with self._lock:
             signature = directory_signature(*self.rule_layers, *self.action_layers)
             if self._loaded is None or signature != self._signature:
-                self._loaded = Knowledge.load(self.rule_layers, self.action_layers)
+                self._loaded = Library.load(self.rule_layers, self.action_layers)
                 self._signature = signature
             return self._loaded
 

@@ -16,12 +16,12 @@ from starlette.routing import Route
 from theow_client.jsontypes import JsonObject
 from theow_client.lines import FIELD as KEPT_LINES
 from theow_client.lines import LineMap, LineMapError, parse_kept_lines
-from theow_workers.core.matching import evaluate
-from theow_workers.core.pointing import evidence_in_sent_log
-from theow_workers.core.query import log_text
-from theow_workers.core.redact import redact_text
-from theow_workers.core.rules import RuleError, parse_rule
-from theow_workers.core.teaching import TeachError
+from theow_workers.core.explore.teaching import TeachError
+from theow_workers.core.logs.redact import redact_text
+from theow_workers.core.resolve.fingerprint import log_text
+from theow_workers.core.resolve.pointing import evidence_in_sent_log
+from theow_workers.core.rules.matching import evaluate
+from theow_workers.core.rules.schema import RuleError, parse_rule
 from theow_workers.review.flags import called_actions, proposal_flags
 from theow_workers.review.proposals import ReviewError, approve, reject, sync_after_approval
 from theow_workers.review.risk import NOT_A_VERDICT, visible
@@ -436,7 +436,7 @@ def _offset(facts: JsonObject, shown: str) -> int | None:
     """Where the shown fact's lines start in the log rules read (``matching_facts``):
     0 for the log itself, after stdout's lines for stderr (they are joined stdout first),
     None for a fact rules do not read as the log."""
-    from theow_workers.core.resolver import matching_facts
+    from theow_workers.core.resolve.plan import matching_facts
 
     if "log" in facts or shown == "log":
         return 0 if shown == "log" else None

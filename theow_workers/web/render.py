@@ -21,7 +21,7 @@ from pygments.lexers import DiffLexer, JsonLexer, YamlLexer
 
 from theow_client.jsontypes import JsonObject
 from theow_client.lines import LineMap, kept_line
-from theow_workers.core.redact import redact_text
+from theow_workers.core.logs.redact import redact_text
 
 LEXERS = {"diff": DiffLexer, "yaml": YamlLexer, "json": JsonLexer}
 MAX_LOG_LINES = 20_000

@@ -1,6 +1,6 @@
 """An exploration's transcript, turn by turn, as the proposal page shows it.
 
-Turns are what the tool loop records (``core/session.py``): ``model``
+Turns are what the tool loop records (``core/llm/session.py``): ``model``
 turns with text, function calls and tokens; ``user`` turns with text and
 function responses; ``tool`` and ``event`` notes. Cost per model turn is an
 estimate from ``Settings.llm_prices`` (dollars per million tokens).
@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 
 from theow_client.jsontypes import Json, JsonObject
-from theow_workers.core.redact import redact_text
+from theow_workers.core.logs.redact import redact_text
 
 
 def _price(model: str, prices: dict[str, tuple[float, float]]) -> tuple[float, float]:

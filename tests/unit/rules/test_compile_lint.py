@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from theow_workers.core.actions import load_actions
-from theow_workers.core.resolver import Hints, RuleBook, plan
-from theow_workers.core.rules import load_rules, parse_rule
+from theow_workers.core.resolve.plan import Hints, RuleBook, plan
+from theow_workers.core.rules.schema import load_rules, parse_rule
 
 ROOT = Path(__file__).resolve().parents[3]
 

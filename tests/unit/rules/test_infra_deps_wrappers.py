@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from theow_workers.core.actions import load_actions
-from theow_workers.core.resolver import Hints, RuleBook, plan
-from theow_workers.core.rules import load_rules
+from theow_workers.core.resolve.plan import Hints, RuleBook, plan
+from theow_workers.core.rules.schema import load_rules
 
 ROOT = Path(__file__).resolve().parents[3]
 TS = "2025-04-15T08:30:13.2502781Z "

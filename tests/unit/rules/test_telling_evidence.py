@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from theow_workers.core.actions import load_actions
-from theow_workers.core.resolver import RuleBook, plan
-from theow_workers.core.rules import load_rules, parse_rule
+from theow_workers.core.resolve.plan import RuleBook, plan
+from theow_workers.core.rules.schema import load_rules, parse_rule
 
 ROOT = Path(__file__).resolve().parents[3]
 

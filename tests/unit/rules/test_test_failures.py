@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from theow_workers.core.actions import load_actions
-from theow_workers.core.resolver import Candidate, RuleBook, plan
-from theow_workers.core.rules import load_rules
+from theow_workers.core.resolve.plan import Candidate, RuleBook, plan
+from theow_workers.core.rules.schema import load_rules
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -5,7 +5,7 @@ Revises: 0009
 Create Date: 2026-11-26 15:10:00
 
 Written by hand. ``explanations`` holds what the model answered for a cause
-(``core.explanation.cause_key``: the failure's fingerprint within its project),
+(``core.llm.explanation.cause_key``: the failure's fingerprint within its project),
 so a cause is paid once even when Redis forgets; ``verdicts.explanation`` the
 explanation a failure's verdict shows. Verdicts recorded before this revision
 have none.

@@ -1,7 +1,7 @@
 """What a failed log says, read once: the lines to look at and the text that names the cause.
 
 :func:`summarize` reads a failure's log the one way every part of Theow reads
-it: cleaned as a person reads it (``core.logtext``: colour codes, time stamps
+it: cleaned as a person reads it (``core.logs.text``: colour codes, time stamps
 and CI boilerplate removed; each line keeps its number in the fact), each line
 near the end judged for the error markers bounding uses (the client's
 ``ERROR_TIERS``, strongest first), for being a wrapper (a line a ``generic``
@@ -33,15 +33,15 @@ import regex
 from theow_client.facts import ERROR_TIERS, LOWER_CASED
 from theow_client.jsontypes import JsonObject
 from theow_client.verdict import Where
-from theow_workers.core.evidence import Evidence
-from theow_workers.core.logtext import ANNOTATION, mask_volatile, numbered_lines
-from theow_workers.core.matching import compiled
+from theow_workers.core.logs.text import ANNOTATION, mask_volatile, numbered_lines
+from theow_workers.core.rules.evidence import Evidence
+from theow_workers.core.rules.matching import compiled
 
 if TYPE_CHECKING:
-    from theow_workers.core.rules import Rule
+    from theow_workers.core.rules.schema import Rule
 
 # Facts that hold a log, in the order one is taken as the failure's log. The
-# resolver matches ``log`` (``core.resolver.matching_facts``), so it comes first.
+# resolver matches ``log`` (``core.resolve.plan.matching_facts``), so it comes first.
 LOG_FACTS = ("log", "stderr", "output", "stdout", "error", "traceback", "exception")
 MAX_BASIS_CHARS = 2000
 MAX_ERROR_LINES = 8
@@ -367,7 +367,7 @@ def wrapper_predicate(rules: Iterable[Rule]) -> LinePredicate:
     message): a line counts when it matches whole, or when it is the start of
     a match that goes on to the next line.
 
-    >>> from theow_workers.core.rules import Rule
+    >>> from theow_workers.core.rules.schema import Rule
     >>> rake = Rule.model_validate({"name": "rake", "mode": "track", "generic": True,
     ...     "when": [{"fact": "log", "regex": "rake aborted!\\\\n(?P<m>[^\\\\n]+)"}]})
     >>> is_wrapper = wrapper_predicate([rake])

@@ -21,8 +21,8 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from theow_client.jsontypes import Json, JsonObject
-from theow_workers.core.explore import ExplorationContext, render_prompt, result_of
-from theow_workers.core.llm import (
+from theow_workers.core.explore.context import ExplorationContext, render_prompt, result_of
+from theow_workers.core.llm.model import (
     MODEL_TEXT_LIMIT,
     Budget,
     ModelError,
@@ -32,11 +32,11 @@ from theow_workers.core.llm import (
     Tool,
     cut,
 )
-from theow_workers.core.matching import evaluate
-from theow_workers.core.query import error_lines
-from theow_workers.core.redact import Masker
-from theow_workers.core.rules import Rule, RuleError, parse_rule
-from theow_workers.core.summary import summarize
+from theow_workers.core.logs.redact import Masker
+from theow_workers.core.logs.summary import summarize
+from theow_workers.core.resolve.fingerprint import error_lines
+from theow_workers.core.rules.matching import evaluate
+from theow_workers.core.rules.schema import Rule, RuleError, parse_rule
 
 log = logging.getLogger("theow.explorer")
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from theow_client.jsontypes import Json, JsonObject
-from theow_workers.core.gateway import (
+from theow_workers.core.llm.gateway import (
     ModelGateway,
     ModelRequest,
     ModelTurn,
@@ -35,7 +35,7 @@ from theow_workers.core.gateway import (
     Turn,
     UserTurn,
 )
-from theow_workers.core.llm import (
+from theow_workers.core.llm.model import (
     MODEL_TEXT_LIMIT,
     TOOL_RESULT_LIMIT,
     Budget,
@@ -55,7 +55,7 @@ from theow_workers.core.llm import (
     cut,
     estimate_tokens,
 )
-from theow_workers.core.redact import Masker
+from theow_workers.core.logs.redact import Masker
 
 DAY = 24 * 3600.0
 DEFAULT_RETRY_DELAY = 10.0  # a per-minute 429 without a retry delay

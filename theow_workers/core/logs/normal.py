@@ -12,7 +12,7 @@ Templates are mined Drain-style (He et al., ICWS 2017: lines grouped by
 token count and first token, merged when most tokens agree, the differing
 positions becoming ``<*>``) after masking what differs between runs
 (times, durations, ids, hex, paths, numbers) exactly as the fingerprint
-masks them (``core.logtext.mask_volatile``). A line is normal when its masked form is a known template,
+masks them (``core.logs.text.mask_volatile``). A line is normal when its masked form is a known template,
 or fits a wildcard template that kept most of its words: a template that is
 mostly ``<*>`` would call every error of that shape normal, so such
 templates are not used for matching.
@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 
 from theow_client.facts import PASSING_LIMITS, bound_facts, loads_facts
 from theow_client.messages import PassingRun
-from theow_workers.core.logtext import LINE_STAMP, mask_volatile, strip_ansi
-from theow_workers.core.summary import LOG_FACTS
+from theow_workers.core.logs.summary import LOG_FACTS
+from theow_workers.core.logs.text import LINE_STAMP, mask_volatile, strip_ansi
 
 WILDCARD = "<*>"
 MAX_TEMPLATES = 5000  # per job: a job's normal is bounded whatever it prints

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from theow_client.jsontypes import JsonObject
-from theow_workers.core.matching import evaluate
-from theow_workers.core.rules import Rule, RuleError, parse_rule
+from theow_workers.core.rules.matching import evaluate
+from theow_workers.core.rules.schema import Rule, RuleError, parse_rule
 
 ACTION_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,63}$")
 MAX_CODE_CHARS = 20_000

@@ -2,7 +2,7 @@
 
 Trying rules one after another costs time in proportion to the rule count.
 Instead every regex and ``contains`` condition on a fact (each operator whose
-``scan`` says what to look for: ``core.operators``) is compiled into
+``scan`` says what to look for: ``core.rules.operators``) is compiled into
 Hyperscan databases (no backtracking, one scan of the text for all of them),
 built once per rules version. A scan says which patterns occur and where the
 first occurrence ends; only rules all of whose scanned conditions occurred are
@@ -18,7 +18,7 @@ compiled in its prefilter mode, which may report a match that is not one but
 never misses one: the full engine decides. What even prefilter mode rejects
 stays out of the scanner and is checked the old way, under the time limit.
 
->>> from theow_workers.core.rules import parse_rule
+>>> from theow_workers.core.rules.schema import parse_rule
 >>> rule = parse_rule("name: r\\nmode: track\\nwhen: [{fact: log, regex: 'error: (\\\\w+)'}]")
 >>> scanner = Scanner([rule])
 >>> hits = scanner.scan({"log": "ok\\nerror: boom\\n"})
@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import cast
 
 from theow_client.jsontypes import JsonObject
-from theow_workers.core.rules import FactCondition, Rule, as_text
+from theow_workers.core.rules.schema import FactCondition, Rule, as_text
 
 try:  # pragma: no cover - import guard
     import hyperscan

@@ -1,6 +1,6 @@
 """The model gateway port: one model call per turn, nothing else.
 
-The tool loop (``core/session.py``) builds each :class:`ModelRequest` from the
+The tool loop (``core/llm/session.py``) builds each :class:`ModelRequest` from the
 session's history and turns each :class:`ModelTurn` into tool calls, budgets
 and transcript. A gateway translates one request and one response for its
 provider (``adapters/gemini.py``) or replays a script (the unit tests).
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from theow_client.jsontypes import Json, JsonObject
-from theow_workers.core.llm import Tool
+from theow_workers.core.llm.model import Tool
 
 
 @dataclass(frozen=True)

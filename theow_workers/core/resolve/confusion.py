@@ -1,6 +1,6 @@
 """Every rule's examples against the whole library: no other specific rule wins them.
 
-A rule's own checks (:mod:`~theow_workers.core.examples`) say its examples
+A rule's own checks (:mod:`~theow_workers.core.rules.examples`) say its examples
 match it; nothing there says another rule does not match them better. Here
 each example of each specific rule is resolved as a failure would be, with
 the resolver's structural ranking (specific before generic, evidence nearer
@@ -14,7 +14,7 @@ on which both rules apply, or it says nothing a person can check.
 
 Wrappers (``generic``) are not checked: any specific rule outranks them by design.
 
->>> from theow_workers.core.rules import parse_rule
+>>> from theow_workers.core.rules.schema import parse_rule
 >>> broad = parse_rule("name: any_error\\nmode: track\\n"
 ...     "when: [{fact: log, regex: 'error: (?P<m>.+)', examples: ['x.c:1: error: boom']}]")
 >>> narrow = parse_rule("name: c_error\\nmode: track\\n"
@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from theow_client.jsontypes import JsonObject
-from theow_workers.core.examples import EXAMPLE_TIMEOUT, Location, example_lines
-from theow_workers.core.resolver import Candidate, RuleBook, plan
-from theow_workers.core.rules import Rule, RuleError
+from theow_workers.core.resolve.plan import Candidate, RuleBook, plan
+from theow_workers.core.rules.examples import EXAMPLE_TIMEOUT, Location, example_lines
+from theow_workers.core.rules.schema import Rule, RuleError
 
 
 @dataclass(frozen=True)
@@ -166,7 +166,7 @@ def rule_confusions(rule: Rule, book: RuleBook) -> list[tuple[str, str]]:
     What :func:`confusions` would report for this rule, in the same words, each
     with the other rule: ``(other rule, problem)``.
     """
-    from theow_workers.core.matching import evaluate
+    from theow_workers.core.rules.matching import evaluate
 
     found: list[tuple[str, str]] = []
     for i, j, facts in _example_facts(rule):
@@ -217,7 +217,7 @@ def rule_confusions(rule: Rule, book: RuleBook) -> list[tuple[str, str]]:
 
 
 def _searches(pattern: str, text: str) -> bool:
-    from theow_workers.core.matching import compiled
+    from theow_workers.core.rules.matching import compiled
 
     try:
         return compiled(pattern).search(text, timeout=EXAMPLE_TIMEOUT) is not None

@@ -1,6 +1,6 @@
 """In-memory twins of the shared Redis limits: the rate limiter and the daily spend cap.
 
-It implements :class:`theow_workers.core.llm.RateLimiter` with a sliding
+It implements :class:`theow_workers.core.llm.model.RateLimiter` with a sliding
 one-minute window per model (requests and tokens), the back-off a 429 sets,
 and the stop a per-day quota sets. Workers share the Redis limiter; this one
 serves direct use (``theow explore`` in a terminal) and tests.
@@ -11,7 +11,7 @@ serves direct use (``theow explore`` in a terminal) and tests.
 >>> limiter.acquire("gemini-2.5-flash", tokens=100, max_wait=0)
 Traceback (most recent call last):
 ...
-theow_workers.core.llm.QuotaExhausted: gemini-2.5-flash: requests per minute: would wait 60.0s, more than 0.0s
+theow_workers.core.llm.model.QuotaExhausted: gemini-2.5-flash: requests per minute: would wait 60.0s, more than 0.0s
 
 Warning: a request larger than ``tokens_per_minute`` is let through alone
 once the window is empty, rather than refused forever.
@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from theow_workers.core.llm import BudgetReached, QuotaExhausted
+from theow_workers.core.llm.model import BudgetReached, QuotaExhausted
 
 WINDOW = 60.0
 
@@ -167,7 +167,7 @@ class InMemorySpend:
     >>> spend.reserve(0.009)
     Traceback (most recent call last):
     ...
-    theow_workers.core.llm.BudgetReached: budget: the daily LLM budget of $0.01 is reached ($0.0020 spent or reserved today); no model call is sent until 1970-01-02 00:00 UTC (THEOW_LLM_DAILY_BUDGET)
+    theow_workers.core.llm.model.BudgetReached: budget: the daily LLM budget of $0.01 is reached ($0.0020 spent or reserved today); no model call is sent until 1970-01-02 00:00 UTC (THEOW_LLM_DAILY_BUDGET)
     """
 
     def __init__(self, cap: float, *, clock: Callable[[], float] = time.time) -> None:

@@ -40,10 +40,9 @@ from typing import Protocol
 from theow_client.jsontypes import JsonObject
 from theow_client.terminal import printable
 from theow_client.verdict import Status, Verdict, Where
-from theow_workers.core.llm import BudgetReached, ModelError, QuotaExhausted, cut
-from theow_workers.core.logtext import mask_volatile
-from theow_workers.core.redact import Masker
-from theow_workers.core.summary import (
+from theow_workers.core.llm.model import BudgetReached, ModelError, QuotaExhausted, cut
+from theow_workers.core.logs.redact import Masker
+from theow_workers.core.logs.summary import (
     LOG_FACTS,
     WHERE_READ,
     ErrorSummary,
@@ -51,6 +50,7 @@ from theow_workers.core.summary import (
     LinePredicate,
     summarize,
 )
+from theow_workers.core.logs.text import mask_volatile
 
 log = logging.getLogger("theow.explain")
 
@@ -171,7 +171,7 @@ def cause_key(project: str, fingerprint: str, prompt: str = "") -> str:
     lines around them: keyed on the fingerprint alone, a failure whose
     neighbouring lines carry injected text would have its answer served to every
     failure of that cause. The prompt is hashed after the fingerprint's masking
-    (:func:`~theow_workers.core.logtext.mask_volatile`, line by line), so
+    (:func:`~theow_workers.core.logs.text.mask_volatile`, line by line), so
     repeats of one cause that differ only in numbers, ids and times share one
     answer, and a failure is only ever given an answer to the text it shows.
     Which well-known log fact held the lines (``log`` from ``theow-client run``,
@@ -321,7 +321,7 @@ Ask = Callable[[str, JsonObject, int], JsonObject]  # (prompt, schema, max outpu
 class ExplainService:
     """One failure's explanation: from the cache, the store, or one model call per cause.
 
-    ``ask`` is built on first need (``FallbackGateway.generate``): a worker whose
+    ``ask`` is built on first need (``FallbackRunner.generate``): a worker whose
     causes are all known never builds a model client.
     """
 

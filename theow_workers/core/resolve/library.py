@@ -1,7 +1,7 @@
 """The rules and actions a worker resolves with, loaded together.
 
 Rules are checked against the actions they call (names and signatures), so
-the two are only ever loaded as one ``Knowledge``. ``runtime`` keeps the
+the two are only ever loaded as one ``Library``. ``runtime`` keeps the
 current one and notices a new version; everything else only reads it.
 """
 
@@ -16,8 +16,8 @@ from typing import Protocol
 
 from theow_workers.core.actions import ActionRegistry, load_action_layers
 from theow_workers.core.ports import IndexEntry
-from theow_workers.core.resolver import RuleBook
-from theow_workers.core.rules import RuleSet, load_rules
+from theow_workers.core.resolve.plan import RuleBook
+from theow_workers.core.rules.schema import RuleSet, load_rules
 
 
 class Layers(Protocol):
@@ -31,7 +31,7 @@ class Layers(Protocol):
 
 
 @dataclass(frozen=True)
-class Knowledge:
+class Library:
     """Rules and actions loaded together: rules are checked against the actions."""
 
     rules: RuleSet
@@ -39,18 +39,18 @@ class Knowledge:
     book: RuleBook
 
     @classmethod
-    def configured(cls, settings: Layers) -> Knowledge:
+    def configured(cls, settings: Layers) -> Library:
         """The rules and actions of every configured layer: how everything reads them."""
         return cls.load(settings.rule_layers, settings.action_layers)
 
     @classmethod
-    def load(cls, rules: Path | Sequence[Path], actions: Path | Sequence[Path]) -> Knowledge:
+    def load(cls, rules: Path | Sequence[Path], actions: Path | Sequence[Path]) -> Library:
         """These rule and action directories (each one, or layers earliest first)."""
         layers = [actions] if isinstance(actions, Path) else list(actions)
         return cls.with_actions(rules, load_action_layers(layers))
 
     @classmethod
-    def with_actions(cls, rules: Path | Sequence[Path], actions: ActionRegistry) -> Knowledge:
+    def with_actions(cls, rules: Path | Sequence[Path], actions: ActionRegistry) -> Library:
         loaded = load_rules(
             rules,
             known_actions=frozenset(actions.names()),

@@ -28,21 +28,21 @@ from dataclasses import dataclass, field
 
 from theow_client.jsontypes import JsonObject
 from theow_workers.core.actions import ActionRegistry
-from theow_workers.core.llm import Outcome, SessionEnd, Tool, ToolError, tool_from_callable
-from theow_workers.core.matching import Captures, check_condition, evaluate
-from theow_workers.core.operators import prompt_operators
-from theow_workers.core.ports import Hit
-from theow_workers.core.proposal import (
+from theow_workers.core.explore.proposal import (
     ExploreResult,
     Repository,
     SubmissionRejected,
     check_submission,
 )
-from theow_workers.core.query import log_text
-from theow_workers.core.resolver import RuleBook
-from theow_workers.core.rules import Rule, RuleError, parse_rule
-from theow_workers.core.summary import ErrorSummary, summarize
-from theow_workers.core.teaching import TeachError, synthesize
+from theow_workers.core.explore.teaching import TeachError, synthesize
+from theow_workers.core.llm.model import Outcome, SessionEnd, Tool, ToolError, tool_from_callable
+from theow_workers.core.logs.summary import ErrorSummary, summarize
+from theow_workers.core.ports import Hit
+from theow_workers.core.resolve.fingerprint import log_text
+from theow_workers.core.resolve.plan import RuleBook
+from theow_workers.core.rules.matching import Captures, check_condition, evaluate
+from theow_workers.core.rules.operators import prompt_operators
+from theow_workers.core.rules.schema import Rule, RuleError, parse_rule
 
 log = logging.getLogger("theow.explorer")
 
@@ -105,7 +105,7 @@ def render_prompt(
     """The first user turn: instructions, then the failure's facts, its error summary
     (numbered as the log is, for ``rule_from_lines``), the log bounded.
 
-    With the job's normal (``core.normal``), the error lines shown are the ones
+    With the job's normal (``core.logs.normal``), the error lines shown are the ones
     its passing runs do not print, and the prompt says so.
     """
     short = {k: v for k, v in facts.items() if not isinstance(v, str) or len(v) <= 200}

@@ -12,7 +12,7 @@ or none), alone or between two other log lines, is reported: the pattern
 states the flags it means (``(?-s)`` for a line-bound ``.``, ``(?m)``, ``(?s)``)
 and then reads one way under both.
 
->>> from theow_workers.core.rules import parse_rule
+>>> from theow_workers.core.rules.schema import parse_rule
 >>> rule = parse_rule('''
 ... name: r
 ... mode: track
@@ -32,9 +32,10 @@ from pathlib import Path
 
 import yaml
 
-from theow_workers.core.evidence import evidence_at
-from theow_workers.core.matching import Captures, check_condition, compiled
-from theow_workers.core.rules import (
+from theow_workers.core.rules.evidence import evidence_at
+from theow_workers.core.rules.matching import Captures, check_condition, compiled
+from theow_workers.core.rules.scanner import Scanner
+from theow_workers.core.rules.schema import (
     REGEX_FLAGS,
     FactCondition,
     Rule,
@@ -42,7 +43,6 @@ from theow_workers.core.rules import (
     load_yaml,
     parse_rule,
 )
-from theow_workers.core.scanner import Scanner
 
 Location = tuple[str | int, ...]
 EXAMPLE_TIMEOUT = 1.0  # generous: an example is small, and a slow one is worth a clear error

@@ -20,9 +20,9 @@ from dataclasses import replace
 from theow_client.jsontypes import Json, JsonObject
 from theow_client.lines import LineMap, original_line
 from theow_client.verdict import Verdict, Where
-from theow_workers.core.evidence import MAX_LINE_CHARS, Evidence
-from theow_workers.core.resolver import matching_facts
-from theow_workers.core.summary import where_lines
+from theow_workers.core.logs.summary import where_lines
+from theow_workers.core.resolve.plan import matching_facts
+from theow_workers.core.rules.evidence import MAX_LINE_CHARS, Evidence
 
 IsLine = Callable[[str], bool]
 STREAMS = ("stdout", "stderr")  # joined in this order when a submission has no ``log``

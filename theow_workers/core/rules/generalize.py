@@ -2,14 +2,14 @@
 
 :func:`draft_pattern` reads one raw line (colour codes kept, as a rule's regex
 sees it) as literal text, spaces, colour codes and volatile parts (the ones
-:func:`~theow_workers.core.logtext.mask_volatile` masks: times, dates, ids,
+:func:`~theow_workers.core.logs.text.mask_volatile` masks: times, dates, ids,
 hashes, durations, paths, URLs, numbers, versions, quoted names) and writes the
 regex: words escaped, spaces ``[ \\t]+``, colour codes optional, each volatile
 part a class that keeps what made it one (a path has a separator, a version a
 digit), the first file, quoted name and URL as named groups (``file``,
 ``name``, ``url``). A long line is cut after enough literal text, where runs
 of one cause differ most; a line that states too little literally is no
-pattern. The synthesizer (:mod:`theow_workers.core.teaching`) picks the line.
+pattern. The synthesizer (:mod:`theow_workers.core.explore.teaching`) picks the line.
 
 >>> draft = draft_pattern("src/y.c:7:1: bad widget 'q9' (took 12ms)")
 >>> regex.search(draft.pattern, "lib/z/w.c:30:2: bad widget 'k1' (took 3.5ms)").groupdict()

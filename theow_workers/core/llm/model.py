@@ -1,6 +1,6 @@
 """The LLM side of exploration: tools, budgets, sessions, and the gateway interface.
 
-A gateway runs a tool-calling session: our own loop (``core/session.py``), one
+A gateway runs a tool-calling session: our own loop (``core/llm/session.py``), one
 model request per turn, so every turn's tokens are counted and every request
 passes the rate limiter. Tools are plain typed, documented callables; a tool that ends the
 session (``submit_rule`` accepted, ``give_up``) raises SessionEnd.
@@ -207,7 +207,7 @@ class RateLimiter(Protocol):
         ...
 
 
-class LLMGateway(Protocol):
+class SessionRunner(Protocol):
     def tool_session(self, prompt: str, tools: Sequence[Tool], budget: Budget) -> SessionResult:
         """Run a tool loop until a tool raises SessionEnd, the model stops, or the budget ends."""
         ...
@@ -343,14 +343,14 @@ def call_tool(tool: Tool, args: JsonObject) -> object:
     return tool.func(**args)
 
 
-class FallbackGateway:
+class FallbackRunner:
     """The primary model, with the secondary taking over when the primary fails.
 
     ``use_secondary=True`` (a probabilistic rule asking for the stronger model)
     starts on the secondary.
     """
 
-    def __init__(self, primary: LLMGateway, secondary: LLMGateway | None = None) -> None:
+    def __init__(self, primary: SessionRunner, secondary: SessionRunner | None = None) -> None:
         self.primary = primary
         self.secondary = secondary
 

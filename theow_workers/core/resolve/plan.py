@@ -17,13 +17,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from theow_client.jsontypes import JsonObject
-from theow_workers.core.logtext import LINE_STAMP, without_stamps
-from theow_workers.core.matching import DEFAULT_REGEX_TIMEOUT, Match, evaluate
-from theow_workers.core.normal import IsNormal
+from theow_workers.core.logs.normal import IsNormal
+from theow_workers.core.logs.summary import LinePredicate, wrapper_predicate
+from theow_workers.core.logs.text import LINE_STAMP, without_stamps
 from theow_workers.core.ports import RuleStats
-from theow_workers.core.rules import Rule
-from theow_workers.core.scanner import Scanner
-from theow_workers.core.summary import LinePredicate, wrapper_predicate
+from theow_workers.core.rules.matching import DEFAULT_REGEX_TIMEOUT, Match, evaluate
+from theow_workers.core.rules.scanner import Scanner
+from theow_workers.core.rules.schema import Rule
 
 # names -> similarity in [0, 1]; computed lazily by the caller's index.
 Similarity = Callable[[Sequence[str]], dict[str, float]]
@@ -172,7 +172,7 @@ def plan(
     (``repo``/``job`` equals, as a taught rule is) before one that is not,
     then similarity weighted by track record.
 
-    ``is_normal`` is the failed job's normal (:mod:`~theow_workers.core.normal`):
+    ``is_normal`` is the failed job's normal (:mod:`~theow_workers.core.logs.normal`):
     each validated rule's evidence is marked ``normal`` or new, and a rule
     whose evidence lines are all normal ranks below every rule with new
     evidence, whatever its group. Without it, nothing changes.

@@ -43,9 +43,9 @@ from theow_client.lines import LineMap, LineMapError, compose, parse_kept_lines,
 from theow_client.messages import SubmitRequest
 from theow_client.verdict import BoundAction, Status, Verdict, jsonable
 from theow_workers.core.actions import ActionError, ActionRegistry, ActionTimeout, call_action
-from theow_workers.core.matching import DEFAULT_REGEX_TIMEOUT, shown_captures
-from theow_workers.core.normal import JobNormal
-from theow_workers.core.pointing import evidence_in_sent_log, evidence_of, pointed
+from theow_workers.core.logs.normal import JobNormal
+from theow_workers.core.logs.redact import redact, redact_text
+from theow_workers.core.logs.summary import wrapper_predicate
 from theow_workers.core.ports import (
     CLIENT_PENDING,
     SUGGESTED,
@@ -57,11 +57,11 @@ from theow_workers.core.ports import (
     Store,
     as_store,
 )
-from theow_workers.core.query import fingerprint, log_text
-from theow_workers.core.redact import redact, redact_text
-from theow_workers.core.resolver import Candidate, Hints, Plan, RuleBook, Similarity, plan
-from theow_workers.core.rules import Mode
-from theow_workers.core.summary import wrapper_predicate
+from theow_workers.core.resolve.fingerprint import fingerprint, log_text
+from theow_workers.core.resolve.plan import Candidate, Hints, Plan, RuleBook, Similarity, plan
+from theow_workers.core.resolve.pointing import evidence_in_sent_log, evidence_of, pointed
+from theow_workers.core.rules.matching import DEFAULT_REGEX_TIMEOUT, shown_captures
+from theow_workers.core.rules.schema import Mode
 
 log = logging.getLogger("theow.resolver")
 

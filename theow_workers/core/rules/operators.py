@@ -27,7 +27,7 @@ from typing import Protocol
 import regex
 
 from theow_client.jsontypes import Json
-from theow_workers.core.evidence import literal_runs
+from theow_workers.core.rules.evidence import literal_runs
 
 # How a rule's regex is searched, as in the single-process library (its
 # ``Fact.matches``): ``^``/``$`` at every line, ``.`` across lines. A rule that needs

@@ -36,9 +36,9 @@ from pydantic_core import ErrorDetails
 
 from theow_client.jsontypes import Json, JsonObject
 from theow_workers.core.actions import CONTEXT_PARAMS
-from theow_workers.core.operators import BY_COST, OPERATORS, Operand, Operator, Scalar
-from theow_workers.core.operators import REGEX_FLAGS as REGEX_FLAGS  # long read from here
-from theow_workers.core.operators import as_text as as_text  # long read from here
+from theow_workers.core.rules.operators import BY_COST, OPERATORS, Operand, Operator, Scalar
+from theow_workers.core.rules.operators import REGEX_FLAGS as REGEX_FLAGS  # long read from here
+from theow_workers.core.rules.operators import as_text as as_text  # long read from here
 
 RULE_SUFFIX = ".rule.yaml"
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
@@ -108,7 +108,7 @@ class _Condition(_Strict):
     ``counter_examples`` (lines that look alike but are another thing) must
     not; ``theow rules check`` holds every rule to both.
 
-    The operator fields come from ``core.operators.OPERATORS`` (see FactCondition).
+    The operator fields come from ``core.rules.operators.OPERATORS`` (see FactCondition).
     """
 
     def operators(self) -> list[str]:

@@ -2,7 +2,7 @@
 
 The semantic query comes from the error-relevant part of the log, not from
 every fact: the lines the one reading of the log picked as the error
-(:mod:`theow_workers.core.summary`) and its tail, bounded in length. A big
+(:mod:`theow_workers.core.logs.summary`) and its tail, bounded in length. A big
 unrelated fact (a whole go.mod) does not drown the query.
 
 The fingerprint is a hash of the summary's basis: the picked error lines with
@@ -19,8 +19,8 @@ import hashlib
 from collections.abc import Callable
 
 from theow_client.jsontypes import JsonObject
-from theow_workers.core.logtext import mask_volatile
-from theow_workers.core.summary import ErrorSummary, log_fact, summarize
+from theow_workers.core.logs.summary import ErrorSummary, log_fact, summarize
+from theow_workers.core.logs.text import mask_volatile
 
 MAX_QUERY_CHARS = 2000
 TAIL_LINES = 8

@@ -13,8 +13,8 @@ This module is the one reading of log text's characters: the one ANSI
 stripper (:func:`strip_ansi`), the one time-stamp stripper (:data:`LINE_STAMP`,
 :func:`without_stamps`) and the one volatile-part normalizer
 (:func:`mask_volatile`). Which lines state the error is
-:mod:`theow_workers.core.summary`'s part. (The corpus grading in
-``core.grading`` keeps the corpus README's own normalization, so its figures
+:mod:`theow_workers.core.logs.summary`'s part. (The corpus grading in
+``core.resolve.grading`` keeps the corpus README's own normalization, so its figures
 compare across versions.)
 
 >>> clean_lines("travis_fold:start:worker_info\\r\\x1b[0KWorker information\\n"

@@ -5,7 +5,7 @@ of ``then`` can be bound. Regexes run on bounded input with a time limit, so
 a pattern with catastrophic backtracking costs at most ``regex_timeout`` and
 then simply does not match.
 
->>> from theow_workers.core.rules import parse_rule
+>>> from theow_workers.core.rules.schema import parse_rule
 >>> rule = parse_rule('''
 ... name: missing_module
 ... mode: track
@@ -26,11 +26,11 @@ import regex
 
 from theow_client.jsontypes import Json, JsonObject
 from theow_client.verdict import BoundAction
-from theow_workers.core.evidence import Evidence, IsWrapper, telling_evidence
-from theow_workers.core.operators import PatternMatch
-from theow_workers.core.operators import short as _short
-from theow_workers.core.rules import PLACEHOLDER, REGEX_FLAGS, FactCondition, Rule, as_text
-from theow_workers.core.scanner import Hits
+from theow_workers.core.rules.evidence import Evidence, IsWrapper, telling_evidence
+from theow_workers.core.rules.operators import PatternMatch
+from theow_workers.core.rules.operators import short as _short
+from theow_workers.core.rules.scanner import Hits
+from theow_workers.core.rules.schema import PLACEHOLDER, REGEX_FLAGS, FactCondition, Rule, as_text
 
 DEFAULT_REGEX_TIMEOUT = 0.05  # seconds per regex search
 BRACE_ESCAPES = (("{{", "\x00"), ("}}", "\x01"))

@@ -7,7 +7,7 @@ are normalized (ANSI escapes removed, whitespace collapsed, list and quote
 markers stripped).
 
 This normalization is the corpus README's, kept as written so figures compare
-across versions; it is not how Theow reads a log (``core.logtext``): on the
+across versions; it is not how Theow reads a log (``core.logs.text``): on the
 corpus the two differ (the README's bare ``[..m`` also takes the ``[m`` of
 ``[minimized]``).
 

@@ -6,7 +6,7 @@ does that part: from a failure's facts and a span of its log's lines it picks
 the telling line (not a wrapper's, not one the job's passing runs print, not a
 banner, a hint or a stack frame), generalizes what differs between runs of one
 cause (numbers, hashes, times, durations, paths, URLs, quoted names: the
-volatile parts :func:`~theow_workers.core.logtext.mask_volatile` masks) into
+volatile parts :func:`~theow_workers.core.logs.text.mask_volatile` masks) into
 character classes, names the subject (the first file or path ``file``, the
 first quoted name ``name``, a URL ``url``), keeps the message's words literal
 (so Hyperscan's one pass stays cheap), scopes the rule to the failure's
@@ -21,7 +21,7 @@ A taught rule is a rule file like any other: tagged ``taught``, mode
 ``track`` unless told, its ``notes`` saying where it was taught and by whom.
 
 >>> log = "make all\\nsrc/x.c:12:3: frobnicate failed: bad widget 'w7'\\nmake: *** [all] Error 1\\n"
->>> from theow_workers.core.matching import evaluate
+>>> from theow_workers.core.rules.matching import evaluate
 >>> taught = synthesize({"log": log, "repo": "acme/app"}, 2, 3,
 ...                     is_wrapper=lambda line: line.startswith("make: ***"))
 >>> taught.line, taught.rule.when[0].equals
@@ -41,14 +41,7 @@ import regex
 import yaml
 
 from theow_client.jsontypes import JsonObject
-from theow_workers.core.confusion import rule_confusions
-from theow_workers.core.examples import example_problems
-from theow_workers.core.generalize import WORD, Draft, draft_pattern
-from theow_workers.core.logtext import ANNOTATION, LINE_STAMP, numbered_lines, strip_ansi
-from theow_workers.core.matching import evaluate
-from theow_workers.core.resolver import RuleBook, matching_facts
-from theow_workers.core.rules import NAME_PATTERN, Mode, Rule, RuleError, parse_rule
-from theow_workers.core.summary import (
+from theow_workers.core.logs.summary import (
     BANNER,
     EXIT_NOTE,
     FRAME,
@@ -57,6 +50,13 @@ from theow_workers.core.summary import (
     summarize,
     tier_of,
 )
+from theow_workers.core.logs.text import ANNOTATION, LINE_STAMP, numbered_lines, strip_ansi
+from theow_workers.core.resolve.confusion import rule_confusions
+from theow_workers.core.resolve.plan import RuleBook, matching_facts
+from theow_workers.core.rules.examples import example_problems
+from theow_workers.core.rules.generalize import WORD, Draft, draft_pattern
+from theow_workers.core.rules.matching import evaluate
+from theow_workers.core.rules.schema import NAME_PATTERN, Mode, Rule, RuleError, parse_rule
 
 LinePredicate = Callable[[str], bool]
 SCOPES = ("auto", "repo", "job", "global")
@@ -335,7 +335,7 @@ def _telling(
 def _picked(
     span: _Span, is_wrapper: LinePredicate | None, is_normal: LinePredicate | None
 ) -> set[int]:
-    """Line numbers of the span's error lines, as :func:`~theow_workers.core.summary.summarize` picks them."""
+    """Line numbers of the span's error lines, as :func:`~theow_workers.core.logs.summary.summarize` picks them."""
     first, last = span.lines[0][0], span.lines[-1][0]
     text = "\n".join(span.log.split("\n")[first - 1 : last])
     summary = summarize({"log": text}, is_wrapper=is_wrapper, is_normal=is_normal)
