@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import prepared_database
-from theow_workers.core.explore.service import Exploration
-from theow_workers.core.ports import FailureRecord
+from theow_workers.core.ports import Exploration, FailureRecord
 from theow_workers.store.explore import ExploreStore, Proposal
 
 DIFF = {"path": "actions/fix.py", "diff": "+x = 1\n", "base_sha256": ""}

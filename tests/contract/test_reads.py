@@ -110,8 +110,7 @@ class SqlWorld:
 
     def add(self, seen: Seen) -> None:
         from theow_client.verdict import Verdict
-        from theow_workers.core.explore.service import Exploration
-        from theow_workers.core.ports import AttemptRecord, FailureRecord
+        from theow_workers.core.ports import AttemptRecord, Exploration, FailureRecord
 
         self.sql.record_failure(
             FailureRecord(

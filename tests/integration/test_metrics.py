@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import free_port, wait_port
 from theow_client.messages import SubmitRequest
-from theow_workers.core.explore.service import Exploration
+from theow_workers.core.ports import Exploration
 from theow_workers.core.resolve.library import Library
 from theow_workers.core.resolve.service import ResolveService, ResolveSettings
 from theow_workers.store.explore import ExploreStore

@@ -24,8 +24,7 @@ from tests.conftest import free_port, unavailable
 from theow_client.messages import SubmitRequest
 from theow_client.verdict import Status, Verdict
 from theow_workers.config import Settings
-from theow_workers.core.explore.service import Exploration
-from theow_workers.core.ports import AttemptRecord, FailureRecord
+from theow_workers.core.ports import AttemptRecord, Exploration, FailureRecord
 from theow_workers.store.explore import ExploreStore
 from theow_workers.store.replay import ReplayStore
 from theow_workers.store.results import SqlStore

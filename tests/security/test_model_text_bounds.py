@@ -35,10 +35,10 @@ from theow_workers.config import Settings
 from theow_workers.core.actions import load_actions
 from theow_workers.core.explore.context import ExplorationContext
 from theow_workers.core.explore.proposal import Repository
-from theow_workers.core.explore.service import Exploration, ExploreService, ExploreSettings
+from theow_workers.core.explore.service import ExploreService, ExploreSettings
 from theow_workers.core.llm.model import Budget
 from theow_workers.core.logs.redact import Masker, settings_secrets
-from theow_workers.core.ports import FailureRecord
+from theow_workers.core.ports import Exploration, FailureRecord
 from theow_workers.core.rules.schema import Rule, RuleError, load_rules, parse_rule
 from theow_workers.explorer.run import load_prompt
 from theow_workers.store.explore import ExploreStore

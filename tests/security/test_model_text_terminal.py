@@ -16,8 +16,7 @@ from pathlib import Path
 from tests.conftest import prepared_database
 from theow_client.verdict import Verdict
 from theow_client.verdict_text import format_exploration, format_verdict
-from theow_workers.core.explore.service import Exploration
-from theow_workers.core.ports import FailureRecord
+from theow_workers.core.ports import Exploration, FailureRecord
 from theow_workers.store.explore import ExploreStore
 from theow_workers.store.results import SqlStore
 

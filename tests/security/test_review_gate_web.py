@@ -18,8 +18,7 @@ import pytest
 from tests.integration import test_web_console as web
 from tests.security.test_review_gate import CURL_SH, changed_file, new_file, rule
 from theow_workers.config import Settings
-from theow_workers.core.explore.service import Exploration
-from theow_workers.core.ports import FailureRecord
+from theow_workers.core.ports import Exploration, FailureRecord
 from theow_workers.store.explore import ExploreStore
 from theow_workers.store.results import SqlStore
 from theow_workers.store.schema import migrate

@@ -1,6 +1,6 @@
 """In-memory twins of the shared Redis limits: the rate limiter and the daily spend cap.
 
-It implements :class:`theow_workers.core.llm.model.RateLimiter` with a sliding
+It implements :class:`theow_workers.core.ports.RateLimiter` with a sliding
 one-minute window per model (requests and tokens), the back-off a 429 sets,
 and the stop a per-day quota sets. Workers share the Redis limiter; this one
 serves direct use (``theow explore`` in a terminal) and tests.

@@ -1,19 +1,26 @@
-"""The small interfaces the core needs from the outside world.
+"""The small interfaces the core needs from the outside world: every port, in one place.
 
-Each has a real adapter (MiniLM, Milvus in ``theow_workers.adapters``, SQL in
-``theow_workers.store``) and an in-memory implementation used by tests and by ``theow rules test``.
+Each has a real adapter (MiniLM, Milvus, Redis in ``theow_workers.adapters``, SQL in
+``theow_workers.store``) and an in-memory twin in ``theow_workers.adapters.memory``, used
+by tests and by ``theow rules test``. The model port (``core.llm.gateway.ModelGateway``)
+and the explanation cache and store (``core.llm.explanation``) are typed in the words of
+``core.llm`` (tools, budgets, explanations), so they live there: ``core.llm`` reads its
+limits from here, and a port here that named ``core.llm``'s types would close a cycle.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Protocol, TypeVar, cast
 
 from theow_client.jsontypes import JsonObject
 from theow_client.verdict import Status, Verdict
+from theow_workers.core.logs.normal import JobNormal
 
 T = TypeVar("T")
 
@@ -297,3 +304,127 @@ def as_store(store: Store | StepStore) -> Store:
     if hasattr(store, "record_outcome"):
         return cast(Store, store)
     return Stepwise(store)
+
+
+# --- model calls: the fleet's limits (adapters.redis_state; adapters.memory) ---------------
+
+
+class Spending(Protocol):
+    """The fleet's daily spend cap on model calls (``adapters.redis_state.RedisSpend``).
+
+    A call reserves its most before it is sent and settles what it cost after;
+    a reservation that would pass the cap raises BudgetReached and nothing is sent.
+    """
+
+    def reserve(self, dollars: float) -> str:
+        """Reserve ``dollars``; a ticket for ``settle``. Raises BudgetReached."""
+        ...
+
+    def settle(self, ticket: str, dollars: float) -> None:
+        """The reserved call cost ``dollars`` (0: it was not charged)."""
+        ...
+
+
+class RateLimiter(Protocol):
+    def acquire(self, model: str, tokens: int, max_wait: float) -> None:
+        """Block until one request of ``tokens`` is allowed for ``model``.
+
+        Raises QuotaExhausted when exploring is stopped for the model (per-day
+        quota) or the wait would exceed ``max_wait``."""
+        ...
+
+    def settle(self, model: str, estimated: int, actual: int) -> None:
+        """Correct the token count of a request once its usage is known."""
+        ...
+
+    def back_off(self, model: str, seconds: float, daily: bool, reason: str) -> None:
+        """Shared back-off after a 429: every worker waits (or stops, if daily)."""
+        ...
+
+
+# --- exploring: one LLM session per root cause (adapters.redis_state, store.explore) --------
+
+
+class ExploreState(Protocol):
+    def take_flight(self, fingerprint: str, failure_id: str, ttl: int) -> str | None: ...
+    def land(self, fingerprint: str) -> None: ...
+    def finish(self, fingerprint: str, record: JsonObject) -> None: ...
+    def finished(self, fingerprint: str) -> JsonObject | None: ...
+    def take_session(self, session_id: str, limit: int, ttl: int) -> int: ...
+    def remember(self, proposal_id: str, vector: list[float], rule_yaml: str) -> None: ...
+    def cached(self) -> list[JsonObject]: ...
+
+
+# --- an exploration, as the explorer records it ---------------------------------------------
+
+
+@dataclass
+class Exploration:
+    failure_id: str
+    fingerprint: str
+    outcome: str
+    reason: str = ""
+    session_id: str = ""
+    rule: str | None = None
+    models: list[str] = field(default_factory=list)
+    turns: int = 0
+    tool_calls: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: float = 0.0
+    proposal_id: str | None = None
+    transcript: list[JsonObject] = field(default_factory=list)
+    bound: list[JsonObject] = field(default_factory=list)  # actions re-bound on a cache hit
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    id: str = field(default_factory=lambda: str(uuid.uuid4()))
+
+    def summary(self) -> JsonObject:
+        """What the client reads as the exploration's outcome."""
+        return {
+            "exploration_id": self.id,
+            "failure_id": self.failure_id,
+            "outcome": self.outcome,
+            "proposal_id": self.proposal_id,
+            "rule": self.rule,
+            "reason": self.reason,
+            "actions": self.bound,
+            "tokens_in": self.tokens_in,
+            "tokens_out": self.tokens_out,
+            "cost": round(self.cost, 6),
+        }
+
+
+class ExplorationSink(Protocol):
+    def add_exploration(
+        self, exploration: Exploration, proposal: JsonObject | None = None
+    ) -> None: ...
+
+
+# --- where the library is: rule and action layers (config.Settings) ------------------------
+
+
+class Layers(Protocol):
+    """Where the rules and actions are (``Settings``: earliest layer first)."""
+
+    @property
+    def rule_layers(self) -> Sequence[Path]: ...
+
+    @property
+    def action_layers(self) -> Sequence[Path]: ...
+
+
+# --- each job's normal (adapters.normals; adapters.memory) ---------------------------------
+
+
+class Normals(Protocol):
+    """Each job's normal, learned from its passing runs (``RedisNormals``, ``MemoryNormals``)."""
+
+    def templates(self, job: str) -> list[str]: ...
+
+    def learn(self, job: str, lines: Iterable[str], now: float | None = None) -> int:
+        """Merge a passing run's lines into the job's normal; the number of templates kept."""
+        ...
+
+    def normal(self, job: str) -> JobNormal | None:
+        """The job's normal, or None when no passing run of it was learned."""
+        ...

@@ -19,10 +19,11 @@ from theow_client.jsontypes import JsonObject
 from theow_client.messages import ExploreRequest
 from theow_workers.core.explore.context import ExplorationContext, Probe
 from theow_workers.core.explore.proposal import Repository
-from theow_workers.core.explore.service import Exploration, ExploreService, ExploreSettings
+from theow_workers.core.explore.service import ExploreService, ExploreSettings
 from theow_workers.core.llm.model import Budget, Outcome, offered
 from theow_workers.core.logs.normal import JobNormal
 from theow_workers.core.logs.redact import Masker, settings_secrets
+from theow_workers.core.ports import Exploration
 from theow_workers.core.resolve.fingerprint import query_text
 from theow_workers.core.rules.schema import Rule, prompt_path
 from theow_workers.explorer.sandbox import sandbox_problem
@@ -31,9 +32,8 @@ from theow_workers.explorer.tools import Workspace, deployment_tools, read_log_t
 if TYPE_CHECKING:
     from redis import Redis
 
-    from theow_workers.adapters.normals import RedisNormals
     from theow_workers.config import Settings
-    from theow_workers.core.ports import Embedder, Hit, RuleIndex
+    from theow_workers.core.ports import Embedder, Hit, Normals, RuleIndex
     from theow_workers.core.resolve.library import Library
     from theow_workers.store.explore import ExploreStore
     from theow_workers.store.results import SqlStore
@@ -57,7 +57,7 @@ class Runtime(Protocol):
     def index(self) -> RuleIndex: ...
 
     @property
-    def normals(self) -> RedisNormals: ...
+    def normals(self) -> Normals: ...
 
     def knowledge(self) -> Library: ...
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from theow_client.jsontypes import JsonObject
-from theow_workers.core.explore.service import Exploration
 from theow_workers.core.explore.teaching import Taught, TeachError, synthesize
 from theow_workers.core.logs.normal import IsNormal
+from theow_workers.core.ports import Exploration
 from theow_workers.core.resolve.confusion import rule_confusions
 from theow_workers.core.resolve.plan import RuleBook, matching_facts
 from theow_workers.core.rules.examples import example_problems

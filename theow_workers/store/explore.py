@@ -17,8 +17,7 @@ from sqlalchemy import and_, or_, select, update
 
 from theow_client.jsontypes import JsonObject
 from theow_client.verdict import Status
-from theow_workers.core.explore.service import Exploration
-from theow_workers.core.ports import FailureRecord
+from theow_workers.core.ports import Exploration, FailureRecord
 from theow_workers.store.results import SqlStore
 from theow_workers.store.schema import (
     ExplorationRow,

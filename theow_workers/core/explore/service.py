@@ -17,23 +17,22 @@ import math
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Protocol
 
 from theow_client.jsontypes import Json, JsonObject
 from theow_workers.core.explore.context import ExplorationContext, render_prompt, result_of
 from theow_workers.core.llm.model import (
     MODEL_TEXT_LIMIT,
     Budget,
+    FallbackRunner,
     ModelError,
     Outcome,
     QuotaExhausted,
     SessionResult,
-    Tool,
     cut,
 )
 from theow_workers.core.logs.redact import Masker
 from theow_workers.core.logs.summary import summarize
+from theow_workers.core.ports import Exploration, ExplorationSink, ExploreState
 from theow_workers.core.resolve.fingerprint import error_lines
 from theow_workers.core.rules.matching import evaluate
 from theow_workers.core.rules.schema import Rule, RuleError, parse_rule
@@ -43,42 +42,6 @@ log = logging.getLogger("theow.explorer")
 CACHE_SIMILARITY = 0.6  # below this a cached proposal is not even validated
 REASON_LIMIT = 3900  # a reason and its cut marker fit the 4000 characters SQL keeps
 TRANSCRIPT_TURNS = 200  # turns of a transcript kept (a session has 30 tool calls by default)
-
-
-@dataclass
-class Exploration:
-    failure_id: str
-    fingerprint: str
-    outcome: str
-    reason: str = ""
-    session_id: str = ""
-    rule: str | None = None
-    models: list[str] = field(default_factory=list)
-    turns: int = 0
-    tool_calls: int = 0
-    tokens_in: int = 0
-    tokens_out: int = 0
-    cost: float = 0.0
-    proposal_id: str | None = None
-    transcript: list[JsonObject] = field(default_factory=list)
-    bound: list[JsonObject] = field(default_factory=list)  # actions re-bound on a cache hit
-    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
-    id: str = field(default_factory=lambda: str(uuid.uuid4()))
-
-    def summary(self) -> JsonObject:
-        """What the client reads as the exploration's outcome."""
-        return {
-            "exploration_id": self.id,
-            "failure_id": self.failure_id,
-            "outcome": self.outcome,
-            "proposal_id": self.proposal_id,
-            "rule": self.rule,
-            "reason": self.reason,
-            "actions": self.bound,
-            "tokens_in": self.tokens_in,
-            "tokens_out": self.tokens_out,
-            "cost": round(self.cost, 6),
-        }
 
 
 def refine(fingerprint: str, facts: JsonObject) -> str:
@@ -94,28 +57,6 @@ class InFlight(Exception):
         super().__init__(f"root cause {fingerprint} is being explored for failure {owner}")
         self.fingerprint = fingerprint
         self.owner = owner
-
-
-class ExploreState(Protocol):
-    def take_flight(self, fingerprint: str, failure_id: str, ttl: int) -> str | None: ...
-    def land(self, fingerprint: str) -> None: ...
-    def finish(self, fingerprint: str, record: JsonObject) -> None: ...
-    def finished(self, fingerprint: str) -> JsonObject | None: ...
-    def take_session(self, session_id: str, limit: int, ttl: int) -> int: ...
-    def remember(self, proposal_id: str, vector: list[float], rule_yaml: str) -> None: ...
-    def cached(self) -> list[JsonObject]: ...
-
-
-class ExplorationSink(Protocol):
-    def add_exploration(
-        self, exploration: Exploration, proposal: JsonObject | None = None
-    ) -> None: ...
-
-
-class Gateway(Protocol):
-    def tool_session(
-        self, prompt: str, tools: Sequence[Tool], budget: Budget, use_secondary: bool = False
-    ) -> SessionResult: ...
 
 
 @dataclass(frozen=True)
@@ -164,7 +105,7 @@ class ExploreService:
         self,
         state: ExploreState,
         sink: ExplorationSink,
-        gateway: Callable[[], Gateway],
+        gateway: Callable[[], FallbackRunner],
         embed: Callable[[str], list[float]],
         settings: ExploreSettings = ExploreSettings(),
         regex_timeout: float = 0.05,

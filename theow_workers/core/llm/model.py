@@ -126,22 +126,6 @@ class BudgetReached(QuotaExhausted):
         super().__init__("budget", reason, retry_after, daily=True, partial=partial)
 
 
-class Spending(Protocol):
-    """The fleet's daily spend cap on model calls (``adapters.redis_state.RedisSpend``).
-
-    A call reserves its most before it is sent and settles what it cost after;
-    a reservation that would pass the cap raises BudgetReached and nothing is sent.
-    """
-
-    def reserve(self, dollars: float) -> str:
-        """Reserve ``dollars``; a ticket for ``settle``. Raises BudgetReached."""
-        ...
-
-    def settle(self, ticket: str, dollars: float) -> None:
-        """The reserved call cost ``dollars`` (0: it was not charged)."""
-        ...
-
-
 def cost(price: tuple[float, float] | None, tokens_in: int, tokens_out: int) -> float:
     """Dollars for the tokens at ``price`` (dollars per million, input and output)."""
     if price is None:
@@ -188,23 +172,6 @@ class SessionResult:
     transcript: list[JsonObject] = field(default_factory=list)  # JSON-able
     payload: JsonObject = field(default_factory=dict)  # from the terminal tool
     reason: str = ""
-
-
-class RateLimiter(Protocol):
-    def acquire(self, model: str, tokens: int, max_wait: float) -> None:
-        """Block until one request of ``tokens`` is allowed for ``model``.
-
-        Raises QuotaExhausted when exploring is stopped for the model (per-day
-        quota) or the wait would exceed ``max_wait``."""
-        ...
-
-    def settle(self, model: str, estimated: int, actual: int) -> None:
-        """Correct the token count of a request once its usage is known."""
-        ...
-
-    def back_off(self, model: str, seconds: float, daily: bool, reason: str) -> None:
-        """Shared back-off after a 429: every worker waits (or stops, if daily)."""
-        ...
 
 
 class SessionRunner(Protocol):

@@ -43,10 +43,8 @@ from theow_workers.core.llm.model import (
     ModelError,
     Outcome,
     QuotaExhausted,
-    RateLimiter,
     SessionEnd,
     SessionResult,
-    Spending,
     Tool,
     ToolCallRecord,
     ToolError,
@@ -56,6 +54,7 @@ from theow_workers.core.llm.model import (
     estimate_tokens,
 )
 from theow_workers.core.logs.redact import Masker
+from theow_workers.core.ports import RateLimiter, Spending
 
 DAY = 24 * 3600.0
 DEFAULT_RETRY_DELAY = 10.0  # a per-minute 429 without a retry delay

@@ -12,22 +12,11 @@ import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from theow_workers.core.actions import ActionRegistry, load_action_layers
-from theow_workers.core.ports import IndexEntry
+from theow_workers.core.ports import IndexEntry, Layers
 from theow_workers.core.resolve.plan import RuleBook
 from theow_workers.core.rules.schema import RuleSet, load_rules
-
-
-class Layers(Protocol):
-    """Where the rules and actions are (``Settings``: earliest layer first)."""
-
-    @property
-    def rule_layers(self) -> Sequence[Path]: ...
-
-    @property
-    def action_layers(self) -> Sequence[Path]: ...
 
 
 @dataclass(frozen=True)
