@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from theow_workers.adapters.normals import MemoryNormals
+from theow_workers.adapters.memory import MemoryNormals
 from theow_workers.core.logs.normal import MAX_TEMPLATES
 
 Factory = Callable[[], Any]

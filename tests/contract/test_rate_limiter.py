@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from theow_workers.adapters.limits import InMemoryLimiter
+from theow_workers.adapters.memory import InMemoryLimiter
 from theow_workers.core.llm.model import QuotaExhausted
 
 MODEL = "gemini-2.5-flash"

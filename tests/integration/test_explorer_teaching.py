@@ -18,8 +18,7 @@ import pytest
 
 from tests.fakes.gemini_server import FakeGemini, function_call, function_responses, user_texts
 from theow_workers.adapters.gemini import GeminiGateway
-from theow_workers.adapters.limits import InMemoryLimiter
-from theow_workers.adapters.memory import HashingEmbedder, InMemoryExploreState
+from theow_workers.adapters.memory import HashingEmbedder, InMemoryExploreState, InMemoryLimiter
 from theow_workers.core.explore.context import ExplorationContext
 from theow_workers.core.explore.proposal import Repository
 from theow_workers.core.explore.service import ExploreService, ExploreSettings

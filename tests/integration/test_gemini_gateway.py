@@ -34,7 +34,7 @@ from tests.fakes.gemini_server import (
     with_usage,
 )
 from theow_workers.adapters.gemini import GeminiGateway
-from theow_workers.adapters.limits import InMemoryLimiter
+from theow_workers.adapters.memory import InMemoryLimiter
 from theow_workers.adapters.providers import gateway_from_settings
 from theow_workers.config import ConfigError, Settings
 from theow_workers.core.llm.model import (

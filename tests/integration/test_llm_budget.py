@@ -15,7 +15,7 @@ import pytest
 
 from tests.integration.test_explain import explain_one, scripted  # noqa: F401 (a fixture)
 from theow_client import names
-from theow_workers.adapters.limits import MICRO, day_and_rest
+from theow_workers.adapters.memory import MICRO, day_and_rest
 from theow_workers.adapters.redis_state import RedisSpend
 from theow_workers.core.llm.model import BudgetReached
 

@@ -31,7 +31,7 @@ from tests.fakes.openai_server import (
     text,
     with_usage,
 )
-from theow_workers.adapters.limits import InMemoryLimiter
+from theow_workers.adapters.memory import InMemoryLimiter
 from theow_workers.adapters.openai_chat import OpenAIChatGateway
 from theow_workers.adapters.providers import gateway_from_settings
 from theow_workers.config import ConfigError, Settings

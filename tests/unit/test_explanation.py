@@ -8,13 +8,13 @@ import json
 import pytest
 
 from theow_client.verdict import Where
+from theow_workers.adapters.memory import InMemoryExplanations
 from theow_workers.core.llm.explanation import (
     CAUSES,
     MAX_EXPLANATION,
     ExplainService,
     Explanation,
     InFlight,
-    InMemoryExplanations,
     cause_key,
     parse_answer,
     project_of,

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from theow_workers.adapters.limits import InMemoryLimiter
-from theow_workers.adapters.memory import HashingEmbedder, InMemoryExploreState
+from theow_workers.adapters.memory import HashingEmbedder, InMemoryExploreState, InMemoryLimiter
 from theow_workers.core.actions import load_actions
 from theow_workers.core.explore.context import ExplorationContext
 from theow_workers.core.explore.proposal import (

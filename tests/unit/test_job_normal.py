@@ -11,7 +11,7 @@ from pathlib import Path
 from theow_client.job import job_of
 from theow_client.messages import PassingRun
 from theow_workers import evaluation
-from theow_workers.adapters.normals import MemoryNormals
+from theow_workers.adapters.memory import MemoryNormals
 from theow_workers.core.logs.normal import MAX_TEMPLATES, JobNormal, mask, mine, passing_run
 from theow_workers.core.resolve.fingerprint import fingerprint
 from theow_workers.core.resolve.plan import Hints, RuleBook, plan

@@ -1,4 +1,4 @@
-"""The in-memory rate limiter (adapters.limits), on a clock the tests move."""
+"""The in-memory rate limiter (adapters.memory), on a clock the tests move."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from theow_workers.adapters.limits import InMemoryLimiter
+from theow_workers.adapters.memory import InMemoryLimiter
 from theow_workers.core.llm.model import QuotaExhausted
 
 MODEL = "gemini-2.5-flash"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from theow_workers.adapters.limits import InMemoryLimiter, InMemorySpend
+from theow_workers.adapters.memory import InMemoryLimiter, InMemorySpend
 from theow_workers.core.llm.gateway import ModelTurn, ToolCall
 from theow_workers.core.llm.model import (
     Budget,

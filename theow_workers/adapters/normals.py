@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from theow_client import names
-from theow_workers.core.logs.normal import MAX_TEMPLATES, JobNormal, mine, mine_run
+from theow_workers.core.logs.normal import MAX_TEMPLATES, JobNormal, mine_run
 
 CACHE_JOBS = 1024  # jobs whose normal a process keeps in memory
 
@@ -83,21 +83,3 @@ class RedisNormals:
             while len(self._cache) > CACHE_JOBS:
                 self._cache.popitem(last=False)
         return normal
-
-
-class MemoryNormals:
-    """The same, in memory (tests, ``theow rules eval``)."""
-
-    def __init__(self) -> None:
-        self._templates: dict[str, list[str]] = {}
-
-    def templates(self, job: str) -> list[str]:
-        return list(self._templates.get(job, ()))
-
-    def learn(self, job: str, lines: Iterable[str], now: float | None = None) -> int:
-        self._templates[job] = mine(lines, self._templates.get(job, ()))
-        return len(self._templates[job])
-
-    def normal(self, job: str) -> JobNormal | None:
-        templates = self._templates.get(job)
-        return JobNormal.from_templates(templates, job) if templates else None

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from celery.exceptions import SoftTimeLimitExceeded
 
 from theow_client.config import port_problem, safe_url
-from theow_workers.adapters.limits import InMemoryLimiter
+from theow_workers.adapters.memory import InMemoryLimiter
 from theow_workers.config import ConfigError, Settings
 from theow_workers.core.llm.gateway import ModelGateway
 from theow_workers.core.llm.model import FallbackRunner, split_model

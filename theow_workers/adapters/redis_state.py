@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from theow_client import names
 from theow_client.jsontypes import JsonObject
-from theow_workers.adapters.limits import MICRO, budget_reason, day_and_rest, micro
+from theow_workers.adapters.memory import MICRO, budget_reason, day_and_rest, micro
 from theow_workers.core.llm.model import BudgetReached, QuotaExhausted
 
 if TYPE_CHECKING:

@@ -33,7 +33,7 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Protocol
 
@@ -392,25 +392,3 @@ class ExplainService:
 def explains(verdict: Verdict) -> bool:
     """Whether a verdict is one explain is for: no specific rule explains the failure."""
     return verdict.status in UNEXPLAINED
-
-
-@contextlib.contextmanager
-def held_flight() -> Iterator[bool]:
-    """A single-flight that is always free: the in-memory cache's (one process)."""
-    yield True
-
-
-class InMemoryExplanations:
-    """The cache's in-memory twin (one process, for tests and direct use)."""
-
-    def __init__(self) -> None:
-        self.known: dict[str, Explanation] = {}
-
-    def get(self, cause: str) -> Explanation | None:
-        return self.known.get(cause)
-
-    def put(self, cause: str, explanation: Explanation) -> None:
-        self.known[cause] = explanation
-
-    def flight(self, cause: str, wait: float) -> contextlib.AbstractContextManager[bool]:
-        return held_flight()
