@@ -42,7 +42,6 @@ from theow_workers.core.llm.model import (
     FallbackRunner,
     ModelError,
     Outcome,
-    Permission,
     QuotaExhausted,
     SessionEnd,
     ToolError,
@@ -50,6 +49,7 @@ from theow_workers.core.llm.model import (
     tool_from_callable,
 )
 from theow_workers.core.llm.session import NUDGE, ToolLoop
+from theow_workers.core.ports import Permission
 
 KEY = "AIzaSyFAKE-test-key-0123456789abcdefghij"
 MODEL = "gemini-2.5-flash"

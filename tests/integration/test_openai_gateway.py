@@ -35,7 +35,6 @@ from theow_workers.adapters.memory import InMemoryLimiter
 from theow_workers.adapters.openai_chat import OpenAIChatGateway
 from theow_workers.adapters.providers import gateway_from_settings
 from theow_workers.config import ConfigError, Settings
-from theow_workers.core.llm.gateway import ModelRequest, ModelUnavailable, UserTurn
 from theow_workers.core.llm.model import (
     Budget,
     ModelError,
@@ -45,6 +44,7 @@ from theow_workers.core.llm.model import (
     tool_from_callable,
 )
 from theow_workers.core.llm.session import ToolLoop
+from theow_workers.core.ports import ModelRequest, ModelUnavailable, UserTurn
 
 pytestmark = pytest.mark.integration
 

@@ -16,9 +16,9 @@ from theow_workers.core.explore.proposal import (
     defined_actions,
 )
 from theow_workers.core.explore.service import ExploreService, ExploreSettings, InFlight
-from theow_workers.core.llm.gateway import ModelTurn, ToolCall
 from theow_workers.core.llm.model import Budget, FallbackRunner, Outcome
 from theow_workers.core.llm.session import ToolLoop
+from theow_workers.core.ports import ModelTurn, ToolCall
 from theow_workers.core.rules.schema import load_rules
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

@@ -8,13 +8,13 @@ import pytest
 
 from theow_workers.core.llm.model import (
     Budget,
-    Permission,
     ToolError,
     call_tool,
     offered,
     split_model,
     tool_from_callable,
 )
+from theow_workers.core.ports import Permission
 
 
 def search_logs(

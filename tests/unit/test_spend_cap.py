@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from theow_workers.adapters.memory import InMemoryLimiter, InMemorySpend
-from theow_workers.core.llm.gateway import ModelTurn, ToolCall
 from theow_workers.core.llm.model import (
     Budget,
     BudgetReached,
@@ -14,6 +13,7 @@ from theow_workers.core.llm.model import (
     tool_from_callable,
 )
 from theow_workers.core.llm.session import ToolLoop
+from theow_workers.core.ports import ModelTurn, ToolCall
 
 PRICE = (1.0, 2.0)  # dollars per million tokens in and out
 

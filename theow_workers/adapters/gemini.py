@@ -22,16 +22,17 @@ from google.genai import errors, types
 
 from theow_client.jsontypes import Json
 from theow_workers.config import ConfigError
-from theow_workers.core.llm.gateway import (
+from theow_workers.core.llm.model import ModelError
+from theow_workers.core.ports import (
     ModelRequest,
     ModelTurn,
     ModelUnavailable,
     RateLimited,
+    Tool,
     ToolAnswer,
     ToolCall,
     UserTurn,
 )
-from theow_workers.core.llm.model import ModelError, Tool
 
 API_VERSION = "v1beta"
 REQUEST_TIMEOUT_MS = 300_000

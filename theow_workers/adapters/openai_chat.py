@@ -28,16 +28,17 @@ import httpx2  # the transport the openai client uses
 import openai
 
 from theow_client.jsontypes import Json, JsonObject
-from theow_workers.core.llm.gateway import (
+from theow_workers.core.llm.model import ModelError, estimate_tokens
+from theow_workers.core.ports import (
     ModelRequest,
     ModelTurn,
     ModelUnavailable,
     RateLimited,
+    Tool,
     ToolAnswer,
     ToolCall,
     UserTurn,
 )
-from theow_workers.core.llm.model import ModelError, Tool, estimate_tokens
 
 REQUEST_TIMEOUT = 300.0  # seconds: a local model on a CPU answers slowly
 CHECK_TIMEOUT = 10.0

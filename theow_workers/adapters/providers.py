@@ -21,11 +21,10 @@ from celery.exceptions import SoftTimeLimitExceeded
 from theow_client.config import port_problem, safe_url
 from theow_workers.adapters.memory import InMemoryLimiter
 from theow_workers.config import ConfigError, Settings
-from theow_workers.core.llm.gateway import ModelGateway
 from theow_workers.core.llm.model import FallbackRunner, split_model
 from theow_workers.core.llm.session import ToolLoop
 from theow_workers.core.logs.redact import Masker, settings_secrets
-from theow_workers.core.ports import RateLimiter, Spending
+from theow_workers.core.ports import ModelGateway, RateLimiter, Spending
 
 PROVIDERS = ("gemini", "openai")
 

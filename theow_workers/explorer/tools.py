@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from theow_client.jsontypes import JsonObject
-from theow_workers.core.llm.model import Permission, Tool, ToolError, tool_from_callable
+from theow_workers.core.llm.model import ToolError, tool_from_callable
+from theow_workers.core.ports import Permission, Tool
 from theow_workers.core.resolve.fingerprint import log_text
 from theow_workers.explorer.sandbox import SandboxUnavailable, sandbox
 

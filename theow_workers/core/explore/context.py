@@ -35,9 +35,9 @@ from theow_workers.core.explore.proposal import (
     check_submission,
 )
 from theow_workers.core.explore.teaching import TeachError, synthesize
-from theow_workers.core.llm.model import Outcome, SessionEnd, Tool, ToolError, tool_from_callable
+from theow_workers.core.llm.model import Outcome, SessionEnd, ToolError, tool_from_callable
 from theow_workers.core.logs.summary import ErrorSummary, summarize
-from theow_workers.core.ports import Hit
+from theow_workers.core.ports import Hit, Tool
 from theow_workers.core.resolve.fingerprint import log_text
 from theow_workers.core.resolve.plan import RuleBook
 from theow_workers.core.rules.matching import Captures, check_condition, evaluate

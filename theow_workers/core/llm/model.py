@@ -1,4 +1,4 @@
-"""The LLM side of exploration: tools, budgets, sessions, and the gateway interface.
+"""The LLM side of exploration: tools, budgets, errors and session results.
 
 A gateway runs a tool-calling session: our own loop (``core/llm/session.py``), one
 model request per turn, so every turn's tokens are counted and every request
@@ -30,18 +30,12 @@ from typing import Protocol
 
 from theow_client.facts import CUT_MARKER
 from theow_client.jsontypes import Json, JsonObject
+from theow_workers.core.ports import Permission, Tool
 
 # What one model turn or one tool result may weigh: a model answer of 8 MB is
 # kept (and stored, and carried to the client) as its first 64 KB and a marker.
 MODEL_TEXT_LIMIT = 64_000
 TOOL_RESULT_LIMIT = 32_000
-
-
-class Permission(StrEnum):
-    FS_READ = "fs-read"
-    FS_WRITE = "fs-write"
-    SHELL = "shell"
-    NETWORK = "network"
 
 
 class Outcome(StrEnum):
@@ -54,18 +48,6 @@ class Outcome(StrEnum):
     DEDUPLICATED = "deduplicated"  # the same root cause was explored by another session
     LIMIT = "session_limit"  # the session id's budget of LLM sessions is used up
     ERROR = "error"
-
-
-@dataclass(frozen=True)
-class Tool:
-    name: str
-    description: str
-    parameters: JsonObject  # JSON schema of an object
-    func: Callable[..., object]
-    permissions: frozenset[Permission] = frozenset()
-
-    def declaration(self) -> JsonObject:
-        return {"name": self.name, "description": self.description, "parameters": self.parameters}
 
 
 class ToolError(Exception):

@@ -24,17 +24,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from theow_client.jsontypes import Json, JsonObject
-from theow_workers.core.llm.gateway import (
-    ModelGateway,
-    ModelRequest,
-    ModelTurn,
-    ModelUnavailable,
-    RateLimited,
-    ToolAnswer,
-    ToolCall,
-    Turn,
-    UserTurn,
-)
 from theow_workers.core.llm.model import (
     MODEL_TEXT_LIMIT,
     TOOL_RESULT_LIMIT,
@@ -45,7 +34,6 @@ from theow_workers.core.llm.model import (
     QuotaExhausted,
     SessionEnd,
     SessionResult,
-    Tool,
     ToolCallRecord,
     ToolError,
     call_tool,
@@ -54,7 +42,20 @@ from theow_workers.core.llm.model import (
     estimate_tokens,
 )
 from theow_workers.core.logs.redact import Masker
-from theow_workers.core.ports import RateLimiter, Spending
+from theow_workers.core.ports import (
+    ModelGateway,
+    ModelRequest,
+    ModelTurn,
+    ModelUnavailable,
+    RateLimited,
+    RateLimiter,
+    Spending,
+    Tool,
+    ToolAnswer,
+    ToolCall,
+    Turn,
+    UserTurn,
+)
 
 DAY = 24 * 3600.0
 DEFAULT_RETRY_DELAY = 10.0  # a per-minute 429 without a retry delay
