@@ -21,7 +21,6 @@ from theow_client import names
 from theow_client.jsontypes import JsonObject
 from theow_client.verdict import Verdict
 from theow_workers.core.llm.explanation import (
-    PENDING,
     ExplainService,
     cause_key,
     explains,
@@ -31,6 +30,7 @@ from theow_workers.core.llm.explanation import (
 )
 from theow_workers.core.logs.redact import Masker, settings_secrets
 from theow_workers.core.logs.summary import wrapper_predicate
+from theow_workers.core.ports import PENDING
 
 if TYPE_CHECKING:
     from redis import Redis

@@ -13,7 +13,6 @@ from theow_workers.core.llm.explanation import (
     CAUSES,
     MAX_EXPLANATION,
     ExplainService,
-    Explanation,
     InFlight,
     cause_key,
     parse_answer,
@@ -23,6 +22,7 @@ from theow_workers.core.llm.explanation import (
 )
 from theow_workers.core.llm.model import BudgetReached, ModelError
 from theow_workers.core.logs.redact import Masker
+from theow_workers.core.ports import Explanation
 
 GOOD = {"explanation": "PyYAML is not installed.", "cause": "dependency", "next_step": "Add it."}
 LOG = "\n".join(

@@ -19,7 +19,7 @@ from redis import Redis
 from redis.exceptions import LockError
 
 from theow_client import names
-from theow_workers.core.llm.explanation import EXPLAINED, MALFORMED, Explanation
+from theow_workers.core.ports import EXPLAINED, MALFORMED, Explanation
 
 MALFORMED_TTL = 24 * 3600
 

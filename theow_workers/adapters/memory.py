@@ -24,13 +24,13 @@ from typing import TypeVar
 
 from theow_client.jsontypes import JsonObject
 from theow_client.verdict import Status, Verdict
-from theow_workers.core.llm.explanation import Explanation
 from theow_workers.core.llm.model import BudgetReached, QuotaExhausted
 from theow_workers.core.logs.normal import JobNormal, mine
 from theow_workers.core.ports import (
     CLIENT_PENDING,
     AttemptRecord,
     Embedder,
+    Explanation,
     FailureRecord,
     Hit,
     IndexEntry,

@@ -4,16 +4,18 @@ Each has a real adapter (MiniLM, Milvus, Redis in ``theow_workers.adapters``, SQ
 ``theow_workers.store``) and an in-memory twin in ``theow_workers.adapters.memory``, used
 by tests and by ``theow rules test``. The model port (``ModelGateway``, one call
 per turn) is here with the words it is typed in (``Tool``, ``ModelRequest``, ``ModelTurn``).
-The explanation cache and store (``core.llm.explanation``) stay with ``Explanation``:
-a port here typed by ``core.llm`` would close a cycle, ``core.llm`` reading its ports here.
+The explanation cache and store are here with ``Explanation``, the value they keep.
+A port is typed in words of its own or of ``core.rules``/``core.logs``: ``core.llm``,
+``core.resolve`` and ``core.explore`` read their ports here, so none may be read from here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -538,4 +540,83 @@ class ModelGateway(Protocol):
 
     def scrub(self, value: Json) -> Json:
         """``value`` (str, dict, list) with the gateway's credentials masked."""
+        ...
+
+
+# --- explanations per cause (adapters.explanations: Redis; store.explanations: SQL) ---------
+
+
+# What an explanation is in: ``explained`` and ``malformed`` were paid for (a cause is
+# asked once); the others say why there is none yet and are asked again later.
+EXPLAINED, MALFORMED, FAILED, BUDGET, RATE_LIMITED, PENDING = (
+    "explained",
+    "malformed",
+    "failed",
+    "budget",
+    "rate_limited",
+    "pending",
+)
+STATES = (EXPLAINED, MALFORMED, FAILED, BUDGET, RATE_LIMITED, PENDING)
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """What explain says about one cause, or why it says nothing (``state``, ``reason``)."""
+
+    state: str
+    text: str = ""
+    cause: str = ""
+    next_step: str = ""
+    model: str = ""
+    reason: str = ""
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: float = 0.0
+
+    @property
+    def paid(self) -> bool:
+        """Whether the model answered for this cause: it is not asked again."""
+        return self.state in (EXPLAINED, MALFORMED)
+
+    def to_dict(self) -> JsonObject:
+        return asdict(self)
+
+    def shown(self) -> JsonObject:
+        """What a verdict carries: the answer, not the accounting."""
+        keys = ("state", "text", "cause", "next_step", "model", "reason")
+        return {k: v for k, v in self.to_dict().items() if k in keys and v != ""}
+
+    @classmethod
+    def from_dict(cls, data: object) -> Explanation | None:
+        """An explanation read back (cache, store); None for anything that is not one."""
+        if not isinstance(data, dict) or data.get("state") not in STATES:
+            return None
+        known = {f.name for f in fields(cls)}
+        try:
+            return cls(**{k: v for k, v in data.items() if k in known})
+        except TypeError:
+            return None
+
+
+class ExplanationCache(Protocol):
+    """Explanations per cause shared by the fleet, and its single-flight (Redis)."""
+
+    def get(self, cause: str) -> Explanation | None: ...
+
+    def put(self, cause: str, explanation: Explanation) -> None: ...
+
+    def flight(self, cause: str, wait: float) -> contextlib.AbstractContextManager[bool]:
+        """Hold the cause's lock while inside; False when another held it ``wait`` seconds."""
+        ...
+
+
+class ExplanationStore(Protocol):
+    """Explanations in SQL: per cause, and with each failure's verdict."""
+
+    def explanation(self, cause: str) -> Explanation | None: ...
+
+    def save_explanation(self, cause: str, project: str, explanation: Explanation) -> None: ...
+
+    def attach_explanation(self, failure_id: str, explanation: Explanation) -> Verdict | None:
+        """Store it with the failure's verdict; the verdict as it now reads (None: no verdict)."""
         ...

@@ -14,7 +14,7 @@ from sqlalchemy import select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from theow_client.verdict import Verdict
-from theow_workers.core.llm.explanation import EXPLAINED, Explanation
+from theow_workers.core.ports import EXPLAINED, Explanation
 from theow_workers.store.results import SqlStore, _stored_verdict
 from theow_workers.store.schema import ExplanationRow, VerdictRow
 

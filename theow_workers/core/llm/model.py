@@ -157,6 +157,9 @@ class SessionResult:
 
 
 class SessionRunner(Protocol):
+    """What runs sessions over one model: ``session.ToolLoop``. Not a port (nothing outside
+    the core implements it; the model port is ``core.ports.ModelGateway``)."""
+
     def tool_session(self, prompt: str, tools: Sequence[Tool], budget: Budget) -> SessionResult:
         """Run a tool loop until a tool raises SessionEnd, the model stops, or the budget ends."""
         ...
