@@ -9,7 +9,7 @@ then simply does not match.
 >>> rule = parse_rule('''
 ... name: missing_module
 ... mode: track
-... when: [{fact: stderr, regex: "No module named '(?P<module>[\\\\w.]+)'"}]
+... when: [{fact: stderr, regex: "No module named '(?P<module>[a-z_.]+)'"}]
 ... ''')
 >>> evaluate(rule, {"stderr": "No module named 'yaml'"}).captures.named
 {'module': 'yaml'}
