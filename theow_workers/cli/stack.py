@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from theow_workers.cli.output import err, fail, load_settings, out, waiting
 from theow_workers.config import Settings
+
+if TYPE_CHECKING:
+    from theow_workers.ops.flower import FlowerCommand
+    from theow_workers.stack import EmbeddedStack
+    from theow_workers.stack.supervisor import Child
+    from theow_workers.web.server import WebCommand
 
 
 def refuse_to_explore_without(s: Settings) -> None:
@@ -135,6 +141,7 @@ def up(
     from theow_workers.config import VALKEY_PASSWORD_FILE
     from theow_workers.ops.flower import FlowerError, flower_command
     from theow_workers.stack import EmbeddedStack, StackError, with_port
+    from theow_workers.stack.supervisor import Supervisor
     from theow_workers.web.auth import WebAuthError
     from theow_workers.web.server import web_command
 
@@ -170,25 +177,9 @@ def up(
         with waiting("starting Valkey, Milvus Lite and SQLite", after=0):
             stack.start()
         grant_broker_access(stack.settings, LOCAL_AGENT, token)
-        stack.start_worker(["resolve"], concurrency=workers)
-        # A separate, lower-priority worker: a replay (or learning a passing run)
-        # never occupies the resolvers.
-        stack.start_worker(
-            ["replay", "passing"],
-            concurrency=s.replay_concurrency,
-            name="replay",
-            nice=s.replay_nice,
-        )
-        if s.explore:  # THEOW_EXPLORE=1: one explorer process (prefetch 1, LLM-bound)
-            stack.start_worker(["explore"], concurrency=1, name="explorer")
-        if s.explain:  # THEOW_EXPLAIN=on: its model calls never occupy the resolvers
-            stack.start_worker(["explain"], concurrency=2, name="explainer")
-        if flower_cmd is not None:
-            log_path = stack.home / "flower.log"
-            stack.processes.append(("flower", flower_cmd.start(stack.environment(), log_path)))
-        if web_cmd is not None:
-            web_log = stack.home / "web.log"
-            stack.processes.append(("web", web_cmd.start(stack.environment(), web_log)))
+        children = _children(stack, workers, flower_cmd, web_cmd)
+        for child in children:
+            child.proc = child.proc or child.start()
     except (StackError, OSError) as exc:
         stack.stop()
         raise fail(str(exc)) from None
@@ -204,17 +195,85 @@ def up(
         out.print(f"web console: {web_cmd.url} (password THEOW_WEB_PASSWORD)")
     else:
         out.print("web console: not started; set THEOW_WEB_PASSWORD to serve it")
-    out.print(f"logs in {stack.home}; Ctrl-C stops everything")
+    out.print(
+        f"logs in {stack.home}; a process that exits is started again; Ctrl-C stops everything"
+    )
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
-        while all(p.poll() is None for _, p in stack.processes):
-            time.sleep(0.5)
-        dead = [w for w, p in stack.processes if p.poll() is not None]
-        err.print(f"[red]{', '.join(dead)} exited; stopping[/red]")
+        Supervisor(children, stack.home, _say).watch()
     except KeyboardInterrupt:
         out.print("stopping…")
     finally:
+        # Stopping is not interrupted: a second Ctrl-C would leave servers half stopped.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         stack.stop()
+
+
+def _children(
+    stack: EmbeddedStack,
+    workers: int,
+    flower_cmd: FlowerCommand | None,
+    web_cmd: WebCommand | None,
+) -> list[Child]:
+    """What `theow up` runs and keeps running: the servers (already started), then the rest."""
+    from theow_workers.stack import SERVER_MILVUS, SERVER_VALKEY
+    from theow_workers.stack.supervisor import Child
+
+    s, home = stack.settings, stack.home
+    running = dict(stack.processes)
+    children = [
+        Child(
+            SERVER_VALKEY,
+            stack.start_valkey,
+            home / "valkey" / "valkey.log",
+            "the broker is down: agents spool their failures, workers wait for it",
+            running[SERVER_VALKEY],
+        ),
+        Child(
+            SERVER_MILVUS,
+            stack.start_milvus,
+            home / "milvus.log",
+            "the rule index is down: failures wait for it",
+            running[SERVER_MILVUS],
+        ),
+    ]
+
+    def worker(name: str, queues: list[str], concurrency: int, nice: int = 0) -> Child:
+        def start() -> subprocess.Popen[bytes]:
+            return stack.start_worker(queues, concurrency, name, nice)
+
+        queued = f"nothing takes from {', '.join(queues)} meanwhile"
+        return Child(f"worker {name}", start, home / f"worker-{name}.log", queued)
+
+    children.append(worker("resolver", ["resolve"], workers))
+    # A separate, lower-priority worker: a replay (or learning a passing run)
+    # never occupies the resolvers.
+    children.append(worker("replay", ["replay", "passing"], s.replay_concurrency, s.replay_nice))
+    if s.explore:  # THEOW_EXPLORE=1: one explorer process (prefetch 1, LLM-bound)
+        children.append(worker("explorer", ["explore"], 1))
+    if s.explain:  # THEOW_EXPLAIN=on: its model calls never occupy the resolvers
+        children.append(worker("explainer", ["explain"], 2))
+    if flower_cmd is not None:
+        flower_log = home / "flower.log"
+
+        def start_flower() -> subprocess.Popen[bytes]:
+            return stack.keep("flower", flower_cmd.start(stack.environment(), flower_log))
+
+        children.append(Child("flower", start_flower, flower_log))
+    if web_cmd is not None:
+        web_log = home / "web.log"
+
+        def start_web() -> subprocess.Popen[bytes]:
+            return stack.keep("web", web_cmd.start(stack.environment(), web_log))
+
+        children.append(Child("web", start_web, web_log, "the console is down"))
+    return children
+
+
+def _say(line: str, loud: bool) -> None:
+    """A supervisor's line: an exit in yellow, a crash loop (or a failed start) in red."""
+    err.print(line, style="bold red" if loud else "yellow", markup=False, highlight=False)
 
 
 def _local_client(s: Settings) -> tuple[Path, str]:

@@ -487,6 +487,13 @@ def check_budget(ctx: Context) -> list[Finding]:
     return [Finding("llm.budget", OK, detail)]
 
 
+def check_restarts(ctx: Context) -> list[Finding]:
+    """The children `theow up` restarted (``ops/restarts.py``)."""
+    from theow_workers.ops.restarts import restart_findings
+
+    return [Finding(*found) for found in restart_findings(ctx.settings.home.resolve())]
+
+
 CHECKS: tuple[Callable[[Context], list[Finding]], ...] = (
     check_config,
     check_redis,
@@ -498,4 +505,5 @@ CHECKS: tuple[Callable[[Context], list[Finding]], ...] = (
     check_index,
     check_llm,
     check_budget,
+    check_restarts,
 )

@@ -203,7 +203,8 @@ class EmbeddedStack:
         url = urlsplit(self.settings.milvus_uri)
         return url.hostname or "127.0.0.1", url.port or 19530
 
-    def start_valkey(self) -> None:
+    def start_valkey(self) -> subprocess.Popen[bytes]:
+        """Valkey on the broker URL's port, its data (append-only file, ACL users) in THEOW_HOME."""
         host, port = self.valkey_address
         _refuse_taken(
             host, port, "THEOW_REDIS_URL to another port (the client must use the same URL)"
@@ -238,16 +239,18 @@ class EmbeddedStack:
             "--aclfile",
             str(write_acl_file(data / ACL_FILE, password)),
         ]
-        self._spawn(SERVER_VALKEY, cmd, host, port, timeout=15)
+        proc = self._spawn(SERVER_VALKEY, cmd, host, port, timeout=15)
         _wait_until_loaded(self.settings.redis_url, timeout=30)
+        return proc
 
-    def start_milvus(self) -> None:
+    def start_milvus(self) -> subprocess.Popen[bytes]:
+        """A Milvus Lite server on THEOW_MILVUS_URI's port, its data in THEOW_HOME."""
         host, port = self.milvus_address
         _refuse_taken(host, port, "THEOW_MILVUS_URI to another port")
         exe = shutil.which("milvus-lite") or str(Path(sys.executable).parent / "milvus-lite")
         data = self.home / "milvus"
         cmd = [exe, "server", "--data-dir", str(data), "--host", host, "--port", str(port)]
-        self._spawn(SERVER_MILVUS, cmd, host, port, timeout=60, log_name="milvus.log")
+        return self._spawn(SERVER_MILVUS, cmd, host, port, timeout=60, log_name="milvus.log")
 
     def migrate(self) -> None:
         from theow_workers.store import migrate
@@ -290,7 +293,15 @@ class EmbeddedStack:
             env=self.environment(),
             preexec_fn=die_with_parent,  # killed with us, even by SIGKILL
         )
-        self.processes.append((f"worker {name}", proc))
+        return self.keep(f"worker {name}", proc)
+
+    def keep(self, what: str, proc: subprocess.Popen[bytes]) -> subprocess.Popen[bytes]:
+        """``proc`` is ``what`` now, stopped with the stack; a restarted one takes its place."""
+        for i, (known, _) in enumerate(self.processes):
+            if known == what:
+                self.processes[i] = (what, proc)
+                return proc
+        self.processes.append((what, proc))
         return proc
 
     def environment(self) -> dict[str, str]:
@@ -325,7 +336,7 @@ class EmbeddedStack:
         port: int,
         timeout: float,
         log_name: str | None = None,
-    ) -> None:
+    ) -> subprocess.Popen[bytes]:
         self.home.mkdir(parents=True, exist_ok=True)
         out = (self.home / log_name).open("ab") if log_name else subprocess.DEVNULL
         proc = subprocess.Popen(
@@ -335,9 +346,15 @@ class EmbeddedStack:
             start_new_session=True,
             preexec_fn=die_with_parent,  # killed with us, even by SIGKILL
         )
-        self.processes.append((what, proc))
-        _wait_for_port(host, port, timeout, what, proc)
+        self.keep(what, proc)
+        try:
+            _wait_for_port(host, port, timeout, what, proc)
+        except StackError:
+            proc.kill()  # one that never listened must not hold the port for the next try
+            proc.wait()
+            raise
         log.info("%s listening on %s:%d (pid %d)", what, host, port, proc.pid)
+        return proc
 
     def start(self) -> EmbeddedStack:
         """Valkey, Milvus Lite and the SQL schema; workers are started separately."""
