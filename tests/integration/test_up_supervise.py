@@ -99,43 +99,63 @@ def submit(env: dict[str, str], spool: Path, stderr: str, job: str) -> subproces
     )
 
 
-def test_theow_up_restarts_a_killed_resolver_three_times_and_nothing_else_stops(
-    tmp_path, monkeypatch
-):
-    redis_port, milvus_port, web_port = free_port(), free_port(), free_port()
-    home = tmp_path / "home"
-    env = dict(os.environ)
-    env.update(
-        THEOW_WEB_PASSWORD="console-password",
-        THEOW_HOME=str(home),
-        THEOW_RULES_DIR=str(FIXTURES / "rules"),
-        THEOW_ACTIONS_DIR=str(FIXTURES / "actions"),
-        THEOW_DATABASE_URL="",
-    )
-    for name in ("THEOW_REDIS_URL", "THEOW_MILVUS_URI", "THEOW_WEB_PORT", "THEOW_AGENT_TOKEN"):
-        env.pop(name, None)  # the ports are the flags'; the client's token is the env file's
-    flags = (
-        f"--workers 1 --redis-port {redis_port} --milvus-port {milvus_port} --web-port {web_port}"
-    )
-    up = subprocess.Popen(
-        [sys.executable, "-m", "theow_workers.cli", "up", *flags.split()],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    output = Output(up)
+class Up:
+    """`theow up` on free ports, as a user starts it, with what it prints kept."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.redis_port, self.milvus_port, self.web_port = free_port(), free_port(), free_port()
+        self.home = tmp_path / "home"
+        self.env = dict(os.environ)
+        self.env.update(
+            THEOW_WEB_PASSWORD="console-password",
+            THEOW_HOME=str(self.home),
+            THEOW_RULES_DIR=str(FIXTURES / "rules"),
+            THEOW_ACTIONS_DIR=str(FIXTURES / "actions"),
+            THEOW_DATABASE_URL="",
+        )
+        for name in ("THEOW_REDIS_URL", "THEOW_MILVUS_URI", "THEOW_WEB_PORT", "THEOW_AGENT_TOKEN"):
+            self.env.pop(name, None)  # the ports are the flags'; the client's token the env file's
+        ports = (self.redis_port, self.milvus_port, self.web_port)
+        flags = "--workers 1 --redis-port {} --milvus-port {} --web-port {}".format(*ports)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "theow_workers.cli", "up", *flags.split()],
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.output = Output(self.proc)
+        wait_until(lambda: "theow is up" in self.shown() or self.proc.poll() is not None, 240)
+        assert self.proc.poll() is None, self.shown()
+        wait_until(lambda: listening(self.web_port), 60, "the web console")
+
+    def shown(self) -> str:
+        return self.output.text()
+
+    def broker(self) -> redis.Redis:
+        password = (self.home / "valkey.password").read_text().strip()
+        return redis.Redis.from_url(f"redis://:{password}@127.0.0.1:{self.redis_port}/0")
+
+    def stop(self, how: signal.Signals = signal.SIGINT) -> str:
+        """Stop it as Ctrl-C (or ``how``) does; what it printed, all of it."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(how)
+        self.proc.wait(timeout=90)
+        self.output.thread.join(10)
+        return self.shown()
+
+
+def test_theow_up_restarts_a_killed_resolver_three_times_and_nothing_else_stops(tmp_path):
+    up = Up(tmp_path)
+    env = up.env
+    redis_port, milvus_port, web_port = up.redis_port, up.milvus_port, up.web_port
     outages: Outages | None = None
     submitted: list[subprocess.Popen[str]] = []
     back_after: list[float] = []
     kills_within = 0.0
     try:
-        wait_until(lambda: "theow is up" in output.text() or up.poll() is not None, 240, "up")
-        assert up.poll() is None, output.text()
-        wait_until(lambda: listening(web_port), 60, "the web console")
         outages = Outages({"valkey": redis_port, "milvus": milvus_port, "console": web_port})
-        password = (home / "valkey.password").read_text().strip()
-        broker = redis.Redis.from_url(f"redis://:{password}@127.0.0.1:{redis_port}/0")
+        broker = up.broker()
         valkey_run = broker.info("server")["run_id"]
         killed: set[int] = set()
         verdicts = []
@@ -180,14 +200,11 @@ def test_theow_up_restarts_a_killed_resolver_three_times_and_nothing_else_stops(
     finally:
         if outages is not None:
             outages.stop()
-        up.send_signal(signal.SIGINT)
-        up.wait(timeout=90)
-        output.thread.join(10)
+        shown = up.stop()
         for client in submitted:
             if client.poll() is None:
                 client.kill()
-    shown = output.text()
-    assert up.returncode == 0, shown
+    assert up.proc.returncode == 0, shown
     assert "Traceback" not in shown
     for n in (1, 2, 3):
         assert f"killed by SIGKILL (nothing takes from resolve meanwhile); restart {n} in" in shown
@@ -198,3 +215,41 @@ def test_theow_up_restarts_a_killed_resolver_three_times_and_nothing_else_stops(
         f"\nresolver back (heartbeat) after SIGKILL: {', '.join(f'{s:.1f}' for s in back_after)} s; "
         f"median {statistics.median(back_after):.1f} s; three kills and verdicts in {kills_within:.0f} s"
     )
+
+
+def test_a_killed_valkey_is_said_and_started_again_with_its_users_and_sigterm_stops_cleanly(
+    tmp_path,
+):
+    up = Up(tmp_path)
+    try:
+        broker = up.broker()
+        before = broker.info("server")
+        os.kill(int(before["process_id"]), signal.SIGKILL)
+        # The same password and the agents' broker users (the ACL file) come back with it.
+        again = wait_until(lambda: _run_id(broker) not in (None, before["run_id"]), 60, "valkey")
+        assert again
+        client = submit(up.env, tmp_path / "spool", "ECHO again", "after-valkey")
+        stdout, stderr = client.communicate(timeout=240)
+        assert client.returncode == 0, stderr
+        assert json.loads(stdout)["status"] == "resolved"
+        # Killed while stopping: nothing is started again once stopping has begun.
+        pid = wait_until(lambda: resolver_pid(broker, set()), 60, "a resolver heartbeat")
+        broker.close()
+        os.kill(pid, signal.SIGKILL)
+    finally:
+        shown = up.stop(signal.SIGTERM)
+    assert up.proc.returncode == 0, shown
+    assert "Traceback" not in shown
+    assert "valkey (pid " in shown
+    assert "killed by SIGKILL (the broker is down: agents spool their failures" in shown
+    assert "valkey started again (pid" in shown
+    assert "worker resolver started again" not in shown.partition("stopping…")[2]
+    assert not listening(up.redis_port) and not listening(up.milvus_port)
+    assert not listening(up.web_port)
+
+
+def _run_id(broker: redis.Redis) -> str | None:
+    try:
+        return str(broker.info("server")["run_id"])
+    except redis.RedisError:
+        return None
