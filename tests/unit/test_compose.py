@@ -251,3 +251,12 @@ def test_dockerfile_runs_as_a_non_root_user_offline():
 def test_dockerignore_keeps_secrets_and_local_state_out_of_the_image():
     ignored = set((ROOT / ".dockerignore").read_text().split())
     assert {".env", ".venv", ".theow", ".git"} <= ignored
+
+
+def test_every_long_running_service_is_restarted_when_it_exits(services):
+    for name, service in services.items():
+        if name in ("migrate", "cli"):  # one shots
+            assert service["restart"] == "no", name
+        else:
+            assert service.get("restart") in ("unless-stopped", "always", "on-failure"), name
+            assert "test" in service.get("healthcheck", {}), name
