@@ -169,3 +169,17 @@ def test_doctor_says_nothing_ran_or_it_stopped_and_ok_when_nothing_restarted(tmp
     (tmp_path / "restarts.json").write_text("{")
     ((check, status, detail, _),) = restart_findings(tmp_path)
     assert (check, status) == ("restarts", "warn") and "restarts.json is unreadable" in detail
+
+
+def test_a_status_file_that_cannot_be_written_is_said_once_and_supervision_goes_on(tmp_path):
+    clock, lines = Clock(), Lines()
+    home = tmp_path / "not-a-directory"
+    home.write_text("")
+    child = Child("worker resolver", lambda: exiting(0), proc=exiting(1))
+    supervisor = Supervisor([child], home, lines, clock)
+    supervisor.tick()
+    clock.now = child.due
+    supervisor.tick()
+    assert lines.last().startswith("worker resolver started again")
+    unwritable = [line for line, loud in lines.said if loud]
+    assert len(unwritable) == 1 and unwritable[0].startswith(f"cannot write {home}/restarts.json")

@@ -202,11 +202,12 @@ def up(
     try:
         Supervisor(children, stack.home, _say).watch()
     except KeyboardInterrupt:
-        out.print("stopping…")
+        pass
     finally:
         # Stopping is not interrupted: a second Ctrl-C would leave servers half stopped.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        out.print("stopping…")
         stack.stop()
 
 

@@ -3,6 +3,7 @@
 ``theow up`` runs it in the foreground; ``theow demo`` and the integration
 tests start the same thing. Milvus Lite locks its data directory to one
 process, so it runs as a server that every worker reaches over its port.
+``theow up`` keeps every process it starts running (``stack.supervisor``).
 
 >>> with EmbeddedStack(Settings.load()) as stack:   # doctest: +SKIP
 ...     stack.start_worker(queues=["resolve"])

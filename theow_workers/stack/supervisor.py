@@ -93,6 +93,7 @@ class Supervisor:
         self.say = say  # (line, loud)
         self.clock = clock
         self.since = time.time()
+        self.unwritable = False  # said once, until it can be written again
         now = clock()
         for child in children:
             child.started = now
@@ -188,10 +189,19 @@ class Supervisor:
                 for child in self.children
             ],
         )
-        self.file.parent.mkdir(parents=True, exist_ok=True)
         partial = self.file.with_suffix(".json.partial")
-        partial.write_text(json.dumps(asdict(status), indent=1) + "\n")
-        os.replace(partial, self.file)
+        try:
+            self.file.parent.mkdir(parents=True, exist_ok=True)
+            partial.write_text(json.dumps(asdict(status), indent=1) + "\n")
+            os.replace(partial, self.file)
+        except OSError as exc:  # a full disk costs the count, never the supervision
+            if not self.unwritable:
+                self.say(
+                    f"cannot write {self.file}: {exc}; `theow doctor` will not see restarts", True
+                )
+            self.unwritable = True
+        else:
+            self.unwritable = False
 
 
 @dataclass(frozen=True)
