@@ -94,7 +94,7 @@ def test_the_delay_doubles_to_30_s_and_five_restarts_in_five_minutes_is_a_loud_c
     loud = [line for line, is_loud in lines.said if is_loud]
     assert loud == [
         f"worker replay is crash-looping: 5 restarts in 300 s; still restarting it, "
-        f"at most every 30 s; its log: {tmp_path / 'worker-replay.log'}"
+        f"up to 30 s apart; its log: {tmp_path / 'worker-replay.log'}"
     ]
     ((check, status, detail, fix),) = restart_findings(tmp_path)
     assert (check, status) == ("restarts.replay", "fail")

@@ -45,7 +45,7 @@ def restart_findings(home: Path) -> list[Found]:
             detail = (
                 f"{child.name} is crash-looping: {child.recent} restarts in the last "
                 f"{CRASH_WINDOW:g} s, {child.restarts} since {since} ({last}); "
-                f"`theow up` tries again at most every {MAX_DELAY:g} s"
+                f"`theow up` keeps trying, up to {MAX_DELAY:g} s apart"
             )
             findings.append((check, "fail", detail, fix))
         else:

@@ -144,7 +144,7 @@ class Supervisor:
             log = f"; its log: {child.log}" if child.log else ""
             self.say(
                 f"{child.name} is crash-looping: {len(child.recent)} restarts in "
-                f"{CRASH_WINDOW:g} s; still restarting it, at most every {MAX_DELAY:g} s{log}",
+                f"{CRASH_WINDOW:g} s; still restarting it, up to {MAX_DELAY:g} s apart{log}",
                 True,
             )
         child.delay = min(child.delay * 2, MAX_DELAY)
