@@ -297,9 +297,12 @@ class EmbeddedStack:
         return self.keep(f"worker {name}", proc)
 
     def keep(self, what: str, proc: subprocess.Popen[bytes]) -> subprocess.Popen[bytes]:
-        """``proc`` is ``what`` now, stopped with the stack; a restarted one takes its place."""
-        for i, (known, _) in enumerate(self.processes):
-            if known == what:
+        """``proc`` is ``what`` now, stopped with the stack; it takes an exited one's place.
+
+        A second one started while the first still runs is kept beside it: both are stopped.
+        """
+        for i, (known, old) in enumerate(self.processes):
+            if known == what and old.poll() is not None:
                 self.processes[i] = (what, proc)
                 return proc
         self.processes.append((what, proc))
