@@ -4,6 +4,7 @@
     theow-client run --retries 2 -- go build ./...
     theow-client success --log build.log --fact job=nightly
     theow-client flush
+    theow-client junit 'build/test-results/**/*.xml' --json
 
 ``run`` wraps a build command: its output passes through, its exit code is the
 exit code of the last run, always; Theow's own problems are warnings on
@@ -45,6 +46,7 @@ from theow_client.client import (
 from theow_client.facts import FactsError, loads_facts
 from theow_client.job import job_of
 from theow_client.jsontypes import JsonObject
+from theow_client.junit import expand, read_reports
 from theow_client.mark import Rerun, should_rerun
 from theow_client.passing import report_passing
 from theow_client.verdict import Status, Verdict
@@ -321,6 +323,20 @@ def cmd_flush(args: argparse.Namespace, client: TheowClient) -> int:
     return 0
 
 
+def cmd_junit(args: argparse.Namespace) -> int:
+    """Print what test reports say failed; 2 when one of them could not be read."""
+    files, errors = expand(args.reports)
+    report, unread = read_reports(files, root=args.root)
+    if args.json:
+        print(json.dumps(report.to_json(), ensure_ascii=False))
+    else:
+        for line in report.lines():
+            print(line)
+    for error in errors + unread:
+        print(f"theow-client: {error}", file=sys.stderr)
+    return EXIT_USAGE if errors or unread else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="theow-client", description=__doc__.split("\n")[0])
     parser.add_argument("--redis-url", help=f"broker URL (default: ${config.ENV_REDIS_URL})")
@@ -397,6 +413,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     flush = commands.add_parser("flush", help="send failures spooled while the broker was down")
     flush.set_defaults(handler=cmd_flush)
+
+    junit = commands.add_parser(
+        "junit", help="print the failed and flaky tests of JUnit XML reports (docs/junit.md)"
+    )
+    junit.add_argument("reports", nargs="+", metavar="FILE|GLOB", help="reports; ** for any depth")
+    junit.add_argument("--json", action="store_true", help="the tests and counts as JSON")
+    junit.add_argument(
+        "--root",
+        default=None,
+        metavar="DIR",
+        help="the repository, for paths in traces (default: the current directory)",
+    )
+    junit.set_defaults(handler=None, local=cmd_junit)
     return parser
 
 
@@ -408,9 +437,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verbose:
         # Celery's own account of a lost broker spans lines; the client says it in one.
         logging.getLogger("celery").setLevel(logging.CRITICAL + 1)
+    if getattr(args, "local", None) is not None:  # needs no broker, no spool
+        code: int = args.local(args)
+        return code
     client = TheowClient(redis_url=args.redis_url, spool_dir=args.spool_dir, url_name="--redis-url")
     try:
-        code: int = args.handler(args, client)
+        code = args.handler(args, client)
         return code
     except ArgumentProblem as exc:
         print(f"theow-client: {exc}", file=sys.stderr)
