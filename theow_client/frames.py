@@ -19,6 +19,7 @@ and a frame whose file is not in the repository (the JDK's, JUnit's) is passed o
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 import re
@@ -127,8 +128,13 @@ def _frames(trace: str) -> list[tuple[str, int, str | None]]:
     return [(path, line, java) for _, path, line, java in found[:MAX_FRAMES]]
 
 
+@functools.lru_cache(maxsize=4096)
 def _java_source(root: Path, java_class: str, file: str) -> str | None:
-    """Where the source of ``java_class`` (``calc.CalcTest``) lies under ``root``, if it does."""
+    """Where the source of ``java_class`` (``calc.CalcTest``) lies under ``root``, if it does.
+
+    Remembered: a report's traces name the same frames (the JDK's, JUnit's) thousands of
+    times, and each look costs a dozen ``stat`` calls.
+    """
     package = java_class.split("$", 1)[0].rsplit(".", 1)[0] if "." in java_class else ""
     folder = package.replace(".", "/")
     for source_root in SOURCE_ROOTS:
