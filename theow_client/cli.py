@@ -46,7 +46,7 @@ from theow_client.client import (
 from theow_client.facts import FactsError, loads_facts
 from theow_client.job import job_of
 from theow_client.jsontypes import JsonObject
-from theow_client.junit import expand, read_reports
+from theow_client.junit import expand, read_reports, tests_fact
 from theow_client.mark import Rerun, should_rerun
 from theow_client.passing import report_passing
 from theow_client.verdict import Status, Verdict
@@ -196,6 +196,22 @@ def run_facts(args: argparse.Namespace, result: Captured) -> JsonObject:
     return facts
 
 
+def junit_facts(args: argparse.Namespace) -> JsonObject:
+    """``{"tests": ...}`` from the reports --junit (or $THEOW_JUNIT) names. Never raises."""
+    patterns = list(args.junit) or [os.environ.get(config.ENV_JUNIT, "")]
+    patterns = [pattern for pattern in patterns if pattern.strip()]
+    if not patterns:
+        return {}
+    try:
+        tests, problems = tests_fact(patterns, since=args.started)
+    except Exception as exc:  # a report must never cost the failure its submission
+        warn(f"could not read the test reports ({type(exc).__name__}: {one_line(exc)})")
+        return {}
+    for problem in problems:
+        warn(f"--junit: {problem}")
+    return {"tests": tests} if tests is not None else {}
+
+
 def report_passing_run(args: argparse.Namespace, client: TheowClient, facts: JsonObject) -> str:
     """Report a passing run for its job's normal; what happened, in a few words. Never raises."""
     job = job_of(facts, os.environ)
@@ -216,6 +232,7 @@ def ask_theow(
     """Report a failed run; a Rerun when the command should run again. Never raises."""
     try:
         facts = run_facts(args, result)
+        facts.update(junit_facts(args))
         ticket = client.submit(
             facts, explore=args.explore, rules=args.rule, tags=args.tag, max_retries=args.retries
         )
@@ -285,6 +302,7 @@ def cmd_run(args: argparse.Namespace, client: TheowClient) -> int:
     if args.retry_delay < 0:
         raise ArgumentProblem(f"--retry-delay {args.retry_delay:g}: expected 0 or more seconds")
     args.wait_seconds = wait_seconds(args)
+    args.started = time.time()  # reports older than this are an earlier build's
     result = capture(args.command)
     reruns = 0
     while result.exit_code != 0 and (rerun := ask_theow(args, client, result, reruns)):
@@ -292,6 +310,7 @@ def cmd_run(args: argparse.Namespace, client: TheowClient) -> int:
         delay = retry_delay(args.retry_delay, reruns)
         warn(f"re-running {shell_join(args.command)} in {delay:g} s ({reruns}/{args.retries})")
         time.sleep(delay)
+        args.started = time.time()
         result = capture(args.command)
         rerun.report(passed=result.exit_code == 0)  # only now is it known whether the fix worked
     if result.exit_code == 0 and not args.no_passing:
@@ -391,6 +410,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--no-passing", action="store_true", help="do not report a passing run for its job's normal"
+    )
+    run.add_argument(
+        "--junit",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help=f"JUnit XML reports the command writes: its failed and flaky tests are sent with "
+        f"the failure (repeatable; default: ${config.ENV_JUNIT})",
     )
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     run.set_defaults(handler=cmd_run)

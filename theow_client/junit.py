@@ -91,6 +91,11 @@ class ReportLimits:
 
 
 DEFAULT_LIMITS = ReportLimits()
+# What ``run --junit`` sends: few enough tests, with short enough texts, to fit a failure's
+# facts (``theow_client.facts.FactLimits``) beside its log.
+FACT_LIMITS = ReportLimits(listed=100, name_chars=300, message_chars=1000)
+# Some file systems keep modification times to 1 or 2 seconds.
+MTIME_SLACK = 2.0
 
 
 class ReportError(ValueError):
@@ -396,6 +401,37 @@ def read_reports(
         except ReportError as exc:
             errors.append(_short(str(exc), 1000))
     return reading.report(), errors
+
+
+def tests_fact(
+    patterns: Iterable[str],
+    *,
+    since: float | None = None,
+    root: str | os.PathLike[str] | None = None,
+) -> tuple[JsonObject | None, list[str]]:
+    """What ``run --junit`` sends as the fact ``tests``, and one line per problem.
+
+    Only reports written or changed since ``since`` (a ``time.time()``) are read, so a
+    report an earlier build left behind is not taken for this one's. None when no report
+    was read.
+    """
+    files, problems = expand(patterns)
+    if since is not None:
+        fresh = [path for path in files if _modified_since(path, since)]
+        if files and not fresh:
+            problems.append(f"{len(files)} report(s) found, none written by this run: not sent")
+        files = fresh
+    if not files:
+        return None, problems
+    report, unread = read_reports(files, root=root, limits=FACT_LIMITS)
+    return report.to_json(), problems + unread
+
+
+def _modified_since(path: str, since: float) -> bool:
+    try:
+        return os.stat(path).st_mtime >= since - MTIME_SLACK
+    except OSError:
+        return True  # read, and the reading names what is wrong with it
 
 
 def expand(patterns: Iterable[str]) -> tuple[list[str], list[str]]:

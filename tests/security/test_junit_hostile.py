@@ -152,3 +152,15 @@ def test_the_cli_refuses_a_billion_laughs_in_one_line_and_exits_2(tmp_path: Path
     )
     assert process.stdout.splitlines()[0] == "tests/test_calc.py:5: calc.adds: failed: expected 4"
     assert path.exists()
+
+
+@pytest.mark.timeout(30)  # read 16 KB at a time, expat rescanned this token for minutes
+def test_one_twenty_megabyte_attribute_is_read_once_and_kept_bounded(tmp_path: Path) -> None:
+    path = tmp_path / "long-name.xml"
+    path.write_text(
+        f'<testsuite><testcase classname="c" name="{"n" * 20_000_000}">'
+        '<failure message="boom"/></testcase></testsuite>'
+    )
+    report, errors = read_reports([path], root=tmp_path)
+    assert errors == []
+    assert len(report.tests[0].name) <= 500 and report.tests[0].name.startswith("nnn")

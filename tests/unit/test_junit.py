@@ -15,11 +15,14 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from theow_client.facts import bound_facts
 from theow_client.junit import ReportLimits, expand, read_report, read_reports
+from theow_client.junit import tests_fact as fact_of  # not collected as a test
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "junit"
@@ -351,3 +354,35 @@ def test_the_cli_names_a_file_that_cannot_be_opened(tmp_path: Path) -> None:
     assert code == 2
     assert err == "theow-client: absent.xml: No such file or directory\n"
     assert out == "0 tests: 0 failed, 0 errors, 0 skipped, 0 flaky\n"
+
+
+def test_what_run_sends_is_only_this_runs_reports_within_a_facts_budget(tmp_path: Path) -> None:
+    checkout = workspace("pytest", tmp_path)
+    old = checkout / "report-xunit1.xml"
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    started = time.time()
+    (checkout / "report.xml").touch()
+
+    fact, problems = fact_of([f"{checkout}/*.xml"], since=started, root=checkout)
+    assert problems == [] and fact is not None
+    assert fact["summary"] == {"tests": 8, "failed": 4, "errors": 1, "skipped": 1, "flaky": 0}
+
+    fact, problems = fact_of([str(old)], since=started, root=checkout)
+    assert fact is None
+    assert problems == ["1 report(s) found, none written by this run: not sent"]
+
+    many = tmp_path / "many.xml"
+    many.write_text(
+        "<testsuite>"
+        + "".join(
+            f'<testcase classname="c" name="t{n}"><failure message="{"m" * 5000}"/></testcase>'
+            for n in range(500)
+        )
+        + "</testsuite>"
+    )
+    fact, _ = fact_of([str(many)], since=started)
+    assert fact is not None
+    bounded, _ = bound_facts({"tests": fact})  # fits a failure's facts as it is
+    assert bounded["tests"] == fact
+    assert isinstance(fact["tests"], list) and len(fact["tests"]) == 100
+    assert fact["summary"]["unlisted"] == 400  # type: ignore[index]
