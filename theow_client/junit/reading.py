@@ -1,66 +1,44 @@
-"""Reading the JUnit-style XML reports that test runners write.
+"""Reading JUnit XML: one streaming pass per report, hardened, bounded, masked.
 
-Nearly every runner writes one (pytest ``--junitxml``, jest-junit, mocha-junit-reporter,
-Maven Surefire, Gradle, gotestsum, cargo-nextest, PHPUnit, Catch2, Karma): ``<testsuites>``
-holding ``<testsuite>`` (nested or not) holding ``<testcase>``, each with a ``<failure>``,
-``<error>`` or ``<skipped>`` child when it did not simply pass. Surefire and nextest add
-``<flakyFailure>``/``<flakyError>`` (it failed, then passed on a rerun) and
-``<rerunFailure>``/``<rerunError>`` (it failed on the reruns too). What Theow wants of a
-report is the tests that did not pass cleanly, each with where it failed:
-
->>> import io
->>> report = read_report(io.BytesIO(b'''<testsuite tests="2">
-...   <testcase classname="tests.test_calc" name="test_add" file="tests/test_calc.py" line="4">
-...     <failure message="assert 3 == 4">tests/test_calc.py:5: AssertionError</failure>
-...   </testcase>
-...   <testcase classname="tests.test_calc" name="test_sub"/>
-... </testsuite>'''), "report.xml")
->>> [(t.name, t.file, t.line, t.outcome, t.kind) for t in report.tests]
-[('test_add', 'tests/test_calc.py', 5, 'failed', 'failure')]
->>> report.summary.tests, report.summary.failed
-(2, 1)
-
-A test's place is the ``file`` its runner wrote, at the line where its trace shows it
-failed in that file (else the runner's ``line``); without a ``file``, the first frame of
-its trace that lies in the repository (``theow_client.frames``). A test that failed and passed
-in the same reading (Surefire's flaky elements, or the same test written twice, as Gradle's
-test-retry plugin does) is ``flaky``, not failed.
-
-Reports come from the build, which runs untrusted code: the parser refuses entity
-declarations and external references (``defusedxml``), so a billion-laughs file or one
-that reads ``/etc/passwd`` is refused before anything expands; the file's size, the nesting
-depth, the cases listed and every text kept are bounded; every text is masked
-(``theow_client.redact``). The parse streams (``iterparse``), each test case dropped once
-read: 50,000 cases in 20 MB read in about a second (``benchmarks/junit.py``).
+The parser is defusedxml's ``iterparse``: a document that declares an entity or refers to
+an external one is refused before anything expands. Each ``<testcase>`` is read when it
+ends and let go, so memory stays flat whatever the report's size; a report is merged into
+the reading only once it was read whole, so a file that breaks halfway adds nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import glob
 import math
 import os
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO
 from xml.etree.ElementTree import Element, ParseError
 
 import defusedxml
 import defusedxml.ElementTree
 
 from theow_client.facts import bound_text
-from theow_client.frames import first_frame, go_package_folder, in_repository
-from theow_client.jsontypes import JsonObject
+from theow_client.junit.frames import first_frame, go_package_folder, in_repository
+from theow_client.junit.report import (
+    DEFAULT_LIMITS,
+    Kind,
+    Report,
+    ReportError,
+    ReportLimits,
+    Summary,
+    TestCase,
+)
 from theow_client.redact import redact_text
 from theow_client.terminal import printable
 
-Outcome = Literal["failed", "flaky"]
+# What the parser is handed at a time (``_Limited``).
 CHUNK_BYTES = 1024 * 1024
 MAX_CHUNK_BYTES = 8 * 1024 * 1024
-Kind = Literal["failure", "error"]
 
 # Root elements of other test-report formats, named in the refusal.
 OTHER_FORMATS = {
@@ -73,108 +51,10 @@ OTHER_FORMATS = {
 FAILED = {"failure": "failure", "error": "error"}
 STILL_FAILED = {"rerunFailure": "failure", "rerunError": "error"}
 FLAKY = {"flakyFailure": "failure", "flakyError": "error"}
-# Messages that say nothing (gotestsum writes "Failed"): the text's first line says more.
+# Rust's panic line, whose message is on the next line.
 RUST_PANIC = re.compile(r"thread '.*' panicked at .*:\d+:\d+:")
+# Messages that say nothing (gotestsum writes "Failed"): the text's first line says more.
 PLACEHOLDERS = frozenset({"", "failed", "failure", "error", "fail"})
-
-
-@dataclass(frozen=True)
-class ReportLimits:
-    """What one reading keeps; a report past ``file_bytes`` or ``depth`` is refused."""
-
-    file_bytes: int = 50 * 1024 * 1024  # a report's size on disk
-    depth: int = 64  # nesting of elements
-    listed: int = 1000  # failed and flaky tests listed; the rest are counted only
-    name_chars: int = 500  # a test's name, its class name, its file
-    message_chars: int = 4096
-    trace_chars: int = 16 * 1024  # searched for the test's frame, not kept
-
-
-DEFAULT_LIMITS = ReportLimits()
-# What ``run --junit`` sends: few enough tests, with short enough texts, to fit a failure's
-# facts (``theow_client.facts.FactLimits``) beside its log.
-FACT_LIMITS = ReportLimits(listed=100, name_chars=300, message_chars=1000)
-# Some file systems keep modification times to 1 or 2 seconds.
-MTIME_SLACK = 2.0
-
-
-class ReportError(ValueError):
-    """A report that cannot be read; the message is one line naming the file and why."""
-
-
-@dataclass(frozen=True)
-class TestCase:
-    """One test that failed, errored or was flaky."""
-
-    __test__ = False  # pytest: not a test class
-
-    classname: str
-    name: str
-    file: str | None
-    line: int | None
-    message: str
-    outcome: Outcome
-    kind: Kind
-    time: float | None
-
-    def title(self) -> str:
-        """``classname.name``, or the name alone when it already says the class."""
-        if not self.classname or self.classname in self.name:
-            return self.name
-        return f"{self.classname}.{self.name}"
-
-    def where(self) -> str:
-        """``file:line``, ``file`` or "" when the report does not say."""
-        if self.file is None:
-            return ""
-        return self.file if self.line is None else f"{self.file}:{self.line}"
-
-
-@dataclass
-class Summary:
-    """Counts over every test case read: ``failed`` and ``errors`` as JUnit counts them."""
-
-    tests: int = 0
-    failed: int = 0
-    errors: int = 0
-    skipped: int = 0
-    flaky: int = 0
-
-
-@dataclass
-class Report:
-    """What one or more reports hold: the tests that did not pass cleanly, and counts."""
-
-    tests: list[TestCase] = field(default_factory=list)
-    summary: Summary = field(default_factory=Summary)
-    unlisted: int = 0  # failed or flaky tests past ``ReportLimits.listed``, counted only
-
-    def to_json(self) -> JsonObject:
-        summary: JsonObject = dict(asdict(self.summary))
-        if self.unlisted:
-            summary["unlisted"] = self.unlisted
-        return {"tests": [dict(asdict(test)) for test in self.tests], "summary": summary}
-
-    def lines(self) -> Iterator[str]:
-        """One line per test, ``file:line`` first where known, then the counts.
-
-        Each is one line that a terminal or a CI system prints as it is: escape sequences
-        and line breaks from the report are gone, and no line starts with ``::`` (which
-        GitHub Actions would read as a workflow command).
-        """
-        for test in self.tests:
-            label = test.outcome if test.kind == "failure" else f"{test.outcome} (error)"
-            message = test.message.strip().split("\n", 1)[0]
-            where = f"{test.where()}: " if test.file else ""
-            line = f"{where}{test.title()}: {label}" + (f": {message}" if message else "")
-            line = " ".join(printable(line).split())
-            yield f" {line}" if line.startswith("::") else line
-        s = self.summary
-        more = f", {self.unlisted} more not listed" if self.unlisted else ""
-        yield (
-            f"{s.tests} tests: {s.failed} failed, {s.errors} errors, "
-            f"{s.skipped} skipped, {s.flaky} flaky{more}"
-        )
 
 
 @dataclass
@@ -401,58 +281,6 @@ def read_reports(
         except ReportError as exc:
             errors.append(_short(str(exc), 1000))
     return reading.report(), errors
-
-
-def tests_fact(
-    patterns: Iterable[str],
-    *,
-    since: float | None = None,
-    root: str | os.PathLike[str] | None = None,
-) -> tuple[JsonObject | None, list[str]]:
-    """What ``run --junit`` sends as the fact ``tests``, and one line per problem.
-
-    Only reports written or changed since ``since`` (a ``time.time()``) are read, so a
-    report an earlier build left behind is not taken for this one's. None when no report
-    was read.
-    """
-    files, problems = expand(patterns)
-    if since is not None:
-        fresh = [path for path in files if _modified_since(path, since)]
-        if files and not fresh:
-            problems.append(f"{len(files)} report(s) found, none written by this run: not sent")
-        files = fresh
-    if not files:
-        return None, problems
-    report, unread = read_reports(files, root=root, limits=FACT_LIMITS)
-    return report.to_json(), problems + unread
-
-
-def _modified_since(path: str, since: float) -> bool:
-    try:
-        return os.stat(path).st_mtime >= since - MTIME_SLACK
-    except OSError:
-        return True  # read, and the reading names what is wrong with it
-
-
-def expand(patterns: Iterable[str]) -> tuple[list[str], list[str]]:
-    """The files that paths and globs (``**`` for any depth) name, and one line per
-    pattern that names none."""
-    files: list[str] = []
-    errors: list[str] = []
-    for pattern in patterns:
-        if glob.has_magic(pattern):
-            found = sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
-            if not found:
-                errors.append(f"{pattern}: no file matches")
-        elif os.path.isdir(pattern):
-            errors.append(
-                f"{pattern}: a directory (give a file or a glob such as {pattern}/**/*.xml)"
-            )
-            found = []
-        else:
-            found = [pattern]
-        files += [path for path in found if path not in files]
-    return files, errors
 
 
 @contextlib.contextmanager
