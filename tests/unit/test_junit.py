@@ -386,3 +386,11 @@ def test_what_run_sends_is_only_this_runs_reports_within_a_facts_budget(tmp_path
     assert bounded["tests"] == fact
     assert isinstance(fact["tests"], list) and len(fact["tests"]) == 100
     assert fact["summary"]["unlisted"] == 400  # type: ignore[index]
+
+
+def test_a_workspace_reached_through_a_symlink_still_gives_relative_paths(tmp_path: Path) -> None:
+    checkout = workspace("mocha", tmp_path)  # its report names the checkout's real path
+    link = tmp_path / "link"
+    link.symlink_to(checkout)
+    report = read_report(checkout / "report.xml", root=link)
+    assert [t.where() for t in report.tests] == ["test/calc.test.js:10", "test/calc.test.js:14"]

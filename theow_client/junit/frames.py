@@ -100,16 +100,24 @@ def in_repository(path: str, root: Path) -> str | None:
     path = path.replace("\\", "/")
     if path.startswith("file://"):
         path = path.removeprefix("file://")
-    base = root.as_posix()
     if posixpath.isabs(path) or re.match(r"[A-Za-z]:/", path):
-        if not path.startswith(base.rstrip("/") + "/"):
+        base = next((b for b in _bases(root) if path.startswith(b)), None)
+        if base is None:
             return None
-        path = path[len(base.rstrip("/")) + 1 :]
+        path = path[len(base) :]
     relative = posixpath.normpath(path)
     parts = relative.split("/")
     if relative in (".", "") or parts[0] == ".." or DEPENDENCIES.intersection(parts):
         return None
     return relative
+
+
+@functools.lru_cache(maxsize=64)
+def _bases(root: Path) -> tuple[str, ...]:
+    """``root/`` as given and as the file system resolves it (``/tmp`` may be ``/private/tmp``)."""
+    given = root.as_posix().rstrip("/") + "/"
+    resolved = Path(os.path.realpath(root)).as_posix().rstrip("/") + "/"
+    return (given,) if resolved == given else (given, resolved)
 
 
 def _frames(trace: str) -> list[tuple[str, int, str | None]]:
