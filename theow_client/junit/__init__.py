@@ -31,7 +31,7 @@ declarations and external references (``defusedxml``), so a billion-laughs file 
 that reads ``/etc/passwd`` is refused before anything expands; the file's size, the nesting
 depth, the cases listed and every text kept are bounded; every text is masked
 (``theow_client.redact``). The parse streams (``iterparse``), each test case dropped once
-read: 50,000 cases in 20 MB read in about a second (``benchmarks/junit.py``).
+read: 50,000 cases in 20 MB read in under 2 s and about 100 MB (``benchmarks/junit.py``).
 """
 
 from theow_client.junit.reading import read_report, read_reports
