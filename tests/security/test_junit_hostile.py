@@ -164,3 +164,19 @@ def test_one_twenty_megabyte_attribute_is_read_once_and_kept_bounded(tmp_path: P
     report, errors = read_reports([path], root=tmp_path)
     assert errors == []
     assert len(report.tests[0].name) <= 500 and report.tests[0].name.startswith("nnn")
+
+
+@pytest.mark.timeout(120)
+def test_a_thousand_failures_with_traces_built_to_be_slow_are_read_in_bounded_work(
+    tmp_path: Path,
+) -> None:
+    trace = ("at " + "a" * 300 + "." + "b" * 200 + ' File "' + "x" * 400 + '" ') * 30
+    cases = "".join(
+        f'<testcase classname="c" name="t{n}"><failure message="m">{trace}</failure></testcase>'
+        for n in range(1000)
+    )
+    path = tmp_path / "slow.xml"
+    path.write_text(f"<testsuite>{cases}</testsuite>")
+    report, errors = read_reports([path], root=tmp_path)
+    assert errors == [] and len(report.tests) == 1000
+    assert all(t.file is None for t in report.tests)

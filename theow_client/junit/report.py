@@ -26,7 +26,7 @@ class ReportLimits:
     listed: int = 1000  # failed and flaky tests listed; the rest are counted only
     name_chars: int = 500  # a test's name, its class name, its file
     message_chars: int = 4096
-    trace_chars: int = 16 * 1024  # searched for the test's frame, not kept
+    trace_chars: int = 8 * 1024  # the head of a trace, searched for the test's frame, not kept
 
 
 DEFAULT_LIMITS = ReportLimits()
