@@ -4,6 +4,7 @@
     theow-client run --retries 2 -- go build ./...
     theow-client success --log build.log --fact job=nightly
     theow-client flush
+    theow-client junit 'build/test-results/**/*.xml' --json
 
 ``run`` wraps a build command: its output passes through, its exit code is the
 exit code of the last run, always; Theow's own problems are warnings on
@@ -45,6 +46,7 @@ from theow_client.client import (
 from theow_client.facts import FactsError, loads_facts
 from theow_client.job import job_of
 from theow_client.jsontypes import JsonObject
+from theow_client.junit import expand, read_reports, tests_fact
 from theow_client.mark import Rerun, should_rerun
 from theow_client.passing import report_passing
 from theow_client.verdict import Status, Verdict
@@ -194,6 +196,22 @@ def run_facts(args: argparse.Namespace, result: Captured) -> JsonObject:
     return facts
 
 
+def junit_facts(args: argparse.Namespace) -> JsonObject:
+    """``{"tests": ...}`` from the reports --junit (or $THEOW_JUNIT) names. Never raises."""
+    patterns = list(args.junit) or [os.environ.get(config.ENV_JUNIT, "")]
+    patterns = [pattern for pattern in patterns if pattern.strip()]
+    if not patterns:
+        return {}
+    try:
+        tests, problems = tests_fact(patterns, since=args.started)
+    except Exception as exc:  # a report must never cost the failure its submission
+        warn(f"could not read the test reports ({type(exc).__name__}: {one_line(exc)})")
+        return {}
+    for problem in problems:
+        warn(f"--junit: {problem}")
+    return {"tests": tests} if tests is not None else {}
+
+
 def report_passing_run(args: argparse.Namespace, client: TheowClient, facts: JsonObject) -> str:
     """Report a passing run for its job's normal; what happened, in a few words. Never raises."""
     job = job_of(facts, os.environ)
@@ -214,6 +232,7 @@ def ask_theow(
     """Report a failed run; a Rerun when the command should run again. Never raises."""
     try:
         facts = run_facts(args, result)
+        facts.update(junit_facts(args))
         ticket = client.submit(
             facts, explore=args.explore, rules=args.rule, tags=args.tag, max_retries=args.retries
         )
@@ -283,6 +302,7 @@ def cmd_run(args: argparse.Namespace, client: TheowClient) -> int:
     if args.retry_delay < 0:
         raise ArgumentProblem(f"--retry-delay {args.retry_delay:g}: expected 0 or more seconds")
     args.wait_seconds = wait_seconds(args)
+    args.started = time.time()  # reports older than this are an earlier build's
     result = capture(args.command)
     reruns = 0
     while result.exit_code != 0 and (rerun := ask_theow(args, client, result, reruns)):
@@ -290,6 +310,7 @@ def cmd_run(args: argparse.Namespace, client: TheowClient) -> int:
         delay = retry_delay(args.retry_delay, reruns)
         warn(f"re-running {shell_join(args.command)} in {delay:g} s ({reruns}/{args.retries})")
         time.sleep(delay)
+        args.started = time.time()
         result = capture(args.command)
         rerun.report(passed=result.exit_code == 0)  # only now is it known whether the fix worked
     if result.exit_code == 0 and not args.no_passing:
@@ -319,6 +340,20 @@ def cmd_flush(args: argparse.Namespace, client: TheowClient) -> int:
         raise ArgumentProblem(f"{exc}; nothing sent, {kept} spooled failure(s) kept") from exc
     print(f"sent {sent}, {remaining} remaining")
     return 0
+
+
+def cmd_junit(args: argparse.Namespace) -> int:
+    """Print what test reports say failed; 2 when one of them could not be read."""
+    files, errors = expand(args.reports)
+    report, unread = read_reports(files, root=args.root)
+    if args.json:
+        print(json.dumps(report.to_json(), ensure_ascii=False))
+    else:
+        for line in report.lines():
+            print(line)
+    for error in errors + unread:
+        print(f"theow-client: {error}", file=sys.stderr)
+    return EXIT_USAGE if errors or unread else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -376,6 +411,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--no-passing", action="store_true", help="do not report a passing run for its job's normal"
     )
+    run.add_argument(
+        "--junit",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help=f"JUnit XML reports the command writes: its failed and flaky tests are sent with "
+        f"the failure (repeatable; default: ${config.ENV_JUNIT})",
+    )
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     run.set_defaults(handler=cmd_run)
 
@@ -397,6 +440,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     flush = commands.add_parser("flush", help="send failures spooled while the broker was down")
     flush.set_defaults(handler=cmd_flush)
+
+    junit = commands.add_parser(
+        "junit", help="print the failed and flaky tests of JUnit XML reports (docs/junit.md)"
+    )
+    junit.add_argument("reports", nargs="+", metavar="FILE|GLOB", help="reports; ** for any depth")
+    junit.add_argument("--json", action="store_true", help="the tests and counts as JSON")
+    junit.add_argument(
+        "--root",
+        default=None,
+        metavar="DIR",
+        help="the repository, for paths in traces (default: the current directory)",
+    )
+    junit.set_defaults(handler=None, local=cmd_junit)
     return parser
 
 
@@ -408,9 +464,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verbose:
         # Celery's own account of a lost broker spans lines; the client says it in one.
         logging.getLogger("celery").setLevel(logging.CRITICAL + 1)
+    if getattr(args, "local", None) is not None:  # needs no broker, no spool
+        code: int = args.local(args)
+        return code
     client = TheowClient(redis_url=args.redis_url, spool_dir=args.spool_dir, url_name="--redis-url")
     try:
-        code: int = args.handler(args, client)
+        code = args.handler(args, client)
         return code
     except ArgumentProblem as exc:
         print(f"theow-client: {exc}", file=sys.stderr)

@@ -46,6 +46,8 @@ ENV_CONSOLE_URL = "THEOW_CONSOLE_URL"
 # The web intake's base URL (``https://theow.example/``): when set, failures go over HTTPS with
 # the agent token, never through the broker (``theow_client.intake``).
 ENV_INTAKE_URL = "THEOW_INTAKE_URL"
+# The test reports `theow-client run` reads when no --junit is given (a glob).
+ENV_JUNIT = "THEOW_JUNIT"
 
 DEFAULT_SPOOL_DIR = "~/.cache/theow/spool"
 DEFAULT_ACTIONS_DIR = "actions"

@@ -32,7 +32,8 @@ def test_importing_the_client_loads_only_stdlib_celery_kombu_and_redis() -> None
     assert result["mark_is_decorator"]
 
 
-def test_the_client_install_pulls_only_celery_and_redis() -> None:
+def test_the_client_install_pulls_only_celery_redis_and_defusedxml() -> None:
+    """defusedxml: the hardened XML parser that reads test reports (theow_client.junit)."""
     import re
     import tomllib
 
@@ -42,5 +43,5 @@ def test_the_client_install_pulls_only_celery_and_redis() -> None:
     def names(requirements: list[str]) -> set[str]:
         return {re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0].lower() for r in requirements}
 
-    assert names(project["dependencies"]) == {"celery", "redis"}
-    assert names(project["optional-dependencies"]["client"]) == {"celery", "redis"}
+    assert names(project["dependencies"]) == {"celery", "redis", "defusedxml"}
+    assert names(project["optional-dependencies"]["client"]) == {"celery", "redis", "defusedxml"}
