@@ -369,6 +369,21 @@ GITLAB_PREFIXES = tuple(
     f"gl{kind}-"
     for kind in ("pat", "dt", "rt", "ptt", "ft", "imt", "agent", "oas", "cbt", "soat", "ffct")
 )
+# The distinctive prefixes whose shortened forms are still masked.
+TRUNCATED_KEYWORDS = (
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "github_pat_",
+    "glpat-",
+    "npm_",
+    "hf_",
+    "xox",
+    "sk-",
+)
+TRUNCATED_PREFIXES = r"(?:gh[pousr]_|github_pat_|glpat-|npm_|hf_|xox[abposre]-|sk-)"
 # fmt: off
 TOKEN_SHAPES = [
     _shape("github-token", rf"\bgh[pousr]_[A-Za-z0-9]{{30,}}{_END}", "gh"),
@@ -425,6 +440,9 @@ TOKEN_SHAPES = [
     _shape("circleci-token", rf"\bCCIPAT_[\w]{{20,}}{_END}", "ccipat_"),
     _shape("easypost-key", rf"\bEZ[AT]K[a-zA-Z0-9]{{54}}{_END}", "ezak", "eztk"),
     _shape("mapbox-token", rf"\b[ps]k\.eyJ[\w-]{{20,}}\.[\w-]{{20,}}{_END}", "k.eyj"),
+    # A token a test runner shortened for display (pytest: 'ghp_a1B2...2a1B2'): both ends are
+    # the secret's, and together they leave little of it to guess.
+    _shape("truncated-token", rf"\b{TRUNCATED_PREFIXES}[\w-]{{4,}}(?:\.\.\.|\u2026)[\w-]*", *TRUNCATED_KEYWORDS),
 ]
 # fmt: on
 

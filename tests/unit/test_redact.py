@@ -211,3 +211,26 @@ def test_a_task_summary_names_the_failure_and_sizes_never_the_facts():
     assert summary([{"job_id": "j-1", "items": [{"facts": {"stderr": "s3cr3t"}}] * 25}]) == (
         "replay job j-1 items=25"
     )
+
+
+@both
+@pytest.mark.parametrize(
+    ("log", "shortened"),
+    [
+        ("E       assert 'ghp_a1B2a1B2...2a1B2a1B2a1B2' == ''", "ghp_a1B2a1B2...2a1B2a1B2a1B2"),
+        ("token was glpat-xY12zW34\u2026Qr56", "glpat-xY12zW34\u2026Qr56"),
+        (
+            "    AssertionError: 'sk-proj-Ab12Cd34...Ef56Gh78' != None",
+            "sk-proj-Ab12Cd34...Ef56Gh78",
+        ),
+    ],
+)
+def test_a_token_a_test_runner_shortened_for_display_is_masked_both_ends(who, log, shortened):
+    masked = REDACTORS[who](log)
+    assert masked == log.replace(shortened, "[masked:truncated-token]")
+
+
+@both
+@pytest.mark.parametrize("log", ["the task-list... done", "sk-... nothing here", "see ghp_ab..."])
+def test_an_ellipsis_after_a_short_word_is_not_a_token(who, log):
+    assert REDACTORS[who](log) == log
