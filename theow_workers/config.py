@@ -10,6 +10,7 @@ case), except the LLM key, which is ``GEMINI_API_KEY`` as Google names it.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -264,6 +265,7 @@ class Settings(BaseModel):
         _check_urls(settings, origin)
         _check_prices(settings, origin)
         _check_budget(settings, origin)
+        _check_forge_urls(settings, origin)
         return with_embedded_password(settings)
 
     @classmethod
@@ -363,6 +365,45 @@ def _check_budget(settings: Settings, origin: Mapping[str, str]) -> None:
         if getattr(settings, name) <= 0:
             where = origin.get(name, name)
             raise ConfigError(f"bad {where} {getattr(settings, name)}: must be more than 0")
+
+
+def forge_url_problem(url: str) -> str | None:
+    """Why a forge token must not be sent to ``url``, or None: https, or http to loopback.
+
+    >>> forge_url_problem("http://127.0.0.1:8929"), forge_url_problem("https://gitlab.example")
+    (None, None)
+    >>> forge_url_problem("http://gitlab.example")
+    'a forge token goes only over https (plain http only to a loopback test server)'
+    """
+    parts = urlsplit(url)
+    if parts.scheme == "https" or (parts.scheme == "http" and _loopback(parts.hostname or "")):
+        return None
+    return "a forge token goes only over https (plain http only to a loopback test server)"
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_forge_urls(settings: Settings, origin: Mapping[str, str]) -> None:
+    """The forges' URLs, checked when read: a token never crosses the network in clear.
+
+    >>> Settings.load(env={"THEOW_GITLAB_URL": "http://gitlab.example"}, path=Path("-"))
+    Traceback (most recent call last):
+    ...
+    theow_workers.config.ConfigError: bad THEOW_GITLAB_URL 'http://gitlab.example': a forge token goes only over https (plain http only to a loopback test server)
+    """
+    for name in ("github_api_url", "gitlab_url"):
+        url = str(getattr(settings, name))
+        problem = forge_url_problem(url)
+        if problem:
+            where = origin.get(name, f"default {name}")
+            raise ConfigError(f"bad {where} {safe_url(url)!r}: {problem}")
 
 
 def _database_url_problem(url: str) -> str | None:
