@@ -172,6 +172,9 @@ class Settings(BaseModel):
     web_readonly_password: SecretStr = SecretStr("")
     web_port: int = 8808
     web_allowed_hosts: list[str] = []
+    # The reverse proxies (addresses or networks) whose X-Forwarded-For and X-Forwarded-Proto
+    # the console believes (web/proxies.py); empty: no forwarding header is believed.
+    web_trusted_proxies: list[str] = []
     # The JSON API and the agents' HTTP intake on the web process (web/api.py, web/intake.py):
     # requests a minute per token, and the largest submission body accepted.
     api_requests_per_minute: int = 600
@@ -265,6 +268,7 @@ class Settings(BaseModel):
         _check_urls(settings, origin)
         _check_prices(settings, origin)
         _check_budget(settings, origin)
+        _check_proxies(settings, origin)
         _check_forge_urls(settings, origin)
         return with_embedded_password(settings)
 
@@ -365,6 +369,27 @@ def _check_budget(settings: Settings, origin: Mapping[str, str]) -> None:
         if getattr(settings, name) <= 0:
             where = origin.get(name, name)
             raise ConfigError(f"bad {where} {getattr(settings, name)}: must be more than 0")
+
+
+def _check_proxies(settings: Settings, origin: Mapping[str, str]) -> None:
+    """Each trusted proxy is an address or a network: a typo never trusts a name by chance.
+
+    >>> Settings.load(env={"THEOW_WEB_TRUSTED_PROXIES": "10.0.0.0/8,proxy"}, path=Path("-"))
+    Traceback (most recent call last):
+    ...
+    theow_workers.config.ConfigError: bad THEOW_WEB_TRUSTED_PROXIES entry 'proxy': not an address or network (e.g. 10.0.0.5 or 10.0.0.0/24)
+    """
+    where = origin.get("web_trusted_proxies", "web_trusted_proxies")
+    for entry in settings.web_trusted_proxies:
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            hint = "e.g. 10.0.0.5 or 10.0.0.0/24"
+            if entry == "*":
+                hint = "'*' would let any client name its own address; list the proxies"
+            raise ConfigError(
+                f"bad {where} entry {entry[:60]!r}: not an address or network ({hint})"
+            ) from None
 
 
 def forge_url_problem(url: str) -> str | None:
