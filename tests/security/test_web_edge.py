@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +25,7 @@ import pytest
 from tests.conftest import free_port, wait_port
 from tests.integration.conftest import add_token
 from tests.security.test_console_door import PASSWORD, environment
+from theow_workers.web.bodies import FORM_MAX_BYTES
 from theow_workers.web.throttle import FREE_FAILURES, TOKEN_FREE_FAILURES
 
 pytestmark = pytest.mark.integration
@@ -198,3 +202,112 @@ def test_unknown_tokens_from_one_address_are_refused_after_a_few_and_a_live_one_
     assert len(unknown) == looked_up  # each lookup that failed: one line
     assert any("token checks refused" in line and "127.0.0.21" in line for line in lines)
     assert "tw1.dashboard.0" not in edge.log.read_text()  # never a token
+
+
+# -- bodies ---------------------------------------------------------------------------------
+
+
+def chunked(body: bytes, size: int = 64 * 1024) -> bytes:
+    parts = [body[i : i + size] for i in range(0, len(body), size)]
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
+
+
+def raw_request(edge: Edge, head: str, body: bytes = b"") -> tuple[int, str]:
+    """Status and body of a request written by hand: a chunked body, or headers alone
+    (``Expect: 100-continue``: the body is sent only if the server asks for it)."""
+    with socket.create_connection(("127.0.0.1", edge.port), timeout=120) as conn:
+        conn.sendall(head.encode() + body)
+        response = http.client.HTTPResponse(conn)
+        response.begin()
+        return response.status, response.read().decode()
+
+
+def post(path: str, port: int, *headers: str) -> str:
+    lines = [f"POST {path} HTTP/1.1", f"Host: 127.0.0.1:{port}", *headers, "Connection: close"]
+    return "\r\n".join(lines) + "\r\n\r\n"
+
+
+@pytest.mark.parametrize("sent", ["declared", "chunked"])
+def test_a_login_form_past_its_bound_is_413_and_never_read(edge, sent):
+    form = b"name=mallory&password=" + b"x" * (FORM_MAX_BYTES + 1)
+    kind = "Content-Type: application/x-www-form-urlencoded"
+    if sent == "declared":  # a client that waits to be asked for the body is never asked
+        head = post(
+            "/login", edge.port, kind, f"Content-Length: {len(form)}", "Expect: 100-continue"
+        )
+        status, text = raw_request(edge, head)
+    else:  # no length said: the bound is counted as the body arrives
+        head = post("/login", edge.port, kind, "Transfer-Encoding: chunked")
+        status, text = raw_request(edge, head, chunked(form))
+    assert status == 413 and "at most" in text
+    assert any("refused POST /login" in line and "at most" in line for line in edge.log_lines())
+    assert not any("failed login" in line for line in edge.log_lines())  # no password checked
+
+
+def test_an_intake_body_past_its_bound_is_413_before_the_token_is_looked_up(edge):
+    head = post(
+        f"{API}/failures",
+        edge.port,
+        "Authorization: Bearer tw1.nobody." + "x" * 43,
+        f"Content-Length: {4 * 1024 * 1024 + 1}",
+        "Expect: 100-continue",
+    )
+    status, text = raw_request(edge, head)
+    assert status == 413
+    assert "THEOW_INTAKE_MAX_BYTES" in json.loads(text)["error"]
+    assert not any("unknown or revoked token" in line for line in edge.log_lines())
+
+
+def queued(server_port: int, client_port: int) -> int | None:
+    """Bytes of one connection not yet read by the server process: the client's unsent or
+    unacknowledged ones and the server's unread ones (Linux's /proc/net/tcp); None: not found."""
+    found = None
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, remote = (int(f.rpartition(":")[2], 16) for f in fields[1:3])
+        tx, rx = (int(n, 16) for n in fields[4].split(":"))
+        if (local, remote) == (client_port, server_port):
+            found = (found or 0) + tx
+        elif (local, remote) == (server_port, client_port):
+            found = (found or 0) + rx
+    return found
+
+
+def test_the_console_answers_while_a_four_megabyte_list_is_parsed(edge):
+    if not Path("/proc/net/tcp").exists():
+        pytest.skip("needs Linux's /proc/net/tcp to see when the body has been read")
+    agent = add_token(edge.store_url, "ci-slow", "agent")
+    # A million empty objects, just under the intake's 4 MiB: seconds of parsing.
+    slow = b"[" + b"{}," * 1_390_000 + b"{}]"
+    conn = http.client.HTTPConnection(
+        "127.0.0.1", edge.port, timeout=120, source_address=("127.0.0.41", 0)
+    )
+    conn.connect()
+    assert conn.sock is not None
+    client_port = conn.sock.getsockname()[1]
+    sent, order, answers = threading.Event(), [], []
+
+    def submit() -> None:
+        conn.request("POST", f"{API}/failures", slow, {"Authorization": f"Bearer {agent}"})
+        sent.set()
+        response = conn.getresponse()
+        answers.append(Answer(response.status, response.headers, response.read().decode()))
+        order.append("list answered")
+
+    thread = threading.Thread(target=submit)
+    thread.start()
+    try:
+        assert sent.wait(120), "the body was not sent in 120 s"
+        deadline = time.monotonic() + 120
+        while queued(edge.port, client_port) != 0:  # the server has read the whole body:
+            assert time.monotonic() < deadline, "the body was not read in 120 s"
+            time.sleep(0.01)
+        # it is being parsed now, for seconds; the console must answer meanwhile.
+        assert edge.send("127.0.0.42", "GET", "/healthz").body == "ok"
+        order.append("health answered")
+        thread.join(timeout=120)
+    finally:
+        conn.close()
+    assert not thread.is_alive(), "the list was not answered in 120 s"
+    assert order == ["health answered", "list answered"]
+    assert answers[0].status == 400 and "JSON object" in answers[0].json()["error"]

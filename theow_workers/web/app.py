@@ -1,7 +1,7 @@
 """The console's Starlette application: authentication, CSRF, and the review POSTs.
 
-Its door: every request's Host is checked and every POST's Origin
-(``hosts.py``), logins and
+Its door: every body is bounded before it is read (``bodies.py``), every
+request's Host is checked and every POST's Origin (``hosts.py``), logins and
 token lookups are throttled per client address (``throttle.py``; whose address
 that is: ``proxies.py``), and every refused or failed login is logged on
 ``theow.web`` with the client's address and the name typed, never the password.
@@ -37,6 +37,7 @@ from theow_workers.store.explore import ExploreStore
 from theow_workers.store.results import SqlStore
 from theow_workers.web import api, hooks, intake, pages
 from theow_workers.web.auth import COOKIE, NAME_CHARS, SESSION_SECONDS
+from theow_workers.web.bodies import BodyLimit, parsers
 from theow_workers.web.console import HERE, Console
 from theow_workers.web.hosts import same_origin
 from theow_workers.web.proxies import believed, client
@@ -211,10 +212,11 @@ def create_app(settings: Settings, store: ExploreStore | None = None, bound: str
     ]
     middleware = [
         *believed(settings.web_trusted_proxies),  # first: the address the others count
+        Middleware(BodyLimit, intake_max_bytes=settings.intake_max_bytes),
         Middleware(AuthMiddleware),
     ]
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
-    app.state.console = console
+    app.state.console, app.state.parsers = console, parsers()
     app.state.api, app.state.intake = api.Api(console), intake.Intake(console)
     app.state.hooks = hooks.HookIntake(settings)
     return app
