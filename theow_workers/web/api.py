@@ -144,7 +144,7 @@ async def authorize(
             "unknown or revoked token from %s on %s %s (%d in a row)",
             address,
             request.method,
-            request.url.path[:FILTER_CHARS],
+            " ".join(request.url.path[:FILTER_CHARS].split()),  # decoded: may hold a newline
             throttle.failures(address),
         )
         return problem(

@@ -132,9 +132,8 @@ def _too_large(exc: BaseException) -> bool:
 
 async def _refuse(scope: Scope, receive: Receive, send: Send, why: str) -> None:
     request = Request(scope)
-    log.warning(
-        "refused %s %s from %s: %s", request.method, scope["path"][:100], client(request), why
-    )
+    path = " ".join(str(scope["path"])[:100].split())  # decoded: may hold a newline
+    log.warning("refused %s %s from %s: %s", request.method, path, client(request), why)
     headers = {"Connection": "close"}  # the rest of the body is never read
     response: Response
     if scope["path"].startswith(f"{API}/"):
