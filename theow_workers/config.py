@@ -10,6 +10,7 @@ case), except the LLM key, which is ``GEMINI_API_KEY`` as Google names it.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -171,6 +172,9 @@ class Settings(BaseModel):
     web_readonly_password: SecretStr = SecretStr("")
     web_port: int = 8808
     web_allowed_hosts: list[str] = []
+    # The reverse proxies (addresses or networks) whose X-Forwarded-For and X-Forwarded-Proto
+    # the console believes (web/proxies.py); empty: no forwarding header is believed.
+    web_trusted_proxies: list[str] = []
     # The JSON API and the agents' HTTP intake on the web process (web/api.py, web/intake.py):
     # requests a minute per token, and the largest submission body accepted.
     api_requests_per_minute: int = 600
@@ -264,6 +268,8 @@ class Settings(BaseModel):
         _check_urls(settings, origin)
         _check_prices(settings, origin)
         _check_budget(settings, origin)
+        _check_proxies(settings, origin)
+        _check_forge_urls(settings, origin)
         return with_embedded_password(settings)
 
     @classmethod
@@ -363,6 +369,66 @@ def _check_budget(settings: Settings, origin: Mapping[str, str]) -> None:
         if getattr(settings, name) <= 0:
             where = origin.get(name, name)
             raise ConfigError(f"bad {where} {getattr(settings, name)}: must be more than 0")
+
+
+def _check_proxies(settings: Settings, origin: Mapping[str, str]) -> None:
+    """Each trusted proxy is an address or a network: a typo never trusts a name by chance.
+
+    >>> Settings.load(env={"THEOW_WEB_TRUSTED_PROXIES": "10.0.0.0/8,proxy"}, path=Path("-"))
+    Traceback (most recent call last):
+    ...
+    theow_workers.config.ConfigError: bad THEOW_WEB_TRUSTED_PROXIES entry 'proxy': not an address or network (e.g. 10.0.0.5 or 10.0.0.0/24)
+    """
+    where = origin.get("web_trusted_proxies", "web_trusted_proxies")
+    for entry in settings.web_trusted_proxies:
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            hint = "e.g. 10.0.0.5 or 10.0.0.0/24"
+            if entry == "*":
+                hint = "'*' would let any client name its own address; list the proxies"
+            raise ConfigError(
+                f"bad {where} entry {entry[:60]!r}: not an address or network ({hint})"
+            ) from None
+
+
+def forge_url_problem(url: str) -> str | None:
+    """Why a forge token must not be sent to ``url``, or None: https, or http to loopback.
+
+    >>> forge_url_problem("http://127.0.0.1:8929"), forge_url_problem("https://gitlab.example")
+    (None, None)
+    >>> forge_url_problem("http://gitlab.example")
+    'a forge token goes only over https (plain http only to a loopback test server)'
+    """
+    parts = urlsplit(url)
+    if parts.scheme == "https" or (parts.scheme == "http" and _loopback(parts.hostname or "")):
+        return None
+    return "a forge token goes only over https (plain http only to a loopback test server)"
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_forge_urls(settings: Settings, origin: Mapping[str, str]) -> None:
+    """The forges' URLs, checked when read: a token never crosses the network in clear.
+
+    >>> Settings.load(env={"THEOW_GITLAB_URL": "http://gitlab.example"}, path=Path("-"))
+    Traceback (most recent call last):
+    ...
+    theow_workers.config.ConfigError: bad THEOW_GITLAB_URL 'http://gitlab.example': a forge token goes only over https (plain http only to a loopback test server)
+    """
+    for name in ("github_api_url", "gitlab_url"):
+        url = str(getattr(settings, name))
+        problem = forge_url_problem(url)
+        if problem:
+            where = origin.get(name, f"default {name}")
+            raise ConfigError(f"bad {where} {safe_url(url)!r}: {problem}")
 
 
 def _database_url_problem(url: str) -> str | None:

@@ -1,4 +1,4 @@
-"""Fake GitHub and GitLab REST APIs on loopback, spoken to by the real httpx2 client.
+"""Fake GitHub and GitLab REST APIs on loopback (or ``host``), spoken to by the real httpx2 client.
 
 GitHub (``/repos/...``): a job's log answers 302 to ``/blob/<job>`` as GitHub
 redirects to its log storage, a commit's pull requests, an issue's comments
@@ -27,7 +27,7 @@ from urllib.parse import unquote, urlsplit
 
 
 class FakeForge:
-    def __init__(self, token: str = "forge-token") -> None:
+    def __init__(self, token: str = "forge-token", host: str = "127.0.0.1") -> None:
         self.token = token
         self.login, self.user_id = "theow-bot", 77  # the token's account (``GET /user``)
         self.logs: dict[str, str] = {}  # job id -> log text
@@ -42,8 +42,8 @@ class FakeForge:
         self.delay = 0.0  # seconds each API answer takes (to overlap concurrent callers)
         self.lock = threading.Lock()
         self._ids = 100
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.server = ThreadingHTTPServer((host, 0), self._handler())
+        self.url = f"http://{host}:{self.server.server_address[1]}"
 
     def __enter__(self) -> FakeForge:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()

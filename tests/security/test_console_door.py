@@ -4,8 +4,9 @@ The console is the real ``theow web`` process (uvicorn, as deployed, with its
 proxy headers setting) on a loopback port. Each client is a real HTTP client
 bound to its own loopback source address (127.0.0.2, 127.0.0.3, …: Linux
 routes all of 127/8 to lo), so the console tells them apart exactly as it
-tells machines apart; uvicorn trusts X-Forwarded-For only from 127.0.0.1,
-which none of these clients is, so a forged header changes nothing.
+tells machines apart; no X-Forwarded-For is believed without
+THEOW_WEB_TRUSTED_PROXIES, so a forged header changes nothing
+(tests/security/test_web_edge.py forges it from 127.0.0.1 too).
 """
 
 from __future__ import annotations

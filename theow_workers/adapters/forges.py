@@ -20,7 +20,8 @@ every worker wait on that repository). The log is read as a stream and kept as
 the client keeps a command's output (``theow_client.capture.HeadTail``): a log of
 gigabytes costs a few megabytes. The token is sent to the forge only: a redirect
 to another origin (GitHub's log storage, a GitLab trace in object storage) goes
-without it.
+without it. And only over https: a forge URL on plain http (but a loopback test
+server) fails every call with a ForgeError naming its setting, before a byte is sent.
 
 >>> api = ForgeAPI.for_settings(settings, "github", redis)   # doctest: +SKIP
 >>> api.job_log(job)                                            # doctest: +SKIP
@@ -43,7 +44,9 @@ import httpx2 as httpx
 
 from theow_client import names
 from theow_client.capture import HeadTail
+from theow_client.config import safe_url
 from theow_client.jsontypes import JsonObject
+from theow_workers.config import forge_url_problem
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -76,6 +79,7 @@ PAGE = 100
 MAX_PAGES = 10  # comments read to find Theow's own when Redis lost its id
 CHUNK = 64 * 1024
 MAX_REDIRECTS = 5  # GitLab's, followed by hand (the token stays on the forge's origin)
+URL_SETTING = {"github": "THEOW_GITHUB_API_URL", "gitlab": "THEOW_GITLAB_URL"}
 
 
 class ForgeError(Exception):
@@ -144,6 +148,14 @@ class ForgeAPI:
     ) -> None:
         self.forge = forge
         self.base = base_url.rstrip("/")
+        problem = forge_url_problem(base_url)
+        # Refused at the first call, inside the task's handling of ForgeError: one line, no crash.
+        self.refusal = (
+            f"{URL_SETTING.get(forge, forge)} {safe_url(base_url)[:200]!r}: {problem}; "
+            "the token was not sent"
+            if problem
+            else ""
+        )
         headers = {"User-Agent": "theow-hooks"}
         if forge == "github":
             headers |= {
@@ -279,6 +291,8 @@ class ForgeAPI:
         **kwargs: Unpack[_Request],
     ) -> httpx.Response:
         """One call, retried on a transport error, a 5xx or a 429; ForgeError otherwise."""
+        if self.refusal:
+            raise ForgeError(f"{self.forge} {method} {path}: {self.refusal}")
         url = self.base + path
         for attempt in range(self.retries + 1):
             if self.limiter is not None:

@@ -18,7 +18,9 @@ failures list`` read it too), one failure is ``views.failures.failure_detail``
 ``/api/v1/openapi.json`` (no token needed: it holds no data).
 
 Each token may make ``api_requests_per_minute`` requests a minute (``rate.py``);
-past it, 429 with ``Retry-After``.
+past it, 429 with ``Retry-After``. Unknown or revoked tokens are counted per
+client address (``throttle.py``): past a few, that address is answered 429
+without a lookup.
 
 >>> # curl -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:8808/api/v1/failures?job=build&limit=20"
 """
@@ -26,6 +28,7 @@ past it, 429 with ``Retry-After``.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING
@@ -42,6 +45,7 @@ from theow_workers.views.failures import api_page, checked, failure_detail
 from theow_workers.views.ports import LIVE, Cursor, FailureFilter, Window
 from theow_workers.views.replays import api_replays
 from theow_workers.web import api_schema as schema
+from theow_workers.web.proxies import client
 from theow_workers.web.rate import TokenBuckets
 
 if TYPE_CHECKING:
@@ -54,6 +58,7 @@ PAGE, MOST = 50, 200
 FILTER_CHARS = 200
 TOKEN_CHARS = 200  # a token is ~60 characters; a longer header is not one
 BURST = 60  # requests a token may make at once, within its rate
+log = logging.getLogger("theow.web")
 
 
 class Api:
@@ -114,13 +119,40 @@ async def authorize(
             "a token is required: Authorization: Bearer <token>",
             {"WWW-Authenticate": 'Bearer realm="theow"'},
         )
+    address, throttle = client(request), api.console.token_throttle
+    wait = throttle.retry_after(address)
+    if wait > 0:
+        if throttle.first_refusal(address):
+            log.warning(
+                "token checks refused for %.0f s: %s presented %d unknown or revoked tokens",
+                wait,
+                address,
+                throttle.failures(address),
+            )
+        seconds = math.ceil(wait)
+        return problem(
+            429,
+            f"too many unknown or revoked tokens from this address; retry in {seconds} s",
+            {"Retry-After": str(seconds)},
+        )
+    # Counted before the lookup (no await between the check and the count), so concurrent
+    # requests from one address cannot all pass the check; a live token clears it again.
+    throttle.failed(address)
     token = await run_in_threadpool(api.tokens.find, text)
     if token is None:
+        log.warning(
+            "unknown or revoked token from %s on %s %s (%d in a row)",
+            address,
+            request.method,
+            " ".join(request.url.path[:FILTER_CHARS].split()),  # decoded: may hold a newline
+            throttle.failures(address),
+        )
         return problem(
             401,
             "this token is unknown or revoked",
             {"WWW-Authenticate": 'Bearer realm="theow", error="invalid_token"'},
         )
+    throttle.succeeded(address)
     if token.scope not in scopes:
         why = (
             "an api-read token is read-only: only agent tokens submit"

@@ -1,9 +1,10 @@
 """The console's Starlette application: authentication, CSRF, and the review POSTs.
 
-Its door: every request's Host is checked and every POST's Origin
-(``hosts.py``), logins are throttled (``throttle.py``), and every refused or
-failed login is logged on ``theow.web`` with the client's address and the name
-typed, never the password.
+Its door: every body is bounded before it is read (``bodies.py``), every
+request's Host is checked and every POST's Origin (``hosts.py``), logins and
+token lookups are throttled per client address (``throttle.py``; whose address
+that is: ``proxies.py``), and every refused or failed login is logged on
+``theow.web`` with the client's address and the name typed, never the password.
 
 Pages (``pages.py``) only read. The two writes, approve and reject, call the
 review service the CLI calls (``theow_workers.review.proposals``), so a
@@ -36,8 +37,10 @@ from theow_workers.store.explore import ExploreStore
 from theow_workers.store.results import SqlStore
 from theow_workers.web import api, hooks, intake, pages
 from theow_workers.web.auth import COOKIE, NAME_CHARS, SESSION_SECONDS
+from theow_workers.web.bodies import BodyLimit, parsers
 from theow_workers.web.console import HERE, Console
 from theow_workers.web.hosts import same_origin
+from theow_workers.web.proxies import believed, client
 from theow_workers.web.render import stylesheet
 
 # The JSON API authenticates each request with a token of its own (web/api.py), the webhooks
@@ -106,11 +109,6 @@ class AuthMiddleware(BaseHTTPMiddleware):
             if not console.keys.csrf_ok(session, str(form.get("csrf") or "")):
                 return PlainTextResponse("missing or invalid CSRF token", status_code=403)
         return await call_next(request)
-
-
-def client(request: Request) -> str:
-    """The client's address (uvicorn's proxy_headers: a trusted proxy's X-Forwarded-For)."""
-    return request.client.host if request.client else "unknown"
 
 
 def _shown(text: str | None) -> str:
@@ -212,8 +210,13 @@ def create_app(settings: Settings, store: ExploreStore | None = None, bound: str
         *pages.routes(),
         *hooks.routes(),
     ]
-    app = Starlette(routes=routes, middleware=[Middleware(AuthMiddleware)], lifespan=lifespan)
-    app.state.console = console
+    middleware = [
+        *believed(settings.web_trusted_proxies),  # first: the address the others count
+        Middleware(BodyLimit, intake_max_bytes=settings.intake_max_bytes),
+        Middleware(AuthMiddleware),
+    ]
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+    app.state.console, app.state.parsers = console, parsers()
     app.state.api, app.state.intake = api.Api(console), intake.Intake(console)
     app.state.hooks = hooks.HookIntake(settings)
     return app

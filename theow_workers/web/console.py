@@ -22,7 +22,7 @@ from theow_workers.web.hosts import AllowedHosts
 from theow_workers.web.insight import insight_data
 from theow_workers.web.library import LibraryView
 from theow_workers.web.snapshot import Snapshot
-from theow_workers.web.throttle import LoginThrottle
+from theow_workers.web.throttle import TOKEN_FREE_FAILURES, LoginThrottle
 
 if TYPE_CHECKING:
     from theow_workers.runtime import Runtime
@@ -51,6 +51,7 @@ class Console:
         )
         self.sessions = Sessions()
         self.throttle = LoginThrottle()
+        self.token_throttle = LoginThrottle(free_failures=TOKEN_FREE_FAILURES)  # API and intake
         self.hosts = AllowedHosts.of(settings.web_allowed_hosts, bound)
         self.templates = templates()
         self.affected = AffectedCounter(store)

@@ -4,13 +4,17 @@ A team points its forge's webhook at the console and adopts Theow without
 touching its pipelines. Each hook has its own authentication instead of the
 console's login: GitHub's ``X-Hub-Signature-256`` HMAC of the body, GitLab's
 ``X-Gitlab-Token``, both compared in constant time (``integrations.hooks``).
-A hook is off (404) until its secret is set.
+A hook is off (404) until its secret is set. A wrong signature or token is not
+throttled per address as a wrong API token is: a forge delivers every
+customer's hooks from the same few addresses, and another customer's
+misconfigured hook would otherwise shut ours out.
 
 The route only enqueues, so it answers within the forge's timeout (GitHub
-gives up after 10 s): it bounds the body, checks the signature before reading
-a byte of JSON, notes the job as seen (``names.key_hook_seen``, ``SET NX``: a
-duplicated or replayed delivery of the same job and attempt is answered 200
-and dropped) and sends ``theow.hook``, signed with the workers' secret, to
+gives up after 10 s): its body is bounded (``bodies.HOOK_MAX_BYTES``, 413
+before it is read), the signature checked before a byte of JSON is read (the
+JSON read off the event loop when large), the job noted as seen
+(``names.key_hook_seen``, ``SET NX``: a duplicated or replayed delivery of the
+same job and attempt is answered 200 and dropped), and it sends ``theow.hook``, signed with the workers' secret, to
 the resolve queue. If the broker is unreachable the job is un-noted and the
 forge told 503, so its redelivery is not lost.
 
@@ -23,7 +27,7 @@ answer                      when
                             repository not in ``THEOW_HOOK_REPOS``
 401                         signature or token missing or wrong
 404                         the hook is off (no secret set)
-413                         body larger than ``MAX_BODY``
+413                         body larger than ``HOOK_MAX_BYTES``
 503                         the broker is unreachable: redeliver later
 =========================== ===========================================
 """
@@ -45,6 +49,7 @@ from theow_client import names, signing
 from theow_workers.config import Settings
 from theow_workers.integrations import hooks
 from theow_workers.integrations.hooks import HookedJob
+from theow_workers.web.bodies import parsed
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -52,13 +57,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("theow.web")
 
-# A workflow_job or Job Hook delivery is a few KB; GitHub caps any at 25 MB.
-MAX_BODY = 1024 * 1024
 HEADER_CHARS = 100
-
-
-class TooLarge(Exception):
-    pass
 
 
 class HookIntake:
@@ -136,18 +135,6 @@ class HookIntake:
             self._app.close()
 
 
-async def _body(request: Request) -> bytes:
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > MAX_BODY:
-        raise TooLarge
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_BODY:
-            raise TooLarge
-    return bytes(body)
-
-
 def _header(request: Request, name: str) -> str:
     return " ".join(request.headers.get(name, "").split())[:HEADER_CHARS]
 
@@ -157,10 +144,7 @@ async def github(request: Request) -> Response:
     secret = intake.github_secret
     if not secret:
         return PlainTextResponse("not found", status_code=404)
-    try:
-        body = await _body(request)
-    except TooLarge:
-        return PlainTextResponse("payload too large", status_code=413)
+    body = await request.body()  # within bodies.HOOK_MAX_BYTES: bodies.BodyLimit
     if not hooks.github_signature_ok(secret, body, request.headers.get("x-hub-signature-256")):
         log.warning(
             "refused GitHub delivery %r: bad or missing X-Hub-Signature-256",
@@ -169,7 +153,9 @@ async def github(request: Request) -> Response:
         return PlainTextResponse("bad signature", status_code=401)
     if request.headers.get("x-github-event") != "workflow_job":
         return Response(status_code=204)  # ping and every other event: nothing to do
-    return await _accept(intake, body, hooks.github_job, _header(request, "x-github-delivery"))
+    return await _accept(
+        request, intake, body, hooks.github_job, _header(request, "x-github-delivery")
+    )
 
 
 async def gitlab(request: Request) -> Response:
@@ -177,10 +163,7 @@ async def gitlab(request: Request) -> Response:
     secret = intake.gitlab_token
     if not secret:
         return PlainTextResponse("not found", status_code=404)
-    try:
-        body = await _body(request)
-    except TooLarge:
-        return PlainTextResponse("payload too large", status_code=413)
+    body = await request.body()  # within bodies.HOOK_MAX_BYTES: bodies.BodyLimit
     if not hooks.gitlab_token_ok(secret, request.headers.get("x-gitlab-token")):
         log.warning(
             "refused GitLab delivery %r: bad or missing X-Gitlab-Token",
@@ -189,14 +172,20 @@ async def gitlab(request: Request) -> Response:
         return PlainTextResponse("bad token", status_code=401)
     if request.headers.get("x-gitlab-event") != "Job Hook":
         return Response(status_code=204)
-    return await _accept(intake, body, hooks.gitlab_job, _header(request, "x-gitlab-event-uuid"))
+    return await _accept(
+        request, intake, body, hooks.gitlab_job, _header(request, "x-gitlab-event-uuid")
+    )
 
 
 async def _accept(
-    intake: HookIntake, body: bytes, read: Callable[[object], HookedJob], delivery: str
+    request: Request,
+    intake: HookIntake,
+    body: bytes,
+    read: Callable[[object], HookedJob],
+    delivery: str,
 ) -> Response:
     try:
-        job = read(json.loads(body))
+        job = await parsed(request, lambda raw: read(json.loads(raw)), body)
     except (ValueError, RecursionError):  # JSON errors and NotAJob alike
         return Response(status_code=204)
     if not hooks.repo_allowed(intake.settings.hook_repos, job.repo):

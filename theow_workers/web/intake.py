@@ -7,11 +7,12 @@ over Redis (``client.build_payload``: bounded, masked) to ``POST
 /api/v1/failures`` and reads the verdict at ``GET
 /api/v1/failures/{id}/verdict``.
 
-Here, in order: the token is a live agent token (401, 403 otherwise); the
-body is at most ``intake_max_bytes`` (413, read no further); the agent is
-under ``intake_per_minute`` submissions (429); the body is JSON no deeper
-than a task message may be (``wire.MAX_MESSAGE_DEPTH``) and reads as a
-``SubmitRequest`` (400). Then it is signed as the agent, with the signing
+Here, in order: the body is at most ``intake_max_bytes`` (413, read no
+further: ``bodies.BodyLimit``, before anything else); the token is a live
+agent token (401, 403 otherwise); the agent is under ``intake_per_minute``
+submissions (429); the body is JSON no deeper than a task message may be
+(``wire.MAX_MESSAGE_DEPTH``) and reads as a ``SubmitRequest`` (400), parsed
+off the event loop when large (``bodies.parsed``). Then it is signed as the agent, with the signing
 key the token store keeps for it, and queued on the resolve queue like any
 client's message: the worker verifies that signature, derives the failure
 id from the agent, and resolves it on the normal path. Whatever signature
@@ -46,6 +47,7 @@ from theow_workers.identity import submission_id
 from theow_workers.store.tokens import TokenInfo
 from theow_workers.web import api_schema as schema
 from theow_workers.web.api import AGENT_SCOPES, answer, api_of, authorize, problem
+from theow_workers.web.bodies import parsed
 from theow_workers.web.rate import TokenBuckets
 from theow_workers.wire import MAX_MESSAGE_DEPTH, deeper_than
 
@@ -60,17 +62,12 @@ BURST = 30  # submissions an agent may make at once (a matrix build failing)
 SEND_TIMEOUT = 5.0
 
 
-class TooLarge(ValueError):
-    """The body passed the intake's size cap."""
-
-
 class Intake:
     """The intake's per-agent buckets and its sender to the resolve queue (made on first use)."""
 
     def __init__(self, console: Console) -> None:
         settings: Settings = console.settings
         self.console = console
-        self.max_bytes = settings.intake_max_bytes
         self.submissions = TokenBuckets(
             settings.intake_per_minute, min(BURST, settings.intake_per_minute)
         )
@@ -138,20 +135,6 @@ def intake_of(request: Request) -> Intake:
     return intake
 
 
-async def body_within(request: Request, most: int) -> bytes:
-    """The request's body; TooLarge as soon as it passes ``most`` bytes (read no further)."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > most:
-        raise TooLarge(f"the body is {int(declared):,} bytes; the intake takes at most {most:,}")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > most:
-            raise TooLarge(f"the body passed {most:,} bytes, the intake's cap")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def parse(raw: bytes) -> JsonObject:
     """The submission in a body; ValueError saying why it is none."""
     try:
@@ -178,13 +161,9 @@ async def submit(request: Request) -> Response:
     token = await authorize(request, AGENT_SCOPES, intake.submissions)
     if not isinstance(token, TokenInfo):
         return token
+    raw = await request.body()  # within intake_max_bytes: bodies.BodyLimit
     try:
-        raw = await body_within(request, intake.max_bytes)
-    except TooLarge as exc:
-        log.warning("intake: refused %s's submission: %s", token.name, exc)
-        return problem(413, str(exc), {"Connection": "close"})
-    try:
-        body = parse(raw)
+        body = await parsed(request, parse, raw)
     except ValueError as exc:
         return problem(400, str(exc))
     known = await run_in_threadpool(api_of(request).tokens.known, token.name)

@@ -62,7 +62,9 @@ def serve(settings: Settings, sock: socket.socket) -> None:
     host, port = sock.getsockname()[:2]
     app = create_app(settings, bound=host)  # refuses before migrating without a good password
     migrate(settings.store_url)
+    # uvicorn's own proxy_headers believes X-Forwarded-For from 127.0.0.1 (anyone on this
+    # machine): off; the app believes THEOW_WEB_TRUSTED_PROXIES only (web/proxies.py).
     config = uvicorn.Config(
-        app, host=host, port=port, log_level="warning", proxy_headers=True, server_header=False
+        app, host=host, port=port, log_level="warning", proxy_headers=False, server_header=False
     )
     uvicorn.Server(config).run(sockets=[sock])

@@ -15,7 +15,16 @@ Measured before: 2,000 guesses in 11 s from one client. Now:
   came in the last minute, each wrong password is answered after
   ``BUSY_DELAY`` instead. A correct password is never delayed.
 
-Kept in the console's memory, like its sessions (one process).
+**Tokens.** The same throttle, a second instance, counts failed token lookups
+(the JSON API's and the intake's bearer tokens, ``api.authorize``) per
+address: past ``TOKEN_FREE_FAILURES`` unknown or revoked tokens, that address
+is answered 429 without a lookup, for the same doubling delay. A token lookup
+costs no delay (a token is not guessable; the lookups are what is bounded), and
+a live token clears its address's record, so one revoked agent on a shared
+runner does not keep the others out.
+
+Kept in the console's memory, like its sessions (one process). Whose address a
+request is: ``proxies.client``.
 
 >>> t = LoginThrottle(clock=lambda: 100.0)
 >>> [t.failed("10.0.0.1") for _ in range(FREE_FAILURES)][-1]
@@ -36,6 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 FREE_FAILURES = 5
+TOKEN_FREE_FAILURES = 20  # a spooling client retrying a revoked token, a typo or two
 FIRST_DELAY = 1.0
 MAX_DELAY = 900.0
 FORGET_AFTER = 3600.0
@@ -69,8 +79,11 @@ def client_key(address: str) -> str:
 
 
 class LoginThrottle:
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, free_failures: int = FREE_FAILURES
+    ) -> None:
         self._clock = clock
+        self.free_failures = free_failures
         self._clients: dict[str, _Client] = {}
         self._recent: deque[float] = deque(maxlen=BUSY_FAILURES * 10)  # failure times, all
         self._lock = threading.Lock()
@@ -100,8 +113,8 @@ class LoginThrottle:
                 client = _Client()
             client.failures += 1
             client.last = now
-            if client.failures > FREE_FAILURES:
-                extra = client.failures - FREE_FAILURES - 1
+            if client.failures > self.free_failures:
+                extra = client.failures - self.free_failures - 1
                 client.blocked_until = now + min(MAX_DELAY, FIRST_DELAY * 2 ** min(extra, 20))
                 client.told = False
             self._clients[key] = client
