@@ -1,0 +1,131 @@
+"""Whatever bytes reach a worker's queues, it sets them aside and goes on consuming.
+
+Before, ``LPUSH resolve garbage`` with an agent's broker login stopped the
+resolver (``Unrecoverable error: JSONDecodeError`` in kombu's Redis
+transport), and ``theow up`` then stopped the whole stack. Here every kind of
+bad message in ``edge_corpus`` is pushed onto every queue a worker reads:
+from an agent's login where its ACL lets it push (``resolve``, ``passing``),
+from the admin's elsewhere (no agent can, but a worker must not depend on it).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from tests.conftest import wait_until
+from tests.security.edge_corpus import KINDS, envelope, raw
+from theow_client import Status, names
+from theow_workers.edge.dead_letters import counts, newest
+from theow_workers.ops.acl import agent_url, create_agent_user
+from theow_workers.ops.checks import WARN, Context, check_edge, check_redis
+
+pytestmark = pytest.mark.integration
+
+AGENT, TOKEN = "edge-agent", "tw1.edge-agent.not-a-real-secret"
+AGENT_QUEUES = (names.QUEUE_RESOLVE, names.QUEUE_PASSING)
+
+
+@pytest.fixture
+def agent(fleet: Any) -> Iterator[Any]:
+    """The broker login a build agent holds (the ACL profile of ``ops.acl``)."""
+    create_agent_user(fleet.settings, AGENT, TOKEN)
+    client = redis.Redis.from_url(agent_url(fleet.settings.redis_url, AGENT, TOKEN))
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def every_queue(fleet: Any) -> Any:
+    """One worker consuming every queue a worker reads."""
+    proc = fleet.stack.start_worker(list(names.QUEUES), concurrency=1, name="all")
+    fleet.wait_for_worker("all")
+    return proc
+
+
+def push(agent: Any, admin: Any, queue: str, message: bytes) -> None:
+    (agent if queue in AGENT_QUEUES else admin).lpush(queue, message)
+
+
+def verdict_of(fleet: Any, n: int) -> Any:
+    client = fleet.client()
+    return client.submit({"stderr": f"ECHO word{n}\n", "job": f"edge-{n}"}).wait(60)
+
+
+def test_every_kind_of_bad_bytes_on_every_queue_is_set_aside_and_the_worker_goes_on(
+    fleet, every_queue, agent, redis_client
+):
+    for queue in names.QUEUES:
+        for make, _ in KINDS.values():
+            push(agent, redis_client, queue, make(queue))
+    pushed = len(names.QUEUES) * len(KINDS)
+
+    assert verdict_of(fleet, 1).status == Status.RESOLVED  # a real submission after them all
+    found = wait_until(
+        lambda: (c := counts(redis_client)).total == pushed and c, 60, "every refusal counted"
+    )
+    assert every_queue.poll() is None  # the same worker process, never restarted
+    assert "Unrecoverable error" not in fleet.worker_log("all")
+    expected: dict[tuple[str, str], int] = {}
+    for name, (_, reason) in KINDS.items():
+        for queue in names.QUEUES:
+            task = {"built-in task": "celery", "task a list": "unknown"}.get(name)
+            if task is None:
+                task = _task_read(name, queue)
+            expected[(task, reason)] = expected.get((task, reason), 0) + 1
+    assert found.refused == expected
+    assert found.kept == pushed
+    letters = newest(redis_client, 1000)
+    assert {(e["queue"], e["reason"]) for e in letters} == {
+        (q, reason) for q in names.QUEUES for _, reason in KINDS.values()
+    }
+    assert all(
+        len(e["head"]) <= names.DEAD_LETTER_HEAD and "\n" not in e["detail"] for e in letters
+    )
+    # Nothing reached Celery: no task it could not run was rejected, none left unacked.
+    assert not redis_client.hlen("unacked")
+    ctx = Context(fleet.settings)
+    check_redis(ctx)
+    (doctor,) = check_edge(ctx)
+    assert doctor.status == WARN
+    assert f"{pushed} messages refused at the broker edge" in doctor.detail
+
+
+def _task_read(kind: str, queue: str) -> str:
+    """The task label a refusal of ``kind`` on ``queue`` is counted under."""
+    unreadable = {"not JSON", "empty", "a JSON array", "null", "invalid UTF-8", "no task header",
+                  "an object, not an envelope", "headers a list", "nested 100,000 deep",
+                  "unknown task"}  # fmt: skip
+    if kind in unreadable:
+        return "unknown"
+    return envelope(queue)["headers"]["task"]
+
+
+def test_a_dead_letter_keeps_a_bounded_head_with_secrets_masked(fleet, every_queue, agent):
+    secret = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    message = envelope(names.QUEUE_RESOLVE, body="not base64 " + secret + "!" * 5_000_000)
+    agent.lpush(names.QUEUE_RESOLVE, raw(message))
+    admin = redis.Redis.from_url(fleet.settings.redis_url)
+    try:
+        (letter,) = wait_until(lambda: newest(admin, 10), 60, "the dead letter")
+    finally:
+        admin.close()
+    assert (letter["queue"], letter["reason"]) == (names.QUEUE_RESOLVE, "bad-base64")
+    assert letter["size"] > 5_000_000 and len(letter["head"]) <= names.DEAD_LETTER_HEAD
+    assert secret not in json.dumps(letter)
+    assert verdict_of(fleet, 2).status == Status.RESOLVED
+
+
+def test_a_message_larger_than_the_bound_is_set_aside_unread(fleet, every_queue, agent):
+    agent.lpush(names.QUEUE_PASSING, b"[" + b" " * (33 * 1024 * 1024) + b"]")
+    admin = redis.Redis.from_url(fleet.settings.redis_url)
+    try:
+        (letter,) = wait_until(lambda: newest(admin, 10), 60, "the dead letter")
+    finally:
+        admin.close()
+    assert (letter["queue"], letter["reason"]) == (names.QUEUE_PASSING, "too-large")
+    assert verdict_of(fleet, 3).status == Status.RESOLVED
