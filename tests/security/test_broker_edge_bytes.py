@@ -11,6 +11,9 @@ from the admin's elsewhere (no agent can, but a worker must not depend on it).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +26,7 @@ from theow_client import Status, names
 from theow_workers.edge.dead_letters import counts, newest
 from theow_workers.ops.acl import agent_url, create_agent_user
 from theow_workers.ops.checks import WARN, Context, check_edge, check_redis
+from theow_workers.ops.metrics import RulesCollector
 
 pytestmark = pytest.mark.integration
 
@@ -97,9 +101,18 @@ def test_every_kind_of_bad_bytes_on_every_queue_is_set_aside_and_the_worker_goes
 
 def _task_read(kind: str, queue: str) -> str:
     """The task label a refusal of ``kind`` on ``queue`` is counted under."""
-    unreadable = {"not JSON", "empty", "a JSON array", "null", "invalid UTF-8", "no task header",
-                  "an object, not an envelope", "headers a list", "nested 100,000 deep",
-                  "unknown task"}  # fmt: skip
+    unreadable = {
+        "not JSON",
+        "empty",
+        "a JSON array",
+        "null",
+        "invalid UTF-8",
+        "no task header",
+        "an object, not an envelope",
+        "headers a list",
+        "nested 100,000 deep",
+        "unknown task",
+    }
     if kind in unreadable:
         return "unknown"
     return envelope(queue)["headers"]["task"]
@@ -118,6 +131,28 @@ def test_a_dead_letter_keeps_a_bounded_head_with_secrets_masked(fleet, every_que
     assert letter["size"] > 5_000_000 and len(letter["head"]) <= names.DEAD_LETTER_HEAD
     assert secret not in json.dumps(letter)
     assert verdict_of(fleet, 2).status == Status.RESOLVED
+
+    # What an operator runs to see it, and what Prometheus scrapes.
+    env = {**os.environ, **fleet.stack.environment()}
+    shown = subprocess.run(
+        [sys.executable, "-m", "theow_workers.cli", "dead-letters", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    listed = json.loads(shown.stdout)
+    assert listed["kept"] == 1 and listed["dead_letters"] == [letter]
+    assert listed["refused"] == [{"task": "theow.resolve", "reason": "bad-base64", "count": 1}]
+    assert secret not in shown.stdout
+    samples = {
+        (s.name, s.labels.get("task"), s.labels.get("reason")): s.value
+        for family in RulesCollector(fleet.settings.redis_url).collect()
+        for s in family.samples
+    }
+    assert samples[("theow_refused_messages_total", "theow.resolve", "bad-base64")] == 1
+    assert samples[("theow_broker_dead_letters", None, None)] == 1
 
 
 def test_a_message_larger_than_the_bound_is_set_aside_unread(fleet, every_queue, agent):
