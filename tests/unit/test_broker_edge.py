@@ -75,3 +75,34 @@ def test_labels_are_bounded_whatever_the_task_name():
     }
     assert labels == {"celery", "unknown"}
     assert json.dumps(sorted(labels))
+
+
+def sent_by_celery(**options: object) -> bytes:
+    """The message Celery's own ``send_task`` writes for ``options``, as the Redis transport stores it."""
+    from celery import Celery
+
+    app = Celery(broker="memory://", set_as_current=False)
+    app.conf.task_routes = names.TASK_ROUTES
+    with app.connection_for_write() as conn:
+        app.send_task(names.TASK_RESOLVE, args=[{"job": "j"}], connection=conn, **options)
+        message = conn.default_channel._get(names.QUEUE_RESOLVE)
+    app.close()
+    return json.dumps(message).encode()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"ignore_result": True},
+        {"countdown": 5},
+        {"expires": 60},
+        {"time_limit": 30, "soft_time_limit": 20},
+        {"argsrepr": "summary", "kwargsrepr": "{}"},
+        {"retries": 2},
+        {"priority": 3},
+    ],
+    ids=str,
+)
+def test_every_message_celery_sends_for_theow_passes(options):
+    assert admitted(names.QUEUE_RESOLVE, sent_by_celery(**options))

@@ -65,28 +65,30 @@ REASONS = (
 )
 
 _NONE = type(None)
-# Protocol-2 headers (celery.app.amqp.as_task_v2) and the types a Theow message has in them.
+# Protocol-2 headers (celery.app.amqp.as_task_v2) and their types; any but task and id may be
+# null (Celery's own clients send ``ignore_result: null``).
 _HEADERS: dict[str, tuple[type, ...]] = {
     "lang": (str,),
     "task": (str,),
     "id": (str,),
-    "shadow": (str, _NONE),
-    "eta": (str, _NONE),
-    "expires": (str, _NONE),
-    "group": (_NONE,),  # a group or chord makes the worker write and publish where it says
-    "group_index": (_NONE,),
+    "shadow": (str,),
+    "eta": (str,),
+    "expires": (str,),
+    "group": (),  # a group or chord makes the worker write and publish where it says
+    "group_index": (),
     "retries": (int,),
     "timelimit": (list,),
-    "root_id": (str, _NONE),
-    "parent_id": (str, _NONE),
-    "argsrepr": (str, _NONE),
-    "kwargsrepr": (str, _NONE),
-    "origin": (str, _NONE),
+    "root_id": (str,),
+    "parent_id": (str,),
+    "argsrepr": (str,),
+    "kwargsrepr": (str,),
+    "origin": (str,),
     "ignore_result": (bool,),
     "replaced_task_nesting": (int,),
-    "stamped_headers": (list, _NONE),
-    "stamps": (dict, _NONE),
+    "stamped_headers": (list,),
+    "stamps": (dict,),
 }
+_REQUIRED = ("task", "id")
 _EMBED = ("callbacks", "errbacks", "chain", "chord")
 
 
@@ -184,12 +186,14 @@ def _check_headers(headers: JsonObject, queue: str, max_eta: float, now: datetim
         kinds = _HEADERS.get(name)
         if kinds is None:
             raise _Refused("bad-headers", f"unknown header {_shown(name)}")
+        if name not in _REQUIRED:
+            kinds = (*kinds, _NONE)
         if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
             raise _Refused("bad-headers", f"header {name} is {_shown(value)}")
         limit = MAX_REPR if name in ("argsrepr", "kwargsrepr") else MAX_HEADER_TEXT
         if isinstance(value, str) and len(value) > limit:
             raise _Refused("bad-headers", f"header {name} has {len(value)} characters")
-    for required in ("task", "id"):
+    for required in _REQUIRED:
         if required not in headers:
             raise _Refused("bad-headers", f"no {required} header")
     task = headers["task"]
@@ -200,7 +204,7 @@ def _check_headers(headers: JsonObject, queue: str, max_eta: float, now: datetim
         raise _Refused("wrong-queue", f"{task} is consumed from {names.TASK_ROUTES[task]['queue']}")
     if headers.get("stamped_headers") or headers.get("stamps"):
         raise _Refused("bad-headers", "stamped headers")
-    _check_timelimit(headers.get("timelimit", [None, None]), max_eta)
+    _check_timelimit(headers.get("timelimit") or [None, None], max_eta)
     for name in ("eta", "expires"):
         when = _when(headers.get(name), name)
         if name == "eta" and when is not None and when > now + timedelta(seconds=max_eta):
