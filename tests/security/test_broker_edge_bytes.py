@@ -164,3 +164,48 @@ def test_a_message_larger_than_the_bound_is_set_aside_unread(fleet, every_queue,
         admin.close()
     assert (letter["queue"], letter["reason"]) == (names.QUEUE_PASSING, "too-large")
     assert verdict_of(fleet, 3).status == Status.RESOLVED
+
+
+def test_the_dead_letter_list_holds_at_most_its_cap_and_expires(redis_client):
+    from theow_workers.edge.dead_letters import set_aside
+    from theow_workers.edge.envelope import Refusal
+
+    refusal = Refusal("not-json", "not JSON", "unknown")
+    for n in range(names.DEAD_LETTER_CAP + 50):
+        set_aside(redis_client, names.QUEUE_RESOLVE, f"garbage {n}".encode(), refusal)
+    assert redis_client.llen(names.KEY_DEAD_LETTERS) == names.DEAD_LETTER_CAP
+    assert 0 < redis_client.ttl(names.KEY_DEAD_LETTERS) <= names.DEAD_LETTER_TTL
+    assert newest(redis_client, 1)[0]["head"] == f"garbage {names.DEAD_LETTER_CAP + 49}"
+    assert counts(redis_client).refused == {("unknown", "not-json"): names.DEAD_LETTER_CAP + 50}
+
+
+# The soak: bad bytes between real submissions. The suite runs 200 + 200; the figure is
+#   THEOW_EDGE_SOAK=1000 pytest -p no:randomly tests/security/test_broker_edge_bytes.py -k soak
+SOAK = int(os.environ.get("THEOW_EDGE_SOAK", "200"))
+MAKERS = [make for make, _ in KINDS.values()]
+
+
+def test_a_soak_of_bad_bytes_between_real_submissions_costs_no_verdict_and_no_restart(
+    fleet, every_queue, agent, redis_client
+):
+    client = fleet.client()
+    tickets: list[Any] = []
+    for i in range(SOAK):
+        queue = names.QUEUES[(i // len(MAKERS)) % len(names.QUEUES)]
+        bad = MAKERS[i % len(MAKERS)](queue)
+        (agent if queue in AGENT_QUEUES else redis_client).lpush(queue, bad)
+        facts = {"stderr": f"step {i}\nECHO word{i}\n", "job": f"soak-{i}"}
+        tickets.append(client.submit(facts, idempotency_key=f"soak-{i}"))
+
+    statuses = [ticket.wait(120).status for ticket in tickets]
+    assert statuses == [Status.RESOLVED] * SOAK
+    found = wait_until(
+        lambda: (c := counts(redis_client)).total == SOAK and c, 60, "every refusal counted"
+    )
+    assert every_queue.poll() is None
+    assert "Unrecoverable error" not in fleet.worker_log("all")
+    assert found.kept == min(SOAK, names.DEAD_LETTER_CAP)
+    ctx = Context(fleet.settings)
+    check_redis(ctx)
+    (doctor,) = check_edge(ctx)
+    assert doctor.status == WARN and f"{SOAK} messages refused" in doctor.detail
