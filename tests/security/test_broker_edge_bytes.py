@@ -209,3 +209,22 @@ def test_a_soak_of_bad_bytes_between_real_submissions_costs_no_verdict_and_no_re
     check_redis(ctx)
     (doctor,) = check_edge(ctx)
     assert doctor.status == WARN and f"{SOAK} messages refused" in doctor.detail
+
+
+def test_a_message_a_worker_gives_back_goes_to_its_own_queue_never_where_it_says(
+    fleet, agent, redis_client
+):
+    from datetime import UTC, datetime, timedelta
+
+    worker = fleet.stack.start_worker([names.QUEUE_RESOLVE], concurrency=1, name="holder")
+    fleet.wait_for_worker("holder")
+    message = envelope(names.QUEUE_RESOLVE)
+    # Held by the worker, unacked, until its ETA: then the worker is stopped and gives it back.
+    message["headers"]["eta"] = (datetime.now(UTC) + timedelta(seconds=120)).isoformat()
+    message["properties"]["delivery_info"] = {"exchange": "", "routing_key": names.QUEUE_EXPLORE}
+    agent.lpush(names.QUEUE_RESOLVE, raw(message))
+    wait_until(lambda: redis_client.hlen("unacked") == 1, 60, "the worker to hold the message")
+    worker.terminate()  # a warm shutdown: what it holds goes back to the broker
+    worker.wait(60)
+    assert redis_client.llen(names.QUEUE_EXPLORE) == 0  # no agent may write there
+    assert redis_client.llen(names.QUEUE_RESOLVE) == 1
