@@ -154,6 +154,20 @@ def test_a_dead_letter_keeps_a_bounded_head_with_secrets_masked(fleet, every_que
     assert samples[("theow_refused_messages_total", "theow.resolve", "bad-base64")] == 1
     assert samples[("theow_broker_dead_letters", None, None)] == 1
 
+    # Bytes that would act on the operator's terminal (write its clipboard, clear it) do not.
+    agent.lpush(names.QUEUE_RESOLVE, b"\x1b]52;c;ZWNobyBoaQ==\x07\x1b[2Jgarbage")
+    wait_until(lambda: len(newest(redis.Redis.from_url(fleet.settings.redis_url), 10)) == 2, 60)
+    table = subprocess.run(
+        [sys.executable, "-m", "theow_workers.cli", "dead-letters"],
+        env={**env, "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert "2 message(s) refused" in table.stdout and "garbage" in table.stdout
+    assert "\x1b" not in table.stdout and secret not in table.stdout
+
 
 def test_a_message_larger_than_the_bound_is_set_aside_unread(fleet, every_queue, agent):
     agent.lpush(names.QUEUE_PASSING, b"[" + b" " * (33 * 1024 * 1024) + b"]")

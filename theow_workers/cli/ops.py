@@ -92,6 +92,7 @@ def dead_letters(
     import redis
     from rich.table import Column, Table
 
+    from theow_client.terminal import printable
     from theow_workers.core.logs.redact import redact_text
     from theow_workers.edge.dead_letters import counts, newest
 
@@ -122,7 +123,8 @@ def dead_letters(
     for letter in letters:
         shown = f"{letter.get('detail', '')} ({letter.get('size', '?')} bytes): {letter.get('head', '')}"
         table.add_row(
-            *(Text(str(letter.get(k, ""))) for k in ("at", "queue", "task", "reason")),
-            Text(shown[:400]),
+            # What a sender pushed is printed without its escape sequences (terminal.py).
+            *(Text(printable(str(letter.get(k, "")))) for k in ("at", "queue", "task", "reason")),
+            Text(printable(shown[:400])),
         )
     out.print(table)
