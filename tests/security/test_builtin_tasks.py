@@ -87,6 +87,21 @@ def test_no_task_but_theows_is_registered_on_a_worker(fleet):
     assert registered(fleet, "resolver") == sorted(names.TASK_ROUTES)
 
 
+def test_remote_control_replies_pass_the_edge(fleet):
+    """An operator's `celery -A theow_workers.celery_app inspect ping` reads replies through it."""
+    from theow_workers.celery_app import EDGE_TRANSPORT
+
+    fleet.start_worker()
+    app = Celery(broker=fleet.settings.redis_url)
+    app.conf.broker_transport = EDGE_TRANSPORT
+    node = f"resolver@{socket.gethostname()}"
+    try:
+        assert app.control.ping([node], timeout=5) == [{node: {"ok": "pong"}}]
+    finally:
+        app.close()
+    assert not redis.Redis.from_url(fleet.settings.redis_url).llen(names.KEY_DEAD_LETTERS)
+
+
 def test_every_task_name_a_worker_knows_pushed_by_an_agent_runs_nothing(fleet, agent, redis_client):
     fleet.start_worker()
     bindings = set(redis_client.keys("_kombu.binding.*"))

@@ -106,3 +106,11 @@ def sent_by_celery(**options: object) -> bytes:
 )
 def test_every_message_celery_sends_for_theow_passes(options):
     assert admitted(names.QUEUE_RESOLVE, sent_by_celery(**options))
+
+
+def test_a_remote_control_reply_is_delivered_and_a_broken_one_is_not():
+    reply = envelope("resolve", headers={"ticket": "t-1", "clock": 3})
+    found = admitted("d3f1.reply.celery.pidbox", raw(reply))
+    assert found["headers"] == {"ticket": "t-1", "clock": 3}
+    refused = admit("d3f1.reply.celery.pidbox", b"garbage", tag="t", max_eta=60)
+    assert isinstance(refused, Refusal) and refused.reason == "not-json"

@@ -14,6 +14,10 @@ errbacks, chain or chord: Theow sends none, and the worker would publish them
 with its own login). A body too deep or not JSON still passes: the task
 records it as a rejected failure (``theow_workers.wire``), as before.
 
+A message on a queue that is not a task queue (the reply queue of a remote
+control command, ``celery inspect ping``: only workers and operators may write
+there) is only checked to be an envelope kombu can read.
+
 What the sender says about delivery is not kept: the delivery tag is the
 worker's own, and the message goes back (when a worker dies holding it) to
 the queue it came from, never to a queue or key its ``delivery_info`` names.
@@ -130,6 +134,8 @@ def admit(
         task = headers.get("task") if isinstance(headers, dict) else None
         _check_envelope(envelope)
         assert isinstance(headers, dict)  # _check_envelope checked it
+        if queue not in names.QUEUES:  # a remote-control reply: no task, only workers write it
+            return {**envelope, "properties": {**_properties(envelope), "delivery_tag": tag}}
         _check_headers(headers, queue, max_eta, now or datetime.now(UTC))
         _check_body(envelope)
         return _rebuilt(envelope, headers, queue, tag)
@@ -264,10 +270,15 @@ def _check_body(envelope: JsonObject) -> None:
         raise _Refused("callbacks", f"the message asks to call {linked[0]} after the task")
 
 
-def _rebuilt(envelope: JsonObject, headers: JsonObject, queue: str, tag: str) -> JsonObject:
-    """The envelope with only checked fields; delivery as the worker decides it."""
+def _properties(envelope: JsonObject) -> JsonObject:
     properties = envelope["properties"]
     assert isinstance(properties, dict)
+    return properties
+
+
+def _rebuilt(envelope: JsonObject, headers: JsonObject, queue: str, tag: str) -> JsonObject:
+    """The envelope with only checked fields; delivery as the worker decides it."""
+    properties = _properties(envelope)
     return {
         "body": envelope["body"],
         "content-encoding": "utf-8",
