@@ -35,7 +35,11 @@ def test_a_message_as_celery_writes_it_is_delivered_with_the_workers_own_deliver
     found = admitted(queue, raw(message))
     assert found["body"] == message["body"] and found["headers"] == message["headers"]
     # Put back where it came from if the worker dies: never where the sender said.
-    assert found["properties"]["delivery_info"] == {"exchange": "", "routing_key": queue}
+    assert found["properties"]["delivery_info"] == {
+        "exchange": "",
+        "routing_key": queue,
+        "redelivered": False,
+    }
     assert found["properties"]["delivery_tag"] == "worker-tag"
 
 
@@ -114,3 +118,10 @@ def test_a_remote_control_reply_is_delivered_and_a_broken_one_is_not():
     assert found["headers"] == {"ticket": "t-1", "clock": 3}
     refused = admit("d3f1.reply.celery.pidbox", b"garbage", tag="t", max_eta=60)
     assert isinstance(refused, Refusal) and refused.reason == "not-json"
+
+
+def test_a_message_kombu_put_back_passes_and_says_it_was_delivered_before():
+    message = with_headers("replay", redelivered=True)
+    message["properties"]["delivery_info"]["redelivered"] = True
+    found = admitted("replay", raw(message))
+    assert found["properties"]["delivery_info"]["redelivered"] is True

@@ -91,6 +91,7 @@ _HEADERS: dict[str, tuple[type, ...]] = {
     "replaced_task_nesting": (int,),
     "stamped_headers": (list,),
     "stamps": (dict,),
+    "redelivered": (bool,),  # set by kombu when it puts back a message a worker held
 }
 _REQUIRED = ("task", "id")
 _EMBED = ("callbacks", "errbacks", "chain", "chord")
@@ -291,7 +292,12 @@ def _rebuilt(envelope: JsonObject, headers: JsonObject, queue: str, tag: str) ->
             "priority": properties.get("priority") or 0,
             "body_encoding": "base64",
             "delivery_tag": tag,
-            "delivery_info": {"exchange": "", "routing_key": queue},
+            "delivery_info": {
+                "exchange": "",
+                "routing_key": queue,
+                # Celery requeues a task whose worker died only once: the flag says it was.
+                "redelivered": headers.get("redelivered") is True,
+            },
         },
     }
 
