@@ -125,3 +125,9 @@ def test_a_message_kombu_put_back_passes_and_says_it_was_delivered_before():
     message["properties"]["delivery_info"]["redelivered"] = True
     found = admitted("replay", raw(message))
     assert found["properties"]["delivery_info"]["redelivered"] is True
+
+
+def test_a_header_celery_would_read_into_the_tasks_context_is_not_delivered():
+    message = with_headers("resolve", chain=[{"task": "theow.explore"}], is_eager=True)
+    found = admitted("resolve", raw(message))
+    assert "chain" not in found["headers"] and "is_eager" not in found["headers"]

@@ -6,9 +6,10 @@ fixed set: it labels a metric) and whose ``detail`` is one line for the log.
 
 What passes: a JSON object of at most ``MAX_ENVELOPE_BYTES`` and
 ``MAX_ENVELOPE_DEPTH`` levels; a ``base64`` body of ``application/json`` in
-UTF-8, uncompressed; protocol-2 headers only, each of its type, naming a
-Theow task (``names.TASK_ROUTES``) on that task's own queue, with no ETA
-further ahead than the visibility timeout; a body that decodes to
+UTF-8; protocol-2 headers, each of its type (any other header is dropped:
+Celery would read it into the task's context, ``callbacks`` or ``is_eager``
+included), naming a Theow task (``names.TASK_ROUTES``) on that task's own
+queue, with no ETA further ahead than the visibility timeout; a body that decodes to
 ``[args, kwargs, embed]`` with nothing to call afterwards (no callbacks,
 errbacks, chain or chord: Theow sends none, and the worker would publish them
 with its own login). A body too deep or not JSON still passes: the task
@@ -139,7 +140,8 @@ def admit(
             return {**envelope, "properties": {**_properties(envelope), "delivery_tag": tag}}
         _check_headers(headers, queue, max_eta, now or datetime.now(UTC))
         _check_body(envelope)
-        return _rebuilt(envelope, headers, queue, tag)
+        known = {name: value for name, value in headers.items() if name in _HEADERS}
+        return _rebuilt(envelope, known, queue, tag)
     except _Refused as refused:
         return Refusal(refused.reason, str(refused), task_label(task))
     except Exception as exc:  # a check that did not foresee these bytes still refuses them
@@ -192,7 +194,7 @@ def _check_headers(headers: JsonObject, queue: str, max_eta: float, now: datetim
     for name, value in headers.items():
         kinds = _HEADERS.get(name)
         if kinds is None:
-            raise _Refused("bad-headers", f"unknown header {_shown(name)}")
+            continue  # not delivered (_rebuilt): Celery would read it into the task's context
         if name not in _REQUIRED:
             kinds = (*kinds, _NONE)
         if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
