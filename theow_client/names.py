@@ -46,6 +46,20 @@ Redis keys (all under ``theow:``):
     Hash, task name -> how many messages of that task were refused because
     their sender could not be verified (``theow_workers.identity``);
     exported as ``theow_refused_messages_total``.
+``theow:refused:edge``
+    Hash, ``<task> <reason>`` -> how many messages a worker took off a queue
+    and refused before Celery read them (``theow_workers.edge``): not a
+    Theow task envelope, or a task that may not run from a queue. ``<task>``
+    is a Theow task name, ``celery`` (a built-in) or ``unknown``; ``<reason>``
+    one of ``theow_workers.edge.envelope.REASONS``. Exported as
+    ``theow_refused_messages_total{task,reason}``.
+``theow:dead-letters``
+    List, newest first, of the messages refused at the edge: JSON {at, queue,
+    task, reason, detail, size, head} with ``head`` the message's first
+    ``DEAD_LETTER_HEAD`` characters, secrets masked. At most
+    ``DEAD_LETTER_CAP`` entries (older ones are dropped); expires
+    ``DEAD_LETTER_TTL`` after the last refusal. Read by ``theow dead-letters``
+    and ``theow doctor``.
 ``theow:llm:<model>:requests`` / ``theow:llm:<model>:tokens``
     Sorted sets, the sliding window of the global rate limit
     (``theow_workers/adapters/ratelimit.lua``).
@@ -170,6 +184,11 @@ KEY_RULES_ERROR = KEY_PREFIX + "rules:error"
 
 KEY_EXPLORE_CACHE = KEY_PREFIX + "explore:cache"
 KEY_REFUSED = KEY_PREFIX + "refused"
+KEY_REFUSED_AT_EDGE = KEY_PREFIX + "refused:edge"
+KEY_DEAD_LETTERS = KEY_PREFIX + "dead-letters"
+DEAD_LETTER_CAP = 1000
+DEAD_LETTER_TTL = 7 * 24 * 3600
+DEAD_LETTER_HEAD = 1024
 
 
 def key_passing_sample(job: str) -> str:

@@ -6,6 +6,11 @@ Queues ``resolve``, ``explore`` and ``replay`` are routed by task name
 dies goes back to the queue) and the effect exactly-once (idempotent tasks
 keyed by failure id, see ``theow_workers.core.resolve.service``).
 
+Every message a worker consumes passes the broker edge first
+(``theow_workers.edge``: a kombu transport that sets aside what is not a
+Theow task message), and Celery's built-in tasks (``celery.group``,
+``celery.chord_unlock``...) are unregistered: only Theow's tasks run.
+
 Warning: the visibility timeout must stay longer than every task's hard time
 limit and retry delay, or Redis hands a still-running task to a second worker.
 """
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from celery import Celery
 from celery.signals import (
@@ -64,7 +70,23 @@ def make_app(settings: Settings | None = None) -> Celery:
         task_send_sent_event=True,
         include=["theow_workers.tasks", "theow_workers.replay.tasks"],
     )
+    if urlsplit(settings.redis_url).scheme in EDGE_SCHEMES:
+        app.conf.broker_transport = EDGE_TRANSPORT
+    app.on_after_finalize.connect(_only_theow_tasks, weak=False)
     return app
+
+
+# The worker's transport: every message it pops is checked before Celery reads it.
+EDGE_TRANSPORT = "theow_workers.edge.transport:Transport"
+EDGE_SCHEMES = ("redis", "rediss")
+BUILTIN_PREFIX = "celery."
+
+
+def _only_theow_tasks(sender: Celery, **_: object) -> None:
+    # Celery registers its canvas and maintenance tasks on every app: none is Theow's to run,
+    # and each would publish or write wherever its message says, with the worker's login.
+    for name in [name for name in sender.tasks if name.startswith(BUILTIN_PREFIX)]:
+        sender.tasks.unregister(name)
 
 
 # This module builds the app and nothing else: it imports no service, so the

@@ -9,7 +9,9 @@ would come back and kill the next worker too.
 ``install()`` replaces kombu's JSON decoder (in the worker only) with one
 that decodes under a depth limit; a message past it becomes a task call
 whose single argument says why (``names.UNREADABLE``), so the task records
-a rejection and the message is acked like any other.
+a rejection and the message is acked like any other. The envelope around the
+body was checked before, at the broker edge (``theow_workers.edge``), which
+decodes bodies with this same function.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import os
 import typer
 
 from theow_workers.cli.db import db_app
-from theow_workers.cli.ops import doctor, metrics
+from theow_workers.cli.ops import dead_letters, doctor, metrics
 from theow_workers.cli.output import run
 from theow_workers.cli.replay import replay_app
 from theow_workers.cli.review import failures_app, meow_command, review_app
@@ -27,6 +27,7 @@ app.command("meow")(meow_command)
 app.command("teach")(teach)
 app.command("doctor")(doctor)
 app.command("metrics")(metrics)
+app.command("dead-letters")(dead_letters)
 app.command()(worker)
 app.command()(web)
 app.command()(up)

@@ -8,6 +8,7 @@ import threading
 from typing import Annotated
 
 import typer
+from rich.text import Text
 
 from theow_workers.cli.output import fail, load_settings, out, print_json, waiting
 from theow_workers.config import ConfigError, Settings
@@ -81,3 +82,49 @@ def metrics(
         pass
     server.shutdown()
     thread.join(5)
+
+
+def dead_letters(
+    limit: Annotated[int, typer.Option(help="How many, newest first.")] = 20,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+) -> None:
+    """Messages the workers refused off their queues: when, which queue, why, and how they began."""
+    import redis
+    from rich.table import Column, Table
+
+    from theow_client.terminal import printable
+    from theow_workers.core.logs.redact import redact_text
+    from theow_workers.edge.dead_letters import counts, newest
+
+    settings = load_settings()
+    client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=5, socket_timeout=5)
+    try:
+        found, letters = counts(client), newest(client, limit)
+    except redis.RedisError as exc:
+        raise fail(
+            f"cannot read the dead letters at {redact_text(settings.redis_url)}: {exc}"
+        ) from None
+    finally:
+        client.close()
+    refused = [
+        {"task": task, "reason": reason, "count": n}
+        for (task, reason), n in sorted(found.refused.items())
+    ]
+    if as_json:
+        print_json({"refused": refused, "kept": found.kept, "dead_letters": letters})
+        return
+    out.print(
+        f"{found.total} message(s) refused at the broker edge; {found.kept} kept "
+        f"(the newest {len(letters)} below)",
+        markup=False,
+        highlight=False,
+    )
+    table = Table("at", "queue", "task", "reason", Column("message", overflow="fold"))
+    for letter in letters:
+        shown = f"{letter.get('detail', '')} ({letter.get('size', '?')} bytes): {letter.get('head', '')}"
+        table.add_row(
+            # What a sender pushed is printed without its escape sequences (terminal.py).
+            *(Text(printable(str(letter.get(k, "")))) for k in ("at", "queue", "task", "reason")),
+            Text(printable(shown[:400])),
+        )
+    out.print(table)

@@ -225,6 +225,49 @@ def worker_rules_findings(error: Mapping[str, Json] | None) -> list[Finding]:
     ]
 
 
+def check_edge(ctx: Context) -> list[Finding]:
+    """Messages refused at the broker edge and by the tasks' sender check, and where they are."""
+    import redis
+
+    from theow_workers.edge.dead_letters import counts
+
+    if not ctx.found.get("redis"):
+        return [Finding("broker.edge", SKIP, "needs Redis")]
+    client = redis.Redis.from_url(
+        ctx.settings.redis_url, socket_connect_timeout=TIMEOUT, socket_timeout=TIMEOUT
+    )
+    try:
+        edge = counts(client)
+        unverified = sum(int(n) for n in client.hvals(names.KEY_REFUSED))
+    except redis.RedisError as exc:
+        return [Finding("broker.edge", SKIP, f"cannot read the refusal counts: {exc}")]
+    finally:
+        client.close()
+    if not edge.total and not unverified:
+        return [Finding("broker.edge", OK, "no message refused")]
+    parts = []
+    if edge.total:
+        by_reason: dict[str, int] = {}
+        for (_, reason), n in edge.refused.items():
+            by_reason[reason] = by_reason.get(reason, 0) + n
+        reasons = ", ".join(f"{r} {n}" for r, n in sorted(by_reason.items(), key=lambda i: -i[1]))
+        parts.append(
+            f"{edge.total} messages refused at the broker edge ({reasons}); "
+            f"{edge.kept} kept in {names.KEY_DEAD_LETTERS} (at most {names.DEAD_LETTER_CAP})"
+        )
+    if unverified:
+        parts.append(f"{unverified} task messages refused: their sender could not be verified")
+    return [
+        Finding(
+            "broker.edge",
+            WARN,
+            "; ".join(parts),
+            "`theow dead-letters` shows what was set aside, with its queue and reason; "
+            "something with broker access sends what no Theow client sends",
+        )
+    ]
+
+
 # --- milvus -----------------------------------------------------------------
 
 
@@ -498,6 +541,7 @@ CHECKS: tuple[Callable[[Context], list[Finding]], ...] = (
     check_config,
     check_redis,
     check_consumers,
+    check_edge,
     check_milvus,
     check_sql,
     check_model,

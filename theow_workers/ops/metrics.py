@@ -19,6 +19,9 @@ metric                                   type       labels
 ``theow_replay_job_items``               gauge      ``job``, ``kind`` (processed, matched…)
 ``theow_replay_job_progress_ratio``      gauge      ``job``
 ``theow_dead_letters_total``             counter    failures given up unread (delivered too often)
+``theow_refused_messages_total``         counter    ``task``, ``reason`` (``unverified``: the
+                                                    sender's signature; else the broker edge's)
+``theow_broker_dead_letters``            gauge      messages kept in ``theow:dead-letters``
 ``theow_rules_invalid``                  gauge      1 while workers find the rules directory invalid
 ``theow_sql_up``                         gauge      1 if this scrape could query SQL
 =======================================  =========  ================================
@@ -115,7 +118,8 @@ def _resolves(figures: Figures, tables: set[str]) -> list[Metric]:
 
 class RulesCollector(Collector):
     """What workers keep in Redis: whether the rules directory is invalid (``last_good``),
-    and how many task messages they refused (``theow_workers.identity``)."""
+    and how many task messages they refused: at the broker edge (``theow_workers.edge``,
+    by reason) and for their sender (``theow_workers.identity``, reason ``unverified``)."""
 
     def __init__(self, redis_url: str) -> None:
         self.redis_url = redis_url
@@ -126,12 +130,14 @@ class RulesCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         import redis
 
+        from theow_workers.edge.dead_letters import counts
         from theow_workers.last_good import current_error
 
         client = redis.Redis.from_url(self.redis_url, socket_connect_timeout=2, socket_timeout=2)
         try:
             invalid = 1.0 if current_error(client) else 0.0
             refused = client.hgetall(names.KEY_REFUSED)  # theow_workers.identity
+            edge = counts(client)
         except redis.RedisError as exc:
             log.warning("metrics: cannot read the rules state from Redis: %s", exc)
             return
@@ -142,12 +148,20 @@ class RulesCollector(Collector):
         )
         counter = CounterMetricFamily(
             "theow_refused_messages",
-            "Task messages refused because their sender could not be verified",
-            labels=["task"],
+            "Task messages refused, by task and reason (unverified: the sender's signature)",
+            labels=["task", "reason"],
         )
         for task, count in sorted(refused.items()):
-            counter.add_metric([task if isinstance(task, str) else task.decode()], float(count))
+            name = task if isinstance(task, str) else task.decode()
+            counter.add_metric([name, "unverified"], float(count))
+        for (label, reason), n in sorted(edge.refused.items()):
+            counter.add_metric([label, reason], float(n))
         yield counter
+        yield GaugeMetricFamily(
+            "theow_broker_dead_letters",
+            f"Refused messages kept in {names.KEY_DEAD_LETTERS} (at most {names.DEAD_LETTER_CAP})",
+            float(edge.kept),
+        )
 
 
 def _explorations(figures: Figures, tables: set[str]) -> list[Metric]:
