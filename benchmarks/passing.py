@@ -87,7 +87,7 @@ def sampling(url: str, interval: float, seconds: float) -> dict[str, Any]:
         with TheowClient(redis_url=url, spool_dir="/nonexistent") as client:
             for b in builds[k::AGENTS]:
                 facts = {"log": f"build {b} passed\nall checks passed"}
-                sent[k] += report_passing(client, facts, job=f"job-{b % JOBS}", interval=interval)
+                sent[k] += report_passing(client, facts, job=f"job-{b % JOBS}")
                 time.sleep(pause)
 
     threads = [threading.Thread(target=agent, args=(k,)) for k in range(AGENTS)]

@@ -170,6 +170,10 @@ KEY_RULES_ERROR = KEY_PREFIX + "rules:error"
 
 KEY_EXPLORE_CACHE = KEY_PREFIX + "explore:cache"
 KEY_REFUSED = KEY_PREFIX + "refused"
+# Token names revoked (a set), read by each signed message's check, so a revocation
+# holds at once and not when a worker's cached read of the token store expires. No
+# TTL: a revoked name is never reused, so it holds at most every token ever revoked.
+KEY_REVOKED = KEY_PREFIX + "tokens:revoked"
 
 
 def key_passing_sample(job: str) -> str:
