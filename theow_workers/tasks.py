@@ -103,7 +103,9 @@ def _as_sent_by(
     The id is ``signing.failure_id`` of the agent, the job, the idempotency key
     and the facts as sent: never what the message names. Another use of the
     same key (another agent's, or this agent's with other facts) is a failure
-    of its own, with the others noted under ``notes.conflict``.
+    of its own, with the others noted under ``notes.conflict``. A ``session_id``
+    the agent names is dropped: an agent's explorations share its own hourly
+    budget (``explorer.run.default_session_id``), not one it picks.
     """
     failure_id = submission_id(who.name, request, requested)
     key = request.idempotency_key
@@ -118,7 +120,7 @@ def _as_sent_by(
                 "why": "the same idempotency key was sent before by another agent or job, "
                 "or with other facts: recorded as a failure of its own",
             }
-    return replace(request, failure_id=failure_id, notes=notes)
+    return replace(request, failure_id=failure_id, notes=notes, session_id=None)
 
 
 def _refused_submission(

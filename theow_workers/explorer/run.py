@@ -75,9 +75,16 @@ def enqueue(runtime: Runtime, failure_id: str, rule: str | None, session_id: str
     return f"{what}; sent to an explorer (task {task_id})"
 
 
-def default_session_id() -> str:
-    """An hourly window: ``session_limit`` LLM sessions per hour unless a job names its own."""
-    return "hour:" + datetime.now(UTC).strftime("%Y-%m-%dT%H")
+def default_session_id(agent: str | None = None) -> str:
+    """The verified agent's hourly window: ``session_limit`` LLM sessions per agent per hour.
+
+    Unless an internal job (a replay) names its own. Keyed on the agent the
+    failure's signature named, never on anything it sent: one agent cannot
+    spend another's sessions, nor give itself a fresh budget per submission.
+    Failures with no agent (replayed history) share the fleet's window.
+    """
+    hour = datetime.now(UTC).strftime("%Y-%m-%dT%H")
+    return f"hour:{agent}:{hour}" if agent else f"hour:{hour}"
 
 
 def service(runtime: Runtime) -> ExploreService:
@@ -217,7 +224,7 @@ def explore_failure(
             facts,
             context,
             query_text(facts),
-            session_id=request.session_id or default_session_id(),
+            session_id=request.session_id or default_session_id(failure.agent),
             rule=rule,
             session_limit=request.session_limit,
         )
