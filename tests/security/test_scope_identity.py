@@ -134,3 +134,31 @@ def test_an_agent_s_session_budget_is_its_own_whatever_session_id_it_sends(
     assert len(fake.requests) >= 1 and {r.session_id for r in rows} == {
         rows[0].session_id
     }  # one budget: the agent's own hour
+
+
+def test_the_explorer_reads_the_normal_its_failure_s_agent_taught(fleet, explorers, redis_client):
+    """The job normal is the verified agent's own, for the explorer as for the resolver."""
+    from theow_client.passing import report_passing
+    from theow_workers.adapters.normals import RedisNormals
+
+    fake, start = explorers
+    prompts: list[str] = []
+
+    def brain(model: str, body: dict[str, Any]) -> Any:
+        prompts.extend(fake.wire.user_texts(body))
+        return fake.wire.text("No idea.\nDONE")
+
+    fake.brain = brain
+    start(1)
+    fleet.stack.start_worker(["passing"], concurrency=1, name="passing")
+    fleet.wait_for_worker("passing")
+    agent, job = fleet.agent("ci-n"), "github:acme/app/CI/test"
+    assert report_passing(agent, {"stderr": "fetching mirror 3\nall good"}, job=job)
+    normals = RedisNormals(redis_client, ttl=3600)
+    wait_until(lambda: normals.runs(names.agent_job("ci-n", job)), 60, "the passing run learned")
+
+    facts = {"stderr": "fetching mirror 3\nthe gizmo fell over", "job": job}
+    assert agent.submit(facts, explore=True).wait(60).status == "exploring"
+    wait_until(lambda: prompts, 120, "the explorer's prompt")
+
+    assert "lines this job's recent passing runs print are left out" in prompts[0]

@@ -210,7 +210,7 @@ def explore_failure(
         facts, knowledge.rules.rules, knowledge.actions, repo, search, s.regex_timeout
     )
     job = job_fact(facts)
-    normal = runtime.normals.normal(job) if job is not None else None
+    normal = _normal(runtime.normals, job, failure.agent) if job is not None else None
     context.is_normal = normal.is_normal if normal is not None else None
     context.book = knowledge.book
     context.probe = draft_probe(ExploreStore(runtime.store), normal)
@@ -230,6 +230,15 @@ def explore_failure(
         )
     finally:
         workspace.close()
+
+
+def _normal(normals: Normals, job: str, agent: str | None) -> JobNormal | None:
+    """The job's normal as the resolver reads it: the failure's verified agent's own first.
+
+    Then the one an operator's replay taught (``core.resolve.service.normal_of``).
+    """
+    own = normals.normal(names.agent_job(agent, job)) if agent else None
+    return own or normals.normal(job)
 
 
 PROBE_FAILURES = 2_000  # stored failures a draft is tried on per test_rule: seconds, not minutes

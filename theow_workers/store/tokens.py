@@ -227,7 +227,8 @@ def repos_of(given: Iterable[str]) -> frozenset[str]:
     repos = set()
     for repo in given:
         text = repo.strip().strip("/")
-        if len(text) > MAX_REPO or not REPO.match(text):
+        dots = any(part in (".", "..") for part in text.split("/"))
+        if len(text) > MAX_REPO or not REPO.match(text) or dots:
             raise TokenProblem(f"--repo {repo[:MAX_REPO]!r}: give a repository as owner/name")
         repos.add(text.casefold())
     return frozenset(repos)
