@@ -151,3 +151,28 @@ def test_a_message_queued_before_the_revocation_is_refused(fleet):
 
     assert verdict.status == Status.REJECTED
     assert verdict.reason == "refused: token 'ci-g' was revoked"
+
+
+def test_broker_sync_gives_an_older_profile_s_user_today_s_and_keeps_its_login(embedded_valkey):
+    made = theow(embedded_valkey, "add", "ci-h")
+    token = made.stdout.strip().splitlines()[-1]
+    admin = redis.Redis.from_url(embedded_valkey.settings.redis_url)
+    # What an earlier profile allowed: SET on every agent's samples, SELECT of any database.
+    admin.execute_command(
+        "ACL", "SETUSER", "agent-ci-h", "+select", "(%W~theow:passing:sample:* +set)"
+    )
+    agent = agent_login(embedded_valkey, "ci-h", token)
+    assert agent.set("theow:passing:sample:other/job", "1")
+
+    synced = theow(embedded_valkey, "broker-sync")
+
+    assert synced.returncode == 0, synced.stderr
+    assert "1 broker user(s) given the current profile: ci-h" in synced.stdout
+    agent = agent_login(embedded_valkey, "ci-h", token)  # its token still logs in
+    for attempt in (
+        lambda: agent.set("theow:passing:sample:other/job", "1"),
+        lambda: agent.execute_command("SELECT", 1),
+    ):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            attempt()
+    assert agent.lpush(names.QUEUE_RESOLVE, "a failure") == 1

@@ -116,3 +116,34 @@ def tokens_revoke(name: str) -> None:
         f"token {name} revoked"
         + ("; its broker user is logged out and deleted" if logged_out else "")
     )
+
+
+@tokens_app.command("broker-sync")
+def tokens_broker_sync() -> None:
+    """Bring every agent's broker user to this version's ACL profile, and close revoked ones.
+
+    Run after an upgrade: a broker user keeps the rules it was made with. Its
+    password (the agent's token) is kept; a revoked token's user is deleted.
+    """
+    from theow_workers.ops.acl import AclError, refresh_agent_user, revoke_agent_user
+    from theow_workers.store.tokens import revocation
+
+    settings, store = load_settings(), _store()
+    changed, closed = [], []
+    try:
+        for token in store.list():
+            known = store.known(token.name)
+            if token.scope != "agent" or known is None:
+                continue
+            if token.revoked_at is not None:
+                if revoke_agent_user(settings, token.name, revocation(token.name, known.key)):
+                    closed.append(token.name)
+            elif refresh_agent_user(settings, token.name):
+                changed.append(token.name)
+    except AclError as exc:
+        raise fail(str(exc)) from None
+    out.print(
+        f"{len(changed)} broker user(s) given the current profile"
+        + (f": {', '.join(changed)}" if changed else "")
+        + (f"; revoked and deleted: {', '.join(closed)}" if closed else "")
+    )

@@ -66,11 +66,14 @@ def agent_acl_rules(name: str, db: int = 0) -> list[str]:
     """
     if not name or any(c in name for c in " *?[]()\\\"'~%&:/"):
         raise ValueError(f"agent name {name!r}: letters, digits, '-', '_' and '.' only")
+    return ["reset", "on", *_permissions(name, db)]
+
+
+def _permissions(name: str, db: int) -> list[str]:
+    """The profile's rules after ``reset on``: what a user keeps its password and state through."""
     verdicts = names.KEY_PREFIX + f"verdict:{name}:*"
     samples = names.key_passing_sample(names.agent_job(name, "*"))
     return [
-        "reset",
-        "on",
         "resetchannels",
         "-@all",
         *(f"+{c}" for c in CONNECT_COMMANDS),
@@ -128,6 +131,34 @@ def create_agent_user(settings: Settings, name: str, token: str) -> None:
 def delete_agent_user(settings: Settings, name: str) -> None:
     """Delete agent ``name``'s user: its open connections are closed by the broker at once."""
     _admin(settings, "delete", name, ["ACL", "DELUSER", agent_user(name)])
+
+
+def refresh_agent_user(settings: Settings, name: str) -> bool:
+    """Give agent ``name``'s existing broker user this profile, its password kept; whether it had one.
+
+    A user made by an earlier profile keeps its rules until an admin changes
+    them: this is that change (``theow tokens broker-sync``).
+    """
+    import redis
+
+    from theow_client.config import safe_url
+
+    user = agent_user(name)
+    rules = ["resetkeys", "clearselectors", *_permissions(name, database(settings.redis_url))]
+    client: Any = redis.Redis.from_url(settings.redis_url, socket_timeout=5)
+    try:
+        if client.execute_command("ACL", "GETUSER", user) is None:
+            return False  # never made here (a broker without the profile): nothing to change
+        client.execute_command("ACL", "SETUSER", user, *rules)
+        with contextlib.suppress(redis.ResponseError):  # no ACL file: as in ``_admin``
+            client.execute_command("ACL", "SAVE")
+        return True
+    except redis.RedisError as exc:
+        raise AclError(
+            f"cannot refresh the broker user {user} at {safe_url(settings.redis_url)}: {exc}"
+        ) from None
+    finally:
+        client.close()
 
 
 def revoke_agent_user(settings: Settings, name: str, revoked: str) -> bool:
