@@ -18,8 +18,8 @@ spooled, and 2 for a bad argument or a broker URL that cannot work (the
 failure is spooled first).
 
 A passing ``run`` (and ``success``) reports the run to learn its job's normal,
-at most one passing run per job per ``--passing-interval`` across the fleet
-(``theow_client.passing``); the job comes from ``--fact job=...`` or the CI
+unless a worker learned one of this agent's job this interval (the workers'
+``THEOW_PASSING_INTERVAL``: ``theow_client.passing``); the job comes from ``--fact job=...`` or the CI
 system's variables (``theow_client.job``).
 """
 
@@ -218,12 +218,12 @@ def report_passing_run(args: argparse.Namespace, client: TheowClient, facts: Jso
     if job is None:
         return "no job: give --fact job=NAME, or run inside a CI system"
     try:
-        sent = report_passing(client, facts, job=job, interval=args.passing_interval)
+        sent = report_passing(client, facts, job=job)
     except Exception as exc:
         return f"passing run of {job} not sent ({type(exc).__name__}: {exc})"
     if sent:
         return f"passing run of {job} sent"
-    return f"passing run of {job} not sent: one was sent this interval (or Theow is unreachable)"
+    return f"passing run of {job} not sent: one was learned this interval (or Theow is unreachable)"
 
 
 def ask_theow(
@@ -433,8 +433,8 @@ def build_parser() -> argparse.ArgumentParser:
             type=float,
             default=None,
             metavar="S",
-            help="at most one passing run per job per S seconds, fleet-wide "
-            "(default: $THEOW_PASSING_INTERVAL or 3600)",
+            help="no effect: the workers' THEOW_PASSING_INTERVAL decides how often a job's "
+            "passing run is learned (kept so that build scripts giving it still run)",
         )
     success.set_defaults(handler=cmd_success)
 

@@ -189,6 +189,10 @@ KEY_DEAD_LETTERS = KEY_PREFIX + "dead-letters"
 DEAD_LETTER_CAP = 1000
 DEAD_LETTER_TTL = 7 * 24 * 3600
 DEAD_LETTER_HEAD = 1024
+# Token names revoked (a set), read by each signed message's check, so a revocation
+# holds at once and not when a worker's cached read of the token store expires. No
+# TTL: a revoked name is never reused, so it holds at most every token ever revoked.
+KEY_REVOKED = KEY_PREFIX + "tokens:revoked"
 
 
 def key_passing_sample(job: str) -> str:

@@ -2,11 +2,13 @@
 
 A worker learns each job's normal from its recent passing runs
 (``theow_workers.normals``). One passing run per job now and then is plenty:
-the client sends one only when it wins ``SET theow:passing:sample:<job> NX EX
-interval`` in Redis, so however many agents run the job, at most one passing
-run per job per interval reaches the ``passing`` queue. The decision is one
-round trip; a lost race or an unreachable broker simply sends nothing (a
-passing run is never spooled: the build passed, nothing is owed).
+the worker that learns a run takes the job's sample for the interval
+(``SET theow:passing:sample:<agent>/<job> NX EX``), and the client sends a run
+only while that key is absent (an ``EXISTS``, the one thing its broker user may
+ask of it), so at most a few passing runs per job per interval reach the
+``passing`` queue, and no agent can hold a sample, its own or another's. A
+sampled job or an unreachable broker simply sends nothing (a passing run is
+never spooled: the build passed, nothing is owed).
 
 >>> report_passing(client, {"log": text}, job="github:o/r/CI/test")  # doctest: +SKIP
 True
@@ -35,9 +37,8 @@ ENV_PASSING_INTERVAL = "THEOW_PASSING_INTERVAL"
 DEFAULT_PASSING_INTERVAL = 3600.0  # seconds: one passing run per job per hour
 
 
-def passing_interval(explicit: float | None = None) -> float:
-    if explicit is not None:
-        return float(explicit)
+def passing_interval() -> float:
+    """Seconds between two passing runs of a job that a worker learns (its environment's)."""
     raw = os.environ.get(ENV_PASSING_INTERVAL, "")
     try:
         return float(raw) if raw.strip() else DEFAULT_PASSING_INTERVAL
@@ -62,21 +63,20 @@ def report_passing(
     facts: JsonObject,
     *,
     job: str,
-    interval: float | None = None,
 ) -> bool:
-    """Send a passing run of ``job`` if no other run of it was sent this interval.
+    """Send a passing run of ``job`` unless a worker learned one of it this interval.
 
     ``client`` is a :class:`~theow_client.client.TheowClient`. Returns whether
-    the run was sent; never raises for a broker problem.
+    the run was sent; never raises for a broker problem. The interval is the
+    workers' (``THEOW_PASSING_INTERVAL`` where they run): an agent cannot choose it.
     """
     from theow_client.client import UNREACHABLE, one_line
 
-    seconds = max(1, int(passing_interval(interval)))
     try:
         app = client.app
         redis = app.backend.client
-        if not redis.set(names.key_passing_sample(job), "1", nx=True, ex=seconds):
-            return False  # another run of this job was sent this interval
+        if redis.exists(names.key_passing_sample(names.agent_job(client.agent, job))):
+            return False  # a run of this job was learned this interval
         payload = build_passing_payload(facts, job=job)
         app.send_task(
             names.TASK_PASSING,

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from theow_workers.core.llm.model import FallbackRunner
     from theow_workers.core.resolve.library import Library
     from theow_workers.core.resolve.service import ResolveService
+    from theow_workers.identity import Verifier
     from theow_workers.store.results import SqlStore
 
 
@@ -55,6 +56,8 @@ class Runtime(Protocol):
     def service(self) -> ResolveService: ...
     @property
     def explainer(self) -> ExplainService: ...
+    @property
+    def verifier(self) -> Verifier: ...
     def knowledge(self) -> Library: ...
 
 
@@ -130,7 +133,9 @@ def explain_failure(runtime: Runtime, request: JsonObject) -> JsonObject:
     if not explains(verdict):
         return {"failure_id": failure_id, "state": "skipped", "reason": f"{verdict.status}"}
     facts = dict(failure.facts)
-    project = project_of(facts)
+    # Shared only within what the failure's signature proved: its agent, or a repository
+    # its token may speak for; never the repository its facts name (``Verifier.scope``).
+    scope = runtime.verifier.scope(failure.agent, project_of(facts))
     book = runtime.knowledge().book
     normal = runtime.service.normal_of(facts, failure_id, agent)
     summary = summary_of(
@@ -138,9 +143,9 @@ def explain_failure(runtime: Runtime, request: JsonObject) -> JsonObject:
     )
     prompt = render_prompt(summary, verdict.where)
     # Keyed on what the model is shown too: an answer is only reused for the same text.
-    cause = cause_key(project, failure.fingerprint, prompt)
+    cause = cause_key(scope, failure.fingerprint, prompt)
 
-    explanation, shown = runtime.explainer.explain(failure_id, cause, project, lambda: prompt)
+    explanation, shown = runtime.explainer.explain(failure_id, cause, scope, lambda: prompt)
     if agent and shown is not None:  # the agent's client may still be waiting for it
         text = json.dumps(shown.to_dict())
         runtime.redis.set(names.verdict_key(agent, failure_id), text, ex=names.VERDICT_TTL)

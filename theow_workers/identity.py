@@ -11,6 +11,13 @@ read: the worker sets both from the verified identity.
 
 A refused message is counted in ``names.KEY_REFUSED`` (a hash, task name ->
 count) and exported as ``theow_refused_messages_total``.
+
+A revoked token is refused at once, even by a worker that read it a moment
+ago: ``theow tokens revoke`` adds its name to ``names.KEY_REVOKED``, which
+every message's check reads (the token store's answers are cached a few
+seconds). What is shared between failures (an explanation) is shared within
+a verified scope (:meth:`Verifier.scope`): the repository the agent's token
+may speak for, else the agent itself, never what a fact says.
 """
 
 from __future__ import annotations
@@ -19,13 +26,14 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from theow_client import names, signing
 from theow_client.jsontypes import Json
 from theow_client.messages import SubmitRequest
-from theow_workers.store.tokens import TokenStore
+from theow_workers.store.tokens import TokenStore, revocation
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -59,10 +67,23 @@ class Refused(Exception):
 
 
 class Verifier:
-    def __init__(self, tokens: TokenStore, worker_key: bytes, max_age: int) -> None:
+    """Checks a message's signature, and says in which scope its sender's failures are kept.
+
+    ``revoked``: whether a token was revoked since the store's cached answer
+    (``names.KEY_REVOKED``); a token store alone is trusted up to its cache.
+    """
+
+    def __init__(
+        self,
+        tokens: TokenStore,
+        worker_key: bytes,
+        max_age: int,
+        revoked: Callable[[str], bool] | None = None,
+    ) -> None:
         self.tokens = tokens
         self.worker_key = worker_key
         self.max_age = max_age
+        self.revoked = revoked or (lambda name: False)
 
     def verify(self, task: str, payload: Json, scopes: frozenset[str]) -> Identity:
         """The verified sender of ``payload`` for ``task``; Refused says why not."""
@@ -83,7 +104,7 @@ class Verifier:
             known = self.tokens.known(name)
             if known is None:
                 raise Refused(f"token {name!r} is not known to this Theow", name)
-            if known.revoked:
+            if known.revoked or self.revoked(revocation(name, known.key)):
                 raise Refused(f"token {name!r} was revoked", name)
             key, scope = known.key, known.scope
         assert isinstance(payload, dict)  # signed_by found a signature in it
@@ -93,6 +114,41 @@ class Verifier:
             wanted = " or ".join(sorted(scopes))
             raise Refused(f"{task} takes a {wanted} credential, not {scope} {name!r}", name)
         return Identity(name, scope)
+
+    def scope(self, agent: str | None, project: str) -> str:
+        """The scope a failure of ``agent`` naming ``project`` shares what it learns in.
+
+        ``repo:<owner/name>`` when the agent's token may speak for that
+        repository (``theow tokens add --repo``), or when a forge's webhook
+        named it (a hook agent's failures are made by the workers); otherwise
+        ``agent:<name>``, the agent's own, whatever repository its facts name.
+
+        >>> v = Verifier(TokenStore.__new__(TokenStore), b"", 60)
+        >>> v.scope("github-hooks", "github:Acme/API"), v.scope(None, "acme/api")
+        ('repo:acme/api', 'agent:')
+        """
+        repo = repo_of(project)
+        if agent is None:  # a failure from before agents were verified
+            return "agent:"
+        if agent in HOOK_AGENT_NAMES:
+            return f"repo:{repo}" if repo else f"agent:{agent}"
+        known = self.tokens.known(agent)
+        if repo and known is not None and repo in known.repos:
+            return f"repo:{repo}"
+        return f"agent:{agent}"
+
+
+HOOK_AGENT_NAMES = frozenset(names.HOOK_AGENTS.values())
+
+
+def repo_of(project: str) -> str:
+    """A failure's project as a repository name a token lists: casefolded, no forge prefix.
+
+    >>> repo_of("github:Acme/API"), repo_of("acme/web"), repo_of("")
+    ('acme/api', 'acme/web', '')
+    """
+    head, colon, rest = project.partition(":")
+    return (rest if colon and "/" not in head else project).strip().strip("/").casefold()
 
 
 def submission_id(agent: str, request: SubmitRequest, requested: str) -> str:

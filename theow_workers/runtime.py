@@ -348,6 +348,10 @@ class Runtime:
 
         return enqueue(self, sub.failure_id, rule, sub.session_id)
 
+    def _revoked(self, name: str) -> bool:
+        """Whether token ``name`` was revoked (``names.KEY_REVOKED``), whatever the cache says."""
+        return bool(self.redis.sismember(names.KEY_REVOKED, name))
+
     @property
     def verifier(self) -> Verifier:
         """Checks who sent each task message (``theow_workers.identity``)."""
@@ -359,7 +363,9 @@ class Runtime:
 
                 s = self.settings
                 tokens = TokenStore(self.store.engine)
-                self._verifier = Verifier(tokens, worker_key(s), s.signature_max_age)
+                self._verifier = Verifier(
+                    tokens, worker_key(s), s.signature_max_age, revoked=self._revoked
+                )
             return self._verifier
 
     @property

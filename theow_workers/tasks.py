@@ -19,6 +19,7 @@ from theow_client import names, signing
 from theow_client.facts import FactsError
 from theow_client.jsontypes import Json, JsonObject
 from theow_client.messages import ExploreRequest, PassingRun, SubmitRequest
+from theow_client.passing import passing_interval
 from theow_workers.adapters.forges import ForgeAPI, ForgeError
 from theow_workers.celery_app import app, settings
 from theow_workers.config import ConfigError
@@ -102,7 +103,9 @@ def _as_sent_by(
     The id is ``signing.failure_id`` of the agent, the job, the idempotency key
     and the facts as sent: never what the message names. Another use of the
     same key (another agent's, or this agent's with other facts) is a failure
-    of its own, with the others noted under ``notes.conflict``.
+    of its own, with the others noted under ``notes.conflict``. A ``session_id``
+    the agent names is dropped: an agent's explorations share its own hourly
+    budget (``explorer.run.default_session_id``), not one it picks.
     """
     failure_id = submission_id(who.name, request, requested)
     key = request.idempotency_key
@@ -117,7 +120,7 @@ def _as_sent_by(
                 "why": "the same idempotency key was sent before by another agent or job, "
                 "or with other facts: recorded as a failure of its own",
             }
-    return replace(request, failure_id=failure_id, notes=notes)
+    return replace(request, failure_id=failure_id, notes=notes, session_id=None)
 
 
 def _refused_submission(
@@ -321,7 +324,8 @@ def passing(self: ServicesTask, payload: Json = None, *_: object, **__: object) 
 
     ``payload``: ``{"job", "run_id", "facts_json"}`` (``theow_client.passing``).
     A malformed one is dropped with the reason: a passing run is never owed anything.
-    It teaches the normal of the sending agent's own job (``names.agent_job``).
+    It teaches the normal of the sending agent's own job (``names.agent_job``), once
+    per interval: the worker takes the sample, with its TTL, never the agent.
     """
     rt = self.services
     try:
@@ -334,7 +338,10 @@ def passing(self: ServicesTask, payload: Json = None, *_: object, **__: object) 
     except (FactsError, TypeError, ValueError) as exc:
         log.warning("passing run dropped: %s", str(exc)[:300])
         return {"learned": False, "reason": str(exc)[:500]}
-    kept = rt.normals.learn(names.agent_job(who.name, job), lines)
+    own_job = names.agent_job(who.name, job)
+    if not rt.normals.sample(own_job, int(passing_interval())):
+        return {"learned": False, "reason": "a passing run of this job was learned this interval"}
+    kept = rt.normals.learn(own_job, lines)
     log.info("job %s: passing run learned, %d templates", job, kept)
     return {"learned": True, "job": job, "templates": kept}
 

@@ -44,13 +44,22 @@ FAILED_LOG = "\n".join(
 
 
 def send_passing_run(client, job: str, log: str, deadline: float) -> None:
-    """Report a passing run, waiting out the sampling interval (1 s) if another was just sent."""
-    while not report_passing(client, {"stderr": log}, job=job, interval=1):
+    """Report a passing run, waiting out the workers' sampling interval (1 s) first."""
+    while not report_passing(client, {"stderr": log}, job=job):
         assert time.monotonic() < deadline, "the sampling interval never let a passing run through"
         time.sleep(0.05)
 
 
-def test_a_failure_is_explained_by_what_its_passing_runs_do_not_print(fleet, redis_client):
+def learned_runs(normals: RedisNormals, job: str, runs: int, fleet, deadline: float) -> None:
+    while normals.runs(job) < runs:
+        assert time.monotonic() < deadline, fleet.worker_log("passing")[-3000:]
+        time.sleep(0.05)
+
+
+def test_a_failure_is_explained_by_what_its_passing_runs_do_not_print(
+    fleet, redis_client, monkeypatch
+):
+    monkeypatch.setenv("THEOW_PASSING_INTERVAL", "1")  # the workers' sampling interval
     fleet.start_worker()
     fleet.stack.start_worker(["passing"], name="passing")
     fleet.wait_for_worker("passing")
@@ -58,13 +67,11 @@ def test_a_failure_is_explained_by_what_its_passing_runs_do_not_print(fleet, red
     job = "github:acme/app/CI/build"
 
     deadline = time.monotonic() + 60
-    for run in (1, 2, 3):
-        send_passing_run(client, job, passing_log(run), deadline)
     normals = RedisNormals(redis_client, ttl=3600)
     own_job = names.agent_job(client.agent, job)  # what this agent's passing runs teach
-    while normals.runs(own_job) < 3:
-        assert time.monotonic() < deadline, fleet.worker_log("passing")[-3000:]
-        time.sleep(0.05)
+    for run in (1, 2, 3):
+        send_passing_run(client, job, passing_log(run), deadline)
+        learned_runs(normals, own_job, run, fleet, deadline)
     assert redis_client.ttl(names.key_normal(own_job)) > 0  # the normal expires unless renewed
 
     verdict = client.submit({"stderr": FAILED_LOG, "job": job}).wait(60)
@@ -83,11 +90,24 @@ def test_a_failure_is_explained_by_what_its_passing_runs_do_not_print(fleet, red
     assert "normal" not in (unknown.evidence or {})
 
 
-def test_a_fleet_sends_one_passing_run_per_job_per_interval(fleet, redis_client):
+def test_a_worker_learns_one_passing_run_per_job_per_interval_and_then_clients_send_none(
+    fleet, redis_client
+):
+    fleet.stack.start_worker(["passing"], name="passing")
+    fleet.wait_for_worker("passing")
     clients = [fleet.client() for _ in range(3)]
-    sent = sum(
-        report_passing(clients[i % 3], {"stderr": "ok"}, job=f"job-{i % 4}", interval=600)
-        for i in range(40)
-    )
-    assert sent == 4
-    assert redis_client.llen(names.QUEUE_PASSING) == 4
+    for i in range(40):  # racing the worker: runs sent before it samples are dropped there
+        report_passing(clients[i % 3], {"stderr": "ok"}, job=f"job-{i % 4}")
+    deadline = time.monotonic() + 60
+    while redis_client.llen(names.QUEUE_PASSING) or redis_client.exists("unacked"):
+        assert time.monotonic() < deadline, fleet.worker_log("passing")[-3000:]
+        time.sleep(0.05)
+    normals = RedisNormals(redis_client, ttl=3600)
+    own = [names.agent_job(clients[0].agent, f"job-{k}") for k in range(4)]
+    learned_runs(normals, own[-1], 1, fleet, deadline)
+
+    assert [normals.runs(job) for job in own] == [1, 1, 1, 1]
+    # The sample is the worker's, with its TTL: now the clients send nothing more.
+    assert all(0 < redis_client.ttl(names.key_passing_sample(job)) <= 3600 for job in own)
+    assert not any(report_passing(clients[0], {"stderr": "ok"}, job=f"job-{k}") for k in range(4))
+    assert redis_client.llen(names.QUEUE_PASSING) == 0

@@ -53,7 +53,9 @@ def agent_app(embedded_valkey: EmbeddedStack, admin: Any) -> Iterator[Any]:
 
 
 class _Client:
-    """What ``report_passing`` needs of a TheowClient: its app, ``signed`` and ``close``."""
+    """What ``report_passing`` needs of a TheowClient: its app, agent, ``signed`` and ``close``."""
+
+    agent = AGENT
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -72,7 +74,7 @@ def queued(admin: Any, queue: str) -> list[dict[str, Any]]:
 def test_an_agent_submits_failures_outcomes_and_passing_runs(agent_app, admin):
     agent_app.send_task(names.TASK_RESOLVE, args=[{"job": "j"}], ignore_result=True)
     agent_app.send_task(names.TASK_CLIENT_OUTCOME, args=[{}], ignore_result=True)
-    assert report_passing(_Client(agent_app), {"stdout": "ok"}, job="build", interval=60)
+    assert report_passing(_Client(agent_app), {"stdout": "ok"}, job="build")
     assert [m["headers"]["task"] for m in queued(admin, names.QUEUE_RESOLVE)] == [
         names.TASK_CLIENT_OUTCOME,
         names.TASK_RESOLVE,

@@ -63,6 +63,15 @@ class RedisNormals:
         pipe.zcard(key)
         return int(pipe.execute()[-1])
 
+    def sample(self, job: str, seconds: int) -> bool:
+        """Whether this passing run of ``job`` is the one learned this ``seconds``-long interval.
+
+        The worker's ``SET NX EX`` (``names.key_passing_sample``): agents may
+        only ask whether their own job was sampled, never take or hold a sample.
+        """
+        key = names.key_passing_sample(job)
+        return bool(self.redis.set(key, "1", nx=True, ex=max(1, int(seconds))))
+
     def runs(self, job: str) -> int:
         """Passing runs of the job learned within the TTL."""
         return int(self.redis.get(names.key_normal_runs(job)) or 0)

@@ -28,6 +28,13 @@ def _store() -> TokenStore:
 def tokens_add(
     name: Annotated[str, typer.Argument(help="Lowercase letters, digits and dashes.")],
     scope: Annotated[str, typer.Option(help="agent, api-read or operator.")] = "agent",
+    repo: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A repository (owner/name) this agent builds; repeat for more. Its failures "
+            "share explanations with other tokens of that repository; others stay the agent's own."
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
     """Make a token and print it, once: it is stored hashed and cannot be shown again.
@@ -37,11 +44,11 @@ def tokens_add(
     """
     from theow_workers.client_env import grant_broker_access
     from theow_workers.ops.acl import AclError
-    from theow_workers.store.tokens import TokenProblem
+    from theow_workers.store.tokens import TokenProblem, repos_of
 
     store = _store()
     try:
-        token = store.add(name, scope)
+        token = store.add(name, scope, repo or ())
     except TokenProblem as exc:
         raise fail(str(exc), 2) from None
     try:
@@ -52,7 +59,10 @@ def tokens_add(
             f"{exc}; no token was made: start the broker (`theow up`), then run this again"
         ) from None
     if as_json:
-        print_json({"name": name, "scope": scope, "token": str(token), "broker_user": acl})
+        repos = sorted(repos_of(repo or ()))
+        print_json(
+            {"name": name, "scope": scope, "repos": repos, "token": str(token), "broker_user": acl}
+        )
         return
     out.print(f"token {name} ({scope}); shown once, keep it secret:")
     print(str(token))  # plain: no wrapping or markup in what gets copied
@@ -72,21 +82,68 @@ def tokens_list(
     if as_json:
         print_json([t.to_dict() for t in tokens])
         return
-    table = Table("name", "scope", "created", "revoked", title=f"{len(tokens)} token(s)")
+    table = Table("name", "scope", "repos", "created", "revoked", title=f"{len(tokens)} token(s)")
     for t in tokens:
         revoked = f"{t.revoked_at:%Y-%m-%d %H:%M}" if t.revoked_at else ""
-        table.add_row(t.name, t.scope, f"{t.created_at:%Y-%m-%d %H:%M}", revoked)
+        created = f"{t.created_at:%Y-%m-%d %H:%M}"
+        table.add_row(t.name, t.scope, " ".join(t.repos), created, revoked)
     out.print(table)
 
 
 @tokens_app.command("revoke")
 def tokens_revoke(name: str) -> None:
-    """Stop accepting token NAME: its messages are refused within seconds."""
-    from theow_workers.store.tokens import TokenProblem
+    """Stop accepting token NAME, at once.
+
+    An agent's broker user is logged out and deleted, and the workers refuse
+    its messages, those already queued included.
+    """
+    from theow_workers.ops.acl import AclError, revoke_agent_user
+    from theow_workers.store.tokens import TokenProblem, revocation
 
     store = _store()
     try:
-        store.revoke(name)
+        known = store.revoke(name)
     except TokenProblem as exc:
         raise fail(str(exc), 2) from None
-    out.print(f"token {name} revoked")
+    if known.scope != "agent":
+        out.print(f"token {name} revoked")
+        return
+    try:
+        logged_out = revoke_agent_user(load_settings(), name, revocation(name, known.key))
+    except AclError as exc:  # revoked in the store: workers refuse it once their cache expires
+        raise fail(f"token {name} revoked, but {exc}") from None
+    out.print(
+        f"token {name} revoked"
+        + ("; its broker user is logged out and deleted" if logged_out else "")
+    )
+
+
+@tokens_app.command("broker-sync")
+def tokens_broker_sync() -> None:
+    """Bring every agent's broker user to this version's ACL profile, and close revoked ones.
+
+    Run after an upgrade: a broker user keeps the rules it was made with. Its
+    password (the agent's token) is kept; a revoked token's user is deleted.
+    """
+    from theow_workers.ops.acl import AclError, refresh_agent_user, revoke_agent_user
+    from theow_workers.store.tokens import revocation
+
+    settings, store = load_settings(), _store()
+    changed, closed = [], []
+    try:
+        for token in store.list():
+            known = store.known(token.name)
+            if token.scope != "agent" or known is None:
+                continue
+            if token.revoked_at is not None:
+                if revoke_agent_user(settings, token.name, revocation(token.name, known.key)):
+                    closed.append(token.name)
+            elif refresh_agent_user(settings, token.name):
+                changed.append(token.name)
+    except AclError as exc:
+        raise fail(str(exc)) from None
+    out.print(
+        f"{len(changed)} broker user(s) given the current profile"
+        + (f": {', '.join(changed)}" if changed else "")
+        + (f"; revoked and deleted: {', '.join(closed)}" if closed else "")
+    )

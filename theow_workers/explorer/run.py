@@ -75,9 +75,16 @@ def enqueue(runtime: Runtime, failure_id: str, rule: str | None, session_id: str
     return f"{what}; sent to an explorer (task {task_id})"
 
 
-def default_session_id() -> str:
-    """An hourly window: ``session_limit`` LLM sessions per hour unless a job names its own."""
-    return "hour:" + datetime.now(UTC).strftime("%Y-%m-%dT%H")
+def default_session_id(agent: str | None = None) -> str:
+    """The verified agent's hourly window: ``session_limit`` LLM sessions per agent per hour.
+
+    Unless an internal job (a replay) names its own. Keyed on the agent the
+    failure's signature named, never on anything it sent: one agent cannot
+    spend another's sessions, nor give itself a fresh budget per submission.
+    Failures with no agent (replayed history) share the fleet's window.
+    """
+    hour = datetime.now(UTC).strftime("%Y-%m-%dT%H")
+    return f"hour:{agent}:{hour}" if agent else f"hour:{hour}"
 
 
 def service(runtime: Runtime) -> ExploreService:
@@ -203,7 +210,7 @@ def explore_failure(
         facts, knowledge.rules.rules, knowledge.actions, repo, search, s.regex_timeout
     )
     job = job_fact(facts)
-    normal = runtime.normals.normal(job) if job is not None else None
+    normal = _normal(runtime.normals, job, failure.agent) if job is not None else None
     context.is_normal = normal.is_normal if normal is not None else None
     context.book = knowledge.book
     context.probe = draft_probe(ExploreStore(runtime.store), normal)
@@ -217,12 +224,21 @@ def explore_failure(
             facts,
             context,
             query_text(facts),
-            session_id=request.session_id or default_session_id(),
+            session_id=request.session_id or default_session_id(failure.agent),
             rule=rule,
             session_limit=request.session_limit,
         )
     finally:
         workspace.close()
+
+
+def _normal(normals: Normals, job: str, agent: str | None) -> JobNormal | None:
+    """The job's normal as the resolver reads it: the failure's verified agent's own first.
+
+    Then the one an operator's replay taught (``core.resolve.service.normal_of``).
+    """
+    own = normals.normal(names.agent_job(agent, job)) if agent else None
+    return own or normals.normal(job)
 
 
 PROBE_FAILURES = 2_000  # stored failures a draft is tried on per test_rule: seconds, not minutes

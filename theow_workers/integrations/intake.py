@@ -47,9 +47,7 @@ def learn_passing(rt: Runtime, api: ForgeAPI, job: HookedJob) -> JsonObject:
     """
     if not job.default_branch:
         return {"learned": False, "reason": "not a run of the repository's default branch"}
-    own_job = names.agent_job(job.agent, job.job)
-    seconds = max(1, int(passing_interval()))
-    if not rt.redis.set(names.key_passing_sample(own_job), "1", nx=True, ex=seconds):
+    if not rt.normals.sample(names.agent_job(job.agent, job.job), int(passing_interval())):
         return {"learned": False, "reason": "a passing run of this job was learned this interval"}
     facts = job.facts(api.job_log(job))
     learned_job, lines = passing_run(

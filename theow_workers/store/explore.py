@@ -121,6 +121,8 @@ def _failure(row: FailureRow) -> FailureRecord:
         received_at=row.received_at,
         explore=row.explore,
         notes=row.notes,
+        agent=row.agent,  # the verified sender: what its explanation and budget are scoped on
+        idempotency_key=row.idempotency_key,
     )
 
 

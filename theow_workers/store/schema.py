@@ -90,6 +90,8 @@ class TokenRow(Base):
     signing_key: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # The ``owner/name`` repositories the token may speak for (``theow tokens add --repo``).
+    repos: Mapped[list[str]] = mapped_column(JSON, default=list, server_default="[]")
 
 
 class AttemptRow(Base):

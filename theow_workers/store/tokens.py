@@ -14,8 +14,11 @@ password for an agent is the token itself.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
+import re
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -33,6 +36,9 @@ SCOPES = ("agent", "api-read", "operator")
 RESERVED = frozenset(names.HOOK_AGENTS.values())
 # Seconds a worker trusts what it read of a token: a revocation takes effect within this.
 CACHE_SECONDS = 5.0
+# A repository an agent token may speak for: ``owner/name`` (GitLab: ``group/subgroup/name``).
+REPO = re.compile(r"[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)+\Z")
+MAX_REPO = 200
 
 
 class TokenProblem(ValueError):
@@ -45,11 +51,13 @@ class TokenInfo:
     scope: str
     created_at: datetime
     revoked_at: datetime | None
+    repos: tuple[str, ...] = ()
 
     def to_dict(self) -> JsonObject:
         return {
             "name": self.name,
             "scope": self.scope,
+            "repos": list(self.repos),
             "created_at": self.created_at.isoformat(),
             "revoked_at": self.revoked_at.isoformat() if self.revoked_at else None,
         }
@@ -62,6 +70,7 @@ class Known:
     scope: str
     key: bytes
     revoked: bool
+    repos: frozenset[str] = frozenset()  # casefolded ``owner/name``: see ``repos_of``
 
 
 class TokenStore:
@@ -79,10 +88,16 @@ class TokenStore:
     def close(self) -> None:
         self.engine.dispose()
 
-    def add(self, name: str, scope: str) -> AgentToken:
-        """A new token; the only time its secret is seen."""
+    def add(self, name: str, scope: str, repos: Sequence[str] = ()) -> AgentToken:
+        """A new token; the only time its secret is seen.
+
+        ``repos``: the repositories an agent token may speak for (``repos_of``).
+        """
         if scope not in SCOPES:
             raise TokenProblem(f"scope {scope!r} is not one of {', '.join(SCOPES)}")
+        allowed = repos_of(repos)
+        if allowed and scope != "agent":
+            raise TokenProblem(f"--repo is for agent tokens, not {scope} {name!r}")
         if name.casefold() in RESERVED:
             raise TokenProblem(
                 f"{name!r} is reserved for the webhook intake's failures: pick another name"
@@ -97,6 +112,7 @@ class TokenStore:
             lookup_hash=token.lookup_hash,
             signing_key=token.signing_key.hex(),
             created_at=datetime.now(UTC),
+            repos=sorted(allowed),
         )
         try:
             with self.engine.begin() as conn:
@@ -126,9 +142,15 @@ class TokenStore:
     def list(self) -> list[TokenInfo]:
         with self.engine.connect() as conn:
             rows = conn.execute(select(TokenRow).order_by(TokenRow.name)).all()
-        return [TokenInfo(r.name, r.scope, r.created_at, r.revoked_at) for r in rows]
+        return [
+            TokenInfo(r.name, r.scope, r.created_at, r.revoked_at, tuple(r.repos or ()))
+            for r in rows
+        ]
 
-    def revoke(self, name: str) -> None:
+    def revoke(self, name: str) -> Known:
+        """Revoke token ``name``; what it was (its scope and key name its ``revocation``)."""
+        self._cache.pop(name, None)
+        before = self.known(name)
         with self.engine.begin() as conn:
             done = conn.execute(
                 update(TokenRow)
@@ -140,6 +162,9 @@ class TokenStore:
             raise TokenProblem(
                 f"token {name!r} is revoked already" if known else f"no token named {name!r}"
             )
+        self._cache.pop(name, None)
+        assert before is not None  # a row was revoked
+        return before
 
     def find(self, presented: str) -> TokenInfo | None:
         """The live token whose full text is ``presented`` (for doors that take a token as is)."""
@@ -153,7 +178,9 @@ class TokenStore:
             return None
         if not hmac.compare_digest(row.lookup_hash, token.lookup_hash):
             return None
-        return TokenInfo(row.name, row.scope, row.created_at, row.revoked_at)
+        return TokenInfo(
+            row.name, row.scope, row.created_at, row.revoked_at, tuple(row.repos or ())
+        )
 
     def known(self, name: str) -> Known | None:
         """The scope and signing key of token ``name`` (cached a few seconds), None if unknown."""
@@ -163,19 +190,48 @@ class TokenStore:
             return cached[1]
         with self.engine.connect() as conn:
             row = conn.execute(
-                select(TokenRow.scope, TokenRow.signing_key, TokenRow.revoked_at).where(
-                    TokenRow.name == name
-                )
+                select(
+                    TokenRow.scope, TokenRow.signing_key, TokenRow.revoked_at, TokenRow.repos
+                ).where(TokenRow.name == name)
             ).first()
         found = (
             None
             if row is None
-            else Known(row.scope, bytes.fromhex(row.signing_key), row.revoked_at is not None)
+            else Known(
+                row.scope,
+                bytes.fromhex(row.signing_key),
+                row.revoked_at is not None,
+                frozenset(row.repos or ()),
+            )
         )
         if len(self._cache) > 10_000:
             self._cache.clear()
         self._cache[name] = (now, found)
         return found
+
+
+def revocation(name: str, key: bytes) -> str:
+    """What ``names.KEY_REVOKED`` holds of a revoked token: its name and key's hash.
+
+    The key's, not only the name: a name made again (``replace``) is a new token.
+    """
+    return f"{name}:{hashlib.sha256(key).hexdigest()[:32]}"
+
+
+def repos_of(given: Iterable[str]) -> frozenset[str]:
+    """``given`` as the repositories a token may speak for: ``owner/name``, casefolded.
+
+    >>> sorted(repos_of(["Acme/API", "acme/api", "group/sub/web"]))
+    ['acme/api', 'group/sub/web']
+    """
+    repos = set()
+    for repo in given:
+        text = repo.strip().strip("/")
+        dots = any(part in (".", "..") for part in text.split("/"))
+        if len(text) > MAX_REPO or not REPO.match(text) or dots:
+            raise TokenProblem(f"--repo {repo[:MAX_REPO]!r}: give a repository as owner/name")
+        repos.add(text.casefold())
+    return frozenset(repos)
 
 
 def _values(row: TokenRow) -> JsonObject:
