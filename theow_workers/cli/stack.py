@@ -351,5 +351,15 @@ def demo(
 ) -> None:
     """Start the embedded stack, submit example failures, print what was resolved, stop."""
     from theow_workers.demo import run_demo
+    from theow_workers.stack.record import StackRunning, claim
 
-    raise typer.Exit(run_demo(load_settings(), failures, timeout, out))
+    settings = load_settings()
+    try:  # the demo starts its own servers on the home: never beside a running stack's
+        lock = claim(settings.home.resolve())
+    except StackRunning as exc:
+        raise fail(str(exc)) from None
+    try:
+        code = run_demo(settings, failures, timeout, out)
+    finally:
+        os.close(lock)
+    raise typer.Exit(code)
