@@ -206,7 +206,9 @@ def test_a_second_home_runs_its_own_stack_and_leaves_the_first_ones_files_alone(
     up = theow_up(user.env, other)
     try:
         assert f"{other / '.theow'}/client.env" in "".join(up.output)
-        output, _ = user.client(SEAT, cwd=other)
+        deep = other / "src" / "pkg"  # found as git finds .git/: the nearest one above
+        deep.mkdir(parents=True)
+        output, _ = user.client(SEAT, cwd=deep)
         # Its own stack, which has no such layer, and its own token (no "bad signature").
         assert "theow: status:  unmatched" in output, output
     finally:
@@ -219,3 +221,21 @@ def test_a_second_home_runs_its_own_stack_and_leaves_the_first_ones_files_alone(
     assert token and token[0] not in ours
     output, _ = user.client(SEAT)  # the first stack, untouched
     assert "theow: rule:    licence_seat_refused" in output, output
+
+
+def test_a_damaged_stack_file_is_one_line_naming_it_and_never_breaks_a_build(tmp_path):
+    home = tmp_path / "project" / ".theow"
+    home.mkdir(parents=True)
+    (home / "stack.json").write_text("{not json")
+    env = {**user_environment(tmp_path / "user"), "THEOW_CLIENT_WAIT": "0"}
+    env["THEOW_REDIS_URL"] = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens
+    cwd = tmp_path / "project"
+    listed = subprocess.run([sys.executable, "-m", "theow_workers.cli", "failures", "list"],
+                            env=env, cwd=cwd, capture_output=True, text=True)  # fmt: skip
+    assert listed.returncode == 2
+    assert listed.stderr.startswith(f"error: {home / 'stack.json'}: not JSON"), listed.stderr
+    assert listed.stderr.count("\n") == 1, listed.stderr
+    build = subprocess.run(["theow-client", "run", "--", "sh", "-c", "exit 3"],
+                           env=env, cwd=cwd, capture_output=True, text=True)  # fmt: skip
+    assert build.returncode == 3, build.stderr
+    assert "Traceback" not in build.stderr
