@@ -177,6 +177,11 @@ def test_an_approved_rule_goes_to_the_layer_given_on_the_up_line(user):
     assert f"wrote {written}" in approved.stdout, approved.stdout
     assert written.is_file()
     assert "not synced" not in approved.stderr, approved.stderr  # the index of the stack's Milvus
+    # Listed in its layer, as the console lists it, by a command given no setting.
+    listed = user.theow("rules", "list", "--json")
+    layers = {row["name"]: row["layer"] for row in json.loads(listed.stdout)}
+    assert layers[teaching["rule"]] == str(user.my_rules)
+    assert layers["licence_seat_refused"] == str(user.my_rules)
 
 
 def test_a_second_up_on_a_running_home_refuses_in_one_line_and_touches_nothing(user):
