@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import BinaryIO, TextIO, cast
 
@@ -127,6 +129,7 @@ class Captured:
     stdout_bytes: int = 0
     stderr_bytes: int = 0
     log: str = ""  # stdout and stderr interleaved in the order they arrived
+    interrupted: int = 0  # the signal (SIGINT, SIGTERM) the client was sent while it ran, if any
 
 
 def _pump(source: BinaryIO, sink: BinaryIO | None, keep: HeadTail, both: HeadTail) -> None:
@@ -180,6 +183,19 @@ def capture(
     out_sink = stdout_sink or (_terminal(sys.stdout) if passthrough else None)
     err_sink = stderr_sink or (_terminal(sys.stderr) if passthrough else None)
     make_undumpable()
+    with _passed_on() as signals:
+        return _run(command, head, tail, cwd, out_sink, err_sink, signals)
+
+
+def _run(
+    command: Sequence[str],
+    head: int,
+    tail: int,
+    cwd: str | None,
+    out_sink: BinaryIO | None,
+    err_sink: BinaryIO | None,
+    signals: _Signals,
+) -> Captured:
     started = time.monotonic()
     try:
         process = subprocess.Popen(
@@ -197,6 +213,7 @@ def capture(
             err_sink.flush()
         return Captured(code, "", message, time.monotonic() - started, 0, len(message), log=message)
 
+    signals.now_for(process)
     assert process.stdout is not None and process.stderr is not None
     outputs = (HeadTail(head, tail), HeadTail(head, tail))
     both = HeadTail(head, tail)
@@ -224,7 +241,67 @@ def capture(
         stdout_bytes=outputs[0].total,
         stderr_bytes=outputs[1].total,
         log=both.text(),
+        interrupted=signals.received[0] if signals.received else 0,
     )
+
+
+PASSED_ON = (signal.SIGINT, signal.SIGTERM)
+
+
+class _Signals:
+    """The Ctrl-C and SIGTERM the client received, passed on to the command once it runs."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def now_for(self, process: subprocess.Popen[bytes]) -> None:
+        self.process = process
+        if self.received:  # one that came while the command was being started
+            self._send(self.received[-1])
+
+    def pass_on(self, signum: int, _frame: object) -> None:
+        self.received.append(signum)
+        if self.process is not None:
+            self._send(signum)
+
+    def _send(self, signum: int) -> None:
+        if signum == signal.SIGINT and _terminal_sent_it_to_the_group():
+            return
+        with suppress(OSError):  # the command has just exited
+            assert self.process is not None
+            self.process.send_signal(signum)
+
+
+@contextmanager
+def _passed_on() -> Iterator[_Signals]:
+    """While the command runs, Ctrl-C and SIGTERM are its to answer, not the client's.
+
+    The client does not die of them: it passes them on and waits, so that it
+    exits with the command's own status and still reports the failure. A
+    Ctrl-C typed at the terminal already reached the command (the terminal
+    signals its whole foreground group), so that one is not sent twice. Only
+    the main thread may set handlers: elsewhere the signals act as before.
+    """
+    signals = _Signals()
+    if threading.current_thread() is not threading.main_thread():
+        yield signals
+        return
+    previous = {sig: signal.signal(sig, signals.pass_on) for sig in PASSED_ON}
+    try:
+        yield signals
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _terminal_sent_it_to_the_group() -> bool:
+    """Whether this process runs in its terminal's foreground group, where a Ctrl-C reaches all."""
+    try:
+        with open("/dev/tty", "rb", buffering=0) as tty:
+            return os.tcgetpgrp(tty.fileno()) == os.getpgrp()
+    except OSError:  # no controlling terminal: a signal came from kill, for us alone
+        return False
 
 
 def shell_join(command: Sequence[str]) -> str:

@@ -304,6 +304,14 @@ def cmd_run(args: argparse.Namespace, client: TheowClient) -> int:
     args.wait_seconds = wait_seconds(args)
     args.started = time.time()  # reports older than this are an earlier build's
     result = capture(args.command)
+    if result.interrupted:  # stopped by Ctrl-C or SIGTERM: report the failure, wait for nothing
+        args.wait_seconds, args.retries = 0.0, 0
+        try:
+            if result.exit_code != 0:
+                ask_theow(args, client, result, 0)
+        except KeyboardInterrupt:  # a second Ctrl-C: the failure may be lost, never the status
+            pass
+        return result.exit_code
     reruns = 0
     while result.exit_code != 0 and (rerun := ask_theow(args, client, result, reruns)):
         reruns += 1

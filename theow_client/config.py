@@ -4,8 +4,9 @@ This is also the one place that builds the client's Celery app.
 
 Build agents configure the client through the environment. An explicit
 argument always wins over the environment, and the environment over the
-client's env file (``client.env``, written by ``theow up`` on the machine it
-runs on: the broker URL and a local agent token), and that over the defaults.
+client's env file (``client.env``, written by ``theow up`` into its home: the
+broker URL and a local agent token; found through the home's stack file,
+``theow_client.stack``), and that over the defaults.
 
 >>> import os
 >>> os.environ["THEOW_REDIS_URL"] = "redis://theow.internal:6379/0"
@@ -27,7 +28,7 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 from celery import Celery
 from kombu.entity import Queue
 
-from theow_client import names
+from theow_client import names, stack
 
 ENV_REDIS_URL = "THEOW_REDIS_URL"
 ENV_SPOOL_DIR = "THEOW_SPOOL_DIR"
@@ -36,7 +37,8 @@ ENV_ACTIONS_DIR = "THEOW_ACTIONS_DIR"
 ENV_CLIENT_WAIT = "THEOW_CLIENT_WAIT"
 # The agent's token (``tw1.<name>.<secret>``, from ``theow tokens add NAME --scope agent``).
 ENV_AGENT_TOKEN = "THEOW_AGENT_TOKEN"
-# Where the client's env file is, when not $XDG_CONFIG_HOME/theow/client.env.
+# Where the client's env file is, when not the one of the found home's stack (or, with no
+# stack, $XDG_CONFIG_HOME/theow/client.env).
 ENV_CLIENT_ENV = "THEOW_CLIENT_ENV"
 # How `theow-client run` shows a verdict: ``auto`` (the CI's own forms, chosen from its
 # variables), ``plain`` (the plain block only), or one of ``github``, ``gitlab``, ``buildkite``.
@@ -114,10 +116,14 @@ def redis_url_source(explicit: str | None = None, explicit_name: str = "redis_ur
 
 
 def client_env_path() -> Path:
-    """The client's env file: $THEOW_CLIENT_ENV, else $XDG_CONFIG_HOME (or ~/.config)/theow/client.env."""
+    """The client's env file: $THEOW_CLIENT_ENV, else the one the found home's ``theow up``
+    wrote (its stack file says where), else $XDG_CONFIG_HOME (or ~/.config)/theow/client.env."""
     explicit = os.environ.get(ENV_CLIENT_ENV)
     if explicit:
         return Path(explicit).expanduser()
+    recorded = stack.recorded_client_env()
+    if recorded is not None:
+        return recorded
     base = os.environ.get("XDG_CONFIG_HOME") or "~/.config"
     try:
         return Path(base).expanduser() / "theow" / "client.env"
@@ -125,10 +131,10 @@ def client_env_path() -> Path:
         return Path(tempfile.gettempdir()) / "theow-client.env"
 
 
-def client_env() -> dict[str, str]:
-    """The ``NAME=value`` lines of the client's env file; empty when there is none."""
+def client_env(path: Path | None = None) -> dict[str, str]:
+    """The ``NAME=value`` lines of the client's env file (or ``path``); empty when there is none."""
     try:
-        text = client_env_path().read_text()
+        text = (path or client_env_path()).read_text()
     except (OSError, UnicodeError):
         return {}
     pairs = (line.partition("=") for line in text.splitlines() if not line.startswith("#"))

@@ -3,6 +3,9 @@
 Every setting has an environment variable named ``THEOW_<FIELD>`` (upper
 case), except the LLM key, which is ``GEMINI_API_KEY`` as Google names it.
 ``theow.yaml`` is read from the working directory, or from ``THEOW_CONFIG``.
+Under both lie the settings the running (or last) ``theow up`` of the home
+recorded in its stack file (``theow_client.stack``): a command run later, from
+any directory, sees the stack that ``theow up`` started.
 
 >>> Settings.load(env={"THEOW_REDIS_URL": "redis://cache:6379/0"}).redis_url
 'redis://cache:6379/0'
@@ -22,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
 from theow_client.config import port_problem, redis_url_problem, safe_url
 from theow_client.jsontypes import Json, JsonObject
 from theow_client.names import DEFAULT_MILVUS_URI, DEFAULT_REDIS_URL
+from theow_client.stack import StackFileError, find_home, read_stack, stack_file
 
 CONFIG_FILE = "theow.yaml"
 # Variables whose names do not follow THEOW_<FIELD>.
@@ -236,35 +240,25 @@ class Settings(BaseModel):
         return self.action_layers[-1]
 
     @classmethod
-    def load(cls, env: Mapping[str, str] | None = None, path: Path | None = None) -> Settings:
+    def load(
+        cls, env: Mapping[str, str] | None = None, path: Path | None = None, stack: bool = True
+    ) -> Settings:
+        """Defaults, then the found home's stack file (``stack=False``: not it), then
+        theow.yaml, then the environment; ``home`` is found as ``theow_client.stack`` says."""
         env = os.environ if env is None else env
-        data: JsonObject = {}
-        origin: dict[str, str] = {}  # setting -> where it was written, for messages
-        file = path or Path(env.get("THEOW_CONFIG", CONFIG_FILE))
-        if file.is_file():
-            try:
-                loaded = yaml.safe_load(file.read_text()) or {}
-            except yaml.YAMLError as exc:
-                raise ConfigError(f"{file}: invalid YAML: {exc}") from exc
-            if not isinstance(loaded, dict):
-                raise ConfigError(f"{file}: must be a mapping of settings")
-            _check_keys(file, loaded)
-            data.update(loaded)
-            origin.update({key: f"{file} key {key}" for key in loaded})
-        for name, info in cls.model_fields.items():
-            var = ENV_ALIASES.get(name, f"THEOW_{name.upper()}")
-            if var in env:
-                data[name] = _from_env(env[var], info.annotation, name)
-                origin[name] = var
+        data, origin, file = _gather(env, path)
+        if data.get("home") in (None, ""):
+            data["home"] = str(find_home(env))
+        if stack:
+            _under_recorded(data, origin, Path(str(data["home"])))
         _check_layers(data)
         try:
             settings = cls.model_validate(data)
         except ValidationError as exc:
             first = exc.errors()[0]
             field = ".".join(str(p) for p in first["loc"])
-            raise ConfigError(
-                f"setting {field!r}: {first['msg']} (from {file} or environment)"
-            ) from None
+            where = origin.get(field, f"{file} or environment")
+            raise ConfigError(f"setting {field!r}: {first['msg']} (from {where})") from None
         _check_urls(settings, origin)
         _check_prices(settings, origin)
         _check_budget(settings, origin)
@@ -273,8 +267,56 @@ class Settings(BaseModel):
         return with_embedded_password(settings)
 
     @classmethod
+    def given(cls, env: Mapping[str, str] | None = None, path: Path | None = None) -> set[str]:
+        """The settings theow.yaml or the environment sets (what ``theow up`` records)."""
+        return set(_gather(os.environ if env is None else env, path)[0])
+
+    @classmethod
     def env_names(cls) -> list[str]:
         return [ENV_ALIASES.get(n, f"THEOW_{n.upper()}") for n in cls.model_fields]
+
+
+def _gather(env: Mapping[str, str], path: Path | None) -> tuple[JsonObject, dict[str, str], Path]:
+    """The settings theow.yaml and the environment give, where each was written, and the file."""
+    data: JsonObject = {}
+    origin: dict[str, str] = {}  # setting -> where it was written, for messages
+    file = path or Path(env.get("THEOW_CONFIG", CONFIG_FILE))
+    if file.is_file():
+        try:
+            loaded = yaml.safe_load(file.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{file}: invalid YAML: {exc}") from exc
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{file}: must be a mapping of settings")
+        _check_keys(file, loaded)
+        data.update(loaded)
+        origin.update({key: f"{file} key {key}" for key in loaded})
+    for name, info in Settings.model_fields.items():
+        var = ENV_ALIASES.get(name, f"THEOW_{name.upper()}")
+        if var in env:
+            data[name] = _from_env(env[var], info.annotation, name)
+            origin[name] = var
+    return data, origin, file
+
+
+def _under_recorded(data: JsonObject, origin: dict[str, str], home: Path) -> None:
+    """Add the settings ``theow up`` recorded in ``home``'s stack file under those given here."""
+    try:
+        record = read_stack(home)
+    except StackFileError as exc:
+        raise ConfigError(str(exc)) from None
+    if record is None:
+        return
+    for name, value in record.settings.items():
+        if name in Settings.model_fields and name not in data and name != "home":
+            # "only this directory" recorded, but layers given here (or the reverse): theirs, not both.
+            kind = name.partition("_")[0]
+            if name.endswith(("_dir", "_dirs")) and any(
+                k in data for k in (f"{kind}_dir", f"{kind}_dirs")
+            ):
+                continue
+            data[name] = value
+            origin[name] = f"{stack_file(home)} setting {name}"
 
 
 # The embedded Valkey's generated password (``theow up`` writes it, mode 0600).

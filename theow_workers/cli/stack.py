@@ -137,19 +137,30 @@ def up(
     """
     from urllib.parse import urlsplit, urlunsplit
 
-    from theow_workers.client_env import LOCAL_AGENT, grant_broker_access
+    from theow_client.stack import STACK_FILE, user_home
+    from theow_workers.client_env import LOCAL_AGENT, client_env_file, grant_broker_access
     from theow_workers.config import VALKEY_PASSWORD_FILE
     from theow_workers.ops.flower import FlowerError, flower_command
     from theow_workers.stack import EmbeddedStack, StackError, with_port
+    from theow_workers.stack.record import StackRunning, claim, running, write_stack_file
     from theow_workers.stack.supervisor import Supervisor
     from theow_workers.web.auth import WebAuthError
     from theow_workers.web.server import web_command
 
-    s = load_settings()
+    s = _settings_of_up()
+    home = s.home.resolve()
+    already = running(home)
+    if already is not None:  # before anything: no token, no env file, no server touched
+        raise fail(str(StackRunning(home, already)))
+    given = Settings.given() | {"redis_url", "milvus_uri"}
     if redis_port is not None:
         s = s.model_copy(update={"redis_url": with_port(s.redis_url, redis_port)})
     if milvus_port is not None:
         s = s.model_copy(update={"milvus_uri": with_port(s.milvus_uri, milvus_port)})
+    for name, port in (("web_port", web_port), ("flower_port", flower_port)):
+        if port is not None:
+            s = s.model_copy(update={name: port})
+            given.add(name)
     if s.explore:
         refuse_to_explore_without(s)
     if s.explain:
@@ -172,8 +183,14 @@ def up(
         ports.append(("127.0.0.1", flower_port or s.flower_port, "--flower-port"))
     refuse_taken_ports(ports)
     try:
+        lock = claim(home)  # held until this process ends, however it ends
+    except StackRunning as exc:  # another `theow up` on this home started meanwhile
+        raise fail(str(exc)) from None
+    try:
+        env_file = client_env_file(s)
+        write_stack_file(s, given, env_file, {flag[2:-5]: port for _, port, flag in ports})
         # First: a client started with the stack finds its token as soon as Valkey listens.
-        env_file, token = _local_client(s)
+        token = _local_client(s, env_file, web_cmd.url if web_cmd is not None else None)
         with waiting("starting Valkey, Milvus Lite and SQLite", after=0):
             stack.start()
         grant_broker_access(stack.settings, LOCAL_AGENT, token)
@@ -182,6 +199,7 @@ def up(
             child.proc = child.proc or child.start()
     except (StackError, OSError) as exc:
         stack.stop()
+        os.close(lock)
         raise fail(str(exc)) from None
     parts = urlsplit(s.redis_url)  # the address only: the password is never printed
     broker = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
@@ -189,6 +207,12 @@ def up(
     if (stack.home / VALKEY_PASSWORD_FILE).exists():  # else it is THEOW_REDIS_URL's own
         out.print(f"the broker's password is in {stack.home / VALKEY_PASSWORD_FILE}")
     out.print(f"theow-client on this machine: its broker user and agent token are in {env_file}")
+    where = (
+        "any directory without a .theow/ of its own"
+        if home == user_home()
+        else f"{home.parent} and below (elsewhere: THEOW_HOME={home})"
+    )
+    out.print(f"stack recorded in {home / STACK_FILE}: theow and theow-client find it from {where}")
     if flower_cmd is not None:
         out.print(f"flower: {flower_cmd.url} (user {s.flower_user}, THEOW_FLOWER_PASSWORD)")
     if web_cmd is not None:
@@ -209,6 +233,7 @@ def up(
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         out.print("stopping…")
         stack.stop()
+        os.close(lock)
 
 
 def _children(
@@ -277,19 +302,28 @@ def _say(line: str, loud: bool) -> None:
     err.print(line, style="bold red" if loud else "yellow", markup=False, highlight=False)
 
 
-def _local_client(s: Settings) -> tuple[Path, str]:
-    """A local agent token, written with the broker URL where ``theow-client`` finds them."""
-    from theow_workers.client_env import local_agent_token, write_client_env
+def _settings_of_up() -> Settings:
+    """``theow up``'s settings: its line, environment and theow.yaml, never an earlier run's record."""
+    from theow_workers.config import ConfigError
+
+    try:
+        return Settings.load(stack=False)
+    except ConfigError as exc:
+        raise fail(str(exc), 2) from None
+
+
+def _local_client(s: Settings, env_file: Path, console_url: str | None) -> str:
+    """A local agent token, written with the broker URL to ``env_file``, where ``theow-client`` finds them."""
+    from theow_workers.client_env import LOCAL_AGENT, local_agent_token, write_client_env
+    from theow_workers.ops.acl import agent_url
     from theow_workers.store.tokens import TokenStore
 
     tokens = TokenStore.at(s.store_url)
-    token = local_agent_token(tokens)
+    token = local_agent_token(tokens, env_file)
     tokens.close()
-    from theow_workers.client_env import LOCAL_AGENT
-    from theow_workers.ops.acl import agent_url
-
     # The agent's own broker user, never the workers' (admin) credentials.
-    return write_client_env(s, agent_url(s.redis_url, LOCAL_AGENT, token), token), token
+    write_client_env(env_file, agent_url(s.redis_url, LOCAL_AGENT, token), token, console_url)
+    return token
 
 
 def refuse_taken_ports(ports: list[tuple[str, int, str]]) -> None:
@@ -317,5 +351,15 @@ def demo(
 ) -> None:
     """Start the embedded stack, submit example failures, print what was resolved, stop."""
     from theow_workers.demo import run_demo
+    from theow_workers.stack.record import StackRunning, claim
 
-    raise typer.Exit(run_demo(load_settings(), failures, timeout, out))
+    settings = load_settings()
+    try:  # the demo starts its own servers on the home: never beside a running stack's
+        lock = claim(settings.home.resolve())
+    except StackRunning as exc:
+        raise fail(str(exc)) from None
+    try:
+        code = run_demo(settings, failures, timeout, out)
+    finally:
+        os.close(lock)
+    raise typer.Exit(code)
