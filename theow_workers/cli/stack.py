@@ -194,6 +194,7 @@ def up(
         with waiting("starting Valkey, Milvus Lite and SQLite", after=0):
             stack.start()
         grant_broker_access(stack.settings, LOCAL_AGENT, token)
+        _sync_agent_users(stack.settings)
         children = _children(stack, workers, flower_cmd, web_cmd)
         for child in children:
             child.proc = child.proc or child.start()
@@ -310,6 +311,23 @@ def _settings_of_up() -> Settings:
         return Settings.load(stack=False)
     except ConfigError as exc:
         raise fail(str(exc), 2) from None
+
+
+def _sync_agent_users(s: Settings) -> None:
+    """Agents' broker users made by an earlier version get today's profile; revoked ones go."""
+    from theow_workers.ops.acl import AclError, sync_agent_users
+    from theow_workers.store.tokens import TokenStore
+
+    tokens = TokenStore.at(s.store_url)
+    try:
+        _, closed = sync_agent_users(s, tokens)
+    except AclError as exc:  # the stack runs; the agents keep the profile they had
+        out.print(f"[yellow]warning:[/] agents' broker users not brought up to date: {exc}")
+        return
+    finally:
+        tokens.close()
+    if closed:
+        out.print(f"revoked tokens' broker users deleted: {', '.join(closed)}")
 
 
 def _local_client(s: Settings, env_file: Path, console_url: str | None) -> str:

@@ -125,21 +125,11 @@ def tokens_broker_sync() -> None:
     Run after an upgrade: a broker user keeps the rules it was made with. Its
     password (the agent's token) is kept; a revoked token's user is deleted.
     """
-    from theow_workers.ops.acl import AclError, refresh_agent_user, revoke_agent_user
-    from theow_workers.store.tokens import revocation
+    from theow_workers.ops.acl import AclError, sync_agent_users
 
     settings, store = load_settings(), _store()
-    changed, closed = [], []
     try:
-        for token in store.list():
-            known = store.known(token.name)
-            if token.scope != "agent" or known is None:
-                continue
-            if token.revoked_at is not None:
-                if revoke_agent_user(settings, token.name, revocation(token.name, known.key)):
-                    closed.append(token.name)
-            elif refresh_agent_user(settings, token.name):
-                changed.append(token.name)
+        changed, closed = sync_agent_users(settings, store)
     except AclError as exc:
         raise fail(str(exc)) from None
     out.print(

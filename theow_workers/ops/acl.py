@@ -33,11 +33,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from theow_client import names
 from theow_workers.config import Settings
+
+if TYPE_CHECKING:
+    from theow_workers.store.tokens import TokenStore
 
 USER_PREFIX = "agent-"
 # Read commands on the agent's own verdict keys: a verdict may be a string
@@ -159,6 +162,27 @@ def refresh_agent_user(settings: Settings, name: str) -> bool:
         ) from None
     finally:
         client.close()
+
+
+def sync_agent_users(settings: Settings, store: TokenStore) -> tuple[list[str], list[str]]:
+    """Every agent's broker user given this profile, revoked ones closed: (changed, closed).
+
+    ``theow tokens broker-sync`` after an upgrade, and ``theow up`` each time it
+    starts, so users made by an earlier version lose what the profile no longer allows.
+    """
+    from theow_workers.store.tokens import revocation
+
+    changed, closed = [], []
+    for token in store.list():
+        known = store.known(token.name)
+        if token.scope != "agent" or known is None:
+            continue
+        if token.revoked_at is not None:
+            if revoke_agent_user(settings, token.name, revocation(token.name, known.key)):
+                closed.append(token.name)
+        elif refresh_agent_user(settings, token.name):
+            changed.append(token.name)
+    return changed, closed
 
 
 def revoke_agent_user(settings: Settings, name: str, revoked: str) -> bool:
