@@ -197,7 +197,10 @@ def review_approve(
     edit: Annotated[bool, typer.Option("--edit", help="Edit the rule in $EDITOR first.")] = False,
     replace_shipped: Annotated[
         bool,
-        typer.Option("--replace-shipped", help="Allow changing a shipped action file."),
+        typer.Option(
+            "--replace-shipped",
+            help="Allow replacing a shipped action: editing its file, or its name in any layer.",
+        ),
     ] = False,
 ) -> None:
     """Write the rules and apply the action diffs to the working tree (not committed).

@@ -4,7 +4,8 @@ Approve writes ``<name>.rule.yaml`` into the last rule layer, the user's
 (refused if any layer defines the name: rules are immutable), applies each
 action diff (refused outside the last rule and action layers, so never into
 the shipped ones when a user layer exists, and refused when the target
-changed since the diff was made),
+changed since the diff was made; a file defining a shipped action's name,
+in whatever layer, needs ``replace_shipped`` as editing the shipped file does),
 re-validates the rule against the failure it came from, and records who
 approved and when. Nothing is committed to git: the files change in the
 working tree for the reviewer to commit. Either every file is written or none.
@@ -240,7 +241,7 @@ def _apply(
         loaded = load_in_child(action_layers, proposed)
     except ActionCheckFailed as exc:
         raise ReviewError(str(exc)) from None
-    _check_defined(proposed, action_layers, loaded)
+    _check_defined(proposed, action_layers, loaded, replace_shipped)
 
     originals = {path: _read(path) for path in files}
     try:
@@ -269,20 +270,58 @@ def _apply(
 
 
 def _check_defined(
-    proposed: dict[str, str], action_layers: Sequence[Path], loaded: Sequence[LoadedAction]
+    proposed: dict[str, str],
+    action_layers: Sequence[Path],
+    loaded: Sequence[LoadedAction],
+    replace_shipped: bool,
 ) -> None:
-    """Each proposed file registers an action, and keeps every action it registered before."""
+    """Each proposed file registers an action, keeps every action it registered before,
+    and takes no shipped action's name unless ``replace_shipped``.
+
+    A later layer wins on an action's name, so a new file of the user's layer
+    defining a shipped name replaces the shipped action as surely as editing
+    its file would. A name the file already defined was chosen before: no flag.
+    """
     actions_dir = action_layers[-1].resolve()
     for name in proposed:
         path = actions_dir / name
         registered = {a.name for a in loaded if Path(a.file).resolve() == path}
         if not registered:
             raise ReviewError(f"actions/{name}: defines no @action: refused")
-        dropped = set(actions_in(_read(path) or "")) - registered
+        before = set(actions_in(_read(path) or ""))
+        dropped = before - registered
         if dropped:
             raise ReviewError(
                 f"actions/{name}: no longer defines {', '.join(sorted(dropped))}: refused"
             )
+        shipped = shipped_actions(action_layers[0], besides=path)
+        taken = sorted((registered - before) & shipped.keys())
+        if taken and not replace_shipped:
+            where = ", ".join(f"{n!r} ({shipped[n]})" for n in taken)
+            raise ReviewError(
+                f"actions/{name} defines the shipped action {where}: approving replaces it; "
+                "read the diff and approve with `theow review approve --replace-shipped` "
+                "if you mean it"
+            )
+
+
+def shipped_actions(shipped_dir: Path, besides: Path) -> dict[str, Path]:
+    """Every action name the shipped layer's files define, with its file, but ``besides``'s.
+
+    Read from the source, never imported: the shipped files are the reference,
+    and a name they define is one a proposal may not take silently.
+    """
+    found: dict[str, Path] = {}
+    for file in sorted(shipped_dir.resolve().glob("*.py")):
+        if file == besides:
+            continue
+        try:
+            text = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        for action_name in actions_in(text):
+            found.setdefault(action_name, file)
+    return found
 
 
 def reject(store: ExploreStore, proposal_id: str, reason: str, by: str | None = None) -> Proposal:
