@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint up clean catalogue
+.PHONY: install demo test test-fast lint up clean catalogue
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,8 +22,16 @@ demo: install
 up: install
 	$(BIN)/theow up
 
+# The whole suite, on four processes (each with services of its own, tests/conftest.py), in
+# random order (`-p no:randomly` keeps the file order). The suite waits on servers and worker
+# processes more than it computes, so four processes beat two on a 2-core machine.
+PYTEST_WORKERS ?= 4
 test: install
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+
+# The inner loop: unit, contract and documentation-example tests that start no server.
+test-fast: install
+	$(BIN)/pytest -q -n 2 --dist worksteal -m "not services" tests/unit tests/contract $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check .
