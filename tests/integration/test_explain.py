@@ -315,12 +315,10 @@ def test_a_429_is_recorded_and_the_cause_rests_before_it_is_asked_again(scripted
 def test_a_model_that_does_not_answer_in_time_is_recorded_as_failed(scripted):
     wire = scripted.wire
     scripted.fake.script("local-model", [wire.Slow(3), wire.Slow(3), wire.Slow(3)])
-    started = time.monotonic()
     result = explain_one(scripted, "foxtrot")
     assert result["state"] == "failed"
     assert "timed out" in result["reason"].lower() or "timeout" in result["reason"].lower()
-    assert len(scripted.fake.requests) == 3  # the request and its two quick retries
-    assert time.monotonic() - started < 30
+    assert len(scripted.fake.requests) == 3  # the request and its two quick retries, no more
 
 
 def test_failures_show_and_the_console_show_the_explanation_as_text(scripted, monkeypatch):
