@@ -23,11 +23,15 @@ up: install
 	$(BIN)/theow up
 
 # The whole suite, on four processes (each with services of its own, tests/conftest.py), in
-# random order (`-p no:randomly` keeps the file order). The suite waits on servers and worker
-# processes more than it computes, so four processes beat two on a 2-core machine.
+# random order: `make test SEED=N` repeats an order, `make test RANDOM_ORDER="-p no:randomly"`
+# keeps the files' order. The suite waits on servers and worker processes more than it
+# computes, so four processes beat two on a 2-core machine.
 PYTEST_WORKERS ?= 4
+SEED ?= $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+RANDOM_ORDER ?= -p randomly --randomly-seed=$(SEED)
 test: install
-	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+	@echo "make test: random order seed $(SEED)"
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist worksteal $(RANDOM_ORDER) $(PYTEST_ARGS)
 
 # The inner loop: unit, contract and documentation-example tests that start no server.
 test-fast: install

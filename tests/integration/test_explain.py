@@ -131,6 +131,7 @@ class _Stack:
         return wait_until(every, timeout, "every failure's explanation")
 
 
+@pytest.mark.slow
 def test_a_thousand_failures_of_twenty_causes_cost_twenty_model_calls_and_a_thousand_more_none(
     explainers,
 ):

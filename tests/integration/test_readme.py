@@ -441,6 +441,7 @@ def runnable(block: Block) -> bool:
     return block.action == "file" or (block.action == "run" and block.lang in CHECKED)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)  # the README's quick start alone may take its five minutes
 @pytest.mark.parametrize("page", PAGES, ids=page_id)
 def test_the_examples_of_each_page_run_as_written(
