@@ -27,7 +27,10 @@ up: install
 # keeps the files' order. The suite waits on servers and worker processes more than it
 # computes, so four processes beat two on a 2-core machine.
 PYTEST_WORKERS ?= 4
-SEED ?= $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+# Drawn once (`SEED ?= $(shell ...)` would draw it anew at each use).
+ifndef SEED
+SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+endif
 RANDOM_ORDER ?= -p randomly --randomly-seed=$(SEED)
 test: install
 	@echo "make test: random order seed $(SEED)"
