@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint up clean catalogue
+.PHONY: install demo test test-fast lint up clean catalogue
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,8 +22,23 @@ demo: install
 up: install
 	$(BIN)/theow up
 
+# The whole suite, on four processes (each with services of its own, tests/conftest.py), in
+# random order: `make test SEED=N` repeats an order, `make test RANDOM_ORDER="-p no:randomly"`
+# keeps the files' order. The suite waits on servers and worker processes more than it
+# computes, so four processes beat two on a 2-core machine.
+PYTEST_WORKERS ?= 4
+# Drawn once (`SEED ?= $(shell ...)` would draw it anew at each use).
+ifndef SEED
+SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+endif
+RANDOM_ORDER ?= -p randomly --randomly-seed=$(SEED)
 test: install
-	$(BIN)/pytest -q
+	@echo "make test: random order seed $(SEED)"
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist worksteal $(RANDOM_ORDER) $(PYTEST_ARGS)
+
+# The inner loop: unit, contract and documentation-example tests that start no server.
+test-fast: install
+	$(BIN)/pytest -q -n 2 --dist worksteal -m "not services" tests/unit tests/contract $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check .

@@ -8,6 +8,14 @@
   ``THEOW_TEST_DATABASE_URL`` is set.
 
 A test skipped for a missing service fails instead when ``CI`` is set.
+
+Under pytest-xdist (``-n 4``) each worker process has services of its own, so
+no two tests running at once share state: its own Valkey, Milvus Lite server
+and temporary directory; with ``THEOW_TEST_REDIS_URL``, its own two databases
+of that Redis (``gwN``: base + 2N and the next, the second for the client
+tests); with ``THEOW_TEST_DATABASE_URL``, its own PostgreSQL database
+``<name>_gwN``, created when missing. Both variables are rewritten in the
+worker's environment, so tests and the processes they start read the worker's.
 """
 
 from __future__ import annotations
@@ -21,13 +29,111 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
 T = TypeVar("T")
+
+
+REDIS_DATABASES = 16  # Redis's default `databases`
+DATABASES_PER_WORKER = 2  # the worker's own, and the client tests' (conftest_client.py)
+
+
+def xdist_worker() -> int | None:
+    """This pytest-xdist worker's number (``gw3`` is 3), or None when not under xdist."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(name.removeprefix("gw")) if name.startswith("gw") else None
+
+
+# Set by GNU readline when a worker imports it (pdb does): commands the tests run would
+# wrap their output at 80 columns there and nowhere else.
+TERMINAL_VARIABLES = ("COLUMNS", "LINES")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """xdist, on the controller: a worker gets the controller's terminal variables."""
+    node.workerinput["theow_terminal"] = {k: os.environ.get(k) for k in TERMINAL_VARIABLES}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """An xdist worker's own Redis databases and PostgreSQL database, in its environment."""
+    worker = xdist_worker()
+    if worker is None:
+        return
+    terminal = getattr(config, "workerinput", {}).get("theow_terminal", {})
+    for key, value in terminal.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    redis_url = os.environ.get("THEOW_TEST_REDIS_URL")
+    if redis_url:
+        os.environ["THEOW_TEST_REDIS_URL"] = worker_redis_url(redis_url, worker)
+    database_url = os.environ.get("THEOW_TEST_DATABASE_URL")
+    if database_url:
+        os.environ["THEOW_TEST_DATABASE_URL"] = worker_database_url(database_url, worker)
+
+
+# A test whose fixtures include one of these starts or uses a server.
+SERVER_FIXTURES = frozenset({"redis_url", "milvus_uri", "embedded_valkey"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the tests that need a server ``services``: ``make test-fast`` runs the others."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        marked = item.get_closest_marker("postgresql") or item.get_closest_marker("integration")
+        if names & SERVER_FIXTURES or marked:
+            item.add_marker(pytest.mark.services)
+
+
+def redis_database(url: str, offset: int) -> str:
+    """``url`` with its database number moved on by ``offset`` (modulo Redis's 16)."""
+    parts = urlsplit(url)
+    base = int(parts.path.strip("/") or 0)
+    return urlunsplit(parts._replace(path=f"/{(base + offset) % REDIS_DATABASES}"))
+
+
+def worker_redis_url(url: str, worker: int) -> str:
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", worker + 1))
+    if count * DATABASES_PER_WORKER > REDIS_DATABASES:
+        raise pytest.UsageError(
+            f"THEOW_TEST_REDIS_URL {url}: {count} xdist workers need "
+            f"{count * DATABASES_PER_WORKER} databases of its {REDIS_DATABASES}; "
+            f"use -n {REDIS_DATABASES // DATABASES_PER_WORKER} or fewer, or unset it "
+            "(each worker then starts a Valkey of its own)"
+        )
+    return redis_database(url, worker * DATABASES_PER_WORKER)
+
+
+def worker_database_url(url: str, worker: int) -> str:
+    """The worker's own database beside ``url``'s (``test`` → ``test_gw2``), created if missing.
+
+    Tests drop and recreate the schema of the database they are given: two workers
+    on one database would drop each other's tables mid-test.
+    """
+    from sqlalchemy import create_engine, make_url, text
+
+    base = make_url(url)
+    own = base.set(database=f"{base.database}_gw{worker}")
+    engine = create_engine(base, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            exists = conn.execute(
+                text("SELECT 1 FROM pg_database WHERE datname = :name"), {"name": own.database}
+            ).first()
+            if not exists:
+                conn.execute(text(f'CREATE DATABASE "{own.database}"'))
+    except Exception:  # no server: the tests that need it say so (skip, or fail in CI)
+        pass
+    finally:
+        engine.dispose()
+    return own.render_as_string(hide_password=False)
 
 
 def unavailable(what: str) -> None:

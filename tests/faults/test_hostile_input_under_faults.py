@@ -27,7 +27,7 @@ from theow_workers.store.results import SqlStore
 from theow_workers.store.schema import FailureRow, VerdictRow
 from theow_workers.wire import MAX_MESSAGE_DEPTH, deeper_than
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(400)]
 
 GOOD = 1000
 # Stored sizes no hostile input may exceed (characters of JSON, or of text).

@@ -23,7 +23,7 @@ from theow_workers.store.schema import make_engine, migrate
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.fixture

@@ -19,13 +19,13 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis
 from celery import Celery  # type: ignore[import-untyped]
 from celery.contrib.testing.worker import start_worker  # type: ignore[import-untyped]
 
+from tests.conftest import redis_database
 from theow_client import names
 from theow_client.verdict import BoundAction, Status, Verdict
 
@@ -83,17 +83,15 @@ def actions_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def client_redis_url(redis_url: str) -> Iterator[str]:
-    """The test Redis of tests/conftest.py, in a database of the client tests' own, flushed
-    before and after the module.
+    """The test Redis of tests/conftest.py, in a database of the client tests' own (the one
+    after the session's), flushed before and after the module.
 
     That fixture uses THEOW_TEST_REDIS_URL when set, else starts Valkey, and
     skips (fails under CI) when neither is available. Real workers of other
     modules listen on its database; one still shutting down would take the fake
     resolver's tasks, so these tests use another database. Only it is flushed.
     """
-    parts = urlsplit(redis_url)
-    own = "/12" if parts.path.strip("/") != "12" else "/13"
-    url = urlunsplit(parts._replace(path=own))
+    url = redis_database(redis_url, 1)  # the second of this xdist worker's two (conftest.py)
     client = redis.Redis.from_url(url)
     client.flushdb()
     yield url

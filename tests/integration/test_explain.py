@@ -131,6 +131,7 @@ class _Stack:
         return wait_until(every, timeout, "every failure's explanation")
 
 
+@pytest.mark.slow
 def test_a_thousand_failures_of_twenty_causes_cost_twenty_model_calls_and_a_thousand_more_none(
     explainers,
 ):
@@ -315,12 +316,10 @@ def test_a_429_is_recorded_and_the_cause_rests_before_it_is_asked_again(scripted
 def test_a_model_that_does_not_answer_in_time_is_recorded_as_failed(scripted):
     wire = scripted.wire
     scripted.fake.script("local-model", [wire.Slow(3), wire.Slow(3), wire.Slow(3)])
-    started = time.monotonic()
     result = explain_one(scripted, "foxtrot")
     assert result["state"] == "failed"
     assert "timed out" in result["reason"].lower() or "timeout" in result["reason"].lower()
-    assert len(scripted.fake.requests) == 3  # the request and its two quick retries
-    assert time.monotonic() - started < 30
+    assert len(scripted.fake.requests) == 3  # the request and its two quick retries, no more
 
 
 def test_failures_show_and_the_console_show_the_explanation_as_text(scripted, monkeypatch):

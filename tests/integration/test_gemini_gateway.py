@@ -385,11 +385,10 @@ def test_a_per_minute_429_longer_than_the_wait_budget_ends_the_session(
 ) -> None:
     fake.script(MODEL, [quota_error(retry_delay="30s")])
 
-    started = time.monotonic()
     with pytest.raises(QuotaExhausted) as stopped:
         gateway.tool_session("go", tools(), Budget(max_wait_seconds=5))
 
-    assert time.monotonic() - started < 5
+    assert len(fake.requests) == 1  # not waited out and asked again
     assert not stopped.value.daily
     assert stopped.value.retry_after == 30
 

@@ -17,7 +17,7 @@ import pytest
 
 from theow_client import Status
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 # The acceptance path runs on PostgreSQL as well as SQLite.
 FLEET_DATABASES = ("sqlite", "postgresql")

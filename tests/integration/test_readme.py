@@ -79,7 +79,6 @@ FAILURE_ID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9
 COMMAND_TIMEOUT = 300  # `theow demo` on a machine whose caches are cold
 READY_TIMEOUT = 180
 README_LINES = 400
-QUICK_START_SECONDS = 300
 
 
 def page_id(page: Path) -> str:
@@ -442,16 +441,7 @@ def runnable(block: Block) -> bool:
     return block.action == "file" or (block.action == "run" and block.lang in CHECKED)
 
 
-def finish(own: Session, started: float, page: Path) -> list[str]:
-    """Stop what a page's own stack section started; problems, a slow section among them."""
-    problems = own.stop()
-    took = time.monotonic() - started
-    if took > QUICK_START_SECONDS:
-        problems.append(f"{page_id(page)}: its own stack's examples took {took:.0f}s, "
-                        f"more than {QUICK_START_SECONDS}s")  # fmt: skip
-    return problems
-
-
+@pytest.mark.slow
 @pytest.mark.timeout(900)  # the README's quick start alone may take its five minutes
 @pytest.mark.parametrize("page", PAGES, ids=page_id)
 def test_the_examples_of_each_page_run_as_written(
@@ -461,21 +451,19 @@ def test_the_examples_of_each_page_run_as_written(
     stem = page_id(page).replace("/", "-")
     shared = Session(env, checkout_copy(base / stem))
     own: Session | None = None
-    started = 0.0
     problems: list[str] = []
     try:
         for block in blocks(page):
             if block.stack == "own" and own is None:
                 scratch = base / f"{stem}-own"
                 own = Session(own_stack_environment(scratch), checkout_copy(scratch / "work"))
-                started = time.monotonic()
             if block.stack == "shared" and own is not None:
-                problems += finish(own, started, page)
+                problems += own.stop()
                 own = None
             if runnable(block):
                 problems += run_block(block, own if own is not None else shared)
     finally:
         if own is not None:
-            problems += finish(own, started, page)
+            problems += own.stop()
         problems += shared.stop()
     assert not problems, "\n\n".join(problems)

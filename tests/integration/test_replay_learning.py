@@ -19,7 +19,7 @@ import pytest
 from tests.integration.conftest_replay import *  # noqa: F403
 from tests.integration.conftest_replay import ReplayFleet
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 # Five causes no fixture rule knows, each in three wordings with its own params.
 CAUSES = {

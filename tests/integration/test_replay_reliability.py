@@ -14,7 +14,7 @@ from tests.integration.conftest_replay import *  # noqa: F403
 from tests.integration.conftest_replay import ReplayFleet, counted_once, history_lines
 from theow_client import Status
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def assert_each_failure_counted_once(replay_fleet: ReplayFleet, job_id: str, replayed: int) -> None:

@@ -20,7 +20,7 @@ import pytest
 from tests.integration.conftest_replay import *  # noqa: F403
 from tests.integration.conftest_replay import ReplayFleet
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SHIPPED = Path(__file__).resolve().parents[2] / "rules"
 WRAPPERS = ("make_recipe_failed", "rake_aborted")

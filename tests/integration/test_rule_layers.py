@@ -68,6 +68,7 @@ def layered_fleet(
             client.close()
 
 
+@pytest.mark.slow
 def test_a_worker_reloads_a_changed_rule_of_the_user_layer(layered_fleet):
     fleet, mine = layered_fleet
     fleet.start_worker()

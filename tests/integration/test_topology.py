@@ -39,7 +39,7 @@ from theow_client import Status, TheowClient
 from theow_workers.store.results import SqlStore
 from theow_workers.store.schema import FailureRow, ProposalRow, VerdictRow
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"

@@ -252,6 +252,7 @@ def test_a_reviewer_approves_a_proposal_and_finds_its_rule_in_the_catalogue(
         assert time.monotonic() < deadline, queue.inner_text()
         page.reload()
     unmatched = HISTORY - RESOLVED + 1
+    waiting = queue.locator("tbody tr").count()
     first = queue.locator("tbody tr").first.inner_text()  # the most affecting first
     assert "web_linker_rule" in first and f"{unmatched} of {stored} stored failures" in first
     screenshot(page, "queue", tmp_path)
@@ -280,8 +281,10 @@ def test_a_reviewer_approves_a_proposal_and_finds_its_rule_in_the_catalogue(
     page.click("#rules >> text=web_echo_rule")
     assert "WEBECHO (?P<word>" in page.locator("#rule").inner_text()
     page.goto("/queue")
+    # Approving takes its own proposal out of the queue, and only it (another test of the
+    # module, in any order, may have rejected web_other_rule already).
     assert page.locator("#queue").get_by_text("web_echo_rule").count() == 0
-    assert page.locator("#queue").get_by_text("web_other_rule").count() == 1
+    assert page.locator("#queue tbody tr").count() == waiting - 1
 
     page.goto("/insight")
     assert page.locator("svg.chart").count() == 4

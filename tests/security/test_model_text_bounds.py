@@ -106,16 +106,14 @@ def explore(fake: FakeGemini, tmp_path: Path, redis_client: Any) -> Explore:
     return run
 
 
-def test_an_alias_bomb_is_refused_before_it_expands_in_little_time_and_memory():
+def test_an_alias_bomb_is_refused_before_it_expands_in_little_memory():
     assert len(ALIAS_BOMB) < 500
     tracemalloc.start()
-    started = time.monotonic()
     with pytest.raises(RuleError, match=r"YAML anchors .* are not allowed"):
         parse_rule(ALIAS_BOMB)
-    elapsed = time.monotonic() - started
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    assert elapsed < 0.5 and peak < 1_000_000
+    assert peak < 1_000_000  # expanded, the bomb's billion strings would be gigabytes
 
 
 def test_an_alias_bomb_given_to_test_rule_goes_back_to_the_model_as_an_error_not_a_huge_request(

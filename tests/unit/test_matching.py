@@ -1,7 +1,5 @@
 """Validating facts and binding action params."""
 
-import time
-
 import pytest
 
 from theow_workers.core.rules.matching import evaluate, required_literal
@@ -72,11 +70,11 @@ def test_operators_on_one_fact_are_anded_and_non_strings_compare_as_text():
 
 def test_a_backtracking_regex_on_a_long_line_gives_up_quickly_instead_of_stalling():
     r = rule("  - {fact: stderr, regex: '(a+)+$'}", mode="track")
-    started = time.monotonic()
+    # Unbounded, this search runs for longer than the universe has existed: an answer at
+    # all, naming the timeout, is the search given up.
     match = evaluate(r, {"stderr": "a" * 50_000 + "!"}, regex_timeout=0.05)
     assert not match.ok
     assert "timed out" in match.reason
-    assert time.monotonic() - started < 2
 
 
 @pytest.mark.parametrize(

@@ -95,16 +95,13 @@ def test_merging_with_prefix_filtering_finds_what_comparing_every_pair_finds():
             assert jaccard(a, b) < 0.8
 
 
-def test_ten_thousand_distinct_failures_group_quickly():
-    import time
-
+def test_ten_thousand_distinct_failures_are_each_grouped_once():
+    # How long grouping takes is benchmarks/grouping.py's figure (its `s` column), not an assert.
     items = [
         unmatched(f"f{i}", f"error: step {chr(97 + i % 26)}{i // 26} failed on host h{i % 7}")
         for i in range(10_000)
     ]
-    start = time.perf_counter()
     groups = group_unmatched(items)
-    assert time.perf_counter() - start < 5
     assert sum(g.size for g in groups) == 10_000
 
 

@@ -151,9 +151,13 @@ def test_a_gzipped_history_reads_as_the_plain_one_and_eval_reads_it_the_same_way
 @pytest.mark.parametrize(
     ("name", "data", "problem"),
     [
-        ("gz.jsonl", gzip.compress(b'{"x": 1}\n'), "gzip-compressed data; name it gz.jsonl.gz"),
+        (
+            "gz.jsonl",
+            gzip.compress(b'{"x": 1}\n', mtime=0),
+            "gzip-compressed data; name it gz.jsonl.gz",
+        ),
         ("plain.jsonl.gz", b'{"x": 1}\n', "named .gz but not gzip data"),
-        ("cut.jsonl.gz", gzip.compress(b'{"x": 1}\n' * 1000)[:40], "damaged gzip data"),
+        ("cut.jsonl.gz", gzip.compress(b'{"x": 1}\n' * 1000, mtime=0)[:40], "damaged gzip data"),
         ("image.jsonl", bytes(range(256)) * 64, "binary data, not JSON Lines"),
         ("one.jsonl", b"hello\n", "not JSON Lines: its one line is not a JSON object (line 1:"),
         (
