@@ -558,16 +558,17 @@ def check_agent_users(ctx: Context) -> list[Finding]:
     finally:
         store.close()
     said = {
-        "missing": "no broker user (the broker lost it: every such agent fails AUTH and spools)",
+        "missing": "no broker user (lost by the broker, or never made: an agent that uses the "
+        "broker fails AUTH and spools; one that uses the HTTPS intake needs none)",
         "password": "a broker user whose password is not its token",
         "rules": "a broker user with another ACL profile than this version's",
     }
     wrong = [f"{said[k]}: {', '.join(v)}" for k, v in problems.items() if v]
     if not wrong:
         return [Finding("broker.users", OK, "every agent token has its broker user")]
-    status = FAIL if problems["missing"] or problems["password"] else WARN
+    # A warning: an agent that sends through the HTTPS intake needs no broker user.
     fix = "run `theow tokens sync` where the workers' settings are (it makes and saves them)"
-    return [Finding("broker.users", status, "agent tokens with " + "; ".join(wrong), fix)]
+    return [Finding("broker.users", WARN, "agent tokens with " + "; ".join(wrong), fix)]
 
 
 CHECKS: tuple[Callable[[Context], list[Finding]], ...] = (
