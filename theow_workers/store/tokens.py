@@ -144,12 +144,6 @@ class TokenStore:
             ) from None
         return token
 
-    def forget(self, name: str) -> None:
-        """Undo an ``add`` whose token was never handed out (its broker user could not be made)."""
-        with self.engine.begin() as conn:
-            conn.execute(delete(TokenRow).where(TokenRow.name == name))
-        self._cache.pop(name, None)
-
     def replace(self, name: str, scope: str) -> AgentToken:
         """A new secret for token ``name`` (made if missing); the old secret stops working."""
         with self.engine.begin() as conn:
