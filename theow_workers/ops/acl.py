@@ -25,19 +25,22 @@ declare), no ``KEYS``, ``FLUSHDB``, ``CONFIG`` or ``ACL``. Key permissions are
 per command through selectors, which needs Redis 7.0+ or Valkey 7.2+: Redis 6
 cannot tell a command which keys it may touch.
 
-The password is the agent's token itself; the server keeps only its SHA-256.
-Revoking the token (:func:`revoke_agent_user`) logs the user out and deletes it.
+The password is the agent's token itself; the server keeps only its SHA-256,
+and so does the token store, so a broker that lost its users (one restarted
+without its ACL file) is given them again by :func:`sync_agent_users`
+(``theow tokens sync``) without any token. Revoking the token
+(:func:`revoke_agent_user`) logs the user out and deletes it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from theow_client import names
 from theow_workers.config import Settings
+from theow_workers.store.tokens import broker_hash
 
 if TYPE_CHECKING:
     from theow_workers.store.tokens import TokenStore
@@ -51,6 +54,10 @@ CONNECT_COMMANDS = ("hello", "ping")
 
 class AclError(RuntimeError):
     """The broker refused or cannot hold the agent's user; the message says which and why."""
+
+
+class AclNotSaved(AclError):
+    """The broker changed its users in memory but did not write them to an ACL file."""
 
 
 def agent_user(name: str) -> str:
@@ -90,14 +97,13 @@ def _permissions(name: str, db: int) -> list[str]:
     ]
 
 
-def setuser_command(name: str, token: str, db: int = 0) -> list[str]:
-    """``ACL SETUSER`` of agent ``name`` with ``token``'s SHA-256 as its password, as words.
+def setuser_command(name: str, password_hash: str, db: int = 0) -> list[str]:
+    """``ACL SETUSER`` of agent ``name`` whose password's SHA-256 is ``password_hash``, as words.
 
-    ``" ".join(...)`` of it is what an operator types into redis-cli on a broker
-    whose users Theow's workers may not manage.
+    ``shlex.join`` of it is what an operator types into redis-cli on a broker
+    whose users Theow's workers may not manage; it holds no secret.
     """
-    rules = agent_acl_rules(name, db)
-    return ["ACL", "SETUSER", agent_user(name), *rules, f"#{_digest(token)}"]
+    return ["ACL", "SETUSER", agent_user(name), *agent_acl_rules(name, db), f"#{password_hash}"]
 
 
 def database(url: str) -> int:
@@ -125,10 +131,11 @@ def agent_url(broker_url: str, name: str, token: str) -> str:
 def create_agent_user(settings: Settings, name: str, token: str) -> None:
     """Create (or replace) agent ``name``'s user on the configured broker, with ``token`` as password.
 
-    Uses the workers' own (admin) credentials. Saved to the server's ACL file
-    when it has one (the embedded Valkey does), so it survives a restart.
+    Uses the workers' own (admin) credentials. The user lives in the broker's
+    memory until :func:`save_agent_users`.
     """
-    _admin(settings, "create", name, setuser_command(name, token, database(settings.redis_url)))
+    command = setuser_command(name, broker_hash(token), database(settings.redis_url))
+    _admin(settings, "create", name, command)
 
 
 def delete_agent_user(settings: Settings, name: str) -> None:
@@ -136,53 +143,115 @@ def delete_agent_user(settings: Settings, name: str) -> None:
     _admin(settings, "delete", name, ["ACL", "DELUSER", agent_user(name)])
 
 
-def refresh_agent_user(settings: Settings, name: str) -> bool:
-    """Give agent ``name``'s existing broker user this profile, its password kept; whether it had one.
+def save_agent_users(settings: Settings) -> None:
+    """``ACL SAVE``: the broker's users written to its ACL file, so a restart keeps them.
 
-    A user made by an earlier profile keeps its rules until an admin changes
-    them: this is that change (``theow tokens broker-sync``).
+    Raises :class:`AclNotSaved` when the broker has no ACL file or cannot write it.
     """
     import redis
 
     from theow_client.config import safe_url
 
-    user = agent_user(name)
-    rules = ["resetkeys", "clearselectors", *_permissions(name, database(settings.redis_url))]
     client: Any = redis.Redis.from_url(settings.redis_url, socket_timeout=5)
     try:
-        if client.execute_command("ACL", "GETUSER", user) is None:
-            return False  # never made here (a broker without the profile): nothing to change
-        client.execute_command("ACL", "SETUSER", user, *rules)
-        with contextlib.suppress(redis.ResponseError):  # no ACL file: as in ``_admin``
-            client.execute_command("ACL", "SAVE")
-        return True
+        client.execute_command("ACL", "SAVE")
     except redis.RedisError as exc:
-        raise AclError(
-            f"cannot refresh the broker user {user} at {safe_url(settings.redis_url)}: {exc}"
+        said = str(exc).split(". ")[0]  # Redis explains at length how to do without a file
+        raise AclNotSaved(
+            f"the broker at {safe_url(settings.redis_url)} did not save its users ({said}): "
+            "they live in its memory and a restart drops them; run it with --aclfile "
+            "(then `theow tokens sync`)"
         ) from None
     finally:
         client.close()
 
 
-def sync_agent_users(settings: Settings, store: TokenStore) -> tuple[list[str], list[str]]:
-    """Every agent's broker user given this profile, revoked ones closed: (changed, closed).
+@dataclass
+class Sync:
+    """What :func:`sync_agent_users` did, by agent name."""
 
-    ``theow tokens broker-sync`` after an upgrade, and ``theow up`` each time it
-    starts, so users made by an earlier version lose what the profile no longer allows.
+    made: list[str] = field(default_factory=list)  # missing, made again from the store
+    changed: list[str] = field(default_factory=list)  # existing, given this profile
+    closed: list[str] = field(default_factory=list)  # revoked tokens' users, deleted
+    lost: list[str] = field(default_factory=list)  # missing, and no hash to make them from
+
+
+def sync_agent_users(settings: Settings, store: TokenStore) -> Sync:
+    """Every live agent's broker user made or given this profile, revoked ones closed; saved.
+
+    ``theow tokens sync`` after a broker lost its users or after an upgrade, and
+    ``theow up`` each time it starts. A user is made from the hash the token
+    store keeps (the broker's password hash): no token is needed.
     """
+    import redis
+
+    from theow_client.config import safe_url
     from theow_workers.store.tokens import revocation
 
-    changed, closed = [], []
-    for token in store.list():
-        known = store.known(token.name)
-        if token.scope != "agent" or known is None:
-            continue
-        if token.revoked_at is not None:
-            if revoke_agent_user(settings, token.name, revocation(token.name, known.key)):
-                closed.append(token.name)
-        elif refresh_agent_user(settings, token.name):
-            changed.append(token.name)
-    return changed, closed
+    done, db = Sync(), database(settings.redis_url)
+    client: Any = redis.Redis.from_url(settings.redis_url, socket_timeout=5)
+    try:
+        for agent in store.agents():
+            user = agent_user(agent.name)
+            if agent.revoked:
+                if revoke_agent_user(settings, agent.name, revocation(agent.name, agent.key)):
+                    done.closed.append(agent.name)
+                continue
+            exists = client.execute_command("ACL", "GETUSER", user) is not None
+            if agent.broker_hash is not None:  # the whole user, password included
+                client.execute_command(*setuser_command(agent.name, agent.broker_hash, db))
+            elif exists:  # made before the store kept its hash: its password kept
+                rules = ["resetkeys", "clearselectors", *_permissions(agent.name, db)]
+                client.execute_command("ACL", "SETUSER", user, *rules)
+            else:
+                done.lost.append(agent.name)
+                continue
+            (done.changed if exists else done.made).append(agent.name)
+    except redis.RedisError as exc:
+        raise AclError(
+            f"cannot sync the agents' broker users at {safe_url(settings.redis_url)}: {exc}"
+        ) from None
+    finally:
+        client.close()
+    if done.made or done.changed or done.closed:
+        save_agent_users(settings)
+    return done
+
+
+def agent_user_problems(settings: Settings, store: TokenStore) -> dict[str, list[str]]:
+    """The live agent tokens whose broker user is ``missing``, has another ``password`` or ``rules``.
+
+    What ``theow doctor`` reports; ``theow tokens sync`` mends each. Raises
+    :class:`AclError` when the broker's users cannot be read.
+    """
+    import redis
+
+    from theow_client.config import safe_url
+
+    problems: dict[str, list[str]] = {"missing": [], "password": [], "rules": []}
+    db = database(settings.redis_url)
+    client: Any = redis.Redis.from_url(settings.redis_url, socket_timeout=5)
+    try:
+        for agent in store.agents():
+            if agent.revoked:
+                continue
+            found = client.execute_command("ACL", "GETUSER", agent_user(agent.name))
+            if found is None:
+                problems["missing"].append(agent.name)
+                continue
+            user = {_text(k): v for k, v in found.items()}
+            passwords = {_text(p) for p in user.get("passwords", [])}
+            if agent.broker_hash is not None and agent.broker_hash not in passwords:
+                problems["password"].append(agent.name)
+            if _shape(user) != _profile_shape(agent.name, db):
+                problems["rules"].append(agent.name)
+    except redis.RedisError as exc:
+        raise AclError(
+            f"cannot read the agents' broker users at {safe_url(settings.redis_url)}: {exc}"
+        ) from None
+    finally:
+        client.close()
+    return problems
 
 
 def revoke_agent_user(settings: Settings, name: str, revoked: str) -> bool:
@@ -191,7 +260,8 @@ def revoke_agent_user(settings: Settings, name: str, revoked: str) -> bool:
     ``revoked`` (``store.tokens.revocation``) joins ``names.KEY_REVOKED``, so
     workers refuse the token's messages already queued. The user is switched
     off (no new login), its open connections are killed (``CLIENT KILL USER``)
-    and it is deleted, in that order: it cannot log in again in between.
+    and it is deleted, in that order: it cannot log in again in between. The
+    caller saves (:func:`save_agent_users`).
     """
     import redis
 
@@ -206,8 +276,6 @@ def revoke_agent_user(settings: Settings, name: str, revoked: str) -> bool:
         client.execute_command("ACL", "SETUSER", user, "off")
         client.execute_command("CLIENT", "KILL", "USER", user)
         client.execute_command("ACL", "DELUSER", user)
-        with contextlib.suppress(redis.ResponseError):  # no ACL file: as in ``_admin``
-            client.execute_command("ACL", "SAVE")
         return True
     except redis.RedisError as exc:
         raise AclError(
@@ -219,8 +287,45 @@ def revoke_agent_user(settings: Settings, name: str, revoked: str) -> bool:
         client.close()
 
 
-def _digest(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
+# A user's rules as ``ACL GETUSER`` gives them: (commands, keys, channels) of the
+# root and of each selector, as sets of words (servers order and spell them their way).
+Shape = tuple[tuple[frozenset[str], ...], frozenset[tuple[frozenset[str], ...]]]
+
+
+def _shape(user: dict[str, Any]) -> Shape:
+    def part(rules: dict[str, Any]) -> tuple[frozenset[str], ...]:
+        return tuple(frozenset(_text(rules.get(k, b"")).split()) for k in PARTS)
+
+    selectors = [{_text(k): v for k, v in s.items()} for s in user.get("selectors", [])]
+    return part(user), frozenset(part(s) for s in selectors)
+
+
+def _profile_shape(name: str, db: int) -> Shape:
+    """What ``ACL GETUSER`` shows of a user given this profile."""
+    root: dict[str, list[str]] = {k: [] for k in PARTS}
+    selectors: list[tuple[frozenset[str], ...]] = []
+    for rule in _permissions(name, db):
+        if rule.startswith("("):
+            words = rule.strip("()").split()
+            selectors.append(
+                (
+                    frozenset(["-@all", *(w for w in words if w[0] in "+-")]),
+                    frozenset(w for w in words if "~" in w),
+                    frozenset(),
+                )
+            )
+        elif rule[0] in "+-":
+            root["commands"].append(rule)
+        elif "~" in rule:
+            root["keys"].append(rule)
+    return tuple(frozenset(root[k]) for k in PARTS), frozenset(selectors)
+
+
+PARTS = ("commands", "keys", "channels")
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _admin(settings: Settings, verb: str, name: str, command: list[str]) -> None:
@@ -232,9 +337,6 @@ def _admin(settings: Settings, verb: str, name: str, command: list[str]) -> None
     client: Any = redis.Redis.from_url(settings.redis_url, socket_timeout=5)
     try:
         client.execute_command(*command)
-        # No ACL file configured: the operator persists users their own way.
-        with contextlib.suppress(redis.ResponseError):
-            client.execute_command("ACL", "SAVE")
     except redis.RedisError as exc:
         raise AclError(
             f"cannot {verb} the broker user {agent_user(name)} at {where}: {exc} "

@@ -537,6 +537,40 @@ def check_restarts(ctx: Context) -> list[Finding]:
     return [Finding(*found) for found in restart_findings(ctx.settings.home.resolve())]
 
 
+def check_agent_users(ctx: Context) -> list[Finding]:
+    """Every live agent token has its broker user, with its password and today's ACL profile."""
+    from theow_workers.ops.acl import AclError, agent_user_problems
+    from theow_workers.store import sqlite_file
+    from theow_workers.store.tokens import TokenStore
+
+    if not ctx.found.get("redis"):
+        return [Finding("broker.users", SKIP, "needs Redis")]
+    path = sqlite_file(ctx.settings.store_url)
+    if path is not None and not path.exists():  # never made here: `sql` says so
+        return [Finding("broker.users", SKIP, "needs the token store")]
+    store = TokenStore.reading(ctx.settings.store_url)
+    try:
+        problems = agent_user_problems(ctx.settings, store)
+    except AclError as exc:  # e.g. a broker whose users Theow may not read: an admin's to check
+        return [Finding("broker.users", SKIP, str(exc))]
+    except Exception as exc:  # the token store: `sql` says what is wrong with it
+        return [Finding("broker.users", SKIP, f"cannot read the tokens: {type(exc).__name__}")]
+    finally:
+        store.close()
+    said = {
+        "missing": "no broker user (lost by the broker, or never made: an agent that uses the "
+        "broker fails AUTH and spools; one that uses the HTTPS intake needs none)",
+        "password": "a broker user whose password is not its token",
+        "rules": "a broker user with another ACL profile than this version's",
+    }
+    wrong = [f"{said[k]}: {', '.join(v)}" for k, v in problems.items() if v]
+    if not wrong:
+        return [Finding("broker.users", OK, "every agent token has its broker user")]
+    # A warning: an agent that sends through the HTTPS intake needs no broker user.
+    fix = "run `theow tokens sync` where the workers' settings are (it makes and saves them)"
+    return [Finding("broker.users", WARN, "agent tokens with " + "; ".join(wrong), fix)]
+
+
 CHECKS: tuple[Callable[[Context], list[Finding]], ...] = (
     check_config,
     check_redis,
@@ -544,6 +578,7 @@ CHECKS: tuple[Callable[[Context], list[Finding]], ...] = (
     check_edge,
     check_milvus,
     check_sql,
+    check_agent_users,
     check_model,
     check_rules,
     check_index,

@@ -92,6 +92,9 @@ class TokenRow(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     # The ``owner/name`` repositories the token may speak for (``theow tokens add --repo``).
     repos: Mapped[list[str]] = mapped_column(JSON, default=list, server_default="[]")
+    # An agent token's broker password as the broker keeps it: sha256 of the token's full
+    # text (``ACL SETUSER ... #<hash>``). Recreates a lost broker user; opens no login.
+    broker_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class AttemptRow(Base):

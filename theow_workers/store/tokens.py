@@ -9,7 +9,9 @@ its name, scope, dates, a lookup hash of its secret and the signing key
 derived from it. The signing key is what a worker needs to verify a
 signature, so the database (in the workers' trust zone) holds it: a leak of
 the database lets one forge submissions, not log into the broker, whose ACL
-password for an agent is the token itself.
+password for an agent is the token itself. Of that password the store keeps
+what the broker keeps, its SHA-256 (``broker_hash``), so a broker that lost
+its users can be given them again (``theow tokens sync``).
 """
 
 from __future__ import annotations
@@ -73,6 +75,16 @@ class Known:
     repos: frozenset[str] = frozenset()  # casefolded ``owner/name``: see ``repos_of``
 
 
+@dataclass(frozen=True)
+class AgentLogin:
+    """An agent token as its broker user needs it (never the token)."""
+
+    name: str
+    broker_hash: str | None  # None: made before the store kept it (its user cannot be remade)
+    key: bytes  # the signing key: names its ``revocation``
+    revoked: bool
+
+
 class TokenStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -84,6 +96,11 @@ class TokenStore:
         engine = make_engine(url)  # makes a SQLite file's directory, which migrating needs
         migrate(url)
         return cls(engine)
+
+    @classmethod
+    def reading(cls, url: str) -> TokenStore:
+        """The token store at ``url`` as it is, never migrated (``theow doctor`` looks, never changes)."""
+        return cls(make_engine(url))
 
     def close(self) -> None:
         self.engine.dispose()
@@ -113,6 +130,7 @@ class TokenStore:
             signing_key=token.signing_key.hex(),
             created_at=datetime.now(UTC),
             repos=sorted(allowed),
+            broker_hash=broker_hash(str(token)) if scope == "agent" else None,
         )
         try:
             with self.engine.begin() as conn:
@@ -126,18 +144,29 @@ class TokenStore:
             ) from None
         return token
 
-    def forget(self, name: str) -> None:
-        """Undo an ``add`` whose token was never handed out (its broker user could not be made)."""
-        with self.engine.begin() as conn:
-            conn.execute(delete(TokenRow).where(TokenRow.name == name))
-        self._cache.pop(name, None)
-
     def replace(self, name: str, scope: str) -> AgentToken:
         """A new secret for token ``name`` (made if missing); the old secret stops working."""
         with self.engine.begin() as conn:
             conn.execute(delete(TokenRow).where(TokenRow.name == name))
         self._cache.pop(name, None)
         return self.add(name, scope)
+
+    def agents(self) -> list[AgentLogin]:
+        """Every agent token, revoked ones too: what its broker user should be."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(
+                    TokenRow.name, TokenRow.signing_key, TokenRow.revoked_at, TokenRow.broker_hash
+                )
+                .where(TokenRow.scope == "agent")
+                .order_by(TokenRow.name)
+            ).all()
+        return [
+            AgentLogin(
+                r.name, r.broker_hash, bytes.fromhex(r.signing_key), r.revoked_at is not None
+            )
+            for r in rows
+        ]
 
     def list(self) -> list[TokenInfo]:
         with self.engine.connect() as conn:
@@ -208,6 +237,11 @@ class TokenStore:
             self._cache.clear()
         self._cache[name] = (now, found)
         return found
+
+
+def broker_hash(token: str) -> str:
+    """The broker's hash of an agent's ACL password, the token: ``ACL SETUSER ... #<it>``."""
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def revocation(name: str, key: bytes) -> str:
