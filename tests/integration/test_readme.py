@@ -231,9 +231,10 @@ def user_environment(home: Path, theow_home: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def shared_stack(
-    tmp_path_factory: pytest.TempPathFactory, redis_url: str, milvus_uri: str
+    tmp_path_factory: pytest.TempPathFactory, acl_broker_url: str, milvus_uri: str
 ) -> Iterator[tuple[dict[str, str], Path]]:
     """The environment of a user on a running stack, and the directory pages' scratch goes in."""
+    redis_url = acl_broker_url  # the pages' `theow tokens add` saves the agent's broker user
     from theow_workers.config import Settings
     from theow_workers.stack import EmbeddedStack
 
