@@ -38,9 +38,10 @@ from theow_client.job import job_fact
 from theow_client.jsontypes import Json, JsonObject
 from theow_client.lines import to_wire
 from theow_client.messages import SubmitRequest
+from theow_client.outcome import outcome_report
 from theow_client.redact import redact, summary
-from theow_client.spool import Spool, SpoolError
-from theow_client.verdict import Status, Verdict, jsonable
+from theow_client.spool import Spool, SpoolError, remasked
+from theow_client.verdict import Status, Verdict
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -537,23 +538,30 @@ class TheowClient:
         success (both) or a failure in the rule's track record. Returns
         whether it was sent.
         """
-        report: JsonObject = {
-            "failure_id": verdict.failure_id,
-            "rule": verdict.rule,
-            "outcome": "success" if success else "error",
-            "error": error,
-            "outputs": [jsonable(o) for o in outputs or []],
-        }
-        if rerun_passed is not None:
-            report["rerun_passed"] = rerun_passed
+        # Masked before it leaves: an action's output is whatever the agent had in hand.
+        report = outcome_report(
+            verdict.failure_id,
+            verdict.rule,
+            success=success,
+            error=error,
+            outputs=outputs,
+            rerun_passed=rerun_passed,
+        )
         try:
-            self.app.send_task(
-                names.TASK_CLIENT_OUTCOME,
-                args=[self.signed(names.TASK_CLIENT_OUTCOME, report)],
-                queue=names.QUEUE_RESOLVE,
-                retry=False,
-                ignore_result=True,
-            )
+            intake = self.intake
+            if intake is not None:  # the intake signs it as the bearer agent
+                intake.report_outcome(report)
+            else:
+                self.app.send_task(
+                    names.TASK_CLIENT_OUTCOME,
+                    args=[self.signed(names.TASK_CLIENT_OUTCOME, report)],
+                    queue=names.QUEUE_RESOLVE,
+                    retry=False,
+                    ignore_result=True,
+                    # What Flower and task events show: the failure and sizes, never outputs.
+                    argsrepr=summary([report]),
+                    kwargsrepr="{}",
+                )
         except Exception as exc:  # never raises: the build goes on whatever happened here
             self.close()
             log.warning(
@@ -582,9 +590,8 @@ class TheowClient:
             except SpoolError as exc:
                 self.spool.set_aside(path, reason=str(exc))
                 continue
-            if isinstance(payload.get("facts"), dict):
-                # Spooled by an older client, or edited since: mask before it leaves.
-                payload["facts"] = redact(payload["facts"])
+            # Spooled by an older client, or edited since: masked again before it leaves.
+            payload = remasked(payload, self.agent)
             try:
                 self.send(payload)
             except IntakeRefused as exc:  # an answer, not an outage: sending again won't help
