@@ -1,0 +1,77 @@
+"""An agent that holds no broker credentials at all: everything it sends goes to the intake.
+
+A real fleet (Valkey, a resolver and a passing worker, SQLite), the real web
+app under uvicorn on loopback, and the real client whose broker URL points at
+a port where nothing listens: a fix counted or a normal learned can only have
+come through the HTTPS intake.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from tests.integration.test_api_intake import http_client, web
+from theow_client import mark, names
+from theow_client.passing import report_passing
+from theow_workers.adapters.normals import RedisNormals
+from theow_workers.store.schema import VerdictRow
+
+pytestmark = pytest.mark.integration
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def eventually(check, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.1)
+
+
+def test_an_agent_with_only_the_intake_gets_its_fix_counted_and_its_job_a_normal(
+    fleet, redis_client, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("THEOW_PASSING_INTERVAL", "1")  # the workers' sampling interval
+    fleet.start_worker()
+    fleet.stack.start_worker(["passing"], name="passing")
+    fleet.wait_for_worker("passing")
+    token = fleet.add_token("https-agent")
+    store = fleet.store()
+    marker = tmp_path / "app.cfg"
+
+    def step() -> None:
+        if not marker.exists():
+            subprocess.run(["sh", "-c", "echo 'missing file app.cfg' >&2; exit 2"],
+                           check=True, capture_output=True)  # fmt: skip
+
+    with web(fleet) as server:
+        client = http_client(tmp_path, token, server.url)
+        # The failure, its client-side fix run on the agent, and the step passing again.
+        mark(client=client, wait_timeout=60, actions_dir=FIXTURES / "actions",
+             workspace=str(tmp_path))(step)()  # fmt: skip
+        assert marker.read_text() == "fixed by theow\n"
+        stats = eventually(lambda: store.rule_stats().get("tf_client_fix"))
+        assert stats is not None, "the agent's outcome never reached client_outcome"
+        assert (stats.successes, stats.failures) == (1, 0)
+        with store.session() as session:
+            (verdict,) = session.execute(select(VerdictRow)).scalars()
+        assert store.failure_agent(verdict.failure_id) == (True, "https-agent")
+        assert eventually(lambda: store.verdict(verdict.failure_id).status.value == "resolved")
+
+        # A passing run of its job teaches the agent's own job its normal.
+        normals = RedisNormals(redis_client, ttl=3600)
+        job = "build-12"
+        sent = eventually(lambda: report_passing(client, {"stderr": "compiled\nok"}, job=job))
+        assert sent, fleet.worker_log("passing")[-2000:]
+        assert eventually(lambda: normals.runs(names.agent_job("https-agent", job)) >= 1)
+        # Sampled: the next run of the job in the interval is answered, not queued.
+        assert report_passing(client, {"stderr": "compiled\nok"}, job=job) is False
+
+    assert client.spool.pending() == []
