@@ -8,7 +8,10 @@ come through the HTTPS intake.
 
 from __future__ import annotations
 
+import http.server
+import json
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -18,6 +21,7 @@ from sqlalchemy import select
 from tests.integration.test_api_intake import http_client, web
 from theow_client import mark, names
 from theow_client.passing import report_passing
+from theow_client.verdict import Status
 from theow_workers.adapters.normals import RedisNormals
 from theow_workers.store.schema import VerdictRow
 
@@ -75,3 +79,44 @@ def test_an_agent_with_only_the_intake_gets_its_fix_counted_and_its_job_a_normal
         assert report_passing(client, {"stderr": "compiled\nok"}, job=job) is False
 
     assert client.spool.pending() == []
+
+
+class _Answering(http.server.BaseHTTPRequestHandler):
+    """An intake (a proxy in front of it, say) that answers every submission with one status."""
+
+    status = 422
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = json.dumps({"error": "not like this"}).encode()
+        self.send_response(self.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("status", "spooled"), [(422, False), (409, False), (408, True), (429, True)]
+)
+def test_every_4xx_is_a_refusal_except_408_and_429_which_are_spooled(tmp_path, status, spooled):
+    handler = type("Answering", (_Answering,), {"status": status})
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            url = f"http://127.0.0.1:{server.server_address[1]}"
+            client = http_client(tmp_path, "tw1.some-agent.c2VjcmV0c2VjcmV0c2VjcmV0", url)
+            ticket = client.submit({"stderr": "ECHO refused?"})
+            verdict = ticket.wait(1)
+        finally:
+            server.shutdown()
+    assert ticket.spooled is spooled
+    if spooled:
+        assert verdict.status is Status.SPOOLED
+    else:
+        assert verdict.status is Status.REJECTED
+        assert f"({status})" in verdict.reason and "not like this" in verdict.reason
+        assert client.spool.pending() == []
