@@ -258,9 +258,11 @@ class Ticket:
         (or why there is none) is in, or None when it is not within ``timeout`` seconds.
 
         The workers write it under the same verdict key; a client without a token
-        (which reads its verdict as a task result) gets None at once.
+        (which reads its verdict as a task result) or using the HTTP intake gets None at once.
         """
         if not (self.agent and self.client is not None) or timeout <= 0:
+            return None
+        if self.client.intake_url:  # no broker to read it from: the verdict's own is shown
             return None
         key = names.verdict_key(self.agent, self.failure_id)
         deadline, pause = time.monotonic() + timeout, POLL_MOST
