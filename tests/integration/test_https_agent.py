@@ -21,7 +21,7 @@ from sqlalchemy import select
 from tests.integration.test_api_intake import http_client, web
 from theow_client import mark, names
 from theow_client.passing import report_passing
-from theow_client.verdict import Status
+from theow_client.verdict import Status, Verdict
 from theow_workers.adapters.normals import RedisNormals
 from theow_workers.store.schema import VerdictRow
 
@@ -68,6 +68,15 @@ def test_an_agent_with_only_the_intake_gets_its_fix_counted_and_its_job_a_normal
             (verdict,) = session.execute(select(VerdictRow)).scalars()
         assert store.failure_agent(verdict.failure_id) == (True, "https-agent")
         assert eventually(lambda: store.verdict(verdict.failure_id).status.value == "resolved")
+
+        # Another agent's report on this failure is taken by the intake, and counts nothing.
+        intruder = http_client(tmp_path / "other", fleet.add_token("other-agent"), server.url)
+        fake = Verdict(failure_id=verdict.failure_id, status=Status.SUGGESTED, rule="tf_client_fix")
+        assert intruder.report_outcome(fake, success=False, error="it broke")
+        refused = names.TASK_CLIENT_OUTCOME.encode()
+        assert eventually(lambda: redis_client.hget(names.KEY_REFUSED, refused))
+        stats = store.rule_stats()["tf_client_fix"]
+        assert (stats.successes, stats.failures) == (1, 0)
 
         # A passing run of its job teaches the agent's own job its normal.
         normals = RedisNormals(redis_client, ttl=3600)
