@@ -71,6 +71,14 @@ class CI(StrEnum):
     BUILDKITE = "buildkite"
 
 
+def _environ() -> Mapping[str, str]:
+    """The process's environment, with ``THEOW_CI_OUTPUT`` from ``client.env`` when it has none."""
+    if config.ENV_CI_OUTPUT in os.environ:
+        return os.environ
+    written = config.client_env().get(config.ENV_CI_OUTPUT)
+    return os.environ if written is None else {**os.environ, config.ENV_CI_OUTPUT: written}
+
+
 def ci_of(environ: Mapping[str, str]) -> CI:
     """The CI whose forms to use: $THEOW_CI_OUTPUT when it names one, else the CI's own variable.
 
@@ -299,7 +307,7 @@ def show_verdict(
     clock: Callable[[], float] | None = None,
 ) -> None:
     """Show ``verdict`` in the build log, and where the CI shows it. Never raises for the CI's sake."""
-    environ = os.environ if environ is None else environ
+    environ = _environ() if environ is None else environ
     out, err = stdout or sys.stdout, stderr or sys.stderr
     block = prefixed(format_verdict(verdict))
     try:

@@ -285,11 +285,11 @@ def wait_seconds(args: argparse.Namespace) -> float:
 def retry_delay(first: float, rerun: int) -> float:
     """Seconds before re-run number ``rerun`` (1, 2, ...): ``first``, doubling, capped.
 
-    >>> [retry_delay(5, n) for n in (1, 2, 3, 4, 5)]
-    [5.0, 10.0, 20.0, 40.0, 60.0]
+    >>> [retry_delay(5, n) for n in (1, 2, 3, 4, 5)], retry_delay(90, 1)
+    ([5.0, 10.0, 20.0, 40.0, 60.0], 60.0)
     """
     delay: float = first * 2.0 ** (rerun - 1)
-    return min(delay, max(MAX_RETRY_DELAY, first))
+    return min(delay, MAX_RETRY_DELAY)
 
 
 def cmd_run(args: argparse.Namespace, client: TheowClient) -> int:

@@ -38,9 +38,10 @@ from theow_client.job import job_fact
 from theow_client.jsontypes import Json, JsonObject
 from theow_client.lines import to_wire
 from theow_client.messages import SubmitRequest
+from theow_client.outcome import outcome_report
 from theow_client.redact import redact, summary
-from theow_client.spool import Spool, SpoolError
-from theow_client.verdict import Status, Verdict, jsonable
+from theow_client.spool import Spool, SpoolError, remasked
+from theow_client.verdict import Status, Verdict
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -257,9 +258,11 @@ class Ticket:
         (or why there is none) is in, or None when it is not within ``timeout`` seconds.
 
         The workers write it under the same verdict key; a client without a token
-        (which reads its verdict as a task result) gets None at once.
+        (which reads its verdict as a task result) or using the HTTP intake gets None at once.
         """
         if not (self.agent and self.client is not None) or timeout <= 0:
+            return None
+        if self.client.intake_url:  # no broker to read it from: the verdict's own is shown
             return None
         key = names.verdict_key(self.agent, self.failure_id)
         deadline, pause = time.monotonic() + timeout, POLL_MOST
@@ -537,23 +540,30 @@ class TheowClient:
         success (both) or a failure in the rule's track record. Returns
         whether it was sent.
         """
-        report: JsonObject = {
-            "failure_id": verdict.failure_id,
-            "rule": verdict.rule,
-            "outcome": "success" if success else "error",
-            "error": error,
-            "outputs": [jsonable(o) for o in outputs or []],
-        }
-        if rerun_passed is not None:
-            report["rerun_passed"] = rerun_passed
+        # Masked before it leaves: an action's output is whatever the agent had in hand.
+        report = outcome_report(
+            verdict.failure_id,
+            verdict.rule,
+            success=success,
+            error=error,
+            outputs=outputs,
+            rerun_passed=rerun_passed,
+        )
         try:
-            self.app.send_task(
-                names.TASK_CLIENT_OUTCOME,
-                args=[self.signed(names.TASK_CLIENT_OUTCOME, report)],
-                queue=names.QUEUE_RESOLVE,
-                retry=False,
-                ignore_result=True,
-            )
+            intake = self.intake
+            if intake is not None:  # the intake signs it as the bearer agent
+                intake.report_outcome(report)
+            else:
+                self.app.send_task(
+                    names.TASK_CLIENT_OUTCOME,
+                    args=[self.signed(names.TASK_CLIENT_OUTCOME, report)],
+                    queue=names.QUEUE_RESOLVE,
+                    retry=False,
+                    ignore_result=True,
+                    # What Flower and task events show: the failure and sizes, never outputs.
+                    argsrepr=summary([report]),
+                    kwargsrepr="{}",
+                )
         except Exception as exc:  # never raises: the build goes on whatever happened here
             self.close()
             log.warning(
@@ -582,9 +592,8 @@ class TheowClient:
             except SpoolError as exc:
                 self.spool.set_aside(path, reason=str(exc))
                 continue
-            if isinstance(payload.get("facts"), dict):
-                # Spooled by an older client, or edited since: mask before it leaves.
-                payload["facts"] = redact(payload["facts"])
+            # Spooled by an older client, or edited since: masked again before it leaves.
+            payload = remasked(payload, self.agent)
             try:
                 self.send(payload)
             except IntakeRefused as exc:  # an answer, not an outage: sending again won't help

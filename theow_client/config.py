@@ -45,8 +45,9 @@ ENV_CLIENT_ENV = "THEOW_CLIENT_ENV"
 ENV_CI_OUTPUT = "THEOW_CI_OUTPUT"
 # The web console's address (``https://theow.internal``): CI summaries link a failure's page.
 ENV_CONSOLE_URL = "THEOW_CONSOLE_URL"
-# The web intake's base URL (``https://theow.example/``): when set, failures go over HTTPS with
-# the agent token, never through the broker (``theow_client.intake``).
+# The web intake's base URL (``https://theow.example/``): when set, failures, outcomes and
+# passing runs go over HTTPS with the agent token, never through the broker
+# (``theow_client.intake``).
 ENV_INTAKE_URL = "THEOW_INTAKE_URL"
 # The test reports `theow-client run` reads when no --junit is given (a glob).
 ENV_JUNIT = "THEOW_JUNIT"

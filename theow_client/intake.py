@@ -2,10 +2,13 @@
 
 With ``THEOW_INTAKE_URL`` (and an agent token), ``TheowClient`` posts the
 payload it would have sent through Redis to ``<url>/api/v1/failures`` and
-polls ``<url>/api/v1/failures/<id>/verdict``. Standard library only: a build
-agent installs nothing more for it. What cannot be sent (no answer, a 5xx,
-a 429) is spooled exactly as a broker outage is; a refusal (400, 401, 403,
-413) is an answer, not an outage, and is never sent again.
+polls ``<url>/api/v1/failures/<id>/verdict``; what a verdict's client-side
+actions did goes to ``<url>/api/v1/failures/<id>/outcome`` and a passing run
+to ``<url>/api/v1/passing``, so such an agent needs no broker at all.
+Standard library only: a build agent installs nothing more for it. What
+cannot be sent (no answer, a 5xx, a 408 or 429) is spooled exactly as a
+broker outage is; any other 4xx is a refusal, an answer and not an outage,
+and is never sent again.
 
 The agent token goes to ``THEOW_INTAKE_URL`` and nowhere else: a redirect is
 not followed (urllib's would copy the ``Authorization`` header to the new
@@ -30,7 +33,8 @@ from theow_client.jsontypes import JsonObject
 API = "/api/v1"
 # A verdict is small; anything larger than this from the intake is not one.
 MOST_ANSWER_BYTES = 1024 * 1024
-REFUSALS = (400, 401, 403, 404, 405, 413)
+# Answers that say "later", not "no": every other 4xx is a refusal.
+RETRIED = (408, 429)
 
 
 class IntakeUnavailable(ConnectionError):
@@ -88,6 +92,13 @@ class HttpIntake:
     def verdict_url(self, failure_id: str) -> str:
         return f"{self.base}{API}/failures/{quote(failure_id, safe='')}/verdict"
 
+    @property
+    def passing_url(self) -> str:
+        return f"{self.base}{API}/passing"
+
+    def outcome_url(self, failure_id: str) -> str:
+        return f"{self.base}{API}/failures/{quote(failure_id, safe='')}/outcome"
+
     def submit(self, payload: JsonObject) -> str:
         """Send one payload; the failure id the intake answers with.
 
@@ -98,6 +109,27 @@ class HttpIntake:
         if status == 202 and isinstance(body.get("failure_id"), str):
             return str(body["failure_id"])
         raise IntakeUnavailable(f"unexpected answer {status} from {self.submit_url}")
+
+    def report_outcome(self, report: JsonObject) -> None:
+        """Send what a verdict's client-side actions did (``theow_client.outcome``).
+
+        Raises IntakeUnavailable or IntakeRefused as ``submit`` does.
+        """
+        url = self.outcome_url(str(report.get("failure_id") or ""))
+        status, _ = self._call("POST", url, json.dumps(report).encode())
+        if status != 202:
+            raise IntakeUnavailable(f"unexpected answer {status} from {url}")
+
+    def report_passing(self, payload: JsonObject) -> bool:
+        """Send a passing run (``passing.build_passing_payload``); whether it was queued.
+
+        False when a run of its job was learned this interval (the intake answers
+        200 and sends nothing). Raises IntakeUnavailable or IntakeRefused.
+        """
+        status, body = self._call("POST", self.passing_url, json.dumps(payload).encode())
+        if status not in (200, 202):
+            raise IntakeUnavailable(f"unexpected answer {status} from {self.passing_url}")
+        return status == 202 and body.get("sent") is True
 
     def verdict(self, failure_id: str) -> JsonObject | None:
         """The failure's verdict, or None while there is none yet (also while not yet known)."""
@@ -132,7 +164,7 @@ class HttpIntake:
                     f"{url} answered a redirect ({exc.code} to {where!r}), not followed: the"
                     " agent token goes to THEOW_INTAKE_URL only; set it to the intake's own URL"
                 ) from None
-            if exc.code in REFUSALS:
+            if 400 <= exc.code < 500 and exc.code not in RETRIED:
                 raise IntakeRefused(exc.code, reason) from None
             raise IntakeUnavailable(f"{exc.code} from {url}: {reason}") from None
         except (OSError, ValueError) as exc:  # URLError, timeouts, resets, a bad answer

@@ -8,7 +8,9 @@ only while that key is absent (an ``EXISTS``, the one thing its broker user may
 ask of it), so at most a few passing runs per job per interval reach the
 ``passing`` queue, and no agent can hold a sample, its own or another's. A
 sampled job or an unreachable broker simply sends nothing (a passing run is
-never spooled: the build passed, nothing is owed).
+never spooled: the build passed, nothing is owed). With ``THEOW_INTAKE_URL``
+the run is posted to the intake instead, which asks the same question of the
+broker and answers whether it sent the run on.
 
 >>> report_passing(client, {"log": text}, job="github:o/r/CI/test")  # doctest: +SKIP
 True
@@ -71,7 +73,16 @@ def report_passing(
     workers' (``THEOW_PASSING_INTERVAL`` where they run): an agent cannot choose it.
     """
     from theow_client.client import UNREACHABLE, one_line
+    from theow_client.intake import IntakeRefused, IntakeUnavailable
 
+    if client.intake_url:
+        try:
+            intake = client.intake
+            assert intake is not None
+            return intake.report_passing(build_passing_payload(facts, job=job))
+        except (IntakeUnavailable, IntakeRefused, ValueError) as exc:  # a bad URL too
+            log.info("theow: passing run of %s not sent: %s", job, one_line(exc))
+            return False
     try:
         app = client.app
         redis = app.backend.client

@@ -245,9 +245,9 @@ def summary(values: Sequence[object]) -> str:
                 words.append(f"problem_type={redact_text(problem)}")
             sizes = {str(k)[:64]: _size(v) for k, v in list(facts.items())[:20]}
             words.append(f"facts={sizes}")
-        items = value.get("items")
-        if isinstance(items, list):
-            words.append(f"items={len(items)}")
+        for sized in ("items", "outputs"):  # a replay chunk's failures; an outcome's outputs
+            if isinstance(value.get(sized), list):
+                words.append(f"{sized}={len(value[sized])}")
         described.append(" ".join(words) or "{...}")
     return "; ".join(described)
 

@@ -17,13 +17,17 @@ it; that is harmless because the workers are idempotent on the failure id.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import tempfile
 from pathlib import Path
 
+from theow_client import signing
+from theow_client.facts import FactsError, dumps_facts
 from theow_client.jsontypes import JsonObject
+from theow_client.redact import redact, redact_text
 
 log = logging.getLogger("theow.client")
 
@@ -102,3 +106,43 @@ class Spool:
 
     def remove(self, path: Path) -> None:
         path.unlink(missing_ok=True)
+
+
+def remasked(payload: JsonObject, agent: str) -> JsonObject:
+    """A spooled payload with its facts masked again, in whichever form it holds them.
+
+    A spool file may come from an older client or have been edited since. When
+    masking changes the facts of a submission with an idempotency key, its
+    failure id is derived again, as the worker derives it from the facts it gets.
+
+    >>> remasked({"facts_json": '{"log": "GITHUB_TOKEN=ghp_' + 'a1B2' * 9 + '"}'}, "")["facts_json"]
+    '{"log": "GITHUB_TOKEN=[masked:github-token]"}'
+    """
+    payload = dict(payload)
+    if isinstance(payload.get("facts"), dict):
+        payload["facts"] = redact(payload["facts"])
+    raw = payload.get("facts_json")
+    if not isinstance(raw, str):
+        return payload
+    try:
+        facts = json.loads(raw)
+    except (ValueError, RecursionError):
+        facts = None
+    masked = redact_text(raw)  # not facts the worker will take: never sent in clear all the same
+    if isinstance(facts, dict):
+        again = redact(facts)
+        with contextlib.suppress(FactsError):  # NaN: the text masked above is sent
+            masked = raw if again == facts else dumps_facts(again)
+    if masked == raw:
+        return payload
+    payload["facts_json"] = masked
+    key, job, nonce = payload.get("idempotency_key"), payload.get("job"), payload.get("nonce")
+    if isinstance(key, str):
+        payload["failure_id"] = signing.failure_id(
+            agent,
+            job if isinstance(job, str) else None,
+            key,
+            masked,
+            nonce=nonce if isinstance(nonce, str) else "",
+        )
+    return payload

@@ -19,6 +19,8 @@ from theow_client import names, signing
 from theow_client.facts import FactsError
 from theow_client.jsontypes import Json, JsonObject
 from theow_client.messages import ExploreRequest, PassingRun, SubmitRequest
+from theow_client.outcome import MAX_ERROR_CHARS as MAX_OUTCOME_ERROR
+from theow_client.outcome import bounded_outputs
 from theow_client.passing import passing_interval
 from theow_workers.adapters.forges import ForgeAPI, ForgeError
 from theow_workers.celery_app import app, settings
@@ -26,6 +28,7 @@ from theow_workers.config import ConfigError
 from theow_workers.core.explore.service import InFlight
 from theow_workers.core.llm.explanation import InFlight as ExplainInFlight
 from theow_workers.core.logs.normal import passing_run
+from theow_workers.core.logs.redact import redact, redact_text
 from theow_workers.core.ports import OwnerTimeout
 from theow_workers.delivery import DeliveryPolicy
 from theow_workers.explainer import after_verdict, explain_failure
@@ -280,7 +283,10 @@ def client_outcome(self: ServicesTask, report: Json) -> JsonObject:
         return {"counted": False, "reason": f"refused: {refused}"}
     report = signing.unsigned(report)
     if report.get("outcome") not in ("success", "error"):
-        return {"counted": False, "reason": f"malformed client outcome: {report!r}"[:500]}
+        return {
+            "counted": False,
+            "reason": redact_text(f"malformed client outcome: {report!r}"[:500]),
+        }
     failure_id, rule = str(report.get("failure_id")), str(report.get("rule"))
     ran = report["outcome"] == "success"
     if ran and not isinstance(report.get("rerun_passed"), bool):
@@ -289,7 +295,8 @@ def client_outcome(self: ServicesTask, report: Json) -> JsonObject:
         reason = f"failure {failure_id}: reported before the step ran again; left suggested"
         return {"counted": False, "reason": reason}
     worked = ran and bool(report["rerun_passed"])
-    error = str(report.get("error") or "")
+    # Masked again on store: an older client sent outputs and errors as the agent had them.
+    error = redact_text(str(report.get("error") or "")[:MAX_OUTCOME_ERROR])
     if ran and not worked:
         error = error or "the step failed again after the client-side fix ran"
     exists, owner = rt.store.failure_agent(failure_id)
@@ -297,10 +304,11 @@ def client_outcome(self: ServicesTask, report: Json) -> JsonObject:
         count_refused(rt.redis, names.TASK_CLIENT_OUTCOME)
         log.warning("agent %s reported on failure %s, not its own", who.name, failure_id)
         return {"counted": False, "reason": f"failure {failure_id} was not sent by {who.name}"}
-    outputs = report.get("outputs")
-    counted = rt.store.settle_client_attempt(
-        failure_id, rule, worked, error[:4000], outputs if isinstance(outputs, list) else []
-    )
+    sent = report.get("outputs")
+    outputs = redact({"outputs": bounded_outputs(sent if isinstance(sent, list) else [])})
+    listed = outputs["outputs"] if isinstance(outputs["outputs"], list) else []
+    kept = [output for output in listed if isinstance(output, dict)]
+    counted = rt.store.settle_client_attempt(failure_id, rule, worked, error, kept)
     if not counted:
         reason = f"failure {failure_id} has no attempt of rule {rule} waiting for its client"
         return {"counted": False, "reason": reason}

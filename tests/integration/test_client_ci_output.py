@@ -371,3 +371,23 @@ def test_an_unknown_ci_output_choice_is_named_in_a_warning_and_the_block_is_plai
         "plain output",
         *(line.format(fid=fid) for line in PLAIN_BLOCK),
     ]
+
+
+def test_the_ci_output_choice_written_in_client_env_is_honoured(
+    resolver: FakeResolver,
+    checkout: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    client_env = checkout.parent / "client.env"
+    client_env.write_text("THEOW_CI_OUTPUT=plain\n")  # as an agent's owner sets it, once
+    monkeypatch.setenv("THEOW_CLIENT_ENV", str(client_env))
+    summary = on_github(monkeypatch, checkout)
+    fid = run(resolver, "ci-output-client-env", COMPILE)
+
+    out, err = capfd.readouterr()
+    assert out == ""
+    assert summary.read_text() == "## Tests\n\n"
+    assert [line for line in err.splitlines() if line.startswith("theow:")] == [
+        line.format(fid=fid) for line in PLAIN_BLOCK
+    ]

@@ -56,6 +56,7 @@ class _Client:
     """What ``report_passing`` needs of a TheowClient: its app, agent, ``signed`` and ``close``."""
 
     agent = AGENT
+    intake_url = None  # through the broker, not the HTTP intake
 
     def __init__(self, app: Any) -> None:
         self.app = app

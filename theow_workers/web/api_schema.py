@@ -182,6 +182,10 @@ def _answer(model: type[BaseModel], what: str) -> JsonObject:
     return {"description": what, "content": {"application/json": {"schema": _ref(model)}}}
 
 
+def _object(what: str) -> JsonObject:
+    return {"description": what, "content": {"application/json": {"schema": {"type": "object"}}}}
+
+
 def _problem(what: str) -> JsonObject:
     return _answer(Problem, what)
 
@@ -265,6 +269,41 @@ def openapi() -> JsonObject:
             "429": READ_ERRORS["429"],
         },
     }
+    outcome = {
+        "summary": "What a verdict's client-side actions did (agent tokens): `outcome` "
+        "(success, error), `rerun_passed`, `error`, `outputs`; counted for the agent's own "
+        "failure only.",
+        "security": [{"token": []}],
+        "parameters": [ID],
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"type": "object"}}},
+        },
+        "responses": {
+            "202": _object("Queued to be counted: `{failure_id, queued}`."),
+            "400": _problem("Not an outcome."),
+            "401": READ_ERRORS["401"],
+            "403": _problem("Not an agent token."),
+            "429": READ_ERRORS["429"],
+            "503": _problem("The broker cannot be reached."),
+        },
+    }
+    passing = {
+        "summary": "A passing run of a job (agent tokens): `job`, `facts_json`; it teaches the "
+        "agent's own job its normal, one run per job per interval.",
+        "security": [{"token": []}],
+        "requestBody": outcome["requestBody"],
+        "responses": {
+            "200": _object("`{sent: false, reason}`: a run of this job was learned this interval."),
+            "202": _object("`{sent: true}`: queued for the passing workers."),
+            "400": _problem("Not a passing run."),
+            "401": READ_ERRORS["401"],
+            "403": _problem("Not an agent token."),
+            "413": _problem("The body is over the intake's size cap."),
+            "429": READ_ERRORS["429"],
+            "503": _problem("The broker cannot be reached."),
+        },
+    }
     return {
         "openapi": "3.1.0",
         "info": {
@@ -284,6 +323,8 @@ def openapi() -> JsonObject:
                 "get": _get("One failure, its verdict and lines.", FailureDetail, parameters=[ID])
             },
             f"{API}/failures/{{id}}/verdict": {"get": verdict},
+            f"{API}/failures/{{id}}/outcome": {"post": outcome},
+            f"{API}/passing": {"post": passing},
             f"{API}/rules": {"get": _get("Rules with their figures.", RuleList)},
             f"{API}/insight": {"get": _get("The insight figures.", Insight)},
             f"{API}/replays": {"get": _get("Recent replay jobs.", ReplayList)},

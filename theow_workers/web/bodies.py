@@ -6,6 +6,7 @@ Every request's body has a bound, by path:
 path                     most bytes
 ======================== ================================================
 ``POST /api/v1/failures`` ``THEOW_INTAKE_MAX_BYTES`` (4 MiB): the intake
+``POST /api/v1/passing``  the same: a passing run is a log too
 ``/hooks/…``             ``HOOK_MAX_BYTES`` (1 MiB): a delivery is a few KB
 anything else            ``FORM_MAX_BYTES`` (256 KiB): the console's forms,
                          the longest an edited rule of 20,000 characters
@@ -41,7 +42,7 @@ from theow_workers.web.proxies import client
 HOOK_MAX_BYTES = 1024 * 1024  # a workflow_job or Job Hook delivery is a few KB
 FORM_MAX_BYTES = 256 * 1024  # teach.MAX_RULE_CHARS (20,000), url-encoded, with room
 INLINE_BYTES = 64 * 1024  # parsed on the loop below this: well under a millisecond
-INTAKE = f"{API}/failures"
+INTAKE = (f"{API}/failures", f"{API}/passing")
 
 log = logging.getLogger("theow.web")
 T = TypeVar("T")
@@ -63,7 +64,7 @@ def bound_for(path: str, intake_max_bytes: int) -> Bound:
     >>> bound_for("/api/v1/failures", 4096).what, bound_for("/hooks/github", 4096).most
     ('the intake takes at most 4,096 bytes (THEOW_INTAKE_MAX_BYTES)', 1048576)
     """
-    if path == INTAKE:
+    if path in INTAKE:
         return Bound(
             intake_max_bytes,
             f"the intake takes at most {intake_max_bytes:,} bytes (THEOW_INTAKE_MAX_BYTES)",

@@ -21,6 +21,15 @@ the body carried is dropped: the bearer token is the proof here.
 A verdict is readable only by the agent that submitted the failure: another
 agent's id answers 404, exactly as an unknown one does.
 
+The rest of what an agent sends comes the same way, so an agent that uses the
+intake needs no broker at all: ``POST /api/v1/failures/{id}/outcome`` (what a
+verdict's client-side actions did, ``theow_client.outcome``) and ``POST
+/api/v1/passing`` (a passing run, ``theow_client.passing``). Each is checked
+as a submission is, signed as the agent and queued for the very task the
+broker would have carried it to (``client_outcome``, ``passing``), which
+verifies it and decides what it counts. A passing run of a job whose sample is
+taken this interval is answered 200 ``{"sent": false}`` and not queued.
+
 >>> # curl -X POST -H "Authorization: Bearer $AGENT_TOKEN" --data @payload.json $URL/api/v1/failures
 """
 
@@ -31,6 +40,7 @@ import json
 import logging
 import threading
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from starlette.concurrency import run_in_threadpool
@@ -41,7 +51,7 @@ from starlette.routing import Route
 from theow_client import names, signing
 from theow_client.config import celery_app
 from theow_client.jsontypes import JsonObject
-from theow_client.messages import SubmitRequest
+from theow_client.messages import PassingRun, SubmitRequest
 from theow_client.redact import summary
 from theow_workers.identity import submission_id
 from theow_workers.store.tokens import TokenInfo
@@ -71,6 +81,10 @@ class Intake:
         self.submissions = TokenBuckets(
             settings.intake_per_minute, min(BURST, settings.intake_per_minute)
         )
+        # Outcomes and passing runs: a bucket of their own, so they never crowd out failures.
+        self.reports = TokenBuckets(
+            settings.intake_per_minute, min(BURST, settings.intake_per_minute)
+        )
         self._app: Celery | None = None
         self._lock = threading.Lock()
 
@@ -87,29 +101,57 @@ class Intake:
         request = SubmitRequest.from_wire(body)
         requested = request.failure_id_or(str(uuid.uuid4()))
         failure_id = submission_id(agent, request, requested)
-        signed = signing.sign(names.TASK_RESOLVE, body, agent, key)
         redis = self.console.runtime().redis
         redis.set(names.intake_key(agent, failure_id), "queued", ex=names.VERDICT_TTL)
         try:
+            self.publish(names.TASK_RESOLVE, names.QUEUE_RESOLVE, agent, key, body, requested)
+        except Exception:
+            with contextlib.suppress(Exception):  # not queued: its verdict is not to be awaited
+                redis.delete(names.intake_key(agent, failure_id))
+            raise
+        return failure_id
+
+    def queue_outcome(self, agent: str, key: bytes, report: JsonObject) -> None:
+        """Sign what ``agent``'s client-side actions did and queue it for ``client_outcome``."""
+        self.publish(names.TASK_CLIENT_OUTCOME, names.QUEUE_RESOLVE, agent, key, report)
+
+    def queue_passing(self, agent: str, key: bytes, run: JsonObject) -> bool:
+        """Sign ``agent``'s passing run and queue it, unless its job was sampled this interval."""
+        job = PassingRun.from_wire(run).job
+        sample = names.key_passing_sample(names.agent_job(agent, job))
+        if self.console.runtime().redis.exists(sample):
+            return False
+        self.publish(names.TASK_PASSING, names.QUEUE_PASSING, agent, key, run)
+        return True
+
+    def publish(
+        self,
+        task: str,
+        queue: str,
+        agent: str,
+        key: bytes,
+        body: JsonObject,
+        task_id: str | None = None,
+    ) -> None:
+        """Send ``body`` signed as ``agent`` for ``task``; Flower is shown ids and sizes only."""
+        signed = signing.sign(task, body, agent, key)
+        try:
             self.sender.send_task(
-                names.TASK_RESOLVE,
+                task,
                 args=[signed],
-                task_id=requested,
-                queue=names.QUEUE_RESOLVE,
+                task_id=task_id,
+                queue=queue,
                 retry=False,
                 ignore_result=True,
                 argsrepr=summary([body]),
                 kwargsrepr="{}",
             )
         except Exception:
-            with contextlib.suppress(Exception):  # not queued: its verdict is not to be awaited
-                redis.delete(names.intake_key(agent, failure_id))
             with self._lock:  # a half-connected app is never reused
                 app, self._app = self._app, None
             if app is not None:
                 app.close()
             raise
-        return failure_id
 
     def verdict(self, agent: str, failure_id: str) -> tuple[int, JsonObject | None]:
         """200 and the verdict, 202 (queued, undecided) or 404: only ``agent``'s own failures."""
@@ -135,8 +177,8 @@ def intake_of(request: Request) -> Intake:
     return intake
 
 
-def parse(raw: bytes) -> JsonObject:
-    """The submission in a body; ValueError saying why it is none."""
+def json_object(raw: bytes, what: str) -> JsonObject:
+    """The JSON object in a body, without any signature it carried; ValueError saying why not."""
     try:
         body = json.loads(raw)
     except RecursionError:
@@ -146,8 +188,13 @@ def parse(raw: bytes) -> JsonObject:
     if deeper_than(body, MAX_MESSAGE_DEPTH):
         raise ValueError(f"the body is nested deeper than {MAX_MESSAGE_DEPTH} levels")
     if not isinstance(body, dict):
-        raise ValueError(f"a submission is a JSON object, not {type(body).__name__}")
-    body = signing.unsigned(body)
+        raise ValueError(f"{what} is a JSON object, not {type(body).__name__}")
+    return signing.unsigned(body)
+
+
+def parse(raw: bytes) -> JsonObject:
+    """The submission in a body; ValueError saying why it is none."""
+    body = json_object(raw, "a submission")
     request = SubmitRequest.from_wire(body)
     if request.malformed:
         raise ValueError(request.malformed)
@@ -158,26 +205,98 @@ def parse(raw: bytes) -> JsonObject:
 
 async def submit(request: Request) -> Response:
     intake = intake_of(request)
-    token = await authorize(request, AGENT_SCOPES, intake.submissions)
+    checked = await _agent_body(request, parse, intake.submissions)
+    if isinstance(checked, Response):
+        return checked
+    agent, key, body = checked
+    try:
+        failure_id = await run_in_threadpool(intake.queue, agent, key, body)
+    except Exception as exc:  # the broker: the client keeps the failure in its spool
+        return _unqueued(agent, "failure", exc)
+    path = f"{schema.API}/failures/{failure_id}/verdict"
+    return answer(schema.Accepted, {"failure_id": failure_id, "verdict": path}, status=202)
+
+
+def parse_outcome(raw: bytes) -> JsonObject:
+    """What client-side actions did, from a body; ValueError saying why it is not that.
+
+    >>> parse_outcome(b'{"failure_id": "f-1", "outcome": "maybe"}')
+    Traceback (most recent call last):
+    ...
+    ValueError: an outcome's "outcome" is "success" or "error", not 'maybe'
+    """
+    report = json_object(raw, "an outcome")
+    if report.get("outcome") not in ("success", "error"):
+        shown = repr(report.get("outcome"))[:100]
+        raise ValueError(f'an outcome\'s "outcome" is "success" or "error", not {shown}')
+    for name, kind in (("rule", str), ("error", str), ("outputs", list)):
+        if name in report and not isinstance(report[name], kind | type(None)):
+            raise ValueError(f'an outcome\'s "{name}" is a {kind.__name__}')
+    return report
+
+
+def parse_passing(raw: bytes) -> JsonObject:
+    """A passing run, from a body; ValueError saying why it is not one."""
+    run = json_object(raw, "a passing run")
+    PassingRun.from_wire(run)  # its job
+    if not isinstance(run.get("facts_json"), str):
+        raise ValueError("a passing run carries its facts as facts_json, a JSON text")
+    return run
+
+
+async def _agent_body(
+    request: Request, read: Callable[[bytes], JsonObject], buckets: TokenBuckets
+) -> tuple[str, bytes, JsonObject] | Response:
+    """The agent of a request, its signing key and its body as ``read`` parses it; else the
+    refusal."""
+    token = await authorize(request, AGENT_SCOPES, buckets)
     if not isinstance(token, TokenInfo):
         return token
-    raw = await request.body()  # within intake_max_bytes: bodies.BodyLimit
+    raw = await request.body()  # within its bound: bodies.BodyLimit
     try:
-        body = await parsed(request, parse, raw)
+        body = await parsed(request, read, raw)
     except ValueError as exc:
         return problem(400, str(exc))
     known = await run_in_threadpool(api_of(request).tokens.known, token.name)
     if known is None or known.revoked:  # revoked since ``authorize``: refused the same way
         return problem(401, "this token is unknown or revoked")
+    return token.name, known.key, body
+
+
+def _unqueued(agent: str, what: str, exc: Exception) -> Response:
+    log.warning("intake: could not queue %s's %s: %s", agent, what, exc)
+    return problem(
+        503, "the resolve queue cannot be reached; send it again later", {"Retry-After": "5"}
+    )
+
+
+async def outcome(request: Request) -> Response:
+    checked = await _agent_body(request, parse_outcome, intake_of(request).reports)
+    if isinstance(checked, Response):
+        return checked
+    agent, key, report = checked
+    failure_id = request.path_params["fid"][:100]
+    report["failure_id"] = failure_id  # the path names the failure; the task checks it is theirs
     try:
-        failure_id = await run_in_threadpool(intake.queue, token.name, known.key, body)
-    except Exception as exc:  # the broker: the client keeps the failure in its spool
-        log.warning("intake: could not queue %s's failure: %s", token.name, exc)
-        return problem(
-            503, "the resolve queue cannot be reached; send it again later", {"Retry-After": "5"}
-        )
-    path = f"{schema.API}/failures/{failure_id}/verdict"
-    return answer(schema.Accepted, {"failure_id": failure_id, "verdict": path}, status=202)
+        await run_in_threadpool(intake_of(request).queue_outcome, agent, key, report)
+    except Exception as exc:  # the broker: the client says it could not report
+        return _unqueued(agent, "outcome", exc)
+    return JSONResponse({"failure_id": failure_id, "queued": True}, status_code=202)
+
+
+async def passing(request: Request) -> Response:
+    checked = await _agent_body(request, parse_passing, intake_of(request).reports)
+    if isinstance(checked, Response):
+        return checked
+    agent, key, run = checked
+    try:
+        sent = await run_in_threadpool(intake_of(request).queue_passing, agent, key, run)
+    except Exception as exc:  # the broker: a passing run is never owed, the client moves on
+        return _unqueued(agent, "passing run", exc)
+    if not sent:
+        why = "a passing run of this job was learned this interval"
+        return JSONResponse({"sent": False, "reason": why}, status_code=200)
+    return JSONResponse({"sent": True}, status_code=202)
 
 
 async def verdict(request: Request) -> Response:
@@ -198,4 +317,6 @@ def routes() -> list[Route]:
     return [
         Route(f"{schema.API}/failures", submit, methods=["POST"]),
         Route(f"{schema.API}/failures/{{fid}}/verdict", verdict, methods=["GET"]),
+        Route(f"{schema.API}/failures/{{fid}}/outcome", outcome, methods=["POST"]),
+        Route(f"{schema.API}/passing", passing, methods=["POST"]),
     ]
