@@ -19,6 +19,7 @@ broker URL and a local agent token; found through the home's stack file,
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import tempfile
@@ -173,6 +174,18 @@ def console_url(explicit: str | None = None) -> str | None:
 def intake_url(explicit: str | None = None) -> str | None:
     """The HTTP intake's base URL: ``explicit``, else $THEOW_INTAKE_URL, else the env file's."""
     return explicit or os.environ.get(ENV_INTAKE_URL) or client_env().get(ENV_INTAKE_URL) or None
+
+
+def is_loopback(host: str | None) -> bool:
+    """Whether ``host`` is this machine: ``localhost``, ``127.0.0.0/8`` or ``::1``."""
+    if host is None:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def safe_url(url: str) -> str:

@@ -21,13 +21,13 @@ unless its host is this machine (``localhost``, ``127.0.0.0/8``, ``::1``).
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import urllib.error
 import urllib.request
 from urllib.parse import quote, urlsplit
 
 from theow_client import signing
+from theow_client.config import is_loopback
 from theow_client.jsontypes import JsonObject
 
 API = "/api/v1"
@@ -59,24 +59,12 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
 _OPENER = urllib.request.build_opener(_NoRedirects)
 
 
-def _loopback(host: str | None) -> bool:
-    """Whether ``host`` is this machine: ``localhost``, ``127.0.0.0/8`` or ``::1``."""
-    if host is None:
-        return False
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 class HttpIntake:
     def __init__(self, url: str, token: signing.AgentToken | None, timeout: float = 5.0) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"THEOW_INTAKE_URL {url[:200]!r} is not an http(s) URL")
-        if parts.scheme == "http" and not _loopback(parts.hostname):
+        if parts.scheme == "http" and not is_loopback(parts.hostname):
             raise ValueError(
                 f"THEOW_INTAKE_URL {url[:200]!r} is plain http to another host: the agent token"
                 " would cross the network readable; use https:// (http is for localhost only)"

@@ -22,7 +22,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
 
-from theow_client.config import port_problem, redis_url_problem, safe_url
+from theow_client.config import is_loopback, port_problem, redis_url_problem, safe_url
 from theow_client.jsontypes import Json, JsonObject
 from theow_client.names import DEFAULT_MILVUS_URI, DEFAULT_REDIS_URL
 from theow_client.stack import StackFileError, find_home, read_stack, stack_file
@@ -443,18 +443,9 @@ def forge_url_problem(url: str) -> str | None:
     'a forge token goes only over https (plain http only to a loopback test server)'
     """
     parts = urlsplit(url)
-    if parts.scheme == "https" or (parts.scheme == "http" and _loopback(parts.hostname or "")):
+    if parts.scheme == "https" or (parts.scheme == "http" and is_loopback(parts.hostname)):
         return None
     return "a forge token goes only over https (plain http only to a loopback test server)"
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _check_forge_urls(settings: Settings, origin: Mapping[str, str]) -> None:
