@@ -159,3 +159,23 @@ def test_retries_wait_the_announced_delay_before_running_again(
     assert f"theow: re-running {shell_join(command)} in 1.5 s (1/1)" in capfd.readouterr().err
     _, first_end, second_start = (float(t) for t in times.read_text().split())
     assert second_start - first_end >= 1.5  # not before the delay it announced
+
+
+def test_run_says_the_fix_the_action_suggests_in_plain_words(
+    resolver: FakeResolver, capfd: pytest.CaptureFixture[str]
+) -> None:
+    fix = "pip install PyYAML  (and declare PyYAML in the project's dependencies)"
+    suggested = verdict(
+        Status.SUGGESTED,
+        rule="python_module_not_found",
+        mode="fix",
+        outputs=({"action": "suggest_pip_install",
+                  "output": {"status": "ok", "package": "PyYAML", "fix": fix}},),
+    )  # fmt: skip
+    resolver.script("fix-line", suggested)
+    assert main(["run", "--fact", "scenario=fix-line", "--", *FAILING]) == 1
+    err = capfd.readouterr().err.splitlines()
+    assert (
+        "theow: fix:     pip install PyYAML (and declare PyYAML in the project's dependencies)"
+        in err
+    )

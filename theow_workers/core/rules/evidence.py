@@ -6,6 +6,9 @@
 (2, "src/a.c:3:1: error: expected ';'")
 >>> found.describe("c_compile_error")
 "matched c_compile_error at log line 2: src/a.c:3:1: error: expected ';'"
+>>> go = "go: github.com/imdario/mergo@v1.0.0: parsing go.mod:\\n"
+>>> evidence_at("log", go, go.index("@v1"), go.index("\\n")).text
+'go: github.com/imdario/mergo@v1.0.0: parsing go.mod:'
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ Spans = Mapping[int, tuple[str, str, int, int]]
 class Evidence:
     fact: str
     line: int  # 1-based line of the fact where the matched text starts
-    text: str  # the first non-empty line of the matched text
+    text: str  # the whole first non-empty line of the matched text, bounded
     position: float  # where in the fact, 0 (start) to 1 (end): later is nearer the failure
     matched: str = ""  # the whole matched text, bounded
     context: tuple[str, ...] = ()  # the lines around, the evidence line among them
@@ -69,11 +72,12 @@ def evidence_at(fact: str, text: str, start: int, end: int, at: int | None = Non
     matched = text[start:end]
     if at is not None and start <= at < end:
         start = at
-    # The first non-empty line of the match (a match may begin with a newline).
+    # The first non-empty line of the match (a match may begin with a newline), the whole
+    # line: a pattern that starts mid-line (``@v1.0.0: parsing``) still shows ``go: …mergo``.
     shown = text[start:end]
-    skipped = len(shown) - len(shown.lstrip("\r\n"))
-    first = shown[skipped:].split("\n", 1)[0].strip()
-    start += skipped
+    start += len(shown) - len(shown.lstrip("\r\n"))
+    stop = text.find("\n", start)
+    first = _whole_line(text, start, stop if stop >= 0 else len(text))
     line = text.count("\n", 0, start) + 1
     context_from = lines_around(text, start, CONTEXT_LINES, 0)[0]
     after = lines_around(text, end, 0, CONTEXT_LINES)[1]
@@ -82,12 +86,29 @@ def evidence_at(fact: str, text: str, start: int, end: int, at: int | None = Non
     return Evidence(
         fact=fact,
         line=line,
-        text=first[:MAX_LINE_CHARS],
+        text=first,
         position=start / max(len(text), 1),
         matched=matched[:MAX_MATCHED_CHARS],
         context=context,
         context_start=text.count("\n", 0, context_from) + 1,
     )
+
+
+def _whole_line(text: str, start: int, stop: int) -> str:
+    """The line holding ``text[start]``, stripped, cut at the line bound.
+
+    A line longer than the bound whose match begins past it is shown from the match
+    (after ``…``): the part that says why is never the part cut away.
+    """
+    begin = text.rfind("\n", 0, start) + 1
+    raw = text[begin:stop]
+    whole = raw.strip()
+    if len(whole) <= MAX_LINE_CHARS:
+        return whole
+    at = start - begin - (len(raw) - len(raw.lstrip()))
+    if at < MAX_LINE_CHARS - 1:
+        return whole[:MAX_LINE_CHARS]
+    return "…" + whole[at : at + MAX_LINE_CHARS - 1].rstrip()
 
 
 def telling_evidence(
