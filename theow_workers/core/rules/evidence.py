@@ -46,6 +46,9 @@ class Evidence:
     context_start: int = 0  # line number of context[0]
     # Whether the job's passing runs print this line too (None: the job's normal is unknown).
     normal: bool | None = None
+    # The line from where the match begins, bounded: the corpus README's "evidence line",
+    # which ``theow rules eval`` grades (labels may begin mid-line, as patterns do).
+    from_match: str = ""
 
     def describe(self, rule: str) -> str:
         seen = " (also seen in passing runs)" if self.normal else ""
@@ -78,6 +81,7 @@ def evidence_at(fact: str, text: str, start: int, end: int, at: int | None = Non
     start += len(shown) - len(shown.lstrip("\r\n"))
     stop = text.find("\n", start)
     first = _whole_line(text, start, stop if stop >= 0 else len(text))
+    from_match = text[start : stop if 0 <= stop < end else end].strip()[:MAX_LINE_CHARS]
     line = text.count("\n", 0, start) + 1
     context_from = lines_around(text, start, CONTEXT_LINES, 0)[0]
     after = lines_around(text, end, 0, CONTEXT_LINES)[1]
@@ -91,6 +95,7 @@ def evidence_at(fact: str, text: str, start: int, end: int, at: int | None = Non
         matched=matched[:MAX_MATCHED_CHARS],
         context=context,
         context_start=text.count("\n", 0, context_from) + 1,
+        from_match=from_match,
     )
 
 
