@@ -21,6 +21,7 @@ from typing import Any
 
 from theow_client.facts import lines_around
 from theow_client.jsontypes import JsonObject
+from theow_client.terminal import printable
 
 CONTEXT_LINES = 3  # shown before and after the evidence line
 MAX_CONTEXT_LINES = 15
@@ -102,18 +103,21 @@ def evidence_at(fact: str, text: str, start: int, end: int, at: int | None = Non
 def _whole_line(text: str, start: int, stop: int) -> str:
     """The line holding ``text[start]``, stripped, cut at the line bound.
 
-    A line longer than the bound whose match begins past it is shown from the match
-    (after ``…``): the part that says why is never the part cut away.
+    Before the match, a terminal's escapes that the pattern skipped (a colour, keypad
+    mode) are left out. A line longer than the bound whose match begins past it is
+    shown from the match (after ``…``): the part that says why is never cut away.
     """
     begin = text.rfind("\n", 0, start) + 1
-    raw = text[begin:stop]
+    # Bounded before it is read: a prefix past four bounds is never shown.
+    prefix = printable(text[max(begin, start - 4 * MAX_LINE_CHARS) : start])
+    raw = prefix + text[start:stop]
     whole = raw.strip()
-    if len(whole) <= MAX_LINE_CHARS:
+    if len(whole) <= MAX_LINE_CHARS and start - begin <= 4 * MAX_LINE_CHARS:
         return whole
-    at = start - begin - (len(raw) - len(raw.lstrip()))
-    if at < MAX_LINE_CHARS - 1:
+    at = len(prefix) - (len(raw) - len(raw.lstrip()))
+    if at < MAX_LINE_CHARS - 1 and start - begin <= 4 * MAX_LINE_CHARS:
         return whole[:MAX_LINE_CHARS]
-    return "…" + whole[at : at + MAX_LINE_CHARS - 1].rstrip()
+    return "…" + text[start:stop].strip()[: MAX_LINE_CHARS - 1]
 
 
 def telling_evidence(
