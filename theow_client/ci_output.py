@@ -2,7 +2,8 @@
 
 ==================== =====================================================================
 ``GITHUB_ACTIONS``   an ``::error`` annotation on stdout at the line to look at (with its
-                     file and line when the line names a file of the checkout) and a
+                     file and line when the line names a file of the checkout, and the
+                     fix the actions suggest or made) and a
                      Markdown job summary appended to ``$GITHUB_STEP_SUMMARY``
 ``GITLAB_CI``        the block inside a collapsible section (``section_start``/``section_end``)
 ``BUILDKITE``        ``buildkite-agent annotate --style error --context theow`` (the Markdown
@@ -232,8 +233,9 @@ def github_annotation(
                 properties["col"] = str(column)
     properties["title"] = f"Theow: {headline(verdict)}"
     first = str(looks[0]) if looks else safe(verdict.reason) or "no line to look at"
+    fixes = "".join(f"\nfix: {safe(fix)}" for fix in verdict.fixes)
     more = link or f"theow failures show {verdict.failure_id}"
-    return annotation("error", properties, f"{first}\nfailure {verdict.failure_id}: {more}")
+    return annotation("error", properties, f"{first}{fixes}\nfailure {verdict.failure_id}: {more}")
 
 
 # Markdown: GitHub's job summary and Buildkite's annotation.
@@ -267,6 +269,9 @@ def markdown(verdict: Verdict, link: str | None) -> str:
         parts += ["Lines to look at:", fenced([str(look) for look in looks])]
     else:
         parts.append("No line to look at.")
+    fixes = [safe(fix) for fix in verdict.fixes]
+    if fixes:  # the answer in plain words, before what was tried to find it
+        parts += ["Fix:", fenced(fixes)]
     said = [safe(" ".join(line.split())) for line in explained(verdict.explanation)]
     if said:  # a model's words: masked on the worker, escaped here like log text
         parts.append("Explanation:\n\n" + "\n".join(f"- {markdown_text(s)}" for s in said))

@@ -49,8 +49,9 @@ from theow_client.jsontypes import JsonObject
 from theow_client.junit import expand, read_reports, tests_fact
 from theow_client.mark import Rerun, should_rerun
 from theow_client.passing import report_passing
-from theow_client.verdict import Status, Verdict
-from theow_client.verdict_text import format_exploration, format_verdict
+from theow_client.terminal import printable
+from theow_client.verdict import Status, Verdict, fixes_in
+from theow_client.verdict_text import fix_lines, format_exploration, format_verdict
 
 __all__ = ["format_verdict", "main"]
 
@@ -315,6 +316,8 @@ def cmd_run(args: argparse.Namespace, client: TheowClient) -> int:
     reruns = 0
     while result.exit_code != 0 and (rerun := ask_theow(args, client, result, reruns)):
         reruns += 1
+        for line in fix_lines(fixes_in(rerun.outputs)):  # what the client-side fix changed
+            warn(printable(line))
         delay = retry_delay(args.retry_delay, reruns)
         warn(f"re-running {shell_join(args.command)} in {delay:g} s ({reruns}/{args.retries})")
         time.sleep(delay)

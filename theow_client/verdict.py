@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 
 from theow_client.jsontypes import Json, JsonObject
+from theow_client.redact import redact_text
 
 
 class Status(StrEnum):
@@ -117,6 +118,11 @@ class Verdict:
     def client_actions(self) -> tuple[BoundAction, ...]:
         return tuple(a for a in self.actions if a.client_side)
 
+    @property
+    def fixes(self) -> tuple[str, ...]:
+        """The commands or changes the actions suggest or made: :func:`fixes_in` ``outputs``."""
+        return fixes_in(self.outputs)
+
     def to_dict(self) -> JsonObject:
         data = asdict(self)
         extra = data.pop("extra")
@@ -160,6 +166,33 @@ class Verdict:
 
 
 _FIELDS = frozenset(f.name for f in fields(Verdict))
+
+# A fix is one command or change; a longer text is cut (it was built from a log's captures).
+MAX_FIX_CHARS = 500
+
+
+def fixes_in(outputs: object) -> tuple[str, ...]:
+    """The ``fix`` each action's output names, in order, once each: one bounded, masked line.
+
+    Actions that know the remedy return it as ``fix`` (``pip install pyyaml``); the rest
+    of an output is the action's own detail. It is built from a log's captures, so a
+    secret there is masked; not yet printable: the caller makes it so.
+
+    >>> fixes_in([{"action": "suggest_pip_install",
+    ...            "output": {"status": "ok", "fix": "pip install pyyaml\\n"}},
+    ...           {"action": "note", "output": "done"}])
+    ('pip install pyyaml',)
+    """
+    if not isinstance(outputs, list | tuple):
+        return ()
+    found: dict[str, None] = {}
+    for entry in outputs:
+        output = entry.get("output") if isinstance(entry, dict) else None
+        fix = output.get("fix") if isinstance(output, dict) else None
+        if isinstance(fix, str) and fix.strip():
+            line = " ".join(redact_text(fix[: MAX_FIX_CHARS * 4]).split())
+            found[line if len(line) <= MAX_FIX_CHARS else line[: MAX_FIX_CHARS - 1] + "…"] = None
+    return tuple(found)
 
 
 def _wheres(value: object) -> list[Where]:

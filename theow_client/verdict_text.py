@@ -3,7 +3,7 @@
 What a user needs from a verdict, in order: which rule, the line of the log
 it matched (fact, line number, text), what the rule captured there (a test's
 name, a file:line), the lines to look at (for every failure, matched or not),
-and what was done about it. A status or a field from a
+the fix its actions suggest or made (``fix:``), and what was done about it. A status or a field from a
 newer worker is shown as it came.
 
 Every part of a verdict came from a log or a model (the matched line, the
@@ -37,6 +37,7 @@ import json
 from collections.abc import Iterable
 
 from theow_client.jsontypes import JsonObject
+from theow_client.redact import redact_text
 from theow_client.terminal import printable
 from theow_client.verdict import Verdict, Where
 
@@ -54,13 +55,15 @@ def format_verdict(verdict: Verdict) -> str:
     if verdict.captures:
         lines.append("captured: " + " ".join(f"{k}={v}" for k, v in verdict.captures.items()))
     lines += look_at(verdict.where)
+    lines += fix_lines(verdict.fixes)
     lines += explained(verdict.explanation)
     for bound in verdict.actions:
         params = " ".join(f"{k}={json.dumps(v)}" for k, v in bound.params.items())
         where = " [client-side]" if bound.client_side else ""
         lines.append(f"action:  {bound.action} {params}".rstrip() + where)
     for output in verdict.outputs:
-        lines.append(f"output:  {json.dumps(output, default=str)}")
+        # An action's output holds what it read from the log: masked like the ``fix`` lines.
+        lines.append(f"output:  {redact_text(json.dumps(output, default=str))}")
     if verdict.rule and not verdict.actions and not verdict.outputs:
         # A track or retry rule runs nothing; say so rather than leave the user to wonder.
         lines.append("done:    nothing run" + (f" (mode {verdict.mode})" if verdict.mode else ""))
@@ -73,6 +76,15 @@ def format_verdict(verdict: Verdict) -> str:
     # From a newer worker: shown as they came, so an older agent still tells the whole answer.
     lines += [f"{name}: {json.dumps(value, default=str)}" for name, value in verdict.extra.items()]
     return printable("\n".join(lines))
+
+
+def fix_lines(fixes: Iterable[str]) -> list[str]:
+    """``fix:     pip install pyyaml``: what the actions suggest or made, the answer in plain words.
+
+    >>> fix_lines(["pip install pyyaml", "pip install pyyaml-include"])
+    ['fix:     pip install pyyaml', '         pip install pyyaml-include']
+    """
+    return [("fix:     " if i == 0 else " " * 9) + fix for i, fix in enumerate(fixes)]
 
 
 def format_exploration(exploration: JsonObject) -> str:

@@ -57,6 +57,15 @@ from theow_workers.replay.reader import DEFAULT_MAX_LINE_BYTES, json_object, raw
 FAILURES, PASSING = "failures", "passing"
 
 
+def shown_line(outcome: Outcome, where: Where) -> str:
+    """A where line as graded: the evidence's line from where its match begins, as the
+    corpus README defines the evidence line; any other line whole."""
+    evidence = outcome.evidence or {}
+    if (where.fact, where.line) == (evidence.get("fact"), evidence.get("line")):
+        return outcome.evidence_line or where.text
+    return where.text
+
+
 @dataclass
 class Outcome:
     """What the matcher decided for one input line (one ``--out`` row)."""
@@ -71,6 +80,9 @@ class Outcome:
     error: str | None = None
     grounded: bool | None = None
     matched: str = ""  # what the rule's regex matched, for grading
+    # The corpus README's evidence line (from where the match begins), for grading: a
+    # person is shown the whole line, a label may begin mid-line as the pattern does.
+    evidence_line: str = ""
     seen_in_passing: list[str] = field(default_factory=list)  # validated on normal lines only
     baseline: bool = False  # matched with its job's normal
     normal: bool = False  # the chosen rule's evidence is all normal
@@ -295,6 +307,7 @@ def decide(
     if evidence is not None:
         outcome.evidence = {"fact": evidence.fact, "line": evidence.line, "text": evidence.text}
         outcome.matched = evidence.matched
+        outcome.evidence_line = evidence.from_match
     return outcome, seconds
 
 
@@ -347,11 +360,11 @@ def run(
             if labelled and labels is not None:
                 chunk = labels.get(outcome.id, "")
                 outcome.located = bool(chunk) and any(
-                    grounded(w.text, "", chunk) for w in outcome.where[:WHERE_LINES]
+                    grounded(shown_line(outcome, w), "", chunk) for w in outcome.where[:WHERE_LINES]
                 )
             if labelled and labels is not None and outcome.rule is not None:
                 chunk = labels.get(outcome.id, "")
-                text = (outcome.evidence or {}).get("text", "")
+                text = outcome.evidence_line
                 outcome.grounded = bool(chunk) and grounded(text, outcome.matched, chunk)
             elif labelled:
                 outcome.grounded = False

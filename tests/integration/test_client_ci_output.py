@@ -391,3 +391,28 @@ def test_the_ci_output_choice_written_in_client_env_is_honoured(
     assert [line for line in err.splitlines() if line.startswith("theow:")] == [
         line.format(fid=fid) for line in PLAIN_BLOCK
     ]
+
+
+def test_the_job_summary_and_annotation_say_the_fix_masked_and_escaped(
+    resolver: FakeResolver,
+    checkout: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    summary = on_github(monkeypatch, checkout)
+    token = "ghp_" + "a1B2" * 9
+    fix = f"pip install PyYAML --index-url https://x:{token}@pypi.example/``` [a](b)"
+    suggested = verdict(
+        Status.SUGGESTED,
+        rule="python_module_not_found",
+        mode="fix",
+        outputs=({"action": "suggest_pip_install", "output": {"fix": fix}},),
+    )
+    fid = run(resolver, "gh-fix", suggested)
+
+    out, err = capfd.readouterr()
+    shown = "pip install PyYAML --index-url https://x:[masked:github-token]@pypi.example/``` [a](b)"
+    assert f"%0Afix: {shown}%0Afailure {fid}" in out
+    assert f"\n\nFix:\n\n````text\n{shown}\n````\n\n" in summary.read_text()
+    assert f"theow: fix:     {shown}" in err.splitlines()
+    assert token not in out + err + summary.read_text()

@@ -9,6 +9,7 @@ summary; ``--retries`` re-runs after a delay it announces.
 from __future__ import annotations
 
 import logging
+import shutil
 import sys
 from pathlib import Path
 
@@ -19,9 +20,11 @@ from tests.integration.conftest_client import FakeResolver, verdict
 from theow_client import mark
 from theow_client.capture import shell_join
 from theow_client.cli import main
-from theow_client.verdict import Status, Where
+from theow_client.verdict import BoundAction, Status, Where
 
 pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
 
 FAILING = [
     sys.executable,
@@ -159,3 +162,56 @@ def test_retries_wait_the_announced_delay_before_running_again(
     assert f"theow: re-running {shell_join(command)} in 1.5 s (1/1)" in capfd.readouterr().err
     _, first_end, second_start = (float(t) for t in times.read_text().split())
     assert second_start - first_end >= 1.5  # not before the delay it announced
+
+
+def test_run_says_the_fix_the_action_suggests_in_plain_words(
+    resolver: FakeResolver, capfd: pytest.CaptureFixture[str]
+) -> None:
+    fix = "pip install PyYAML  (and declare PyYAML in the project's dependencies)"
+    suggested = verdict(
+        Status.SUGGESTED,
+        rule="python_module_not_found",
+        mode="fix",
+        outputs=({"action": "suggest_pip_install",
+                  "output": {"status": "ok", "package": "PyYAML", "fix": fix}},),
+    )  # fmt: skip
+    resolver.script("fix-line", suggested)
+    assert main(["run", "--fact", "scenario=fix-line", "--", *FAILING]) == 1
+    err = capfd.readouterr().err.splitlines()
+    assert (
+        "theow: fix:     pip install PyYAML (and declare PyYAML in the project's dependencies)"
+        in err
+    )
+
+
+def test_a_client_side_fix_says_what_it_changed_before_the_re_run(
+    resolver: FakeResolver,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    actions = tmp_path / "actions"
+    actions.mkdir()
+    shutil.copy(ROOT / "actions" / "go.py", actions)  # the shipped action, as an agent has it
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    (checkout / "go.mod").write_text("module example.com/app\n")
+    monkeypatch.chdir(checkout)
+    params = {"old_path": "github.com/imdario/mergo", "new_path": "dario.cat/mergo",
+              "version": "v1.0.0"}  # fmt: skip
+    renamed = verdict(
+        Status.SUGGESTED,
+        rule="go_module_path_rename",
+        mode="fix",
+        actions=(BoundAction("go_mod_replace", params, client_side=True),),
+    )
+    resolver.script("go-rename", renamed)
+    # Fails until go.mod has the replace directive, as go would.
+    build = [sys.executable, "-c", "import sys; sys.exit('replace' not in open('go.mod').read())"]
+    options = ["--retries", "1", "--retry-delay", "0", "--actions-dir", str(actions)]
+    code = main(["run", *options, "--fact", "scenario=go-rename", "--", *build])
+
+    assert code == 0
+    err = capfd.readouterr().err.splitlines()
+    fix = "theow: fix:     go mod edit -replace github.com/imdario/mergo=dario.cat/mergo@v1.0.0"
+    assert err.index(fix) < next(i for i, line in enumerate(err) if "re-running" in line)

@@ -18,7 +18,7 @@ from rich.text import Text
 from theow_client.jsontypes import Json, JsonObject
 from theow_client.terminal import printable
 from theow_client.verdict import Verdict, Where
-from theow_client.verdict_text import explained, look_at
+from theow_client.verdict_text import explained, fix_lines, look_at
 from theow_workers.cli.output import err, load_settings, out, print_json
 from theow_workers.cli.output import fail as _fail
 from theow_workers.core.logs.text import strip_ansi
@@ -416,6 +416,8 @@ def failures_show(failure_id: str, as_json: JsonFlag = False) -> None:
     shown = f"verdict: {verdict.get('status', '-')} {named} {verdict.get('reason', '')}"
     out.print(printable(shown), highlight=False, markup=False)
     for line in look_at(_wheres(verdict.get("where"))):
+        out.print(printable(line), highlight=False, markup=False)
+    for line in fix_lines(verdict.get("fixes") or []):  # built from log text: plain only
         out.print(printable(line), highlight=False, markup=False)
     for line in explained(verdict.get("explanation")):  # a model's words: plain text only
         out.print(printable(line), highlight=False, markup=False)

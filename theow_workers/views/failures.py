@@ -4,7 +4,8 @@ Every list of failures is ``failure_list``: ``theow failures list`` shows its
 first page (``cli_rows``), the console's ``/failures`` pages it by time
 (``console_page``) and ``GET /api/v1/failures`` by cursor (``api_page``).
 One failure is ``failure_detail`` (``theow failures show --json``, the
-console's failure page, ``GET /api/v1/failures/{id}``).
+console's failure page, ``GET /api/v1/failures/{id}``); its verdict's ``fixes``
+are the fixes its actions suggest or made, one line each.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 
 from theow_client.jsontypes import JsonObject
+from theow_client.verdict import fixes_in
 from theow_workers.core.logs.summary import summarize
 from theow_workers.core.resolve.fingerprint import error_lines
 from theow_workers.views.ports import (
@@ -131,6 +133,8 @@ def shown(failure: FailureDetail) -> JsonObject:
             "mode": v.mode,
             "actions": v.actions,
             "outputs": v.outputs,
+            # The answer in plain words: what the actions suggest or made (``pip install …``).
+            "fixes": list(fixes_in(v.outputs)),
             "reason": v.reason,
             "evidence": v.evidence,
             "also": v.also,

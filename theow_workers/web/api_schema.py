@@ -84,6 +84,9 @@ class VerdictView(Model):
     )
     actions: list[JsonObject] = []
     outputs: list[JsonObject] = []
+    fixes: list[str] = Field(
+        [], description="The commands or changes the actions suggest or made, one line each."
+    )
 
 
 class FailureDetail(Model):

@@ -458,7 +458,7 @@ CASES: list[tuple[str, str, str, dict[str, str], str]] = [
         "./e2e/flows/login.cy.ts format \u2501\u2501\u2501\u2501\u2501\u2501\n",
         "biome_check_failed",
         {"file": "./e2e/flows/login.cy.ts", "category": "format"},
-        "./e2e/flows/login.cy.ts format \u2501",
+        "./e2e/flows/login.cy.ts format \u2501\u2501\u2501\u2501\u2501\u2501",
     ),
     (
         "knip",

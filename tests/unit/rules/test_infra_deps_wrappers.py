@@ -272,7 +272,7 @@ def test_a_missing_tool_that_fails_the_step_is_named(book):
     log += gha("##[error]Process completed with exit code 127.")
     rule, captures, evidence, _ = verdict(book, log)
     assert (rule, captures["tool"]) == ("command_not_found", "jq")
-    assert evidence == "sh: line 14: jq: command not found"
+    assert evidence == "./scripts/release-notes.sh: line 14: jq: command not found"
 
 
 def test_a_proxy_warning_about_a_reset_connection_is_not_a_network_failure(book):

@@ -75,7 +75,7 @@ def test_a_rule_whose_first_condition_matched_a_wrapper_shows_its_other_conditio
     log = "ld: main.o: undefined reference to `frobnicate'\nmake: *** [all] Error 1\n"
     chosen = plan(RuleBook((make, linker), "v"), {"log": log}).specific[0]
     assert chosen.match is not None and chosen.match.evidence is not None
-    assert chosen.match.evidence.text == "undefined reference to `frobnicate'"
+    assert chosen.match.evidence.text == "ld: main.o: undefined reference to `frobnicate'"
     assert chosen.match.evidence.line == 1
 
 
@@ -83,3 +83,26 @@ def test_the_whole_match_stays_the_matched_text(book):
     log = "$ rake\nrake aborted!\nNo Rakefile found (looking for: rakefile, Rakefile)\n"
     evidence = plan(book, {"log": log}).specific[0].match.evidence  # type: ignore[union-attr]
     assert evidence is not None and evidence.matched.startswith("rake aborted!\n")
+
+
+def test_a_pattern_that_starts_mid_line_shows_the_whole_line_it_matched_on(book):
+    log = (
+        "go: downloading github.com/imdario/mergo v1.0.0\n"
+        "go: github.com/imdario/mergo@v1.0.0: parsing go.mod:\n"
+        "        module declares its path as: dario.cat/mergo\n"
+        "                but was required as: github.com/imdario/mergo\n"
+    )
+    assert shown(book, log) == (
+        "go_module_path_rename",
+        2,
+        "go: github.com/imdario/mergo@v1.0.0: parsing go.mod:",
+    )
+
+
+def test_a_line_past_the_bound_is_cut_there_and_never_cuts_away_what_matched(book):
+    log = "x" * 300 + " ModuleNotFoundError: No module named 'yaml' " + "y" * 300 + "\n"
+    rule, line, text = shown(book, log)
+    assert (rule, line) == ("python_module_not_found", 1)
+    assert text == log[:500]  # from the line's start: the match begins within the bound
+    far = "x" * 600 + " ModuleNotFoundError: No module named 'yaml'\n"
+    assert shown(book, far)[2] == "…ModuleNotFoundError: No module named 'yaml'"

@@ -375,7 +375,7 @@ CASES = [
             "file": "test/models/invoice_test.rb",
             "line": "14",
         },
-        "InvoiceTest#test_rounds_half_even [test/models/invoice_test.rb:14]",
+        "InvoiceTest#test_rounds_half_even [test/models/invoice_test.rb:14]:",
     ),
     (
         "dotnet test",

@@ -75,6 +75,13 @@ HINT = re.compile(
     re.IGNORECASE,
 )
 
+# A line that says where a run was, not what went wrong: a traceback's header (its frames
+# and its error follow) and a progress banner (``step 1/3: fetch widgets``, ``[2/4] Linking``).
+TRACEBACK_HEADER = re.compile(r"^Traceback \(most recent call last\):?$")
+PROGRESS = re.compile(
+    r"^(?:\[?(?:step|stage|phase|task)\s+\d+\s*(?:/|of)\s*\d+\b|\[\d+/\d+\]\s)", re.I
+)
+
 LinePredicate = Callable[[str], bool]
 
 # Each tier's markers as a stripped line holds them, worked out once: a marker that
@@ -300,8 +307,9 @@ def where_lines(
     starts with); then the marked lines by tier, strongest first, the nearest
     line of each of the two strongest tiers before the others (a runner's
     failure line, then the message under it); then the log's last lines.
-    Wrappers, banners, exit notes and hints never; lines the job's normal
-    prints after every new one. Line numbers are 1-based in the fact as given.
+    Wrappers, banners, exit notes, hints, a traceback's header and a progress
+    banner never; lines the job's normal prints after every new one. Line
+    numbers are 1-based in the fact as given.
     """
     summary = summarize(facts, is_normal=is_normal, is_wrapper=is_wrapper, read=WHERE_READ)
     found: list[Where] = []
@@ -317,6 +325,17 @@ def where_lines(
     return found[:limit]
 
 
+def _filler(line: Line) -> bool:
+    """A traceback's header, or a progress banner that names no error: never a line to look at.
+
+    >>> _filler(Line(1, "step 1/3: fetch widgets")), _filler(Line(2, "step 2/3: build failed", 3))
+    (True, False)
+    """
+    if TRACEBACK_HEADER.match(line.text):
+        return True
+    return line.tier is None and PROGRESS.match(line.text) is not None
+
+
 def _candidates(summary: ErrorSummary, limit: int = WHERE_LINES) -> list[Line]:
     """The summary's lines in the order :func:`where_lines` offers them (enough for ``limit``)."""
     counted = {id(line) for line in summary.marked}
@@ -324,8 +343,11 @@ def _candidates(summary: ErrorSummary, limit: int = WHERE_LINES) -> list[Line]:
     marked = [
         line
         for line in summary.lines
-        if id(line) in counted
-        or (line.tier is not None and line.tier < LOWER_CASED and not _poor(line))
+        if (
+            id(line) in counted
+            or (line.tier is not None and line.tier < LOWER_CASED and not _poor(line))
+        )
+        and not _filler(line)
     ]
     tiers: dict[int, list[Line]] = {}
     for line in reversed(marked):
@@ -342,7 +364,7 @@ def _candidates(summary: ErrorSummary, limit: int = WHERE_LINES) -> list[Line]:
     for line in reversed(summary.lines):
         if min(taken.values()) >= wanted:
             break
-        if taken[line.normal] < wanted and not _poor(line):
+        if taken[line.normal] < wanted and not _poor(line) and not _filler(line):
             tail.append(line)
             taken[line.normal] += 1
     candidates = heads + rest + tail

@@ -6,6 +6,9 @@
 (2, "src/a.c:3:1: error: expected ';'")
 >>> found.describe("c_compile_error")
 "matched c_compile_error at log line 2: src/a.c:3:1: error: expected ';'"
+>>> go = "go: github.com/imdario/mergo@v1.0.0: parsing go.mod:\\n"
+>>> evidence_at("log", go, go.index("@v1"), go.index("\\n")).text
+'go: github.com/imdario/mergo@v1.0.0: parsing go.mod:'
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 
 from theow_client.facts import lines_around
 from theow_client.jsontypes import JsonObject
+from theow_client.terminal import printable
 
 CONTEXT_LINES = 3  # shown before and after the evidence line
 MAX_CONTEXT_LINES = 15
@@ -36,13 +40,16 @@ Spans = Mapping[int, tuple[str, str, int, int]]
 class Evidence:
     fact: str
     line: int  # 1-based line of the fact where the matched text starts
-    text: str  # the first non-empty line of the matched text
+    text: str  # the whole first non-empty line of the matched text, bounded
     position: float  # where in the fact, 0 (start) to 1 (end): later is nearer the failure
     matched: str = ""  # the whole matched text, bounded
     context: tuple[str, ...] = ()  # the lines around, the evidence line among them
     context_start: int = 0  # line number of context[0]
     # Whether the job's passing runs print this line too (None: the job's normal is unknown).
     normal: bool | None = None
+    # The line from where the match begins, bounded: the corpus README's "evidence line",
+    # which ``theow rules eval`` grades (labels may begin mid-line, as patterns do).
+    from_match: str = ""
 
     def describe(self, rule: str) -> str:
         seen = " (also seen in passing runs)" if self.normal else ""
@@ -69,11 +76,13 @@ def evidence_at(fact: str, text: str, start: int, end: int, at: int | None = Non
     matched = text[start:end]
     if at is not None and start <= at < end:
         start = at
-    # The first non-empty line of the match (a match may begin with a newline).
+    # The first non-empty line of the match (a match may begin with a newline), the whole
+    # line: a pattern that starts mid-line (``@v1.0.0: parsing``) still shows ``go: …mergo``.
     shown = text[start:end]
-    skipped = len(shown) - len(shown.lstrip("\r\n"))
-    first = shown[skipped:].split("\n", 1)[0].strip()
-    start += skipped
+    start += len(shown) - len(shown.lstrip("\r\n"))
+    stop = text.find("\n", start)
+    first = _whole_line(text, start, stop if stop >= 0 else len(text))
+    from_match = text[start : stop if 0 <= stop < end else end].strip()[:MAX_LINE_CHARS]
     line = text.count("\n", 0, start) + 1
     context_from = lines_around(text, start, CONTEXT_LINES, 0)[0]
     after = lines_around(text, end, 0, CONTEXT_LINES)[1]
@@ -82,12 +91,33 @@ def evidence_at(fact: str, text: str, start: int, end: int, at: int | None = Non
     return Evidence(
         fact=fact,
         line=line,
-        text=first[:MAX_LINE_CHARS],
+        text=first,
         position=start / max(len(text), 1),
         matched=matched[:MAX_MATCHED_CHARS],
         context=context,
         context_start=text.count("\n", 0, context_from) + 1,
+        from_match=from_match,
     )
+
+
+def _whole_line(text: str, start: int, stop: int) -> str:
+    """The line holding ``text[start]``, stripped, cut at the line bound.
+
+    Before the match, a terminal's escapes that the pattern skipped (a colour, keypad
+    mode) are left out. A line longer than the bound whose match begins past it is
+    shown from the match (after ``…``): the part that says why is never cut away.
+    """
+    begin = text.rfind("\n", 0, start) + 1
+    # Bounded before it is read: a prefix past four bounds is never shown.
+    prefix = printable(text[max(begin, start - 4 * MAX_LINE_CHARS) : start])
+    raw = prefix + text[start:stop]
+    whole = raw.strip()
+    if len(whole) <= MAX_LINE_CHARS and start - begin <= 4 * MAX_LINE_CHARS:
+        return whole
+    at = len(prefix) - (len(raw) - len(raw.lstrip()))
+    if at < MAX_LINE_CHARS - 1 and start - begin <= 4 * MAX_LINE_CHARS:
+        return whole[:MAX_LINE_CHARS]
+    return "…" + text[start:stop].strip()[: MAX_LINE_CHARS - 1]
 
 
 def telling_evidence(
