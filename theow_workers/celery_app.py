@@ -41,7 +41,12 @@ if TYPE_CHECKING:
     from theow_workers.heartbeat import Heartbeat
 
 
-def make_app(settings: Settings | None = None) -> Celery:
+def make_app(settings: Settings | None = None, edge: bool = True) -> Celery:
+    """The app; ``edge=False`` for a monitor that takes no task off a queue (Flower).
+
+    Flower reads the broker's URL back from the connection, and a transport given
+    as a class path is not a ``redis://`` URL to it.
+    """
     settings = settings or Settings.load()
     wire.install()  # no message, however deep, may crash the worker before the task runs
     if settings.visibility_timeout <= settings.resolve_time_limit:
@@ -70,7 +75,7 @@ def make_app(settings: Settings | None = None) -> Celery:
         task_send_sent_event=True,
         include=["theow_workers.tasks", "theow_workers.replay.tasks"],
     )
-    if urlsplit(settings.redis_url).scheme in EDGE_SCHEMES:
+    if edge and urlsplit(settings.redis_url).scheme in EDGE_SCHEMES:
         app.conf.broker_transport = EDGE_TRANSPORT
     app.on_after_finalize.connect(_only_theow_tasks, weak=False)
     return app
@@ -93,6 +98,9 @@ def _only_theow_tasks(sender: Celery, **_: object) -> None:
 # services (``runtime``, the explorer) may send tasks through it without a cycle.
 settings = Settings.load()
 app = make_app(settings)
+# Flower's app (``-A theow_workers.celery_app:monitor``): it reads events and asks
+# workers, and takes no task message off a queue, so it needs no edge transport.
+monitor = make_app(settings, edge=False)
 
 
 @after_setup_logger.connect

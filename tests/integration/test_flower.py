@@ -2,7 +2,7 @@
 
 Flower is started the way `theow up --flower` and the compose `flower` service
 start it (`theow_workers.ops.flower.flower_command`: `celery -A
-theow_workers.celery_app flower --port=P --address=127.0.0.1`, the credentials
+theow_workers.celery_app:monitor flower --port=P --address=127.0.0.1`, the credentials
 in Flower's environment), and read through its REST API.
 """
 

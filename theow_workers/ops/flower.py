@@ -99,7 +99,7 @@ def flower_command(
         "-m",
         "celery",
         "-A",
-        "theow_workers.celery_app",
+        "theow_workers.celery_app:monitor",
         "flower",
         f"--port={port}",
         f"--address={address}",
