@@ -3,6 +3,8 @@
 Starts Valkey, Milvus Lite and a resolver worker, submits every failure of a
 JSON Lines file through ``theow_client`` (as a build agent would), waits for
 every verdict, prints which rule matched what (fix, retry or track), and shuts down.
+Its failures are stored with source ``demo``: live lists and figures leave them out
+(``theow failures list --source demo`` shows them).
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from theow_workers.core.resolve.library import Library
 from theow_workers.replay.reader import check, json_object, raw_lines
 from theow_workers.runtime import build, sync_index
 from theow_workers.stack import EmbeddedStack, StackError
+from theow_workers.store.failures import label_agent
 from theow_workers.store.tokens import TokenStore
+from theow_workers.views.ports import DEMO_SOURCE
 
 DEMO_AGENT = "demo"
 
@@ -56,6 +60,7 @@ def run_demo(settings: Settings, path: Path, timeout: float, console: Console) -
         console.print(f"[red]error:[/red] {exc}")
         return 2
     stack = EmbeddedStack(settings)
+    rt = None
     try:
         with console.status("starting Valkey, Milvus Lite, SQLite…"):
             stack.start()
@@ -80,6 +85,8 @@ def run_demo(settings: Settings, path: Path, timeout: float, console: Console) -
     finally:
         with console.status("stopping…"):
             stack.stop()
+        if rt is not None:  # the worker has stopped: every failure it recorded is there
+            label_agent(rt.store.engine, DEMO_AGENT, DEMO_SOURCE)
     _print_summary(verdicts, len(failures), console)
     return 0 if len(verdicts) == len(failures) else 1
 
@@ -97,7 +104,7 @@ def _submit_and_wait(
         sending = progress.add_task("submitting", total=len(failures))
         tickets = []
         for facts in failures:
-            tickets.append(client.submit(facts, source="theow-demo"))
+            tickets.append(client.submit(facts, source=DEMO_SOURCE))
             progress.advance(sending)
         waiting = progress.add_task("verdicts", total=len(tickets))
         for ticket in tickets:

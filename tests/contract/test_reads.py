@@ -286,6 +286,37 @@ def test_the_list_is_newest_first_and_live_unless_replays_are_asked_for(world):
         world.reads.failures.page(FailureFilter(source="nowhere"))
 
 
+def test_the_demos_failures_are_listed_only_when_asked_for(world):
+    world.add(Seen("f-1", T0, source="agent:ci"))
+    world.add(Seen("f-2", T0 + timedelta(minutes=1), source="demo"))
+    world.add(Seen("f-3", T0 + timedelta(minutes=2), source="replay:job-1"))
+
+    assert ids(world) == ["f-1"]
+    assert ids(world, FailureFilter(source="demo")) == ["f-2"]
+    assert ids(world, FailureFilter(source="replay")) == ["f-3"]
+    assert ids(world, FailureFilter(source="all")) == ["f-3", "f-2", "f-1"]
+
+
+def test_the_demos_failures_count_in_figures_only_when_asked_for(world):
+    world.add(Seen("f-1", T0, source="agent:ci", attempts=[("tf_echo", "success")]))
+    world.add(
+        Seen("f-2", T0, source="demo", status="suggested", attempts=[("tf_echo", "client_pending")])
+    )
+    figures = world.reads.figures
+
+    def verdicts(**kw: object) -> set[tuple[str, str | None, int]]:
+        return {(v.status, v.rule, v.count) for v in figures.verdicts(**kw)}  # type: ignore[arg-type]
+
+    def attempts(**kw: object) -> set[tuple[str, str, int]]:
+        return {(a.rule, a.outcome, a.count) for a in figures.attempts(**kw)}  # type: ignore[arg-type]
+
+    assert verdicts() == verdicts(live=True) == {("resolved", "tf_echo", 1)}
+    assert verdicts(received=(T0, None)) == {("resolved", "tf_echo", 1)}
+    assert verdicts(demo=True) == {("resolved", "tf_echo", 1), ("suggested", "tf_echo", 1)}
+    assert attempts() == attempts(live=True) == {("tf_echo", "success", 1)}
+    assert attempts(demo=True) == {("tf_echo", "success", 1), ("tf_echo", "client_pending", 1)}
+
+
 def test_a_row_carries_the_failure_and_its_verdict(world):
     world.add(
         Seen(

@@ -174,7 +174,7 @@ def test_failures_list_shows_live_failures_unless_asked_for_replayed_ones(tmp_pa
     wrong = theow("failures", "list", "--source", "everything", home=home)
     assert wrong.returncode == 2
     assert wrong.stderr.strip().splitlines() == [
-        "error: source 'everything': use live, replay, all"
+        "error: source 'everything': use live, replay, demo, all"
     ]
 
 

@@ -374,7 +374,8 @@ def test_a_log_line_holding_a_script_tag_shows_as_text(console, browser):
 
 
 def seed_live_and_replayed(url: str) -> None:
-    """One live failure whose client-side fix waits for its agent, two replayed ones."""
+    """One live failure whose client-side fix waits for its agent, two replayed ones, and
+    one of ``theow demo``'s whose fix waits too."""
     sql = SqlStore(url)
     now = datetime.now(UTC)
     facts = {"stderr": "missing file app.cfg", "repo": "acme/app", "job": "build"}
@@ -387,6 +388,9 @@ def seed_live_and_replayed(url: str) -> None:
         sql.add_failure(FailureRecord(fid, "fp-old", facts, "build_failure", "replay:r1", at))
         sql.record_outcome(Verdict(fid, Status.SUGGESTED, rule="tf_client_fix", mode="fix"),
                            [AttemptRecord(fid, "tf_client_fix", [], "suggested")])  # fmt: skip
+    sql.add_failure(FailureRecord("demo-1", "fp-demo", facts, "build_failure", "demo", now))
+    sql.record_outcome(Verdict("demo-1", Status.SUGGESTED, rule="tf_client_fix", mode="fix"),
+                       [AttemptRecord("demo-1", "tf_client_fix", [], "client_pending")])  # fmt: skip
     sql.dispose()
 
 
@@ -418,10 +422,14 @@ def test_the_failures_page_lists_live_failures_unless_replayed_ones_are_asked_fo
     with page.expect_navigation():
         page.click("form.filters button[type=submit]")
     assert [c.inner_text() for c in rows.locator("td.source").all()] == ["replay:r1"] * 2
+    page.select_option("select[name=source]", "demo")
+    with page.expect_navigation():
+        page.click("form.filters button[type=submit]")
+    assert [c.inner_text() for c in rows.locator("td.source").all()] == ["demo"]
     page.goto("/failures?source=all")
-    assert rows.count() == 3
+    assert rows.count() == 4
     answer = page.request.get("/failures?source=everything")
-    assert answer.status == 400 and "use live, replay, all" in answer.text()
+    assert answer.status == 400 and "use live, replay, demo, all" in answer.text()
     page.context.close()
 
 
@@ -430,7 +438,7 @@ def test_insight_shows_a_client_side_fix_waiting_for_its_agent_as_pending_not_st
 ):
     page = logged_in(browser, mixed_console["url"])
     page.goto("/insight")
-    assert "tf_client_fix: 1 pending" in page.locator("#pending").inner_text()
+    assert "tf_client_fix: 1 pending" in page.locator("#pending").inner_text()  # not the demo's
     assert page.get_by_text("Struggling rules").count() == 0
     page.context.close()
 

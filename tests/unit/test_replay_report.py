@@ -214,3 +214,21 @@ def test_each_unmatched_group_shows_the_lines_to_look_at_of_its_first_failure(jo
     screen = io.StringIO()
     show_report(data, Console(file=screen, width=300))
     assert "stderr line 3: panic: nil map write in scheduler" in screen.getvalue()
+
+
+def test_a_dry_runs_estimate_says_what_exploring_would_cost_not_what_was_spent(jobs):
+    """Given a dry run with one unmatched group, the terminal and markdown say 'would cost'."""
+    import io
+
+    from rich.console import Console
+
+    from theow_workers.replay.show import show_report
+
+    data = reports.build(jobs, jobs.get(replay(jobs, history())), PRICING)
+    screen = io.StringIO()
+    show_report(data, Console(file=screen, width=300))
+    shown = screen.getvalue()
+
+    sessions = data["exploration"]["sessions"]
+    assert f"exploring {sessions} group(s) would cost ≈ $" in shown
+    assert f"Exploring them would cost {sessions} LLM session(s) x $" in reports.markdown(data)

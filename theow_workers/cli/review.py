@@ -286,6 +286,9 @@ def _sync(settings: Settings) -> None:
 
 def meow_command(
     since: Annotated[str | None, typer.Option(help="Window, e.g. 24h, 7d.")] = None,
+    demo: Annotated[
+        bool, typer.Option("--demo", help="Count theow demo's failures too (left out by default).")
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Resolves, explores, hit rate, top and struggling rules, LLM cost (cat)."""
@@ -293,7 +296,7 @@ def meow_command(
 
     window = _window(since)
     _, store = _context()
-    stats = meow(_reads(store), window)
+    stats = meow(_reads(store), window, demo=demo)
     if as_json:
         print_json(stats)
         return
@@ -345,7 +348,8 @@ def failures_list(
     source: Annotated[
         str,
         typer.Option(
-            help="live (build agents), replay (replayed history) or all.", show_default=True
+            help="live (build agents), replay (replayed history), demo (theow demo's) or all.",
+            show_default=True,
         ),
     ] = "live",
     limit: int = 50,

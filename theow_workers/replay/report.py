@@ -323,7 +323,8 @@ def markdown(report: JsonObject, top: int = 25) -> str:
     cost = report["exploration"]
     out += [
         "",
-        f"Exploring them: {cost['sessions']} LLM session(s) x ${cost['usd_per_session']:.4f} "
+        f"Exploring them would cost {cost['sessions']} LLM session(s) x "
+        f"${cost['usd_per_session']:.4f} "
         f"≈ **${cost['estimated_usd']:.2f}** with {cost['model']} ({cost['note']}).",
     ]
     req = report["explore_request"]

@@ -92,7 +92,8 @@ def show_report(report: JsonObject, console: Console) -> None:
         console.print(table)
     cost = report["exploration"]
     console.print(
-        f"exploring {cost['sessions']} group(s): ≈ [bold]${cost['estimated_usd']:.2f}[/bold] "
+        f"exploring {cost['sessions']} group(s) would cost ≈ "
+        f"[bold]${cost['estimated_usd']:.2f}[/bold] "
         f"({cost['usd_per_session']:.4f} $/session with {cost['model']}; {cost['note']})",
         highlight=False,
     )

@@ -20,7 +20,7 @@ from theow_client.jsontypes import JsonObject
 from theow_client.verdict import Status
 from theow_workers.store.explore import ExploreStore
 from theow_workers.store.failure_list import _common, aware
-from theow_workers.store.figures import LLM_OUTCOMES, MATCHED
+from theow_workers.store.figures import LLM_OUTCOMES, MATCHED, NOT_DEMO
 from theow_workers.store.schema import ExplorationRow, FailureRow, VerdictRow
 
 PAGE = 50
@@ -84,7 +84,8 @@ def _day(value: date | str) -> date:
 
 
 def series(store: ExploreStore, days: int = 30) -> JsonObject:
-    """Per day over the last ``days``: failures, matched, hit rate, LLM sessions, cost."""
+    """Per day over the last ``days``: failures, matched, hit rate, LLM sessions, cost
+    (the demo's failures left out, as in ``theow meow``)."""
     today = datetime.now(UTC).date()
     first = today - timedelta(days=days - 1)
     start = datetime(first.year, first.month, first.day, tzinfo=UTC)
@@ -93,7 +94,8 @@ def series(store: ExploreStore, days: int = 30) -> JsonObject:
     with store.session() as s:
         verdicts = s.execute(
             select(day_v, VerdictRow.status, func.count())
-            .where(VerdictRow.decided_at >= start)
+            .join(FailureRow, FailureRow.id == VerdictRow.failure_id)
+            .where(VerdictRow.decided_at >= start, NOT_DEMO)
             .group_by(day_v, VerdictRow.status)
         ).all()
         explorations = s.execute(
@@ -127,14 +129,15 @@ def series(store: ExploreStore, days: int = 30) -> JsonObject:
 
 
 def unknown_failures(store: ExploreStore, limit: int = UNKNOWN_SCAN) -> list[UnknownFailure]:
-    """The newest failures no rule explains (unmatched, unexplained, exploring), newest first.
+    """The newest failures no rule explains (unmatched, unexplained, exploring), newest first;
+    not the demo's.
 
     Bounded: the insight page groups what a fleet met lately, never the whole table.
     """
     query = (
         select(FailureRow.id, FailureRow.fingerprint, FailureRow.received_at)
         .join(VerdictRow, VerdictRow.failure_id == FailureRow.id)
-        .where(_common(VerdictRow.status.in_(UNKNOWN)))
+        .where(_common(VerdictRow.status.in_(UNKNOWN)), NOT_DEMO)
         .order_by(FailureRow.received_at.desc())
         .limit(limit)
     )

@@ -21,11 +21,13 @@ from datetime import UTC
 from sqlalchemy import ColumnElement, and_, func, literal_column, or_, select
 
 from theow_workers.store.explore import ExploreStore
-from theow_workers.store.figures import REPLAY_SOURCE
+from theow_workers.store.figures import NOT_DEMO, REPLAY_SOURCE
 from theow_workers.store.schema import FailureRow, VerdictRow
 from theow_workers.views.ports import (
     ALL,
     ANY_TIME,
+    DEMO,
+    DEMO_SOURCE,
     LIVE,
     REPLAY,
     SOURCES,
@@ -56,9 +58,11 @@ __all__ = [
 def from_source(source: str) -> ColumnElement[bool] | None:
     """The condition on failures that keeps those of ``source`` (None: all of them)."""
     if source == LIVE:
-        return FailureRow.source.not_like(REPLAY_SOURCE)
+        return and_(FailureRow.source.not_like(REPLAY_SOURCE), NOT_DEMO)
     if source == REPLAY:
         return FailureRow.source.like(REPLAY_SOURCE)
+    if source == DEMO:
+        return FailureRow.source == DEMO_SOURCE
     if source == ALL:
         return None
     raise UnknownSource(source)
@@ -87,7 +91,7 @@ def failure_page(
 ) -> FailurePage:
     """One page of failures, newest first, and the cursor of the next page (None: the last).
 
-    Raises UnknownSource for a ``where.source`` other than live, replay or all.
+    Raises UnknownSource for a ``where.source`` other than live, replay, demo or all.
     """
     repo = FailureRow.facts["repo"].as_string()
     job = FailureRow.facts["job"].as_string()

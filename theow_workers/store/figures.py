@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import Connection, column, func, inspect, or_, select, table
+from sqlalchemy import ColumnElement, Connection, column, func, inspect, or_, select, table
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql.expression import TableClause
 
@@ -32,6 +32,7 @@ from theow_workers.store.schema import (
     VerdictRow,
 )
 from theow_workers.views.ports import (
+    DEMO_SOURCE,
     LLM_OUTCOMES,
     MATCHED,
     REPLAY_PREFIX,
@@ -45,6 +46,7 @@ from theow_workers.views.ports import (
 __all__ = [
     "LLM_OUTCOMES",
     "MATCHED",
+    "NOT_DEMO",
     "REPLAY_SOURCE",
     "SAVED_OUTCOMES",
     "AttemptCount",
@@ -55,6 +57,8 @@ __all__ = [
 ]
 # Replayed history is not traffic: its failures (source replay:<job>) have their own figures.
 REPLAY_SOURCE = REPLAY_PREFIX + "%"
+# Nor is the demo's: its failures count only where asked for.
+NOT_DEMO: ColumnElement[bool] = FailureRow.source != DEMO_SOURCE
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,7 @@ class Figures:
         return set(inspect(self.conn).get_table_names())
 
     def failures_received(self, live: bool = False) -> int:
-        query = select(func.count()).select_from(FailureRow)
+        query = select(func.count()).select_from(FailureRow).where(NOT_DEMO)
         if live:
             query = query.where(FailureRow.source.not_like(REPLAY_SOURCE))
         return int(self.conn.execute(query).scalar_one())
@@ -91,12 +95,16 @@ class Figures:
         since: datetime | None = None,
         live: bool = False,
         received: tuple[datetime | None, datetime | None] | None = None,
+        demo: bool = False,
     ) -> list[VerdictCount]:
         """Verdicts by status and rule: decided ``since``; ``live`` leaves replays out;
-        ``received`` keeps failures received in ``[start, end)``."""
-        query = select(VerdictRow.status, VerdictRow.rule, func.count())
-        if live or received is not None:
-            query = query.join(FailureRow, FailureRow.id == VerdictRow.failure_id)
+        ``received`` keeps failures received in ``[start, end)``; ``demo`` counts the
+        demo's failures too."""
+        query = select(VerdictRow.status, VerdictRow.rule, func.count()).join(
+            FailureRow, FailureRow.id == VerdictRow.failure_id
+        )
+        if not demo:
+            query = query.where(NOT_DEMO)
         if since is not None:
             query = query.where(VerdictRow.decided_at >= since)
         if live:
@@ -110,13 +118,18 @@ class Figures:
         query = query.group_by(VerdictRow.status, VerdictRow.rule)
         return [VerdictCount(s, r, int(n)) for s, r, n in self.conn.execute(query)]
 
-    def attempts(self, since: datetime | None = None, live: bool = False) -> list[AttemptCount]:
-        """Rule attempts by rule and outcome, made ``since``; ``live`` leaves replays out."""
-        query = select(AttemptRow.rule, AttemptRow.outcome, func.count())
+    def attempts(
+        self, since: datetime | None = None, live: bool = False, demo: bool = False
+    ) -> list[AttemptCount]:
+        """Rule attempts by rule and outcome, made ``since``; ``live`` leaves replays out;
+        ``demo`` counts the demo's failures too."""
+        query = select(AttemptRow.rule, AttemptRow.outcome, func.count()).join(
+            FailureRow, FailureRow.id == AttemptRow.failure_id
+        )
+        if not demo:
+            query = query.where(NOT_DEMO)
         if live:
-            query = query.join(FailureRow, FailureRow.id == AttemptRow.failure_id).where(
-                FailureRow.source.not_like(REPLAY_SOURCE)
-            )
+            query = query.where(FailureRow.source.not_like(REPLAY_SOURCE))
         if since is not None:
             query = query.where(AttemptRow.created_at >= since)
         query = query.group_by(AttemptRow.rule, AttemptRow.outcome)

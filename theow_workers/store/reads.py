@@ -205,13 +205,16 @@ class SqlFigureReads:
         since: datetime | None = None,
         live: bool = False,
         received: tuple[datetime | None, datetime | None] | None = None,
+        demo: bool = False,
     ) -> list[VerdictCount]:
         with Figures.read(self.store.sql.engine) as figures:
-            return figures.verdicts(since, live, received)
+            return figures.verdicts(since, live, received, demo)
 
-    def attempts(self, since: datetime | None = None, live: bool = False) -> list[AttemptCount]:
+    def attempts(
+        self, since: datetime | None = None, live: bool = False, demo: bool = False
+    ) -> list[AttemptCount]:
         with Figures.read(self.store.sql.engine) as figures:
-            return figures.attempts(since, live)
+            return figures.attempts(since, live, demo)
 
     def explorations(self, since: datetime | None = None) -> list[ExplorationCount]:
         with Figures.read(self.store.sql.engine) as figures:

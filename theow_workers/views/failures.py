@@ -33,7 +33,7 @@ PAGE = 50
 
 
 def checked(where: FailureFilter) -> FailureFilter:
-    """``where`` itself; UnknownSource when its source is not live, replay or all."""
+    """``where`` itself; UnknownSource when its source is not one of SOURCES."""
     if where.source not in SOURCES:
         raise UnknownSource(where.source)
     return where

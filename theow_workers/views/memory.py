@@ -14,6 +14,8 @@ from datetime import UTC, datetime
 from theow_workers.views.ports import (
     ALL,
     ANY_TIME,
+    DEMO,
+    DEMO_SOURCE,
     LIVE,
     REPLAY,
     REPLAY_PREFIX,
@@ -39,12 +41,17 @@ def _at(value: datetime | None) -> datetime:
     return aware(value) or _EPOCH
 
 
-def _of_source(source: str) -> bool | None:
-    """True: replayed failures only; False: live ones only; None: all."""
-    if source == LIVE:
-        return False
-    if source == REPLAY:
-        return True
+def _source_kind(source: str) -> str:
+    """Which of LIVE, REPLAY and DEMO a failure's stored ``source`` is."""
+    if source.startswith(REPLAY_PREFIX):
+        return REPLAY
+    return DEMO if source == DEMO_SOURCE else LIVE
+
+
+def _of_source(source: str) -> str | None:
+    """The kind of failure ``source`` keeps (LIVE, REPLAY or DEMO); None: all."""
+    if source in (LIVE, REPLAY, DEMO):
+        return source
     if source == ALL:
         return None
     raise UnknownSource(source)
@@ -84,11 +91,11 @@ class MemoryFailureReads:
         limit: int = 50,
         window: Window = ANY_TIME,
     ) -> FailurePage:
-        replayed = _of_source(where.source)
+        kind = _of_source(where.source)
         rows: list[FailureSummary] = []
         for failure in self._failures.values():
             row = summary_of(failure)
-            if replayed is not None and row.source.startswith(REPLAY_PREFIX) != replayed:
+            if kind is not None and _source_kind(row.source) != kind:
                 continue
             if after is not None and not (
                 row.received_at < after.at
@@ -152,19 +159,21 @@ class MemoryFigureReads:
         self._failures = failures
         self._proposals = proposals
 
-    def _of(self, live: bool) -> list[FailureDetail]:
-        return [
-            f for f in self._failures.values() if not (live and f.source.startswith(REPLAY_PREFIX))
-        ]
+    def _of(self, live: bool, demo: bool) -> list[FailureDetail]:
+        left_out = {REPLAY} if live else set()
+        if not demo:
+            left_out.add(DEMO)
+        return [f for f in self._failures.values() if _source_kind(f.source) not in left_out]
 
     def verdicts(
         self,
         since: datetime | None = None,
         live: bool = False,
         received: tuple[datetime | None, datetime | None] | None = None,
+        demo: bool = False,
     ) -> list[VerdictCount]:
         counts: Counter[tuple[str, str | None]] = Counter()
-        for f in self._of(live):
+        for f in self._of(live, demo):
             v = f.verdict
             if v is None or (since is not None and _at(v.decided_at) < since):
                 continue
@@ -176,10 +185,12 @@ class MemoryFigureReads:
             counts[v.status, v.rule] += 1
         return [VerdictCount(status, rule, n) for (status, rule), n in counts.items()]
 
-    def attempts(self, since: datetime | None = None, live: bool = False) -> list[AttemptCount]:
+    def attempts(
+        self, since: datetime | None = None, live: bool = False, demo: bool = False
+    ) -> list[AttemptCount]:
         counts: Counter[tuple[str, str]] = Counter(
             (a.rule, a.outcome)
-            for f in self._of(live)
+            for f in self._of(live, demo)
             for a in f.attempts
             if since is None or _at(a.created_at) >= since
         )

@@ -28,11 +28,13 @@ from theow_client.jsontypes import JsonObject
 
 CURSOR_CHARS = 400  # a cursor is a time and an id: anything longer is not one of ours
 
-# Where failures came from: ``live`` (build agents, the demo, anything but a replay),
-# ``replay`` (a replay's, source ``replay:<job>``) or ``all``.
-LIVE, REPLAY, ALL = "live", "replay", "all"
-SOURCES = (LIVE, REPLAY, ALL)
+# Where failures came from: ``live`` (build agents, webhooks, anything but a replay or the
+# demo), ``replay`` (a replay's, source ``replay:<job>``), ``demo`` (``theow demo``'s, source
+# ``demo``) or ``all``. Lists and figures are of live failures unless asked for another.
+LIVE, REPLAY, DEMO, ALL = "live", "replay", "demo", "all"
+SOURCES = (LIVE, REPLAY, DEMO, ALL)
 REPLAY_PREFIX = "replay:"
+DEMO_SOURCE = "demo"  # the source ``theow demo``'s failures are stored with
 
 MATCHED = ("resolved", "suggested", "retry", "tracked")
 # Outcomes in which a model was actually called (the rest cost nothing).
@@ -60,7 +62,7 @@ class FailureFilter:
     mode: str = ""
     outcome: str = ""  # the verdict's status
     q: str = ""  # a failure id or its prefix
-    source: str = LIVE  # live, replay or all (SOURCES)
+    source: str = LIVE  # live, replay, demo or all (SOURCES)
 
     def active(self) -> dict[str, str]:
         """The filters that differ from a bare /failures (live failures, any of the rest)."""
@@ -203,7 +205,7 @@ class FailureReads(Protocol):
     ) -> FailurePage:
         """One page of failures, newest first on ``(received_at, id)``.
 
-        Raises UnknownSource for a ``where.source`` other than live, replay or all.
+        Raises UnknownSource for a ``where.source`` other than live, replay, demo or all.
         """
         ...
 
@@ -293,13 +295,18 @@ class FigureReads(Protocol):
         since: datetime | None = None,
         live: bool = False,
         received: tuple[datetime | None, datetime | None] | None = None,
+        demo: bool = False,
     ) -> list[VerdictCount]:
         """Verdicts by status and rule: decided ``since``; ``live`` leaves replays out;
-        ``received`` keeps failures received in ``[start, end)``."""
+        ``received`` keeps failures received in ``[start, end)``; ``demo`` counts the
+        demo's failures too (left out otherwise)."""
         ...
 
-    def attempts(self, since: datetime | None = None, live: bool = False) -> list[AttemptCount]:
-        """Rule attempts by rule and outcome, made ``since``; ``live`` leaves replays out."""
+    def attempts(
+        self, since: datetime | None = None, live: bool = False, demo: bool = False
+    ) -> list[AttemptCount]:
+        """Rule attempts by rule and outcome, made ``since``; ``live`` leaves replays out;
+        ``demo`` counts the demo's failures too (left out otherwise)."""
         ...
 
     def explorations(self, since: datetime | None = None) -> list[ExplorationCount]:

@@ -5,7 +5,8 @@ same queries as the Prometheus metrics) over an optional window. The hit
 rate is shown before and after the most recent approval in the window: the
 learning loop working looks like that number going up. A rule struggles when
 its fixes ran and failed more often than they worked; client-side fixes the
-build agents have not reported on yet are pending, not failures.
+build agents have not reported on yet are pending, not failures. The demo's
+failures (``theow demo``) are not counted unless asked for.
 """
 
 from __future__ import annotations
@@ -46,19 +47,20 @@ def _rate(matched: int, total: int) -> float | None:
     return round(matched / total, 4) if total else None
 
 
-def meow(reads: Reads, since: timedelta | None = None) -> JsonObject:
-    """``theow meow`` and the insight page's totals, over ``since`` (None: all time)."""
+def meow(reads: Reads, since: timedelta | None = None, demo: bool = False) -> JsonObject:
+    """``theow meow`` and the insight page's totals, over ``since`` (None: all time);
+    ``demo`` counts the demo's failures too."""
     start = datetime.now(UTC) - since if since else datetime(1970, 1, 1, tzinfo=UTC)
     figures = reads.figures
-    verdicts = _by_status(figures.verdicts(since=start))
+    verdicts = _by_status(figures.verdicts(since=start, demo=demo))
     per_rule: dict[str, dict[str, int]] = {}
-    for attempt in figures.attempts(since=start):
+    for attempt in figures.attempts(since=start, demo=demo):
         entry = per_rule.setdefault(attempt.rule, dict.fromkeys(RULE_COUNTS, 0))
         entry[RULE_COUNT_OF.get(attempt.outcome, "failures")] += attempt.count
     explorations = figures.explorations(since=start)
     last_approval = figures.last_approval(since=start)
     pending = figures.proposals().get("pending", 0)
-    split = _hit_rates(figures, start, last_approval)
+    split = _hit_rates(figures, start, last_approval, demo)
 
     by_outcome = {e.outcome: e.count for e in explorations}
     sessions = sum(e.count for e in explorations if e.outcome in LLM_OUTCOMES)
@@ -109,13 +111,15 @@ def _by_status(counts: list[VerdictCount]) -> Counter[str]:
     return by_status
 
 
-def _hit_rates(figures: FigureReads, start: datetime, approval: datetime | None) -> JsonObject:
+def _hit_rates(
+    figures: FigureReads, start: datetime, approval: datetime | None, demo: bool
+) -> JsonObject:
     """Hit rate of failures received before and after the last approval in the window."""
     if approval is None:
         return {"last_approval": None, "before": None, "after": None}
 
     def rate(received: tuple[datetime | None, datetime | None]) -> JsonObject:
-        counts = _by_status(figures.verdicts(received=received))
+        counts = _by_status(figures.verdicts(received=received, demo=demo))
         total = sum(counts.values())
         return {"failures": total, "hit_rate": _rate(sum(counts[s] for s in MATCHED), total)}
 

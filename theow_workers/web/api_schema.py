@@ -231,7 +231,7 @@ def openapi() -> JsonObject:
         _query("rule", "Only failures whose verdict names this rule."),
         _query("status", "Only failures whose verdict has this status."),
         _query("mode", "Only failures whose rule has this mode (fix, retry, track)."),
-        _query("source", "live (default), replay or all."),
+        _query("source", "live (default), replay, demo or all."),
         _query("since", "Received at or after (ISO 8601).", "date-time"),
         _query("until", "Received before (ISO 8601).", "date-time"),
         {
