@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -133,7 +133,11 @@ def user(tmp_path_factory: pytest.TempPathFactory) -> Iterator[User]:
     env = user_environment(home)
     up = theow_up({**env, "THEOW_RULES_DIRS": str(my_rules)}, checkout)
     try:
-        yield User(env, home / ".theow", checkout, elsewhere, my_rules, up)
+        user = User(env, home / ".theow", checkout, elsewhere, my_rules, up)
+        # The resolver's first failure loads its model and compiles the rules: on a loaded
+        # machine longer than a test's wait, so whichever test runs first waits here.
+        replace(user, env={**env, "THEOW_CLIENT_WAIT": "280"}).client(SEAT)
+        yield user
     finally:
         output = up.stop()
         assert up.proc.returncode == 0, output
