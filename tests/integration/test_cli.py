@@ -73,8 +73,8 @@ def test_rules_test_json_is_one_object_explaining_the_decision(tmp_path):
     assert report["rule"] in {"tf_explode", "tf_explode_fallback"}
     # Why: the line the rule matched, and the other rule that validated too.
     assert (report["evidence"]["fact"], report["evidence"]["line"]) == ("stderr", 1)
-    assert report["evidence"]["text"] == "EXPLODE"  # what the regex matched
-    assert "EXPLODE 7" in report["evidence"]["context"]  # and the log line around it
+    assert report["evidence"]["text"] == "EXPLODE 7"  # the whole line the regex matched in
+    assert "EXPLODE 7" in report["evidence"]["context"]  # and the lines around it
     assert report["also"] == list({"tf_explode", "tf_explode_fallback"} - {report["rule"]})
     candidates = {c["rule"]: c for c in report["candidates"]}
     assert set(candidates["tf_echo"]) == {"rule", "similarity", "validated", "reason"}

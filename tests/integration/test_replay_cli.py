@@ -44,7 +44,7 @@ def test_a_history_file_is_replayed_and_reported(replay_fleet: ReplayFleet, tmp_
         {
             "rule": "tf_flaky_network",
             "matched": 12,
-            "evidence": "stderr:2: Connection reset by peer",
+            "evidence": "stderr:2: read: Connection reset by peer",
         },
     ]
     assert "tf_hang" in report["rules_without_matches"]
@@ -174,7 +174,7 @@ def test_stored_failures_are_replayed_after_a_rule_is_added(replay_fleet: Replay
         {
             "rule": "apt_missing_package",
             "matched": 3,
-            "evidence": "stderr:1: Unable to locate package lib0-dev",
+            "evidence": "stderr:1: E: Unable to locate package lib0-dev",
         }
     ]
     assert report["job"]["source"] == "stored failures, since 1h, unmatched only"

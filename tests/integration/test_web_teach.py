@@ -8,6 +8,7 @@ filed by the same function.
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -114,7 +115,8 @@ def test_a_reviewer_teaches_a_failure_by_its_lines_and_the_next_one_like_it_is_k
     assert page.locator("#status").inner_text() == "pending"
     assert "taught broken_link_anchor_missing from lines 3-4" in page.locator(".flash").inner_text()
     # Tested before review: its failure and the one alike, named by no rule before.
-    assert page.locator("#taught-matches").inner_text().startswith("2 of 4")
+    # (Of every stored failure: the module's other tests, in any order, may have stored more.)
+    assert re.match(r"2 of \d+ ", page.locator("#taught-matches").inner_text())
     assert "(none) 2" in page.locator("#taught-matches").inner_text()
     assert "ada (web), from lines 3-4" in page.locator("#taught").inner_text()
     assert "equals: acme/widgets" in page.locator("#rule").inner_text()
