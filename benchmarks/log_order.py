@@ -16,6 +16,13 @@ the order written. Two ways of writing:
 
 Prints one JSON object per way: runs, runs with any line out of place, and
 the share of lines out of place (median over runs, and overall).
+
+On 2 cores shared with other builds (load 10), 20 runs of 400 lines: ``taken``
+0 runs of 20 with a line out of place (the two reader threads this loop
+replaced: 18 of 20, a median 8% of lines out of place); ``back_to_back`` every
+run has lines out of place with either reader (median 72% of positions with
+this loop, 44% with the threads: the writer outruns the reader and each reads
+whole blocks of one stream; which came first within a block cannot be known).
 """
 
 from __future__ import annotations

@@ -22,8 +22,7 @@ stdout late, when a buffer fills or it exits, so its stdout lines come after
 stderr lines it printed later. Unbuffered output (``python -u``,
 ``PYTHONUNBUFFERED=1``, ``stdbuf -oL CMD``) puts them where they belong.
 
-Measured on 2 busy cores, 200 pairs of lines written back to back
-(``python benchmarks/log_order.py --json``): see that script for the figures.
+How often lines land out of place, either way: ``benchmarks/log_order.py``.
 """
 
 from __future__ import annotations
