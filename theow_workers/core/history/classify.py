@@ -101,15 +101,17 @@ def decide(
         streak = line.streak_at(run.sha)
     else:
         streak = line.streak_before(run.base_sha, run.started_at or run.finished_at)
-    if streak is not None and streak.confirmed:
+    if streak is not None and streak.repeated:
         return _main(streak, on_main)
-    if _intermittent(run, runs, line, default_branch, settings):
+    if not _repeated(run, runs, default_branch) and _intermittent(
+        run, runs, line, default_branch, settings
+    ):
         return Decision(
             Origin.FLAKY,
             "fails now and then in unrelated changes, with passes in between",
             flip_rate=_flip_rate(run, runs),
         )
-    if streak is not None and (streak.open or not on_main):
+    if streak is not None and (streak.open or streak.based or not on_main):
         # Just started on the default branch (nothing later known yet), or a change
         # failing as its base did: the same code failing twice the same way.
         return _main(streak, on_main)
@@ -227,6 +229,33 @@ def _intermittent(
             contexts.add(where)
     flapped = "fpf" in "".join(outcome for outcome, _ in groupby(seen))
     return flapped or len(contexts) >= settings.flaky_contexts
+
+
+def _repeated(run: Run, runs: Sequence[Run], default_branch: str) -> bool:
+    """Whether the change failed this way again: on a retry of its commit, or on its next push.
+
+    A flaky test failing twice running is rare; code that fails does it every time.
+    """
+    own = _context(run, default_branch)
+    outcomes: dict[str, str] = {}  # commit -> "f" failed this way only, "p" passed, "o" other
+    order: list[str] = []
+    retried = 0
+    for other in runs:
+        if _context(other, default_branch) != own:
+            continue
+        if other.sha not in outcomes:
+            order.append(other.sha)
+            outcomes[other.sha] = "o"
+        if not other.failed:
+            outcomes[other.sha] = "p"
+        elif other.cause == run.cause and outcomes[other.sha] != "p":
+            outcomes[other.sha] = "f"
+            retried += other.sha == run.sha
+    if retried >= 2:
+        return True
+    at = order.index(run.sha) if run.sha in order else -1
+    beside = [order[i] for i in (at - 1, at + 1) if at >= 0 and 0 <= i < len(order)]
+    return any(outcomes[sha] == "f" for sha in beside)
 
 
 def _flip_rate(run: Run, runs: Sequence[Run]) -> float:

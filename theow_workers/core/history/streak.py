@@ -35,7 +35,13 @@ class Streak:
 
     shas: tuple[str, ...]  # the commits failing this way, oldest first
     fixed_by: str | None  # the first commit passing after them, once one has
-    confirmed: bool  # failed twice: on two commits, on a retry, or in a change based on it
+    repeated: bool  # failed again: on a second commit or on a retry of one
+    based: bool  # a change based on one of its commits failed this way too
+
+    @property
+    def confirmed(self) -> bool:
+        """The same code failed this way twice: not a one-off."""
+        return self.repeated or self.based
 
     @property
     def culprit(self) -> str:
@@ -137,12 +143,9 @@ class MainLine:
             index += 1
         span = range(first, last + 1)
         shas = tuple(self.shas[i] for i in span if self.states[i] == FAIL)
-        confirmed = (
-            len(shas) >= 2
-            or any(self.failures[i] >= 2 for i in span)
-            or any(self._based.get(i, 0) for i in span)
-        )
-        return Streak(shas, fixed_by, confirmed)
+        repeated = len(shas) >= 2 or any(self.failures[i] >= 2 for i in span)
+        based = any(self._based.get(i, 0) for i in span)
+        return Streak(shas, fixed_by, repeated, based)
 
     def _base_index(self, run: Run) -> int | None:
         at = self._index.get(run.base_sha) if run.base_sha is not None else None
