@@ -170,7 +170,9 @@ class Fleet:
                 start = _working_hours(start, self.rand)
                 minutes = self.rand.randint(*s.outage_minutes)
                 repo = self.rand.choice(repos).name if local else None
-                kind = self.rand.choice(["runner", "disk", "oom"] if local else ["dns", "registry", "proxy", "docker"])
+                kind = self.rand.choice(
+                    ["runner", "disk", "oom"] if local else ["dns", "registry", "proxy", "docker"]
+                )
                 found.append(Outage(start, start + minutes * 60, repo, kind))
         return found
 
@@ -214,9 +216,15 @@ class Fleet:
             if s.merge_prs and self.rand.random() < 0.3:
                 now = _index_at(repo.main, when)  # updated with main's head
                 base = now if now is not None else base
-            change = (broken_job.name, broken_log) if broken_job and broken_from <= push < broken_to else None
+            change = (
+                (broken_job.name, broken_log)
+                if broken_job and broken_from <= push < broken_to
+                else None
+            )
             sha = self._sha()
-            self._push(repo, outages, sha, when, f"feature/{pr}", pr, repo.main[base][0], base, change)
+            self._push(
+                repo, outages, sha, when, f"feature/{pr}", pr, repo.main[base][0], base, change
+            )
             when = _working_hours(when + self.rand.uniform(0.3, 20) * HOUR, self.rand)
 
     def _push(
@@ -329,15 +337,26 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--style", choices=sorted(STYLES), default="direct")
-    parser.add_argument("--out", type=Path, required=True, help="history rows (.jsonl or .jsonl.gz)")
-    parser.add_argument("--truth", type=Path, required=True, help="truth rows {id, origin, culprit}")
+    parser.add_argument(
+        "--out", type=Path, required=True, help="history rows (.jsonl or .jsonl.gz)"
+    )
+    parser.add_argument(
+        "--truth", type=Path, required=True, help="truth rows {id, origin, culprit}"
+    )
     parser.add_argument("--repos", type=int, help="repositories (style's default otherwise)")
     parser.add_argument("--days", type=int, help="days of history")
     parser.add_argument("--retry", type=float, help="share of failed runs retried")
-    parser.add_argument("--prs-per-day", type=float, help="pull requests opened per repository a day")
+    parser.add_argument(
+        "--prs-per-day", type=float, help="pull requests opened per repository a day"
+    )
     args = parser.parse_args(argv)
     style = STYLES[args.style]
-    knobs = {"repos": args.repos, "days": args.days, "retry": args.retry, "prs_per_day": args.prs_per_day}
+    knobs = {
+        "repos": args.repos,
+        "days": args.days,
+        "retry": args.retry,
+        "prs_per_day": args.prs_per_day,
+    }
     style = replace(style, **{k: v for k, v in knobs.items() if v is not None})
     rows, truth = Fleet(style, args.seed).generate()
     write_jsonl(rows, args.out)

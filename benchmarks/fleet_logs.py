@@ -14,12 +14,31 @@ from dataclasses import dataclass
 LANGUAGES = ["python", "typescript", "go", "rust", "java", "javascript"]
 
 WORDS = [
-    "login", "checkout", "invoice", "cache", "retry", "session", "export", "upload", "search",
-    "billing", "profile", "webhook", "scheduler", "parser", "router", "quota", "audit", "token",
+    "login",
+    "checkout",
+    "invoice",
+    "cache",
+    "retry",
+    "session",
+    "export",
+    "upload",
+    "search",
+    "billing",
+    "profile",
+    "webhook",
+    "scheduler",
+    "parser",
+    "router",
+    "quota",
+    "audit",
+    "token",
 ]
 TS_ERRORS = [
     ("TS2322", "Type 'string' is not assignable to type 'number'."),
-    ("TS2345", "Argument of type 'string | undefined' is not assignable to parameter of type 'string'."),
+    (
+        "TS2345",
+        "Argument of type 'string | undefined' is not assignable to parameter of type 'string'.",
+    ),
     ("TS2339", "Property '{w}Id' does not exist on type '{W}Props'."),
     ("TS2554", "Expected 2 arguments, but got 1."),
     ("TS7006", "Parameter '{w}' implicitly has an 'any' type."),
@@ -44,7 +63,10 @@ def volatile(text: str, rand: random.Random, repo: str) -> str:
         .replace("{n}", str(rand.randint(2, 400)))
         .replace("{id}", f"{rand.getrandbits(48):012x}")
         .replace("{port}", str(rand.randint(30000, 60000)))
-        .replace("{tmp}", f"/tmp/pytest-of-runner/pytest-{rand.randint(1, 99)}/tmp{rand.getrandbits(24):x}")
+        .replace(
+            "{tmp}",
+            f"/tmp/pytest-of-runner/pytest-{rand.randint(1, 99)}/tmp{rand.getrandbits(24):x}",
+        )
         .replace("{home}", f"/home/runner/work/{repo.split('/')[-1]}/{repo.split('/')[-1]}")
         .replace("{ip}", f"10.{rand.randint(0, 255)}.{rand.randint(0, 255)}.{rand.randint(1, 254)}")
     )
@@ -81,138 +103,240 @@ class Tool:
         line = rand.randint(12, 480)
         if self.kind == "pytest":
             if deterministic:
-                what = rand.choice([
-                    f"E       assert {rand.randint(200, 500)} == 200",
-                    f"E       KeyError: '{w}_id'",
-                    f"E       AttributeError: 'NoneType' object has no attribute '{w}'",
-                    f"E       TypeError: {w}() missing 1 required positional argument: '{mod}'",
-                ])
+                what = rand.choice(
+                    [
+                        f"E       assert {rand.randint(200, 500)} == 200",
+                        f"E       KeyError: '{w}_id'",
+                        f"E       AttributeError: 'NoneType' object has no attribute '{w}'",
+                        f"E       TypeError: {w}() missing 1 required positional argument: '{mod}'",
+                    ]
+                )
             else:
-                what = rand.choice([
-                    "E       TimeoutError: timed out after {dur}s waiting for worker",
-                    f"E       AssertionError: assert {{n}} == {rand.randint(2, 9)}",
-                    "E       ConnectionRefusedError: [Errno 111] Connection refused",
-                    "E       sqlite3.OperationalError: database is locked",
-                ])
+                what = rand.choice(
+                    [
+                        "E       TimeoutError: timed out after {dur}s waiting for worker",
+                        f"E       AssertionError: assert {{n}} == {rand.randint(2, 9)}",
+                        "E       ConnectionRefusedError: [Errno 111] Connection refused",
+                        "E       sqlite3.OperationalError: database is locked",
+                    ]
+                )
             name = what.split(":")[0].split()[-1] if ":" in what else "AssertionError"
-            return "\n".join([
-                f"__________________________ {test} __________________________",
-                f"    def {test}({mod}_client):",
-                f">       result = {mod}_client.{w}()",
-                what,
-                f"tests/test_{mod}.py:{line}: {name}",
-                "=========================== short test summary info ============================",
-                f"FAILED tests/test_{mod}.py::{test} - {what[8:]}",
-            ])
+            return "\n".join(
+                [
+                    f"__________________________ {test} __________________________",
+                    f"    def {test}({mod}_client):",
+                    f">       result = {mod}_client.{w}()",
+                    what,
+                    f"tests/test_{mod}.py:{line}: {name}",
+                    "=========================== short test summary info ============================",
+                    f"FAILED tests/test_{mod}.py::{test} - {what[8:]}",
+                ]
+            )
         if self.kind == "jest":
             comp = w.capitalize() + rand.choice(["Form", "List", "Page", "Button"])
             if deterministic:
-                what = rand.choice([
-                    ["expect(received).toBe(expected) // Object.is equality", "", f"Expected: \"{w}\"", f"Received: \"{mod}\""],
-                    [f"TypeError: Cannot read properties of undefined (reading '{w}')"],
-                    ["expect(received).toHaveLength(expected)", "", f"Expected length: {rand.randint(2, 9)}", "Received length: 0"],
-                ])
+                what = rand.choice(
+                    [
+                        [
+                            "expect(received).toBe(expected) // Object.is equality",
+                            "",
+                            f'Expected: "{w}"',
+                            f'Received: "{mod}"',
+                        ],
+                        [f"TypeError: Cannot read properties of undefined (reading '{w}')"],
+                        [
+                            "expect(received).toHaveLength(expected)",
+                            "",
+                            f"Expected length: {rand.randint(2, 9)}",
+                            "Received length: 0",
+                        ],
+                    ]
+                )
             else:
-                what = rand.choice([
-                    ["thrown: \"Exceeded timeout of 5000 ms for a test.", "Add a timeout value to this test to increase the timeout\""],
-                    ["TestingLibraryElementError: Unable to find an element with the text: Loading..."],
-                    ["expect(jest.fn()).toHaveBeenCalledTimes(expected)", "", "Expected number of calls: 1", "Received number of calls: {n}"],
-                ])
-            return "\n".join([
-                f"FAIL src/components/{comp}.test.tsx ({{dur}} s)",
-                f"  ● {comp} › {w} {rand.choice(['renders', 'updates', 'submits'])}",
-                "",
-                *["    " + x for x in what],
-                "",
-                f"      at Object.<anonymous> (src/components/{comp}.test.tsx:{line}:{rand.randint(3, 40)})",
-            ])
+                what = rand.choice(
+                    [
+                        [
+                            'thrown: "Exceeded timeout of 5000 ms for a test.',
+                            'Add a timeout value to this test to increase the timeout"',
+                        ],
+                        [
+                            "TestingLibraryElementError: Unable to find an element with the text: Loading..."
+                        ],
+                        [
+                            "expect(jest.fn()).toHaveBeenCalledTimes(expected)",
+                            "",
+                            "Expected number of calls: 1",
+                            "Received number of calls: {n}",
+                        ],
+                    ]
+                )
+            return "\n".join(
+                [
+                    f"FAIL src/components/{comp}.test.tsx ({{dur}} s)",
+                    f"  ● {comp} › {w} {rand.choice(['renders', 'updates', 'submits'])}",
+                    "",
+                    *["    " + x for x in what],
+                    "",
+                    f"      at Object.<anonymous> (src/components/{comp}.test.tsx:{line}:{rand.randint(3, 40)})",
+                ]
+            )
         if self.kind == "gotest":
             fn = "Test" + w.capitalize() + mod.capitalize()
             if deterministic:
-                what = rand.choice([
-                    f"    {mod}_test.go:{line}: expected {w} to be {rand.randint(1, 9)}, got {rand.randint(10, 99)}",
-                    f"    {mod}_test.go:{line}: unexpected error: {w}: invalid argument",
-                ])
-                return "\n".join([f"--- FAIL: {fn} ({{dur}}s)", what, "FAIL", f"FAIL\tgithub.com/{self.repo}/internal/{mod}\t{{dur}}s"])
-            what = rand.choice([
-                f"    {mod}_test.go:{line}: context deadline exceeded after {{dur}}s",
-                f"    {mod}_test.go:{line}: got {{n}} events, want {rand.randint(2, 9)}",
-                "WARNING: DATA RACE",
-            ])
-            return "\n".join([f"--- FAIL: {fn} ({{dur}}s)", what, "FAIL", f"FAIL\tgithub.com/{self.repo}/internal/{mod}\t{{dur}}s"])
+                what = rand.choice(
+                    [
+                        f"    {mod}_test.go:{line}: expected {w} to be {rand.randint(1, 9)}, got {rand.randint(10, 99)}",
+                        f"    {mod}_test.go:{line}: unexpected error: {w}: invalid argument",
+                    ]
+                )
+                return "\n".join(
+                    [
+                        f"--- FAIL: {fn} ({{dur}}s)",
+                        what,
+                        "FAIL",
+                        f"FAIL\tgithub.com/{self.repo}/internal/{mod}\t{{dur}}s",
+                    ]
+                )
+            what = rand.choice(
+                [
+                    f"    {mod}_test.go:{line}: context deadline exceeded after {{dur}}s",
+                    f"    {mod}_test.go:{line}: got {{n}} events, want {rand.randint(2, 9)}",
+                    "WARNING: DATA RACE",
+                ]
+            )
+            return "\n".join(
+                [
+                    f"--- FAIL: {fn} ({{dur}}s)",
+                    what,
+                    "FAIL",
+                    f"FAIL\tgithub.com/{self.repo}/internal/{mod}\t{{dur}}s",
+                ]
+            )
         if self.kind == "tsc":
             code, message = rand.choice(TS_ERRORS)
-            return f"src/{mod}/{w}.ts({line},{rand.randint(3, 40)}): error {code}: {_fill(message, w)}"
+            return (
+                f"src/{mod}/{w}.ts({line},{rand.randint(3, 40)}): error {code}: {_fill(message, w)}"
+            )
         if self.kind in ("cargo", "cargotest"):
             if self.kind == "cargotest":
                 if deterministic:
-                    return "\n".join([
+                    return "\n".join(
+                        [
+                            f"thread 'tests::{test}' panicked at src/{mod}.rs:{line}:{rand.randint(5, 30)}:",
+                            "assertion `left == right` failed",
+                            f"  left: {rand.randint(0, 9)}",
+                            f" right: {rand.randint(10, 99)}",
+                            "failures:",
+                            f"    tests::{test}",
+                            "test result: FAILED. {n} passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in {dur}s",
+                            "error: test failed, to rerun pass `--lib`",
+                        ]
+                    )
+                return "\n".join(
+                    [
                         f"thread 'tests::{test}' panicked at src/{mod}.rs:{line}:{rand.randint(5, 30)}:",
-                        "assertion `left == right` failed",
-                        f"  left: {rand.randint(0, 9)}",
-                        f" right: {rand.randint(10, 99)}",
+                        rand.choice(
+                            [
+                                "called `Result::unwrap()` on an `Err` value: Elapsed(())",
+                                "channel closed before {n} messages",
+                            ]
+                        ),
                         "failures:",
                         f"    tests::{test}",
-                        "test result: FAILED. {n} passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in {dur}s",
                         "error: test failed, to rerun pass `--lib`",
-                    ])
-                return "\n".join([
-                    f"thread 'tests::{test}' panicked at src/{mod}.rs:{line}:{rand.randint(5, 30)}:",
-                    rand.choice(["called `Result::unwrap()` on an `Err` value: Elapsed(())", "channel closed before {n} messages"]),
-                    "failures:",
-                    f"    tests::{test}",
-                    "error: test failed, to rerun pass `--lib`",
-                ])
+                    ]
+                )
             code, message = rand.choice(RUST_ERRORS)
-            return "\n".join([
-                f"error[{code}]: {_fill(message, w)}",
-                f"  --> src/{mod}.rs:{line}:{rand.randint(5, 30)}",
-                "   |",
-                f"error: could not compile `{self.repo.split('/')[-1]}` (lib) due to 1 previous error",
-            ])
+            return "\n".join(
+                [
+                    f"error[{code}]: {_fill(message, w)}",
+                    f"  --> src/{mod}.rs:{line}:{rand.randint(5, 30)}",
+                    "   |",
+                    f"error: could not compile `{self.repo.split('/')[-1]}` (lib) due to 1 previous error",
+                ]
+            )
         if self.kind == "maven":
             cls = w.capitalize() + "ServiceTest"
             if deterministic:
-                what = rand.choice([
-                    f"org.opentest4j.AssertionFailedError: expected: <{rand.randint(1, 9)}> but was: <{rand.randint(10, 99)}>",
-                    f"java.lang.NullPointerException: Cannot invoke \"com.acme.{mod.capitalize()}.get{w.capitalize()}()\" because \"{w}\" is null",
-                ])
+                what = rand.choice(
+                    [
+                        f"org.opentest4j.AssertionFailedError: expected: <{rand.randint(1, 9)}> but was: <{rand.randint(10, 99)}>",
+                        f'java.lang.NullPointerException: Cannot invoke "com.acme.{mod.capitalize()}.get{w.capitalize()}()" because "{w}" is null',
+                    ]
+                )
             else:
-                what = rand.choice([
-                    "org.awaitility.core.ConditionTimeoutException: Condition was not fulfilled within 10 seconds.",
-                    "java.net.SocketTimeoutException: Read timed out waiting for localhost:{port}",
-                ])
-            return "\n".join([
-                f"[ERROR] Tests run: {{n}}, Failures: 1, Errors: 0, Skipped: 0, Time elapsed: {{dur}} s <<< FAILURE! - in com.acme.{cls}",
-                f"[ERROR] {w}{rand.choice(['Works', 'Rejects', 'Retries'])}(com.acme.{cls})  Time elapsed: {{dur}} s  <<< FAILURE!",
-                what,
-                f"\tat com.acme.{cls}.{w}({cls}.java:{line})",
-                "[ERROR] Failed to execute goal org.apache.maven.plugins:maven-surefire-plugin:3.2.5:test (default-test) on project app: There are test failures.",
-            ])
+                what = rand.choice(
+                    [
+                        "org.awaitility.core.ConditionTimeoutException: Condition was not fulfilled within 10 seconds.",
+                        "java.net.SocketTimeoutException: Read timed out waiting for localhost:{port}",
+                    ]
+                )
+            return "\n".join(
+                [
+                    f"[ERROR] Tests run: {{n}}, Failures: 1, Errors: 0, Skipped: 0, Time elapsed: {{dur}} s <<< FAILURE! - in com.acme.{cls}",
+                    f"[ERROR] {w}{rand.choice(['Works', 'Rejects', 'Retries'])}(com.acme.{cls})  Time elapsed: {{dur}} s  <<< FAILURE!",
+                    what,
+                    f"\tat com.acme.{cls}.{w}({cls}.java:{line})",
+                    "[ERROR] Failed to execute goal org.apache.maven.plugins:maven-surefire-plugin:3.2.5:test (default-test) on project app: There are test failures.",
+                ]
+            )
         if self.kind == "javac":
-            return "\n".join([
-                f"[ERROR] {{home}}/src/main/java/com/acme/{w.capitalize()}.java:[{line},{rand.randint(5, 40)}] cannot find symbol",
-                f"[ERROR]   symbol:   method {mod}()",
-                "[ERROR] Failed to execute goal org.apache.maven.plugins:maven-compiler-plugin:3.13.0:compile (default-compile) on project app: Compilation failure",
-            ])
+            return "\n".join(
+                [
+                    f"[ERROR] {{home}}/src/main/java/com/acme/{w.capitalize()}.java:[{line},{rand.randint(5, 40)}] cannot find symbol",
+                    f"[ERROR]   symbol:   method {mod}()",
+                    "[ERROR] Failed to execute goal org.apache.maven.plugins:maven-compiler-plugin:3.13.0:compile (default-compile) on project app: Compilation failure",
+                ]
+            )
         if self.kind == "eslint":
-            rule = rand.choice(["no-unused-vars", "@typescript-eslint/no-explicit-any", "react-hooks/exhaustive-deps", "eqeqeq"])
-            return "\n".join([f"{{home}}/src/{mod}/{w}.ts", f"  {line}:{rand.randint(3, 40)}  error  '{w}' is defined but never used  {rule}", "", "✖ 1 problem (1 error, 0 warnings)"])
+            rule = rand.choice(
+                [
+                    "no-unused-vars",
+                    "@typescript-eslint/no-explicit-any",
+                    "react-hooks/exhaustive-deps",
+                    "eqeqeq",
+                ]
+            )
+            return "\n".join(
+                [
+                    f"{{home}}/src/{mod}/{w}.ts",
+                    f"  {line}:{rand.randint(3, 40)}  error  '{w}' is defined but never used  {rule}",
+                    "",
+                    "✖ 1 problem (1 error, 0 warnings)",
+                ]
+            )
         if self.kind == "ruff":
             code = rand.choice(["F401", "E501", "F841", "B006", "UP007"])
-            return "\n".join([f"src/{mod}/{w}.py:{line}:{rand.randint(1, 80)}: {code} `{w}` imported but unused", "Found 1 error."])
+            return "\n".join(
+                [
+                    f"src/{mod}/{w}.py:{line}:{rand.randint(1, 80)}: {code} `{w}` imported but unused",
+                    "Found 1 error.",
+                ]
+            )
         if self.kind == "golint":
-            return "\n".join([f"internal/{mod}/{w}.go:{line}:{rand.randint(2, 40)}: Error return value of `{w}.Close` is not checked (errcheck)", "level=error msg=\"issues found\""])
+            return "\n".join(
+                [
+                    f"internal/{mod}/{w}.go:{line}:{rand.randint(2, 40)}: Error return value of `{w}.Close` is not checked (errcheck)",
+                    'level=error msg="issues found"',
+                ]
+            )
         if self.kind == "gobuild":
-            return "\n".join([f"# github.com/{self.repo}/internal/{mod}", f"internal/{mod}/{w}.go:{line}:{rand.randint(2, 40)}: undefined: {w.capitalize()}Config"])
+            return "\n".join(
+                [
+                    f"# github.com/{self.repo}/internal/{mod}",
+                    f"internal/{mod}/{w}.go:{line}:{rand.randint(2, 40)}: undefined: {w.capitalize()}Config",
+                ]
+            )
         # npm / webpack build
-        return "\n".join([
-            f"ERROR in ./src/{mod}/{w}.js {line}:{rand.randint(2, 40)}",
-            f"Module not found: Error: Can't resolve './{mod}-{w}' in '{{home}}/src/{mod}'",
-            "webpack compiled with 1 error",
-            "npm ERR! code ELIFECYCLE",
-            "npm ERR! errno 1",
-        ])
+        return "\n".join(
+            [
+                f"ERROR in ./src/{mod}/{w}.js {line}:{rand.randint(2, 40)}",
+                f"Module not found: Error: Can't resolve './{mod}-{w}' in '{{home}}/src/{mod}'",
+                "webpack compiled with 1 error",
+                "npm ERR! code ELIFECYCLE",
+                "npm ERR! errno 1",
+            ]
+        )
 
 
 EXIT = "##[error]Process completed with exit code 1."
@@ -226,12 +350,31 @@ PREAMBLE = {
         "=================================== FAILURES ===================================",
     ],
     "jest": ["> jest --ci", "PASS src/utils/format.test.ts ({dur} s)"],
-    "gotest": ["go: downloading github.com/stretchr/testify v1.9.0", "=== RUN   TestHealth", "--- PASS: TestHealth ({dur}s)"],
+    "gotest": [
+        "go: downloading github.com/stretchr/testify v1.9.0",
+        "=== RUN   TestHealth",
+        "--- PASS: TestHealth ({dur}s)",
+    ],
     "tsc": ["> tsc --noEmit -p tsconfig.json"],
-    "cargo": ["    Updating crates.io index", "   Compiling serde v1.0.203", "   Compiling app v0.1.0 ({home})"],
-    "cargotest": ["   Compiling app v0.1.0 ({home})", "    Finished `test` profile [unoptimized + debuginfo] target(s) in {dur}s", "running {n} tests"],
-    "maven": ["[INFO] Scanning for projects...", "[INFO] -------------------------------------------------------", "[INFO]  T E S T S"],
-    "javac": ["[INFO] Scanning for projects...", "[INFO] --- compiler:3.13.0:compile (default-compile) @ app ---"],
+    "cargo": [
+        "    Updating crates.io index",
+        "   Compiling serde v1.0.203",
+        "   Compiling app v0.1.0 ({home})",
+    ],
+    "cargotest": [
+        "   Compiling app v0.1.0 ({home})",
+        "    Finished `test` profile [unoptimized + debuginfo] target(s) in {dur}s",
+        "running {n} tests",
+    ],
+    "maven": [
+        "[INFO] Scanning for projects...",
+        "[INFO] -------------------------------------------------------",
+        "[INFO]  T E S T S",
+    ],
+    "javac": [
+        "[INFO] Scanning for projects...",
+        "[INFO] --- compiler:3.13.0:compile (default-compile) @ app ---",
+    ],
     "eslint": ["> eslint . --max-warnings 0"],
     "ruff": ["ruff check ."],
     "golint": ["Running golangci-lint run --timeout 5m"],
@@ -239,7 +382,9 @@ PREAMBLE = {
     "npm": ["> webpack --mode production", "asset main.js {n} KiB [emitted] (name: main)"],
 }
 SUMMARY = {
-    "pytest": ["========================= 1 failed, {n} passed in {dur}s ========================="],
+    "pytest": [
+        "========================= 1 failed, {n} passed in {dur}s ========================="
+    ],
     "jest": ["Tests:       1 failed, {n} passed, {n} total", "Time:        {dur} s"],
     "gotest": [],
     "tsc": [],
@@ -248,17 +393,29 @@ SUMMARY = {
 }
 
 TOOLS = {
-    ("python", "build"): "ruff", ("python", "test"): "pytest", ("python", "lint"): "ruff",
+    ("python", "build"): "ruff",
+    ("python", "test"): "pytest",
+    ("python", "lint"): "ruff",
     ("python", "integration"): "pytest",
-    ("typescript", "build"): "tsc", ("typescript", "test"): "jest", ("typescript", "lint"): "eslint",
+    ("typescript", "build"): "tsc",
+    ("typescript", "test"): "jest",
+    ("typescript", "lint"): "eslint",
     ("typescript", "integration"): "jest",
-    ("javascript", "build"): "npm", ("javascript", "test"): "jest", ("javascript", "lint"): "eslint",
+    ("javascript", "build"): "npm",
+    ("javascript", "test"): "jest",
+    ("javascript", "lint"): "eslint",
     ("javascript", "integration"): "jest",
-    ("go", "build"): "gobuild", ("go", "test"): "gotest", ("go", "lint"): "golint",
+    ("go", "build"): "gobuild",
+    ("go", "test"): "gotest",
+    ("go", "lint"): "golint",
     ("go", "integration"): "gotest",
-    ("rust", "build"): "cargo", ("rust", "test"): "cargotest", ("rust", "lint"): "cargo",
+    ("rust", "build"): "cargo",
+    ("rust", "test"): "cargotest",
+    ("rust", "lint"): "cargo",
     ("rust", "integration"): "cargotest",
-    ("java", "build"): "javac", ("java", "test"): "maven", ("java", "lint"): "javac",
+    ("java", "build"): "javac",
+    ("java", "test"): "maven",
+    ("java", "lint"): "javac",
     ("java", "integration"): "maven",
 }
 
@@ -279,16 +436,35 @@ def infra_log(kind: str, tool: Tool, repo: str, rand: random.Random) -> str:
                 "WARNING: Retrying (Retry(total=0, connect=None, read=None, redirect=None, status=None)) after connection broken by 'ReadTimeoutError(\"HTTPSConnectionPool(host='pypi.org', port=443): Read timed out. (read timeout=15)\")'",
                 f"ERROR: Could not find a version that satisfies the requirement {package}-client==2.{{n}}.0",
             ],
-            "gotest": [f"go: github.com/acme/{package}@v1.{{n}}.0: Get \"https://proxy.golang.org/github.com/acme/{package}/@v/v1.{{n}}.0.mod\": dial tcp {{ip}}:443: i/o timeout"],
-            "maven": [f"[ERROR] Failed to execute goal on project app: Could not resolve dependencies: Could not transfer artifact com.acme:{package}:pom:1.{{n}} from/to central (https://repo.maven.apache.org/maven2): Connection reset"],
-        }.get(tool.kind, [f"npm ERR! network request to https://registry.npmjs.org/{package} failed, reason: getaddrinfo EAI_AGAIN registry.npmjs.org"]),
-        "proxy": ["error: RPC failed; curl 92 HTTP/2 stream 5 was not closed cleanly: CANCEL (err 8)", "fatal: early EOF", "fatal: fetch-pack: invalid index-pack output"],
+            "gotest": [
+                f'go: github.com/acme/{package}@v1.{{n}}.0: Get "https://proxy.golang.org/github.com/acme/{package}/@v/v1.{{n}}.0.mod": dial tcp {{ip}}:443: i/o timeout'
+            ],
+            "maven": [
+                f"[ERROR] Failed to execute goal on project app: Could not resolve dependencies: Could not transfer artifact com.acme:{package}:pom:1.{{n}} from/to central (https://repo.maven.apache.org/maven2): Connection reset"
+            ],
+        }.get(
+            tool.kind,
+            [
+                f"npm ERR! network request to https://registry.npmjs.org/{package} failed, reason: getaddrinfo EAI_AGAIN registry.npmjs.org"
+            ],
+        ),
+        "proxy": [
+            "error: RPC failed; curl 92 HTTP/2 stream 5 was not closed cleanly: CANCEL (err 8)",
+            "fatal: early EOF",
+            "fatal: fetch-pack: invalid index-pack output",
+        ],
         "docker": [
             "Unable to find image 'ghcr.io/acme/ci-base:latest' locally",
-            "docker: Error response from daemon: Get \"https://ghcr.io/v2/\": net/http: request canceled while waiting for connection (Client.Timeout exceeded while awaiting headers).",
+            'docker: Error response from daemon: Get "https://ghcr.io/v2/": net/http: request canceled while waiting for connection (Client.Timeout exceeded while awaiting headers).',
         ],
-        "runner": ["##[error]The runner has received a shutdown signal. This can happen when the runner service is stopped, or a manually started runner is canceled.", "##[error]The operation was canceled."],
-        "disk": [f"OSError: [Errno 28] No space left on device: '{{tmp}}/{package}'", "Error: write /var/lib/docker/tmp/GetImageBlob{n}: no space left on device"],
+        "runner": [
+            "##[error]The runner has received a shutdown signal. This can happen when the runner service is stopped, or a manually started runner is canceled.",
+            "##[error]The operation was canceled.",
+        ],
+        "disk": [
+            f"OSError: [Errno 28] No space left on device: '{{tmp}}/{package}'",
+            "Error: write /var/lib/docker/tmp/GetImageBlob{n}: no space left on device",
+        ],
         "oom": ["Killed", "##[error]Process completed with exit code 137."],
     }[kind]
     body = "\n".join(volatile(line, rand, repo) for line in lines)

@@ -29,9 +29,7 @@ def history_eval(
         Path | None,
         typer.Option(help="Truth: {id, origin, culprit} lines, to score the origins against."),
     ] = None,
-    default_branch: Annotated[
-        str, typer.Option(help="The repositories' default branch.")
-    ] = "main",
+    default_branch: Annotated[str, typer.Option(help="The repositories' default branch.")] = "main",
     as_json: JsonFlag = False,
 ) -> None:
     """Decide every failed run's origin (change, main, flaky, infra, unknown) in time order.

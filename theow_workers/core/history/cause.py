@@ -51,6 +51,8 @@ EXIT_CODE = (
     r"(?i:\bexit(?:ed)?(?: with)?(?: (?:code|status))?[\s:=]*\d{1,3}\b|"
     r"\*\*\* \[[^\]]*\] error \d{1,3}\b|\bsignal[\s:]*(?:\d{1,2}\b|sig[a-z]+))"
 )
+_EXIT = re.compile(EXIT_CODE)
+EXIT_LINES = 3
 CODES = re.compile(f"{TOOL_CODE}|{HTTP_STATUS}|{EXIT_CODE}")
 # What mask_volatile leaves alone: lower-case letters, no digit, no path or time shape.
 _HOLD = "qxcode{}qx"
@@ -107,6 +109,11 @@ def cause_of(log: str, *, rule: str | None = None, category: str | None = None) 
     # The lines the summary named the cause from (its basis), read again with codes kept.
     lines = [line.text for line in summary.errors if mask_volatile(line.text) in basis]
     text = "\n".join(keep_codes(line) for line in lines) if lines else summary.basis
+    # The exit code a runner printed last says how the step ended (137: killed), even
+    # where the summary names the cause from other lines.
+    exits = [m.group(0) for line in summary.lines[-EXIT_LINES:] for m in _EXIT.finditer(line.text)]
+    if exits and exits[-1].lower() not in text.lower():
+        text = f"{text}\n{exits[-1].lower()}"
     digest = hashlib.blake2b(f"{rule or ''}\n{text}".encode(), digest_size=12).hexdigest()
     if category is None and any(INFRA_LINE.search(line.text) for line in summary.errors):
         category = INFRA

@@ -83,7 +83,7 @@ def decide(
     start = run.finished_at - settings.lookback
     end = min(until, run.finished_at + settings.lookback)
     runs = history.job_runs(run.repo, run.job, since=start, until=end)
-    infra = _infra(run, history, settings, end)
+    infra = _infra(run, history, default_branch, settings, end)
     if infra is not None:
         return infra
     retried = next((r for r in runs if r.sha == run.sha and not r.failed and r.id != run.id), None)
@@ -164,7 +164,9 @@ def revisable(
     return sorted(found.values(), key=lambda r: r.finished_at)
 
 
-def _infra(run: Run, history: History, settings: Settings, end: float) -> Decision | None:
+def _infra(
+    run: Run, history: History, default_branch: str, settings: Settings, end: float
+) -> Decision | None:
     if run.category is not None and run.category.lower() in settings.infra_categories:
         return Decision(Origin.INFRA, f"the cause is infrastructure ({run.category})")
     if run.cause is None:
@@ -173,7 +175,12 @@ def _infra(run: Run, history: History, settings: Settings, end: float) -> Decisi
     near = history.cause_failures(
         run.cause, since=run.finished_at - window, until=min(end, run.finished_at + window)
     )
-    repos = {r.repo for r in near if abs(r.finished_at - run.finished_at) <= settings.infra_window}
+    broken = _BrokenMain(history, run.cause, default_branch, settings, end)
+    repos = {
+        r.repo
+        for r in near
+        if abs(r.finished_at - run.finished_at) <= settings.infra_window and not broken(r)
+    }
     if len(repos) >= settings.infra_repos:
         return Decision(Origin.INFRA, f"the same cause failed {len(repos)} repositories at once")
     jobs = {
@@ -181,12 +188,45 @@ def _infra(run: Run, history: History, settings: Settings, end: float) -> Decisi
         for r in near
         if r.repo == run.repo
         and abs(r.finished_at - run.finished_at) <= settings.infra_local_window
+        and not broken(r)
     }
     if len(jobs) >= settings.infra_jobs:
         return Decision(
             Origin.INFRA, f"the same cause failed {len(jobs)} jobs of the repository at once"
         )
     return None
+
+
+class _BrokenMain:
+    """Whether a failure comes from its job's default branch failing this way on several commits.
+
+    Such failures do not count towards infrastructure: two repositories broken
+    the same way (a generic compiler message) are not an outage.
+    """
+
+    def __init__(
+        self, history: History, cause: str, default_branch: str, settings: Settings, end: float
+    ) -> None:
+        self.history, self.cause, self.settings, self.end = history, cause, settings, end
+        self.default_branch = default_branch
+        self.lines: dict[tuple[str, str], MainLine] = {}
+
+    def __call__(self, run: Run) -> bool:
+        line = self.lines.get((run.repo, run.job))
+        if line is None:
+            runs = self.history.job_runs(
+                run.repo,
+                run.job,
+                since=run.finished_at - self.settings.lookback,
+                until=min(self.end, run.finished_at + self.settings.lookback),
+            )
+            line = MainLine(runs, self.default_branch, self.cause)
+            self.lines[(run.repo, run.job)] = line
+        if run.on_branch(self.default_branch):
+            streak = line.streak_at(run.sha)
+        else:
+            streak = line.streak_before(run.base_sha, run.finished_at)
+        return streak is not None and streak.length >= 2
 
 
 def _main(streak: Streak, on_main: bool) -> Decision:

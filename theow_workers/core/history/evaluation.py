@@ -71,7 +71,7 @@ def run_from_row(row: JsonObject) -> Run:
     """A history row as a :class:`Run`, its cause read from its log; ``RowError`` when invalid."""
     outcome = row.get("outcome")
     if outcome not in ("failed", "passed"):
-        raise RowError(f"'outcome' must be \"failed\" or \"passed\", got {outcome!r}")
+        raise RowError(f'\'outcome\' must be "failed" or "passed", got {outcome!r}')
     attempt = row.get("attempt", 1)
     if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
         raise RowError(f"'attempt' must be a whole number from 1, got {attempt!r}")
@@ -111,8 +111,9 @@ def evaluate(
     history = MemoryHistory(ordered)
     results = []
     for run in (r for r in ordered if r.failed):
-        then = decide(run, history, default_branch=default_branch, settings=settings,
-                      until=run.finished_at)
+        then = decide(
+            run, history, default_branch=default_branch, settings=settings, until=run.finished_at
+        )
         final = decide(run, history, default_branch=default_branch, settings=settings)
         results.append(Result(run.id, final, then))
         if progress is not None:
