@@ -30,10 +30,9 @@ import random
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fleet_logs import LANGUAGES, Tool, infra_log, tool_for  # noqa: E402
+from fleet_logs import LANGUAGES, Tool, infra_log, tool_for
 
 DAY = 86400.0
 HOUR = 3600.0
@@ -283,9 +282,9 @@ class Fleet:
     ) -> tuple[str | None, str | None, str]:
         """(origin, culprit, log) of one run: infra, then main, then the change, then flaky."""
         for outage in outages:
-            if outage.start <= when <= outage.end and outage.repo in (None, repo.name):
-                if self.rand.random() < self.style.outage_hit:
-                    return "infra", None, infra_log(outage.kind, job.tool, repo.name, self.rand)
+            inside = outage.start <= when <= outage.end and outage.repo in (None, repo.name)
+            if inside and self.rand.random() < self.style.outage_hit:
+                return "infra", None, infra_log(outage.kind, job.tool, repo.name, self.rand)
         if base is not None:
             for culprit, fix, log in repo.regressions.get(job.name, []):
                 if culprit <= base < fix:
@@ -298,7 +297,7 @@ class Fleet:
         return None, None, ""
 
     def _sha(self) -> str:
-        return "%040x" % self.rand.getrandbits(160)
+        return f"{self.rand.getrandbits(160):040x}"
 
     def _next_id(self) -> int:
         self._ids += 1
@@ -323,12 +322,8 @@ def _index_at(main: list[tuple[str, float]], when: float) -> int | None:
 
 
 def write_jsonl(rows: list[dict[str, object]], path: Path) -> None:
-    opener: IO[str]
-    if path.suffix == ".gz":
-        opener = gzip.open(path, "wt", encoding="utf-8")
-    else:
-        opener = path.open("w", encoding="utf-8")
-    with opener as out:
+    gz = path.suffix == ".gz"
+    with gzip.open(path, "wt", encoding="utf-8") if gz else path.open("w", encoding="utf-8") as out:
         for row in rows:
             out.write(json.dumps(row) + "\n")
 

@@ -173,7 +173,7 @@ class Tool:
             return "\n".join(
                 [
                     f"FAIL src/components/{comp}.test.tsx ({{dur}} s)",
-                    f"  ● {comp} › {w} {rand.choice(['renders', 'updates', 'submits'])}",
+                    f"  ● {comp} \u203a {w} {rand.choice(['renders', 'updates', 'submits'])}",
                     "",
                     *["    " + x for x in what],
                     "",
