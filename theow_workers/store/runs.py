@@ -158,7 +158,11 @@ class SqlRuns:
         self.engine = engine
         self.session = sessionmaker(engine, expire_on_commit=False)
         dialect: Any = postgresql if engine.dialect.name == "postgresql" else sqlite
-        self._insert = dialect.insert(RunRow).on_conflict_do_nothing(index_elements=["agent", "id"])
+        self._insert = (
+            dialect.insert(RunRow)
+            .on_conflict_do_nothing(index_elements=["agent", "id"])
+            .returning(RunRow.id)
+        )
 
     # Writing
 
@@ -171,7 +175,8 @@ class SqlRuns:
         if entry.source not in SOURCES:
             raise ValueError(f"run source {entry.source!r} is not one of {', '.join(SOURCES)}")
         with self.engine.begin() as conn:
-            if conn.execute(self._insert.values(**_values(entry))).rowcount:
+            # RETURNING, not rowcount: psycopg counts a skipped conflicting row as -1.
+            if conn.execute(self._insert.values(**_values(entry))).first() is not None:
                 return "recorded"
             if not entry.run.failed:
                 return "duplicate"
