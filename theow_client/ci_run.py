@@ -50,6 +50,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from theow_client.jsontypes import JsonObject
 
@@ -60,8 +61,8 @@ SHA = re.compile(r"[0-9a-fA-F]{7,64}\Z")
 PR = re.compile(r"[0-9]{1,12}\Z")
 RUN_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}\Z")
 PULL_REF = re.compile(r"refs/pull/([0-9]{1,12})/(?:merge|head)\Z")
-# owner/name (GitLab: group/subgroup/name) at the end of a clone URL, ".git" dropped.
-REPO_IN_URL = re.compile(r"[:/]([A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)+?)(?:\.git)?/?\Z")
+# owner/name (GitLab: group/subgroup/name): a clone URL's path, ".git" dropped.
+REPO_PATH = re.compile(r"[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)+\Z")
 
 # The overrides: flag name -> variable.
 OVERRIDES = {
@@ -182,8 +183,16 @@ def _branch(ref: str) -> str:
 
 
 def _repo_of_url(url: str) -> str:
-    found = REPO_IN_URL.search(url.strip())
-    return found.group(1) if found else ""
+    """``acme/api`` of ``git@github.com:acme/api.git`` or ``https://host/acme/api.git``."""
+    url = url.strip().removesuffix("/").removesuffix(".git")
+    if "://" in url:
+        path = urlsplit(url).path
+    elif ":" in url:  # scp-like: git@host:owner/name
+        path = url.partition(":")[2]
+    else:
+        return ""
+    path = path.strip("/")
+    return path if REPO_PATH.match(path) else ""
 
 
 def read_event(path: str) -> JsonObject:
