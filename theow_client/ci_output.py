@@ -197,9 +197,10 @@ def source_of(
 
 def failed_test_source(
     test: FailedTest, workspace: Path, cwd: Path | None = None
-) -> tuple[str, int] | None:
-    """The checkout's file and line where a failed test failed, or None (as :func:`source_of`)."""
-    if not test.file or test.line is None or test.line <= 0 or len(test.file) > MAX_LINE_CHARS:
+) -> tuple[str, int | None] | None:
+    """The checkout's file where a failed test failed, and its line when the report said;
+    None when the file is not one of the checkout's (as :func:`source_of`)."""
+    if not test.file or len(test.file) > MAX_LINE_CHARS:
         return None
     try:
         root = workspace.resolve()
@@ -207,7 +208,8 @@ def failed_test_source(
     except (OSError, RuntimeError):
         return None
     found = _in_checkout(test.file, root, bases)
-    return (found, test.line) if found is not None else None
+    line = test.line if test.line is not None and test.line > 0 else None
+    return (found, line) if found is not None else None
 
 
 def _in_checkout(name: str, root: Path, bases: list[Path]) -> str | None:
@@ -276,7 +278,9 @@ def failed_test_annotation(
     properties: dict[str, str] = {}
     source = failed_test_source(test, workspace, cwd)
     if source is not None:
-        properties["file"], properties["line"] = source[0], str(source[1])
+        properties["file"] = source[0]
+        if source[1] is not None:
+            properties["line"] = str(source[1])
     properties["title"] = f"Theow: {headline(verdict)}"
     said = failed_test_line(test)
     fixes = "".join(f"\nfix: {safe(fix)}" for fix in verdict.fixes)

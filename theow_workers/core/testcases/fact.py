@@ -145,7 +145,7 @@ def _read(listed_json: str) -> tuple[TestLine, ...]:
         tests.append(
             TestLine(
                 number=len(tests) + 1,
-                name=name if not classname or classname in name else f"{classname}::{name}",
+                name=_full_name(classname, name),
                 file=_cut(file, NAME_CHARS) or None,
                 line=line if file else None,
                 message=_cut(message, MESSAGE_CHARS),
@@ -154,6 +154,17 @@ def _read(listed_json: str) -> tuple[TestLine, ...]:
             )
         )
     return tuple(tests)
+
+
+def _full_name(classname: str, name: str) -> str:
+    """``classname::name``; the name alone when it says its class (jest-junit writes both alike).
+
+    >>> _full_name("tests.test_calc", "test_add"), _full_name("calc adds", "calc adds")
+    ('tests.test_calc::test_add', 'calc adds')
+    """
+    if not classname or name == classname or name.startswith((f"{classname} ", f"{classname}.")):
+        return name
+    return f"{classname}::{name}"
 
 
 _Fields = tuple[str, str, str, str, int | None, str, str]
