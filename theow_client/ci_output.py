@@ -3,8 +3,9 @@
 ==================== =====================================================================
 ``GITHUB_ACTIONS``   an ``::error`` annotation on stdout at the line to look at (with its
                      file and line when the line names a file of the checkout, and the
-                     fix the actions suggest or made) and a
-                     Markdown job summary appended to ``$GITHUB_STEP_SUMMARY``
+                     fix the actions suggest or made), one at each failed test's file and
+                     line instead when a test report named them, and a Markdown job
+                     summary appended to ``$GITHUB_STEP_SUMMARY`` (with the failed tests)
 ``GITLAB_CI``        the block inside a collapsible section (``section_start``/``section_end``)
 ``BUILDKITE``        ``buildkite-agent annotate --style error --context theow`` (the Markdown
                      on stdin) when the agent is on PATH
@@ -42,7 +43,7 @@ from urllib.parse import quote
 from theow_client import config
 from theow_client.redact import redact_text
 from theow_client.terminal import printable
-from theow_client.verdict import Status, Verdict
+from theow_client.verdict import FailedTest, Status, Verdict
 from theow_client.verdict_text import explained, format_verdict, prefixed
 
 # A line of log text, once made safe: long enough for a compiler's message, short in a summary.
@@ -51,6 +52,9 @@ MAX_LINE_CHARS = 500
 MAX_LINES = 4
 # The most lines of what was done (actions, their outputs, the reason) in a summary.
 MAX_DONE_LINES = 10
+# The most failed tests annotated (as many as the worker's ``where`` lines), and listed.
+MAX_TEST_ANNOTATIONS = 3
+MAX_TESTS_LISTED = 50
 # Seconds ``buildkite-agent annotate`` may take before the build goes on without it.
 AGENT_TIMEOUT = 10.0
 SECTION_NAME = re.compile(r"[^A-Za-z0-9_.-]")
@@ -185,13 +189,38 @@ def source_of(
         name = match["pyfile"] or match["file"]
         number = int(match["pyline"] or match["line"])
         column = int(match["col"]) if match["col"] else None
-        for base in bases:
-            try:
-                path = (base / name).resolve()
-                if number > 0 and path.is_file() and path.is_relative_to(root):
-                    return path.relative_to(root).as_posix(), number, column
-            except (OSError, RuntimeError, ValueError):  # a name no file system accepts
-                continue
+        found = _in_checkout(name, root, bases)
+        if found is not None and number > 0:
+            return found, number, column
+    return None
+
+
+def failed_test_source(
+    test: FailedTest, workspace: Path, cwd: Path | None = None
+) -> tuple[str, int | None] | None:
+    """The checkout's file where a failed test failed, and its line when the report said;
+    None when the file is not one of the checkout's (as :func:`source_of`)."""
+    if not test.file or len(test.file) > MAX_LINE_CHARS:
+        return None
+    try:
+        root = workspace.resolve()
+        bases = [root] if cwd is None else [cwd.resolve(), root]
+    except (OSError, RuntimeError):
+        return None
+    found = _in_checkout(test.file, root, bases)
+    line = test.line if test.line is not None and test.line > 0 else None
+    return (found, line) if found is not None else None
+
+
+def _in_checkout(name: str, root: Path, bases: list[Path]) -> str | None:
+    """``name`` relative to ``root`` when it is a file inside it, looked up from each base."""
+    for base in bases:
+        try:
+            path = (base / name).resolve()
+            if path.is_file() and path.is_relative_to(root):
+                return path.relative_to(root).as_posix()
+        except (OSError, RuntimeError, ValueError):  # a name no file system accepts
+            continue
     return None
 
 
@@ -222,6 +251,10 @@ def annotation(level: str, properties: Mapping[str, str], message: str) -> str:
 def github_annotation(
     verdict: Verdict, workspace: Path, link: str | None, cwd: Path | None = None
 ) -> str:
+    """The verdict's annotation; one per failed test (at its file and line) when tests failed."""
+    if verdict.tests:
+        tests = verdict.tests[:MAX_TEST_ANNOTATIONS]
+        return "\n".join(failed_test_annotation(verdict, t, workspace, link, cwd) for t in tests)
     looks = lines_to_look_at(verdict)
     properties: dict[str, str] = {}
     if looks:
@@ -236,6 +269,32 @@ def github_annotation(
     fixes = "".join(f"\nfix: {safe(fix)}" for fix in verdict.fixes)
     more = link or f"theow failures show {verdict.failure_id}"
     return annotation("error", properties, f"{first}{fixes}\nfailure {verdict.failure_id}: {more}")
+
+
+def failed_test_annotation(
+    verdict: Verdict, test: FailedTest, workspace: Path, link: str | None, cwd: Path | None = None
+) -> str:
+    """``::error file=…,line=…,title=Theow: …::name failed: message``: a failed test's annotation."""
+    properties: dict[str, str] = {}
+    source = failed_test_source(test, workspace, cwd)
+    if source is not None:
+        properties["file"] = source[0]
+        if source[1] is not None:
+            properties["line"] = str(source[1])
+    properties["title"] = f"Theow: {headline(verdict)}"
+    said = failed_test_line(test)
+    fixes = "".join(f"\nfix: {safe(fix)}" for fix in verdict.fixes)
+    more = link or f"theow failures show {verdict.failure_id}"
+    return annotation("error", properties, f"{said}{fixes}\nfailure {verdict.failure_id}: {more}")
+
+
+def failed_test_line(test: FailedTest, place: bool = False) -> str:
+    """``tests.test_calc::test_add failed: assert 3 == 4`` (after its ``file:line`` with ``place``)."""
+    where = ""
+    if place and test.file:
+        where = safe(test.file if test.line is None else f"{test.file}:{test.line}", 200) + ": "
+    message = safe(test.message)
+    return f"{where}{safe(test.name, 300)} failed" + (f": {message}" if message else "")
 
 
 # Markdown: GitHub's job summary and Buildkite's annotation.
@@ -269,6 +328,9 @@ def markdown(verdict: Verdict, link: str | None) -> str:
         parts += ["Lines to look at:", fenced([str(look) for look in looks])]
     else:
         parts.append("No line to look at.")
+    if verdict.tests:
+        shown = [failed_test_line(t, place=True) for t in verdict.tests[:MAX_TESTS_LISTED]]
+        parts += [f"Failed tests ({len(shown)}):", fenced(shown)]
     fixes = [safe(fix) for fix in verdict.fixes]
     if fixes:  # the answer in plain words, before what was tried to find it
         parts += ["Fix:", fenced(fixes)]

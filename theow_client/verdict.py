@@ -77,6 +77,39 @@ class Where:
 
 
 @dataclass(frozen=True)
+class FailedTest:
+    """A test that failed, as the failure's ``tests`` fact (a JUnit report) named it.
+
+    ``name`` is ``classname::name`` (the name alone when it already says the class);
+    ``file`` and ``line`` say where it failed when the report did. Read from a worker, so
+    a client shows it only made safe (``theow_client.ci_output.safe``).
+
+    >>> FailedTest.from_dict({"name": "t::a", "file": "t.py", "line": "5", "message": "x"})
+    FailedTest(name='t::a', file='t.py', line=5, message='x')
+    """
+
+    __test__ = False  # pytest: not a test class
+
+    name: str
+    file: str | None = None
+    line: int | None = None
+    message: str = ""
+
+    def to_dict(self) -> JsonObject:
+        return {"name": self.name, "file": self.file, "line": self.line, "message": self.message}
+
+    @classmethod
+    def from_dict(cls, data: JsonObject) -> FailedTest:
+        file, line = data.get("file"), data.get("line")
+        return cls(
+            name=str(data["name"]),
+            file=str(file) if file else None,
+            line=int(line) if line is not None else None,
+            message=str(data.get("message") or ""),
+        )
+
+
+@dataclass(frozen=True)
 class BoundAction:
     """An action of the matched rule with its placeholders already filled in."""
 
@@ -105,6 +138,8 @@ class Verdict:
     captures: dict[str, str] = field(default_factory=dict)
     # The lines to look at, most telling first (up to three), for every failure, matched or not.
     where: tuple[Where, ...] = ()
+    # The tests that failed, when the failure came with a test report (the ``tests`` fact).
+    tests: tuple[FailedTest, ...] = ()
     # The wrapper rule that matched when no specific rule did (status ``unexplained``).
     wrapper: str | None = None
     # A plain-language explanation of a failure no specific rule explains (explain, when the
@@ -132,6 +167,9 @@ class Verdict:
         data["also"] = list(self.also)
         data["seen_in_passing"] = list(self.seen_in_passing)
         data["where"] = [w.to_dict() for w in self.where]
+        data["tests"] = [t.to_dict() for t in self.tests]
+        if not self.tests:  # an older client would print "tests: []"
+            del data["tests"]
         if data["explanation"] is None:  # an older client would print "explanation: null"
             del data["explanation"]
         return {**extra, **data}
@@ -159,6 +197,7 @@ class Verdict:
             seen_in_passing=tuple(str(n) for n in data.get("seen_in_passing") or ()),
             captures={str(k): str(v) for k, v in dict(data.get("captures") or {}).items()},
             where=tuple(_wheres(data.get("where"))),
+            tests=tuple(_failed_tests(data.get("tests"))),
             wrapper=str(data["wrapper"]) if data.get("wrapper") else None,
             explanation=_explanation(data.get("explanation")),
             extra={k: v for k, v in data.items() if k not in _FIELDS},
@@ -167,6 +206,8 @@ class Verdict:
 
 _FIELDS = frozenset(f.name for f in fields(Verdict))
 
+# The most failed tests a verdict lists (the worker lists no more; a newer one might).
+MAX_FAILED_TESTS = 50
 # A fix is one command or change; a longer text is cut (it was built from a log's captures).
 MAX_FIX_CHARS = 500
 
@@ -203,6 +244,21 @@ def _wheres(value: object) -> list[Where]:
     for item in value:
         try:
             kept.append(Where.from_dict(item))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return kept
+
+
+def _failed_tests(value: object) -> list[FailedTest]:
+    """The failed tests a worker sent; one that is not ``{name, file, line, message}`` is left out."""
+    if not isinstance(value, list):
+        return []
+    kept = []
+    for item in value[:MAX_FAILED_TESTS]:
+        if not isinstance(item, dict):
+            continue
+        try:
+            kept.append(FailedTest.from_dict(item))
         except (KeyError, TypeError, ValueError):
             continue
     return kept

@@ -34,12 +34,14 @@ failure: f-2
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from theow_client.jsontypes import JsonObject
 from theow_client.redact import redact_text
 from theow_client.terminal import printable
-from theow_client.verdict import Verdict, Where
+from theow_client.verdict import FailedTest, Verdict, Where
+
+TESTS_NAMED = 10  # failed tests named in the plain block; the job summary lists more
 
 
 def format_verdict(verdict: Verdict) -> str:
@@ -55,6 +57,7 @@ def format_verdict(verdict: Verdict) -> str:
     if verdict.captures:
         lines.append("captured: " + " ".join(f"{k}={v}" for k, v in verdict.captures.items()))
     lines += look_at(verdict.where)
+    lines += failed_tests_line(verdict.tests)
     lines += fix_lines(verdict.fixes)
     lines += explained(verdict.explanation)
     for bound in verdict.actions:
@@ -127,6 +130,15 @@ def evidence_line(evidence: JsonObject) -> str:
     where = ":".join(str(evidence[k]) for k in ("fact", "line") if evidence.get(k) is not None)
     text = " ".join(str(evidence.get("text") or "").split())
     return f"{where}: {text}" if where and text else where or text
+
+
+def failed_tests_line(tests: Sequence[FailedTest]) -> list[str]:
+    """``tests:   2 failed: t::test_a, t::test_b``, the first ``TESTS_NAMED`` by name; masked."""
+    if not tests:
+        return []
+    names = ", ".join(" ".join(t.name.split())[:200] for t in tests[:TESTS_NAMED])
+    more = f" and {len(tests) - TESTS_NAMED} more" if len(tests) > TESTS_NAMED else ""
+    return [f"tests:   {len(tests)} failed: {redact_text(names)}{more}"]
 
 
 def look_at(where: Iterable[Where]) -> list[str]:

@@ -14,7 +14,9 @@ lists costs no forge call and never makes a comment.
 
 Every text in the comment came from a build log or a webhook: the line shown is
 masked (``theow_client.redact``), cut to one bounded line and fenced with a
-fence longer than any backtick run in it; names are Markdown-escaped.
+fence longer than any backtick run in it; names are Markdown-escaped. A job whose
+failure came with a test report lists its failed tests by name (at most
+``MAX_TESTS_SHOWN``, each one such line) in one more fenced block.
 
 Posted by a worker after the verdict, never by the agent.
 """
@@ -41,6 +43,7 @@ log = logging.getLogger("theow.hooks")
 MARKER = "<!-- theow -->"
 LINE_CHARS = 300
 MAX_JOBS_SHOWN = 50
+MAX_TESTS_SHOWN = 10  # failed tests listed under a job; the job's page has them all
 LOCK_TIMEOUT = 120
 LOCK_WAIT = 60.0
 ZWSP = "\u200b"
@@ -58,6 +61,7 @@ def entry(job: HookedJob, verdict: Mapping[str, Json]) -> dict[str, str]:
         "status": str(verdict.get("status") or ""),
         "rule": str(verdict.get("rule") or ""),
         "line": _line_to_look_at(verdict),
+        "tests": "\n".join(_failed_tests(verdict)),
         "failure_id": str(verdict.get("failure_id") or ""),
         "head_sha": job.head_sha,
         "attempt": str(_attempt(job)),
@@ -83,6 +87,9 @@ def render(entries: list[dict[str, str]], console_url: str = "") -> str:
         lines.append(f"- **{title}**: {said}{link}")
         if item.get("line"):
             lines += [f"  {block}" for block in fenced(item["line"]).splitlines()]
+        if item.get("tests"):
+            tests = str(item["tests"]).splitlines()[: MAX_TESTS_SHOWN + 1]
+            lines += ["  Failed tests:", *(f"  {block}" for block in fenced(*tests).splitlines())]
     if len(entries) > MAX_JOBS_SHOWN:
         lines.append(f"- … and {len(entries) - MAX_JOBS_SHOWN} more")
     return "\n".join(lines) + "\n"
@@ -103,11 +110,11 @@ def escape(text: str) -> str:
     return _AUTOLINK.sub(lambda m: m[0] + ZWSP, escaped)
 
 
-def fenced(line: str) -> str:
-    """One line in a code block whose fence no backtick run in it can close."""
-    longest = max((len(run) for run in re.findall(r"`+", line)), default=0)
+def fenced(*lines: str) -> str:
+    """Lines in a code block whose fence no backtick run in them can close."""
+    longest = max((len(run) for line in lines for run in re.findall(r"`+", line)), default=0)
     fence = "`" * max(3, longest + 1)
-    return f"{fence}text\n{line}\n{fence}"
+    return "\n".join([f"{fence}text", *lines, fence])
 
 
 def _line_to_look_at(verdict: Mapping[str, Json]) -> str:
@@ -117,11 +124,40 @@ def _line_to_look_at(verdict: Mapping[str, Json]) -> str:
         where = verdict.get("where")
         if isinstance(where, list | tuple) and where and isinstance(where[0], dict):
             text = where[0].get("text")
-    if not isinstance(text, str):
-        return ""
-    one = "".join(ch if ch.isprintable() else " " for ch in redact_text(text)).strip()
+    return _shown(text) if isinstance(text, str) else ""
+
+
+def _shown(text: str) -> str:
+    """A text from the build as one masked, printable, bounded line of the comment."""
+    one = " ".join("".join(ch if ch.isprintable() else " " for ch in redact_text(text)).split())
     # The marker finds Theow's comment: a log line must not carry one in.
     return one.replace("<!--", "<! --")[:LINE_CHARS]
+
+
+def _failed_tests(verdict: Mapping[str, Json]) -> list[str]:
+    """The verdict's failed tests, one line each (``file:line: name failed: message``).
+
+    From its ``tests``; a verdict read back from the store has only its ``where`` lines,
+    whose lines of the ``tests`` fact say the same of the first few.
+    """
+    tests = verdict.get("tests")
+    shown: list[str] = []
+    if isinstance(tests, list):
+        for test in tests[: MAX_TESTS_SHOWN + 1]:
+            if isinstance(test, dict) and isinstance(test.get("name"), str):
+                file, line, message = test.get("file"), test.get("line"), test.get("message")
+                place = f"{file}:{line}: " if file and line else f"{file}: " if file else ""
+                said = f": {message}" if message else ""
+                shown.append(_shown(f"{place}{test['name']} failed{said}"))
+    else:
+        where = verdict.get("where")
+        for w in where if isinstance(where, list | tuple) else ():
+            if isinstance(w, dict) and w.get("fact") == "tests" and isinstance(w.get("text"), str):
+                shown.append(_shown(w["text"]))
+    if len(shown) > MAX_TESTS_SHOWN:
+        total = len(tests) if isinstance(tests, list) else len(shown)
+        shown[MAX_TESTS_SHOWN:] = [f"… and {total - MAX_TESTS_SHOWN} more"]
+    return [line for line in shown if line]
 
 
 def post(

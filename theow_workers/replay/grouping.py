@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from theow_client.jsontypes import JsonObject
 from theow_workers.core.logs.summary import summarize
+from theow_workers.core.testcases import cause_basis, cause_sample
 
 SIMILAR = 0.7
 # Facts naming the project a failure belongs to. A cause is grouped within its
@@ -84,8 +85,13 @@ def error_summary(
     lines out of the basis unless nothing else is left.
 
     The basis is the normalized error text, after the failure's scope (its
-    project) when the facts name one: groups never span two projects.
+    project) when the facts name one: groups never span two projects. A failure whose
+    ``tests`` fact names failed tests is grouped by those tests and their masked messages
+    (``core.testcases``), shown by its first failed test.
     """
+    tests = cause_basis(facts)
+    if tests:
+        return cause_sample(facts), with_scope(scope_of(facts), tests)
     summary = summarize(facts, is_normal=is_normal, is_wrapper=is_wrapper)
     return summary.sample, with_scope(scope_of(facts), summary.basis)
 

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from theow_client.jsontypes import JsonObject
 from theow_workers.core.logs.summary import ErrorSummary, log_fact, summarize
 from theow_workers.core.logs.text import mask_volatile
+from theow_workers.core.testcases import cause_basis
 
 MAX_QUERY_CHARS = 2000
 TAIL_LINES = 8
@@ -68,13 +69,23 @@ def fingerprint(facts: JsonObject, is_normal: Callable[[str], bool] | None = Non
     >>> a = fingerprint({"log": "run 7 at /tmp/x1\\nerror: disk full after 3s"})
     >>> a == fingerprint({"log": "run 9 at /tmp/y2\\nerror: disk full after 12s"}), a[:3]
     (True, 'v2:')
+
+    When tests failed (a ``tests`` fact), built from each failed test and its masked
+    message instead (``core.testcases.cause_basis``).
     """
+    tests = cause_basis(facts)
+    if tests:
+        return _hashed(tests)
     return fingerprint_of(summarize(facts, is_normal=is_normal))
 
 
 def fingerprint_of(summary: ErrorSummary) -> str:
     """The fingerprint of a failure already summarized (see :func:`fingerprint`)."""
-    digest = hashlib.sha256(summary.basis.encode()).hexdigest()[:32]
+    return _hashed(summary.basis)
+
+
+def _hashed(basis: str) -> str:
+    digest = hashlib.sha256(basis.encode()).hexdigest()[:32]
     return f"v{FINGERPRINT_VERSION}:{digest}"
 
 

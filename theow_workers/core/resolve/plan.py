@@ -24,6 +24,7 @@ from theow_workers.core.ports import RuleStats
 from theow_workers.core.rules.matching import DEFAULT_REGEX_TIMEOUT, Match, evaluate
 from theow_workers.core.rules.scanner import Scanner
 from theow_workers.core.rules.schema import Rule
+from theow_workers.core.testcases import with_tests_text
 
 # names -> similarity in [0, 1]; computed lazily by the caller's index.
 Similarity = Callable[[Sequence[str]], dict[str, float]]
@@ -290,8 +291,10 @@ def matching_facts(facts: JsonObject) -> JsonObject:
     carries only the streams gets them joined, stdout first (their true
     interleaving is lost by then). GitHub Actions and Jenkins' timestamper
     prefix every line with an ISO time; rules are written for the tool's own
-    text, so the prefix is removed (line numbers stay those of the log).
+    text, so the prefix is removed (line numbers stay those of the log). A ``tests`` fact
+    (a test report's object) is its text, one line per test (``core.testcases``).
     """
+    facts = with_tests_text(facts)
     log = facts.get("log")
     if log is None:
         streams = [facts[k] for k in ("stdout", "stderr") if isinstance(facts.get(k), str)]

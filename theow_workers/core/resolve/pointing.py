@@ -23,6 +23,7 @@ from theow_client.verdict import Verdict, Where
 from theow_workers.core.logs.summary import where_lines
 from theow_workers.core.resolve.plan import matching_facts
 from theow_workers.core.rules.evidence import MAX_LINE_CHARS, Evidence
+from theow_workers.core.testcases import failed_tests, where_tests_first
 
 IsLine = Callable[[str], bool]
 STREAMS = ("stdout", "stderr")  # joined in this order when a submission has no ``log``
@@ -44,8 +45,12 @@ def pointed(
     for w in found:
         fact, line = in_sent_log(facts, lines, w.fact, w.line)
         where.append(Where(fact, line, w.text[:MAX_LINE_CHARS]))
+    where = where_tests_first(facts, where)  # each failed test a line of its own, first
     return replace(
-        verdict, where=tuple(where), evidence=evidence_in_sent_log(verdict.evidence, facts, lines)
+        verdict,
+        where=tuple(where),
+        tests=failed_tests(facts),
+        evidence=evidence_in_sent_log(verdict.evidence, facts, lines),
     )
 
 
