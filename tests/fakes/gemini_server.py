@@ -215,6 +215,15 @@ class FakeGemini:
         self.stop()
 
     # behaviour and observations
+    def forget(self) -> None:
+        """No brain, script or record left: the next test on a long-running server starts clean."""
+        with self._lock:
+            self.brain = None
+            self._scripts.clear()
+            self._requests.clear()
+            self._usage.clear()
+            self.rejections.clear()
+
     def script(self, model: str, steps: list[Any]) -> None:
         """Replies for ``model``, consumed in order: dicts, FakeErrors or brains."""
         with self._lock:

@@ -12,6 +12,7 @@ import shutil
 import socket
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -139,28 +140,22 @@ def fleet_db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return prepared_database(request.param, tmp_path)
 
 
-@pytest.fixture
-def fleet(
-    tmp_path: Path,
-    redis_url: str,
-    redis_client: Any,
-    milvus_uri: str,
-    fleet_db: str,
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[Fleet]:
-    home = tmp_path / "home"
-    rules, actions = tmp_path / "rules", tmp_path / "actions"
+def fleet_environment(
+    base: Path, redis_url: str, milvus_uri: str, database_url: str
+) -> dict[str, str]:
+    """The settings of a fleet whose home, rules, actions and prompts are copies under ``base``."""
+    rules, actions = base / "rules", base / "actions"
     shutil.copytree(FIXTURES / "rules", rules)
     shutil.copytree(FIXTURES / "actions", actions)
-    shutil.copytree(FIXTURES / "prompts", tmp_path / "prompts")  # file:// prompt templates
-    env = {
-        "THEOW_HOME": str(home),
+    shutil.copytree(FIXTURES / "prompts", base / "prompts")  # file:// prompt templates
+    return {
+        "THEOW_HOME": str(base / "home"),
         "THEOW_REDIS_URL": redis_url,
         "THEOW_MILVUS_URI": milvus_uri,
         # One collection for every fleet: rules rarely change between tests, so
         # workers find the index in sync and need not load MiniLM to embed it.
         "THEOW_MILVUS_COLLECTION": "fleet_fixture_rules",
-        "THEOW_DATABASE_URL": fleet_db,
+        "THEOW_DATABASE_URL": database_url,
         "THEOW_RULES_DIR": str(rules),
         "THEOW_ACTIONS_DIR": str(actions),
         "THEOW_ACTION_TIMEOUT": "2",
@@ -168,10 +163,16 @@ def fleet(
         # A killed worker's failure is taken over by its redelivery after this.
         "THEOW_CLAIM_TTL": "3",
     }
+
+
+@contextmanager
+def running_fleet(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[Fleet]:
+    """A fleet on ``env`` with an agent of its own; its workers are stopped on the way out."""
     settings = Settings.load(env=env)
+    home = Path(env["THEOW_HOME"])
     home.mkdir(parents=True)
     # The fleet's own agent: every client signs with its token unless a test says otherwise.
-    env["THEOW_AGENT_TOKEN"] = add_token(settings.store_url, "fleet-agent")
+    env = {**env, "THEOW_AGENT_TOKEN": add_token(settings.store_url, "fleet-agent")}
     # Through monkeypatch, which a test's own changes share: undone together, in order.
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -183,6 +184,20 @@ def fleet(
         stack.stop(timeout=10)
         for client in fleet.clients:
             client.close()
+
+
+@pytest.fixture
+def fleet(
+    tmp_path: Path,
+    redis_url: str,
+    redis_client: Any,
+    milvus_uri: str,
+    fleet_db: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Fleet]:
+    env = fleet_environment(tmp_path, redis_url, milvus_uri, fleet_db)
+    with running_fleet(env, monkeypatch) as fleet:
+        yield fleet
 
 
 @dataclass
@@ -223,10 +238,12 @@ def explorers_on(fleet: Fleet, monkeypatch: pytest.MonkeyPatch, provider: str) -
     monkeypatch.setenv("THEOW_LLM", f"{provider}/{model}")
 
     def start(count: int = 1) -> None:
-        fleet.start_worker()
-        for i in range(count):
-            name = f"explorer{i}"
+        # All started before any is waited for: each takes seconds to import and connect.
+        fleet.stack.start_worker(["resolve"], concurrency=1, name="resolver")
+        names = [f"explorer{i}" for i in range(count)]
+        for name in names:
             fleet.stack.start_worker(["explore"], concurrency=1, name=name)
+        for name in ["resolver", *names]:
             fleet.wait_for_worker(name)
 
     return Explorers(fake, start, provider, model)
@@ -246,3 +263,48 @@ def any_explorers(request, fleet, monkeypatch):
     found = explorers_on(fleet, monkeypatch, request.param)
     yield found
     found.fake.stop()
+
+
+@contextmanager
+def shared_explorers(
+    base: Path, redis_url: str, milvus_uri: str, provider: str, count: int = 2
+) -> Iterator[tuple[Fleet, Explorers]]:
+    """A resolver and ``count`` explorers on ``provider``'s fake, for a whole module.
+
+    For tests that each submit failures of their own: between them, ``explorers_reset``
+    clears what an exploration leaves behind (``theow:explore:*``, ``theow:llm:*``)
+    and the fake's records. The fleet has a Redis database to itself meanwhile: no
+    fixture that empties the database may run beside it (``redis_client`` does).
+    """
+    import redis
+
+    from tests.conftest import prepared_database
+
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        broker = redis.Redis.from_url(redis_url)
+        broker.flushdb()
+        broker.close()
+        env = fleet_environment(base, redis_url, milvus_uri, prepared_database("sqlite", base))
+        with running_fleet(env, monkeypatch) as fleet:
+            found = explorers_on(fleet, monkeypatch, provider)
+            try:
+                found.start(count)
+                yield fleet, found
+            finally:
+                found.fake.stop()
+
+
+def explorers_reset(fleet: Fleet, found: Explorers) -> None:
+    """What one test's explorations left in the broker and the fake, gone before the next."""
+    import redis
+
+    from theow_client import names
+
+    broker = redis.Redis.from_url(fleet.settings.redis_url)
+    try:
+        for part in ("explore:*", "llm:*"):
+            for key in broker.scan_iter(names.KEY_PREFIX + part):
+                broker.delete(key)
+    finally:
+        broker.close()
+    found.fake.forget()

@@ -5,11 +5,18 @@ worker process talks to a fake Gemini server on loopback (THEOW_GEMINI_BASE_URL)
 or the real openai client to a fake OpenAI-compatible one (THEOW_LLM_BASE_URL).
 The fake's "brain" plays a model that reads the failure, proposes a rule for
 it, and, when told that a submission was rejected, corrects it.
+
+The module's tests share one fleet per provider (a resolver, two explorers and
+the fake), each test with failures and root causes of its own: a worker's model
+loads once for the module instead of once a test. Between tests the broker's
+exploration state and the fake's records are cleared (``explorers_reset``). The
+daily budget, a worker setting, has its fleet of its own (test_explore_budget.py).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import func, select
@@ -17,6 +24,8 @@ from sqlalchemy import func, select
 from theow_client import Status
 from theow_workers.store.explore import ExploreStore
 from theow_workers.store.schema import ExplorationRow, ProposalRow
+
+from .conftest import PROVIDERS, Explorers, Fleet, explorers_reset, shared_explorers
 
 pytestmark = pytest.mark.integration
 
@@ -65,12 +74,35 @@ def count(store, model, **where) -> int:
         return int(s.execute(query).scalar_one())
 
 
+@pytest.fixture(scope="module", params=PROVIDERS)
+def provider_fleet(
+    request, tmp_path_factory, redis_url, milvus_uri
+) -> Iterator[tuple[Fleet, Explorers]]:
+    base = tmp_path_factory.mktemp(f"explore-{request.param}")
+    with shared_explorers(base, redis_url, milvus_uri, request.param, count=2) as running:
+        yield running
+
+
+@pytest.fixture
+def fleet(provider_fleet) -> Fleet:
+    return provider_fleet[0]
+
+
+@pytest.fixture
+def any_explorers(provider_fleet) -> Iterator[Explorers]:
+    """The module's explorers, with nothing left of the tests before."""
+    fleet, found = provider_fleet
+    explorers_reset(fleet, found)
+    yield found
+
+
 def test_an_unknown_failure_is_explored_into_a_pending_proposal_after_one_correction(
     fleet, any_explorers
 ):
-    fake, start = any_explorers
+    fake = any_explorers.fake
     fake.brain = proposing(fake.wire)
-    start()
+    store = ExploreStore(fleet.store())
+    pending_before = {p.id for p in store.proposals(status="pending")}
     ticket = fleet.client().submit(failure("fussy", 7), explore=True)
     verdict = ticket.wait(60)
     assert verdict.status is Status.EXPLORING
@@ -79,8 +111,7 @@ def test_an_unknown_failure_is_explored_into_a_pending_proposal_after_one_correc
     assert fake.sessions(any_explorers.model) == 1
     assert len(fake.bodies(any_explorers.model)) == 2  # the rejected submission, then the fix
 
-    store = ExploreStore(fleet.store())
-    (proposal,) = store.proposals(status="pending")
+    (proposal,) = [p for p in store.proposals(status="pending") if p.id not in pending_before]
     assert proposal.id == outcome["proposal_id"]
     assert proposal.rule_name == "component_fussy_failure"
     assert "component fussy failed" in proposal.rule_yaml
@@ -91,9 +122,10 @@ def test_an_unknown_failure_is_explored_into_a_pending_proposal_after_one_correc
 
 
 def test_fifty_failures_from_five_root_causes_cost_exactly_five_sessions(fleet, any_explorers):
-    fake, start = any_explorers
+    fake = any_explorers.fake  # two explorers
     fake.brain = proposing(fake.wire)
-    start(count=2)
+    store = fleet.store()
+    proposals, explorations = count(store, ProposalRow), count(store, ExplorationRow)
     client = fleet.client()
     causes = ["alpha", "bravo", "charlie", "delta", "echo"]
     tickets = [client.submit(failure(causes[i % 5], i), explore=True) for i in range(50)]
@@ -102,21 +134,20 @@ def test_fifty_failures_from_five_root_causes_cost_exactly_five_sessions(fleet, 
     assert fake.sessions(any_explorers.model) == 5
     assert outcomes.count("proposal") == 5
     assert set(outcomes) <= {"proposal", "deduplicated", "cache_hit"}
-    store = fleet.store()
-    assert count(store, ProposalRow) == 5
-    assert count(store, ExplorationRow) == 50  # every failure has its recorded outcome
+    assert count(store, ProposalRow) - proposals == 5
+    # every failure has its recorded outcome
+    assert count(store, ExplorationRow) - explorations == 50
 
 
 def test_a_per_day_quota_stops_exploring_and_says_why(fleet, any_explorers):
-    fake, start = any_explorers
+    fake = any_explorers.fake
     quota = fake.wire.quota_error
     fake.brain = lambda model, body: quota(per_day=True, retry_delay="3600s", model=model)
-    start()
     client = fleet.client()
-    first = client.submit(failure("alpha", 1), explore=True)
+    first = client.submit(failure("kilo", 1), explore=True)
     assert first.wait_exploration(120)["outcome"] == "rate_limited"
     requests_after_first = len(fake.requests)
-    second = client.submit(failure("bravo", 2), explore=True)
+    second = client.submit(failure("lima", 2), explore=True)
     outcome = second.wait_exploration(120)
     assert outcome["outcome"] == "rate_limited"
     assert "quota" in outcome["reason"].lower()
@@ -124,25 +155,10 @@ def test_a_per_day_quota_stops_exploring_and_says_why(fleet, any_explorers):
     assert len(fake.requests) == requests_after_first  # no request reached the model
 
 
-def test_the_daily_budget_stops_exploring_before_a_request_is_sent_and_says_until_when(
-    fleet, any_explorers, monkeypatch
-):
-    fake, start = any_explorers
-    fake.brain = proposing(fake.wire)
-    # Less than the first turn's most (its prompt and every output token it may write).
-    monkeypatch.setenv("THEOW_LLM_DAILY_BUDGET", "0.0005")
-    start()
-    outcome = fleet.client().submit(failure("alpha", 1), explore=True).wait_exploration(120)
-    assert outcome["outcome"] == "rate_limited"
-    assert "daily LLM budget of $0.0005 is reached" in outcome["reason"]
-    assert "no model call is sent until" in outcome["reason"]
-    assert fake.requests == []  # the call that would pass the budget was never sent
-
-
 def test_a_probabilistic_rule_runs_its_own_prompt_and_tools_and_succeeds_only_when_done(
     fleet, any_explorers
 ):
-    fake, start = any_explorers
+    fake = any_explorers.fake
     wire = fake.wire
 
     def investigator(model: str, body: dict) -> dict:
@@ -152,7 +168,6 @@ def test_a_probabilistic_rule_runs_its_own_prompt_and_tools_and_succeeds_only_wh
         return wire.text("The widget ran out of pressure.\nDONE")
 
     fake.brain = investigator
-    start()
     ticket = fleet.client().submit(
         {"stderr": "boot\nNEEDS_INVESTIGATION: widget 4\n"}, explore=True
     )
