@@ -54,7 +54,7 @@ import httpx2 as httpx
 
 from theow_client import names
 from theow_client.jsontypes import Json, JsonObject
-from theow_workers.core.history.incidents import Incident, Kind, State
+from theow_workers.core.history.incident import Incident, Kind, State
 from theow_workers.core.logs.redact import redact_text
 
 if TYPE_CHECKING:
@@ -99,7 +99,9 @@ class AlertUnavailable(ConnectionError):
         self.wait = wait
 
 
-def events(found: Iterable[Incident], now: float, fresh: float = FRESH) -> list[tuple[Event, Incident]]:
+def events(
+    found: Iterable[Incident], now: float, fresh: float = FRESH
+) -> list[tuple[Event, Incident]]:
     """What the incidents have to say, oldest news first; nothing older than ``fresh`` seconds."""
     said: list[tuple[float, Event, Incident]] = []
     for incident in found:
@@ -133,7 +135,11 @@ def text(event: Event, incident: Incident) -> str:
         )
     if event is Event.INFRA_STARTED:
         repos = ", ".join(_shown(r, 200) for r in incident.repos[:REPOS_SHOWN])
-        more = f" and {len(incident.repos) - REPOS_SHOWN} more" if len(incident.repos) > REPOS_SHOWN else ""
+        more = (
+            f" and {len(incident.repos) - REPOS_SHOWN} more"
+            if len(incident.repos) > REPOS_SHOWN
+            else ""
+        )
         return (
             f":warning: infrastructure: one cause is failing {len(incident.repos)} repositories "
             f"({repos}{more}): {cause}"
@@ -164,7 +170,7 @@ def payload(event: Event, incident: Incident) -> JsonObject:
 
 def _masked(value: Json) -> Json:
     if isinstance(value, str):
-        return redact_text(value)[:CAUSE_CHARS * 4]
+        return redact_text(value)[: CAUSE_CHARS * 4]
     if isinstance(value, list):
         return [_masked(v) for v in value]
     if isinstance(value, dict):
