@@ -54,7 +54,10 @@ import httpx2 as httpx
 
 from theow_client import names
 from theow_client.jsontypes import Json, JsonObject
-from theow_workers.core.history.incident import Incident, Kind, State
+from theow_workers.core.history.incident import Incident, Kind, Rules, State
+from theow_workers.core.history.incidents import around
+from theow_workers.core.history.model import Run
+from theow_workers.core.history.ports import History
 from theow_workers.core.logs.redact import redact_text
 
 if TYPE_CHECKING:
@@ -216,6 +219,29 @@ def raise_events(
             raise
         sent.append(delivery_id(event, incident))
     return sent
+
+
+def after_run(
+    settings: Settings,
+    redis: Redis,
+    history: History,
+    run: Run,
+    rules: Rules | None = None,
+    send: Callable[[JsonObject], None] | None = None,
+) -> list[str]:
+    """Alerts for what a newly recorded run opened, joined or closed; the delivery ids sent.
+
+    Called after the ledger records a run. Off (nothing read) while THEOW_ALERT_URL
+    is empty. Never raises: an alert is never worth a verdict or a run's record.
+    """
+    if not settings.alert_url:
+        return []
+    try:
+        found = around(history, run, rules)
+        return raise_events(redis, found, time.time(), send or (lambda b: enqueue(settings, b)))
+    except Exception as exc:
+        log.warning("run %s: alerts not raised: %s", run.id, redact_text(str(exc))[:300])
+        return []
 
 
 def enqueue(settings: Settings, body: JsonObject) -> None:
