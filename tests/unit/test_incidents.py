@@ -217,3 +217,11 @@ def test_an_incident_reads_as_json():
     shown = incident.to_dict()
     assert shown["kind"] == "main" and shown["state"] == "open" and shown["culprit"] == "a"
     assert shown["timeline"][0]["what"] == "opened"
+
+
+def test_a_pull_request_that_keeps_failing_while_others_pass_is_not_flaky():
+    runs = []
+    for n in range(3):  # pull request 1 fails on each push; pull request 2 passes in between
+        runs.append(run(f"one{n}", "failed", 10 * n, branch="one", pr="1"))
+        runs.append(run(f"two{n}", "passed", 10 * n + 5, branch="two", pr="2"))
+    assert of_kind(incidents(runs), Kind.FLAKY) == []

@@ -68,16 +68,21 @@ def _flaky_evidence(
 
 
 def _between_passes(job_runs: Sequence[Run], index: int, cause: str) -> bool:
-    """Whether the job's nearest runs that say anything of ``cause`` on both sides passed."""
-    before = _neighbour(job_runs, range(index - 1, -1, -1), cause)
-    after = _neighbour(job_runs, range(index + 1, len(job_runs)), cause)
+    """Whether the nearest runs of the same branch that say anything of ``cause`` passed,
+    on both sides. Only the same branch: a pull request that broke a test keeps failing
+    on its own pushes while others pass, and is no flaky test."""
+    branch = job_runs[index].branch
+    before = _neighbour(job_runs, range(index - 1, -1, -1), cause, branch)
+    after = _neighbour(job_runs, range(index + 1, len(job_runs)), cause, branch)
     return before is not None and after is not None and not before.failed and not after.failed
 
 
-def _neighbour(job_runs: Sequence[Run], indices: Iterable[int], cause: str) -> Run | None:
+def _neighbour(
+    job_runs: Sequence[Run], indices: Iterable[int], cause: str, branch: str
+) -> Run | None:
     for i in indices:
         run = job_runs[i]
-        if run.outcome is Outcome.PASSED or run.cause == cause:
+        if run.branch == branch and (run.outcome is Outcome.PASSED or run.cause == cause):
             return run
     return None
 
