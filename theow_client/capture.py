@@ -2,11 +2,11 @@
 
 The output streams through to the terminal unchanged while the client keeps
 the first ``head`` and the last ``tail`` bytes of each stream and of the two
-interleaved as a terminal shows them (the ``log`` fact): a command printing
-gigabytes costs a few megabytes of memory. (Two pipes carry the streams, so
-lines written to both within the same instant may land in ``log`` in either
-order; anything a person could see happen one after the other keeps its order.) ``bound_facts`` then cuts that to
-the facts limit, keeping windows around the error lines in the middle.
+interleaved in the order they were written, line by line, as the terminal
+showed them (the ``log`` fact; how far that order can be known from outside
+the command: ``theow_client.streams``): a command printing gigabytes costs a
+few megabytes of memory. ``bound_facts`` then cuts that to the facts limit,
+keeping windows around the error lines in the middle.
 
 >>> result = capture(["sh", "-c", "echo out; echo err >&2; exit 3"])  # doctest: +SKIP
 out
@@ -31,12 +31,12 @@ from dataclasses import dataclass
 from typing import BinaryIO, TextIO, cast
 
 from theow_client.facts import CUT_MARKER, decode
+from theow_client.streams import Interleaved, Stream
 
 # Far more than the facts limit: bound_facts picks the error windows from this,
 # and the cause of a failure is often megabytes before the end of the output.
 DEFAULT_HEAD_BYTES = 1024 * 1024
 DEFAULT_TAIL_BYTES = 7 * 1024 * 1024
-READ_CHUNK = 64 * 1024
 DRAIN_AFTER_EXIT = 2.0
 # Shell conventions, so `run` reports what a shell would have.
 EXIT_NOT_EXECUTABLE = 126
@@ -128,21 +128,8 @@ class Captured:
     duration: float
     stdout_bytes: int = 0
     stderr_bytes: int = 0
-    log: str = ""  # stdout and stderr interleaved in the order they arrived
+    log: str = ""  # stdout and stderr interleaved, whole lines in the order they were written
     interrupted: int = 0  # the signal (SIGINT, SIGTERM) the client was sent while it ran, if any
-
-
-def _pump(source: BinaryIO, sink: BinaryIO | None, keep: HeadTail, both: HeadTail) -> None:
-    while chunk := os.read(source.fileno(), READ_CHUNK):
-        keep.write(chunk)
-        both.write(chunk)
-        if sink is not None:
-            try:
-                sink.write(chunk)
-                sink.flush()
-            except (OSError, ValueError):  # terminal gone: keep capturing anyway
-                sink = None
-    source.close()
 
 
 class _TextSink:
@@ -217,21 +204,16 @@ def _run(
     assert process.stdout is not None and process.stderr is not None
     outputs = (HeadTail(head, tail), HeadTail(head, tail))
     both = HeadTail(head, tail)
-    pumps = [
-        threading.Thread(
-            target=_pump, args=(process.stdout, out_sink, outputs[0], both), daemon=True
-        ),
-        threading.Thread(
-            target=_pump, args=(process.stderr, err_sink, outputs[1], both), daemon=True
-        ),
-    ]
-    for pump in pumps:
-        pump.start()
+    reader = Interleaved(
+        [
+            Stream(process.stdout, out_sink, outputs[0]),
+            Stream(process.stderr, err_sink, outputs[1]),
+        ],
+        both,
+    )
+    reader.start()
     returncode = process.wait()
-    for pump in pumps:
-        # A daemon the command left behind may hold the pipes open forever;
-        # its output after the command exited is not the command's.
-        pump.join(timeout=DRAIN_AFTER_EXIT)
+    reader.finish(timeout=DRAIN_AFTER_EXIT)
     exit_code = 128 - returncode if returncode < 0 else returncode
     return Captured(
         exit_code=exit_code,

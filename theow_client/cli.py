@@ -20,7 +20,10 @@ failure is spooled first).
 A passing ``run`` (and ``success``) reports the run to learn its job's normal,
 unless a worker learned one of this agent's job this interval (the workers'
 ``THEOW_PASSING_INTERVAL``: ``theow_client.passing``); the job comes from ``--fact job=...`` or the CI
-system's variables (``theow_client.job``).
+system's variables (``theow_client.job``). Every ``run`` inside a CI system (or
+given ``--repo --branch --sha``) is also recorded in Theow's ledger of runs:
+a failure carries where it ran as its ``run`` fact, a pass is sent as one
+small record (``theow_client.ci_run``, ``theow_client.ledger``).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from pathlib import Path
 from theow_client import config
 from theow_client.capture import Captured, HeadTail, capture, shell_join
 from theow_client.ci_output import show_verdict
+from theow_client.ci_run import CiRun, RunValueError, ci_run
 from theow_client.client import (
     DEFAULT_WAIT_TIMEOUT,
     TheowClient,
@@ -47,6 +51,7 @@ from theow_client.facts import FactsError, loads_facts
 from theow_client.job import job_of
 from theow_client.jsontypes import JsonObject
 from theow_client.junit import expand, read_reports, tests_fact
+from theow_client.ledger import report_run
 from theow_client.mark import Rerun, should_rerun
 from theow_client.passing import report_passing
 from theow_client.terminal import printable
@@ -227,6 +232,22 @@ def report_passing_run(args: argparse.Namespace, client: TheowClient, facts: Jso
     return f"passing run of {job} not sent: one was learned this interval (or Theow is unreachable)"
 
 
+RUN_FLAGS = ("repo", "branch", "sha", "pr", "base_sha", "attempt")
+
+
+def where_it_runs(args: argparse.Namespace) -> CiRun | None:
+    """Where this run runs (``ci_run``): the CI's variables, ``THEOW_RUN_*``, then the flags.
+
+    A bad flag is a usage error; a bad variable a warning (``ci_run``).
+    """
+    facts: JsonObject = dict(parse_fact(text) for text in args.fact)
+    flags = {name: getattr(args, name) for name in RUN_FLAGS}
+    try:
+        return ci_run(os.environ, job=job_of(facts, os.environ), flags=flags, warn=warn)
+    except RunValueError as exc:
+        raise ArgumentProblem(str(exc)) from None
+
+
 def ask_theow(
     args: argparse.Namespace, client: TheowClient, result: Captured, reruns: int
 ) -> Rerun | None:
@@ -234,6 +255,8 @@ def ask_theow(
     try:
         facts = run_facts(args, result)
         facts.update(junit_facts(args))
+        if args.where is not None:
+            facts["run"] = args.where.fact(args.started, args.finished)
         ticket = client.submit(
             facts, explore=args.explore, rules=args.rule, tags=args.tag, max_retries=args.retries
         )
@@ -303,8 +326,10 @@ def cmd_run(args: argparse.Namespace, client: TheowClient) -> int:
     if args.retry_delay < 0:
         raise ArgumentProblem(f"--retry-delay {args.retry_delay:g}: expected 0 or more seconds")
     args.wait_seconds = wait_seconds(args)
+    args.where = where_it_runs(args)
     args.started = time.time()  # reports older than this are an earlier build's
     result = capture(args.command)
+    args.finished = time.time()
     if result.interrupted:  # stopped by Ctrl-C or SIGTERM: report the failure, wait for nothing
         args.wait_seconds, args.retries = 0.0, 0
         try:
@@ -323,6 +348,7 @@ def cmd_run(args: argparse.Namespace, client: TheowClient) -> int:
         time.sleep(delay)
         args.started = time.time()
         result = capture(args.command)
+        args.finished = time.time()
         rerun.report(passed=result.exit_code == 0)  # only now is it known whether the fix worked
     if result.exit_code == 0 and not args.no_passing:
         try:
@@ -331,7 +357,26 @@ def cmd_run(args: argparse.Namespace, client: TheowClient) -> int:
             )
         except Exception as exc:  # the build passed: nothing of ours may change that
             warn(f"could not report the passing run ({type(exc).__name__}: {exc})")
+    if result.exit_code == 0 and args.where is not None:
+        record_passed(args, client)
     return result.exit_code
+
+
+def record_passed(args: argparse.Namespace, client: TheowClient) -> None:
+    """The passed run's ledger record (every time, unlike the sampled passing run)."""
+    try:
+        job = job_of(dict(parse_fact(text) for text in args.fact), os.environ)
+        if job is None:
+            warn(
+                "the run is not recorded: no job (give --fact job=NAME, or run inside a CI system)"
+            )
+            return
+        said = report_run(
+            client, args.where, job=job, started_at=args.started, finished_at=args.finished
+        )
+        logging.getLogger("theow.client").info("theow: %s", said)
+    except Exception as exc:  # the build passed: nothing of ours may change that
+        warn(f"could not record the run ({type(exc).__name__}: {one_line(exc)})")
 
 
 def cmd_success(args: argparse.Namespace, client: TheowClient) -> int:
@@ -430,6 +475,18 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"JUnit XML reports the command writes: its failed and flaky tests are sent with "
         f"the failure (repeatable; default: ${config.ENV_JUNIT})",
     )
+    where = run.add_argument_group(
+        "where it runs", "read from the CI's variables; these override them (docs/client.md)"
+    )
+    for flag, meta, what in (
+        ("--repo", "OWNER/NAME", "the repository"),
+        ("--branch", "NAME", "the branch (a pull request's own branch)"),
+        ("--sha", "SHA", "the commit built (a pull request's head)"),
+        ("--pr", "N", "the pull request's number"),
+        ("--base-sha", "SHA", "the pull request's base commit"),
+        ("--attempt", "N", "which attempt of the job this is (1 for the first)"),
+    ):
+        where.add_argument(flag, default=None, metavar=meta, help=what)
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     run.set_defaults(handler=cmd_run)
 

@@ -3,8 +3,9 @@
 With ``THEOW_INTAKE_URL`` (and an agent token), ``TheowClient`` posts the
 payload it would have sent through Redis to ``<url>/api/v1/failures`` and
 polls ``<url>/api/v1/failures/<id>/verdict``; what a verdict's client-side
-actions did goes to ``<url>/api/v1/failures/<id>/outcome`` and a passing run
-to ``<url>/api/v1/passing``, so such an agent needs no broker at all.
+actions did goes to ``<url>/api/v1/failures/<id>/outcome``, a passing run
+to ``<url>/api/v1/passing`` and a passed run's ledger record to
+``<url>/api/v1/runs``, so such an agent needs no broker at all.
 Standard library only: a build agent installs nothing more for it. What
 cannot be sent (no answer, a 5xx, a 408 or 429) is spooled exactly as a
 broker outage is; any other 4xx is a refusal, an answer and not an outage,
@@ -84,6 +85,10 @@ class HttpIntake:
     def passing_url(self) -> str:
         return f"{self.base}{API}/passing"
 
+    @property
+    def runs_url(self) -> str:
+        return f"{self.base}{API}/runs"
+
     def outcome_url(self, failure_id: str) -> str:
         return f"{self.base}{API}/failures/{quote(failure_id, safe='')}/outcome"
 
@@ -118,6 +123,13 @@ class HttpIntake:
         if status not in (200, 202):
             raise IntakeUnavailable(f"unexpected answer {status} from {self.passing_url}")
         return status == 202 and body.get("sent") is True
+
+    def report_run(self, payload: JsonObject) -> None:
+        """Send a run's ledger record (``ledger.run_payload``). Raises IntakeUnavailable or
+        IntakeRefused as ``submit`` does."""
+        status, _ = self._call("POST", self.runs_url, json.dumps(payload).encode())
+        if status != 202:
+            raise IntakeUnavailable(f"unexpected answer {status} from {self.runs_url}")
 
     def verdict(self, failure_id: str) -> JsonObject | None:
         """The failure's verdict, or None while there is none yet (also while not yet known)."""

@@ -9,6 +9,7 @@ code behind a task deals with typed values, never with a message's dict.
   send the facts as an object (``facts``); both are still read.
 * :class:`ExploreRequest` — ``theow.explore`` (internal): which failure to explore.
 * :class:`PassingRun` — ``theow.passing``: a passing run of a job.
+* :class:`RunReport` — ``theow.run``: one run of a job for the ledger, no log.
 
 Reading checks the shape only; what the facts say (their limits, masking,
 kept lines) is the workers' to judge. ``SubmitRequest.from_wire`` never
@@ -236,6 +237,44 @@ class PassingRun:
             wire["facts"] = self.facts
         wire["submitted_at"] = self.submitted_at
         return wire
+
+
+OUTCOMES = ("passed", "failed")
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """The argument of ``theow.run``: one run of ``job``, passed (or failed without its log).
+
+    ``run`` is the run's where-it-ran (``theow_client.ci_run``), checked by the
+    worker. A failure's submission carries the same object as its ``run`` fact.
+
+    >>> RunReport.from_wire({"job": "ci/test", "outcome": "passed", "run": {}}).outcome
+    'passed'
+    """
+
+    job: str
+    outcome: str
+    run: JsonObject
+
+    @classmethod
+    def from_wire(cls, payload: object) -> RunReport:
+        """The report; ValueError says what is wrong."""
+        if not isinstance(payload, dict):
+            raise ValueError(f"a run report is a JSON object, not {type(payload).__name__}")
+        job, outcome, run = payload.get("job"), payload.get("outcome"), payload.get("run")
+        if not isinstance(job, str) or not job.strip() or len(job) > MAX_JOB_CHARS:
+            raise ValueError(f"run report without a usable job: {job!r}"[:300])
+        if outcome not in OUTCOMES:
+            raise ValueError(
+                f'a run report\'s "outcome" is "passed" or "failed", not {outcome!r}'[:300]
+            )
+        if not isinstance(run, dict):
+            raise ValueError('a run report carries its "run" as a JSON object')
+        return cls(job=job.strip(), outcome=str(outcome), run=run)
+
+    def to_wire(self) -> dict[str, Json]:
+        return {"job": self.job, "outcome": self.outcome, "run": self.run}
 
 
 def _preview(payload: object, limit: int = PREVIEW_CHARS) -> str:

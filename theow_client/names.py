@@ -117,6 +117,10 @@ Redis keys (all under ``theow:``):
     Set of the pull-request numbers whose comment lists that job as failed,
     expires after ``HOOK_PR_TTL``: a passing run of the job looks there before
     any forge call, so a job no comment lists costs none.
+``theow:hook:run-pr:<forge>:<repo>:<run id>``
+    JSON {pr, base_sha}, expires after ``HOOK_SEEN_TTL``: the pull request a
+    ``workflow_run`` delivery said a workflow run belongs to, so the ledger
+    records its jobs' runs (``workflow_job`` names no pull request) with it.
 ``theow:hook:rate:<forge>:<repo>:requests`` (and ``:tokens``, ``:backoff``, ``:stopped``)
     The sliding window of forge API calls for one repository, kept by
     ``theow_workers/adapters/ratelimit.lua`` as for a model (``backoff``: a 429's
@@ -163,6 +167,8 @@ TASK_PASSING = "theow.passing"
 TASK_EXPLAIN = "theow.explain"
 # A finished CI job named by a forge's webhook: its log fetched, resolved, commented on.
 TASK_HOOK = "theow.hook"
+# One run of a job for the ledger (passed, or failed without its log): a small record, no log.
+TASK_RUN = "theow.run"
 # One alert to post to the configured webhook (internal: raised by a worker).
 TASK_ALERT = "theow.alert"
 
@@ -174,6 +180,8 @@ TASK_ROUTES = {
     TASK_PASSING: {"queue": QUEUE_PASSING},
     TASK_EXPLAIN: {"queue": QUEUE_EXPLAIN},
     TASK_HOOK: {"queue": QUEUE_RESOLVE},
+    # Low priority, never urgent, and already writable by every agent's broker user.
+    TASK_RUN: {"queue": QUEUE_PASSING},
     TASK_ALERT: {"queue": QUEUE_RESOLVE},
 }
 
@@ -312,6 +320,10 @@ HOOK_PR_TTL = 30 * 24 * 3600
 
 def key_hook_seen(job_key: str) -> str:
     return f"{KEY_PREFIX}hook:seen:{job_key}"
+
+
+def key_hook_run_pr(forge: str, repo: str, run_id: str) -> str:
+    return f"{KEY_PREFIX}hook:run-pr:{forge}:{repo}:{run_id}"
 
 
 def key_hook_pr(forge: str, repo: str, number: str) -> str:

@@ -73,7 +73,7 @@ def make_app(settings: Settings | None = None, edge: bool = True) -> Celery:
         broker_connection_retry_on_startup=True,
         worker_send_task_events=True,
         task_send_sent_event=True,
-        include=["theow_workers.tasks", "theow_workers.replay.tasks"],
+        include=["theow_workers.tasks", "theow_workers.replay.tasks", "theow_workers.ledger.tasks"],
     )
     if edge and urlsplit(settings.redis_url).scheme in EDGE_SCHEMES:
         app.conf.broker_transport = EDGE_TRANSPORT

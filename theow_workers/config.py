@@ -197,6 +197,11 @@ class Settings(BaseModel):
     # The repositories whose deliveries are read (o/r on GitHub, group/project on GitLab,
     # comma-separated); any other is answered 204 and dropped. Empty: every repository.
     hook_repos: list[str] = []
+    # The ledger of job runs (theow_workers/ledger): each repository's default branch
+    # (owner/name=branch, comma-separated; else what its forge's webhooks said, else main),
+    # and how many days a run is kept.
+    default_branches: list[str] = []
+    run_retention_days: float = 90.0
     # Forge API calls per minute per repository, shared by every worker (GitHub allows a
     # token 5,000 an hour across all repositories).
     forge_calls_per_minute: int = 60

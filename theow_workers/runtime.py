@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from theow_workers.core.llm.explanation import ExplainService
     from theow_workers.identity import Verifier
     from theow_workers.store.results import SqlStore
+    from theow_workers.store.runs import SqlRuns
 
 log = logging.getLogger("theow.runtime")
 
@@ -134,6 +135,7 @@ class Runtime:
     def reset(self) -> None:
         """Forget every client (after fork, or when settings change)."""
         self._store: SqlStore | None = None
+        self._runs: SqlRuns | None = None
         self._index: MilvusIndex | None = None
         self._embedder: Embedder | None = None
         self._query_vectors: QueryVectors | None = None
@@ -158,6 +160,16 @@ class Runtime:
 
                 self._store = SqlStore(self.settings.store_url)
             return self._store
+
+    @property
+    def runs(self) -> SqlRuns:
+        """The ledger of job runs, on the store's engine."""
+        with self._lock:
+            if self._runs is None:
+                from theow_workers.store.runs import SqlRuns
+
+                self._runs = SqlRuns(self.store.engine)
+            return self._runs
 
     @property
     def index(self) -> MilvusIndex:

@@ -44,6 +44,7 @@ from theow_workers.identity import (
 )
 from theow_workers.integrations import alerts, feedback, intake
 from theow_workers.integrations.hooks import HookedJob, NotAJob
+from theow_workers.ledger import service as ledger
 from theow_workers.runtime import RulesInvalid, Runtime
 from theow_workers.store import StoreUnavailable
 from theow_workers.worker import ServicesTask
@@ -88,6 +89,7 @@ def resolve(self: ServicesTask, payload: Json = None, *_: object, **__: object) 
         verdict = _resolve_delivered(self, rt, request, failure_id, who.name)
         verdict = after_verdict(rt, verdict, who.name)  # explain, after the verdict is recorded
         _deliver(rt, who.name, {requested, failure_id}, verdict)
+        ledger.record_failure(rt, who.name, failure_id, verdict)  # after the agent has it
         return verdict
     except StoreUnavailable as exc:
         # The database is down, or dropped a pooled connection used in the last 10 s
@@ -425,6 +427,7 @@ def hook(self: ServicesTask, payload: Json = None, *_: object, **__: object) -> 
             marked = (
                 feedback.mark_passed_or_log(rt.redis, api, job) if rt.settings.pr_comments else []
             )
+            ledger.record_hooked(rt, job)
             learned = intake.learn_passing(rt, api, job)
             return {**learned, "comments": marked} if marked else learned
         request = intake.submission(job, api.job_log(job))
@@ -432,6 +435,7 @@ def hook(self: ServicesTask, payload: Json = None, *_: object, **__: object) -> 
         failure_id = str(request.failure_id)
         verdict = _resolve_delivered(self, rt, request, failure_id, job.agent)
         verdict = after_verdict(rt, verdict, job.agent)  # explain, as for an agent's failure
+        ledger.record_hooked(rt, job, failure_id, verdict)
         if rt.settings.pr_comments:
             feedback.post_or_log(rt.redis, api, job, verdict)
         return verdict

@@ -134,7 +134,7 @@ def test_the_openapi_document_is_valid_openapi_3_1_and_needs_no_token(document):
     assert document["openapi"] == "3.1.0"
     assert set(document["paths"]) == {
         f"{API}/failures", f"{API}/failures/{{id}}", f"{API}/failures/{{id}}/verdict",
-        f"{API}/failures/{{id}}/outcome", f"{API}/passing",
+        f"{API}/failures/{{id}}/outcome", f"{API}/passing", f"{API}/runs",
         f"{API}/rules", f"{API}/insight", f"{API}/replays",
     }  # fmt: skip
 

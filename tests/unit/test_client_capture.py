@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import select
 import sys
 
 import pytest
@@ -111,16 +112,71 @@ def test_the_cause_in_the_middle_of_a_huge_output_is_kept_in_the_log_sent() -> N
     assert facts["log"].rstrip().endswith("cleaning up 19999")
 
 
-def test_the_log_interleaves_stdout_and_stderr_as_they_arrive() -> None:
-    script = (
-        "import sys, time\n"
-        "print('one', flush=True); time.sleep(0.2)\n"
-        "print('two', file=sys.stderr, flush=True); time.sleep(0.2)\n"
-        "print('three', flush=True)\n"
+# Writes to one stream, then waits until the client has read what it wrote
+# before touching the other: the order the client can tell, and must keep.
+TAKEN = """
+import array, fcntl, os, sys, termios, time
+
+def taken(*fds):
+    for fd in fds:
+        left = array.array("i", [0])
+        while fcntl.ioctl(fd, termios.FIONREAD, left) == 0 and left[0]:
+            time.sleep(0.0002)
+
+def write(fd, text):
+    os.write(fd, text.encode())
+"""
+
+PAIRS = (
+    TAKEN
+    + """
+for n in range(0, 2 * int(sys.argv[1]), 2):
+    first, second = (1, 2) if n % 4 == 0 else (2, 1)
+    write(first, f"line {n + 1}\\n")  # back to back: no wait between the two
+    write(second, f"line {n + 2}\\n")
+    taken(1, 2)
+"""
+)
+
+
+@pytest.mark.skipif(not hasattr(select, "epoll"), reason="the pipes' order is read through epoll")
+def test_log_line_n_is_the_line_the_command_wrote_nth_across_both_streams() -> None:
+    pairs = 150
+    written = [f"line {n}" for n in range(1, 2 * pairs + 1)]
+    for _ in range(6):  # a race shows within a few runs on a busy machine; none may
+        terminal = io.BytesIO()  # one terminal for both streams, as a person's
+        result = capture(
+            [sys.executable, "-c", PAIRS, str(pairs)], stdout_sink=terminal, stderr_sink=terminal
+        )
+        assert result.log.splitlines() == written
+        assert terminal.getvalue().decode() == result.log  # the terminal showed that order
+        on_stdout = [line for n, line in enumerate(written) if (n // 2) % 2 == n % 2]
+        assert result.stdout.splitlines() == on_stdout  # each stream's fact stays its own
+        assert result.stderr.splitlines() == [line for line in written if line not in on_stdout]
+
+
+def test_a_line_the_other_stream_interrupts_stays_whole_in_the_log() -> None:
+    script = TAKEN + (
+        "write(1, 'compiling widgets... '); taken(1)\n"
+        "write(2, 'warning: widgets are deprecated\\n'); taken(2)\n"
+        "write(1, 'done\\n'); taken(1)\n"
+        "write(2, 'no newline at the end'); taken(2)\n"
+        "write(1, 'nor here')\n"
     )
-    result = capture([sys.executable, "-c", script], passthrough=False)
-    assert result.log.split() == ["one", "two", "three"]
-    assert result.stderr == "two\n"
+    terminal = io.BytesIO()
+    result = capture([sys.executable, "-c", script], stdout_sink=terminal, stderr_sink=terminal)
+    # Live on the terminal as written; in the log, each line whole, placed when it ended.
+    assert terminal.getvalue().decode() == (
+        "compiling widgets... warning: widgets are deprecated\ndone\nno newline at the endnor here"
+    )
+    assert result.log.splitlines() == [
+        "warning: widgets are deprecated",
+        "compiling widgets... done",
+        "no newline at the end",
+        "nor here",
+    ]
+    assert result.stdout == "compiling widgets... done\nnor here"
+    assert result.stderr == "warning: widgets are deprecated\nno newline at the end"
 
 
 def test_output_reaches_a_text_only_terminal(monkeypatch: pytest.MonkeyPatch) -> None:

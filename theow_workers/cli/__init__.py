@@ -7,6 +7,7 @@ import os
 import typer
 
 from theow_workers.cli.db import db_app
+from theow_workers.cli.history import history_app
 from theow_workers.cli.incidents import incidents_app
 from theow_workers.cli.ops import dead_letters, doctor, metrics
 from theow_workers.cli.output import run
@@ -21,6 +22,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 app.add_typer(rules_app, name="rules")
 app.add_typer(db_app, name="db")
 app.add_typer(replay_app, name="replay")
+app.add_typer(history_app, name="history")
 app.add_typer(review_app, name="review")
 app.add_typer(failures_app, name="failures")
 app.add_typer(tokens_app, name="tokens")

@@ -67,6 +67,12 @@ class HookedJob:
     # "yes" when the job ran on the repository's default branch: only such a passing run
     # teaches the job's normal (a fork's pull request runs whatever its workflow says).
     default_branch: str = ""
+    # Where it ran, for the ledger of runs: its branch, the repository's default branch,
+    # and (GitLab merge request pipelines) the merge request and its base commit.
+    branch: str = ""
+    repo_default_branch: str = ""
+    pr: str = ""
+    base_sha: str = ""
 
     @property
     def job(self) -> str:
@@ -150,6 +156,8 @@ def github_job(event: object) -> HookedJob:
             run_id=_text(job.get("run_id")),
             url=_text(job.get("html_url"), URL_CHARS),
             default_branch=_same_branch(job.get("head_branch"), repo.get("default_branch")),
+            branch=_text(job.get("head_branch")),
+            repo_default_branch=_text(repo.get("default_branch")),
         )
     )
 
@@ -174,6 +182,8 @@ def gitlab_job(event: object) -> HookedJob:
     path = project.get("path_with_namespace") or event.get("project_name")
     web = _text(project.get("web_url"), URL_CHARS)
     job_id = _text(event.get("build_id"))
+    merge = event.get("merge_request") if isinstance(event.get("merge_request"), dict) else {}
+    assert isinstance(merge, dict)
     return _checked(
         HookedJob(
             forge="gitlab",
@@ -190,8 +200,62 @@ def gitlab_job(event: object) -> HookedJob:
             default_branch=""
             if event.get("tag") is True
             else _same_branch(event.get("ref"), project.get("default_branch")),
+            branch="" if event.get("tag") is True else _text(event.get("ref")),
+            repo_default_branch=_text(project.get("default_branch")),
+            pr=_number(merge.get("iid")),
         )
     )
+
+
+@dataclass(frozen=True)
+class HookedRun:
+    """A ``workflow_run`` delivery: which pull requests a workflow run's jobs belong to."""
+
+    repo: str
+    run_id: str
+    head_sha: str
+    head_branch: str
+    pr: str  # the first pull request of the head branch ("" for none)
+    base_sha: str
+    repo_default_branch: str
+
+    def to_wire(self) -> dict[str, str]:
+        return asdict(self)
+
+    @classmethod
+    def from_wire(cls, payload: object) -> HookedRun:
+        if not isinstance(payload, dict):
+            raise NotAJob(f"not a hooked workflow run: {str(payload)[:200]!r}")
+        return cls(**{name: _text(payload.get(name)) for name in cls.__dataclass_fields__})
+
+
+def github_run(event: object) -> HookedRun:
+    """The pull request of a ``workflow_run`` delivery; NotAJob when it names none."""
+    if not isinstance(event, dict):
+        raise NotAJob("not a workflow_run")
+    run, repo = event.get("workflow_run"), event.get("repository")
+    if not isinstance(run, dict) or not isinstance(repo, dict):
+        raise NotAJob("workflow_run or repository missing")
+    pulls = run.get("pull_requests")
+    first = pulls[0] if isinstance(pulls, list) and pulls and isinstance(pulls[0], dict) else {}
+    base = first.get("base") if isinstance(first.get("base"), dict) else {}
+    found = HookedRun(
+        repo=_text(repo.get("full_name")),
+        run_id=_text(run.get("id")),
+        head_sha=_text(run.get("head_sha")),
+        head_branch=_text(run.get("head_branch")),
+        pr=_number(first.get("number")),
+        base_sha=_text(base.get("sha")) if isinstance(base, dict) else "",
+        repo_default_branch=_text(repo.get("default_branch")),
+    )
+    if not found.repo or not NUMBER.fullmatch(found.run_id) or not found.pr:
+        raise NotAJob("a workflow run of no pull request")
+    return found
+
+
+def _number(value: object) -> str:
+    text = _text(value)
+    return text if NUMBER.fullmatch(text) else ""
 
 
 def repo_allowed(allowed: list[str], repo: str) -> bool:

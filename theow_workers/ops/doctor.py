@@ -7,7 +7,8 @@ wrong and how to fix it; exit code 1 when any check fails.
 config             settings load; visibility timeout above every task time limit
 redis              reachable, version; ``maxmemory-policy noeviction``; persistence
 consumers          every queue has a worker whose heartbeat is alive (resolve,
-                   explore with ``THEOW_EXPLORE=1``: fail; replay, passing: warn)
+                   explore with ``THEOW_EXPLORE=1``: fail; replay, passing, explain
+                   with ``THEOW_EXPLAIN=1``: warn)
 milvus             reachable; the index collection exists
 sql                reachable; Alembic at the head revision of this code
 model              the MiniLM files are installed (``--deep``: load it and embed)

@@ -263,6 +263,56 @@ class ReplayExplorationRow(Base):
     sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
+class RunRow(Base):
+    """One job run of the ledger (``store.runs``): passed or failed, with where it ran."""
+
+    __tablename__ = "runs"
+    __table_args__ = (
+        Index("ix_runs_repo_job_finished", "repo", "job", "finished_at"),
+        Index("ix_runs_cause_finished", "cause", "finished_at"),
+        Index("ix_runs_repo_job_sha", "repo", "job", "sha"),
+        Index("ix_runs_failure_id", "failure_id"),
+        Index("ix_runs_finished_at", "finished_at"),
+    )
+
+    # The verified sender (an agent, a forge's hook agent, ``@replay``) and the run's id:
+    # one row however often it is reported, and no agent writes another's.
+    agent: Mapped[str] = mapped_column(String(64), primary_key=True)
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    repo: Mapped[str] = mapped_column(String(300))
+    job: Mapped[str] = mapped_column(String(200))
+    branch: Mapped[str] = mapped_column(String(200))
+    sha: Mapped[str] = mapped_column(String(64))
+    pr: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    base_sha: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    attempt: Mapped[int] = mapped_column(Integer, default=1)
+    outcome: Mapped[str] = mapped_column(String(8))  # passed | failed
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # epoch seconds
+    finished_at: Mapped[float] = mapped_column(Float)  # epoch seconds
+    cause: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    category: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    failure_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # The origin decided at the verdict, and as later runs revised it (both kept).
+    origin_then: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    origin: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    culprit: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    fixed_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    origin_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    source: Mapped[str] = mapped_column(String(16))  # client | intake | webhook | replay
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+
+
+class RepositoryRow(Base):
+    """A repository's default branch: configured, or as its forge's webhooks said."""
+
+    __tablename__ = "repositories"
+
+    repo: Mapped[str] = mapped_column(String(300), primary_key=True)
+    default_branch: Mapped[str] = mapped_column(String(200))
+    learned_from: Mapped[str] = mapped_column(String(16))  # webhook | client
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+
+
 def _use_wal(cursor: DBAPICursor, timeout: float = 30.0) -> None:
     """Switch the database to WAL unless it is already (as it is once migrated).
 

@@ -354,6 +354,22 @@ def openapi() -> JsonObject:
             "503": _problem("The broker cannot be reached."),
         },
     }
+    runs = {
+        "summary": "One run of a job for the ledger (agent tokens): `{job, outcome: passed|failed, "
+        "run: {id, repo, branch, sha, pr, base_sha, attempt, started_at, finished_at}}`; no log. "
+        "Recorded under the agent, in its token's repositories or its own scope.",
+        "security": [{"token": []}],
+        "requestBody": outcome["requestBody"],
+        "responses": {
+            "202": _object("`{queued: true}`: queued to be recorded."),
+            "400": _problem("Not a run: the first field that is wrong."),
+            "401": READ_ERRORS["401"],
+            "403": _problem("Not an agent token."),
+            "413": _problem("The body is over the intake's size cap."),
+            "429": READ_ERRORS["429"],
+            "503": _problem("The broker cannot be reached."),
+        },
+    }
     return {
         "openapi": "3.1.0",
         "info": {
@@ -375,6 +391,7 @@ def openapi() -> JsonObject:
             f"{API}/failures/{{id}}/verdict": {"get": verdict},
             f"{API}/failures/{{id}}/outcome": {"post": outcome},
             f"{API}/passing": {"post": passing},
+            f"{API}/runs": {"post": runs},
             f"{API}/rules": {"get": _get("Rules with their figures.", RuleList)},
             f"{API}/insight": {"get": _get("The insight figures.", Insight)},
             f"{API}/replays": {"get": _get("Recent replay jobs.", ReplayList)},

@@ -15,7 +15,9 @@ before it is read), the signature checked before a byte of JSON is read (the
 JSON read off the event loop when large), the job noted as seen
 (``names.key_hook_seen``, ``SET NX``: a duplicated or replayed delivery of the
 same job and attempt is answered 200 and dropped), and it sends ``theow.hook``, signed with the workers' secret, to
-the resolve queue. If the broker is unreachable the job is un-noted and the
+the resolve queue. A GitHub ``workflow_run`` delivery naming a pull request is
+sent as ``theow.run`` (the ledger: which pull request the run's jobs belong
+to, since ``workflow_job`` does not say) to the passing queue. If the broker is unreachable the job is un-noted and the
 forge told 503, so its redelivery is not lost.
 
 =========================== ===========================================
@@ -48,7 +50,7 @@ from starlette.routing import Route
 from theow_client import names, signing
 from theow_workers.config import Settings
 from theow_workers.integrations import hooks
-from theow_workers.integrations.hooks import HookedJob
+from theow_workers.integrations.hooks import HookedJob, HookedRun
 from theow_workers.web.bodies import parsed
 
 if TYPE_CHECKING:
@@ -97,6 +99,19 @@ class HookIntake:
             self.redis.delete(seen)  # not queued: the forge's redelivery must get through
             raise
         return True
+
+    def enqueue_run(self, hooked: HookedRun) -> None:
+        """Send a workflow run's pull request to the ledger (idempotent: no dedup needed)."""
+        app, key = self._broker()
+        body = {"hooked_run": hooked.to_wire()}
+        app.send_task(
+            names.TASK_RUN,
+            args=[signing.sign(names.TASK_RUN, body, signing.WORKER, key)],
+            queue=names.QUEUE_PASSING,
+            ignore_result=True,
+            retry=False,
+            argsrepr=f"[workflow run {hooked.run_id!r} of {hooked.repo!r}]",
+        )
 
     def _broker(self) -> tuple[Celery, bytes]:
         """The Celery app that sends, and the workers' key that signs: made once."""
@@ -151,7 +166,10 @@ async def github(request: Request) -> Response:
             _header(request, "x-github-delivery"),
         )
         return PlainTextResponse("bad signature", status_code=401)
-    if request.headers.get("x-github-event") != "workflow_job":
+    event = request.headers.get("x-github-event")
+    if event == "workflow_run":
+        return await _accept_run(request, intake, body, _header(request, "x-github-delivery"))
+    if event != "workflow_job":
         return Response(status_code=204)  # ping and every other event: nothing to do
     return await _accept(
         request, intake, body, hooks.github_job, _header(request, "x-github-delivery")
@@ -201,6 +219,27 @@ async def _accept(
     if not queued:
         return PlainTextResponse("already received")
     log.info("webhook %r: %s %s queued", delivery, job.key, job.conclusion)
+    return PlainTextResponse("queued", status_code=202)
+
+
+async def _accept_run(request: Request, intake: HookIntake, body: bytes, delivery: str) -> Response:
+    """A workflow run's pull request, for the ledger; 204 when it names none."""
+    try:
+        hooked = await parsed(request, lambda raw: hooks.github_run(json.loads(raw)), body)
+    except (ValueError, RecursionError):  # JSON errors and NotAJob alike
+        return Response(status_code=204)
+    if not hooks.repo_allowed(intake.settings.hook_repos, hooked.repo):
+        return Response(status_code=204)
+    try:
+        await run_in_threadpool(intake.enqueue_run, hooked)
+    except Exception as exc:
+        log.error("workflow run %s not queued: %s", hooked.run_id, str(exc)[:300])
+        return PlainTextResponse(
+            "broker unavailable", status_code=503, headers={"Retry-After": "30"}
+        )
+    log.info(
+        "webhook %r: workflow run %s of pull request %s queued", delivery, hooked.run_id, hooked.pr
+    )
     return PlainTextResponse("queued", status_code=202)
 
 

@@ -24,9 +24,10 @@ agent's id answers 404, exactly as an unknown one does.
 The rest of what an agent sends comes the same way, so an agent that uses the
 intake needs no broker at all: ``POST /api/v1/failures/{id}/outcome`` (what a
 verdict's client-side actions did, ``theow_client.outcome``) and ``POST
-/api/v1/passing`` (a passing run, ``theow_client.passing``). Each is checked
+/api/v1/passing`` (a passing run, ``theow_client.passing``) and ``POST
+/api/v1/runs`` (a run's ledger record, ``theow_client.ledger``). Each is checked
 as a submission is, signed as the agent and queued for the very task the
-broker would have carried it to (``client_outcome``, ``passing``), which
+broker would have carried it to (``client_outcome``, ``passing``, ``run``), which
 verifies it and decides what it counts. A passing run of a job whose sample is
 taken this interval is answered 200 ``{"sent": false}`` and not queued.
 
@@ -39,6 +40,7 @@ import contextlib
 import json
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -49,9 +51,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from theow_client import names, signing
+from theow_client.ci_run import RunFact
 from theow_client.config import celery_app
 from theow_client.jsontypes import JsonObject
-from theow_client.messages import PassingRun, SubmitRequest
+from theow_client.messages import PassingRun, RunReport, SubmitRequest
 from theow_client.redact import summary
 from theow_workers.identity import submission_id
 from theow_workers.store.tokens import TokenInfo
@@ -123,6 +126,10 @@ class Intake:
             return False
         self.publish(names.TASK_PASSING, names.QUEUE_PASSING, agent, key, run)
         return True
+
+    def queue_run(self, agent: str, key: bytes, report: JsonObject) -> None:
+        """Sign ``agent``'s run record and queue it for ``theow.run``."""
+        self.publish(names.TASK_RUN, names.QUEUE_PASSING, agent, key, {**report, "via": "intake"})
 
     def publish(
         self,
@@ -244,6 +251,14 @@ def parse_passing(raw: bytes) -> JsonObject:
     return run
 
 
+def parse_run(raw: bytes) -> JsonObject:
+    """A run's ledger record, from a body; ValueError saying the first thing wrong with it."""
+    body = json_object(raw, "a run")
+    report = RunReport.from_wire(body)
+    RunFact.from_wire(report.run, time.time())  # the worker checks it again; a 400 says it now
+    return report.to_wire()
+
+
 async def _agent_body(
     request: Request, read: Callable[[bytes], JsonObject], buckets: TokenBuckets
 ) -> tuple[str, bytes, JsonObject] | Response:
@@ -299,6 +314,18 @@ async def passing(request: Request) -> Response:
     return JSONResponse({"sent": True}, status_code=202)
 
 
+async def run(request: Request) -> Response:
+    checked = await _agent_body(request, parse_run, intake_of(request).reports)
+    if isinstance(checked, Response):
+        return checked
+    agent, key, report = checked
+    try:
+        await run_in_threadpool(intake_of(request).queue_run, agent, key, report)
+    except Exception as exc:  # the broker: a run is never owed, the client moves on
+        return _unqueued(agent, "run", exc)
+    return JSONResponse({"queued": True}, status_code=202)
+
+
 async def verdict(request: Request) -> Response:
     token = await authorize(request, AGENT_SCOPES)
     if not isinstance(token, TokenInfo):
@@ -319,4 +346,5 @@ def routes() -> list[Route]:
         Route(f"{schema.API}/failures/{{fid}}/verdict", verdict, methods=["GET"]),
         Route(f"{schema.API}/failures/{{fid}}/outcome", outcome, methods=["POST"]),
         Route(f"{schema.API}/passing", passing, methods=["POST"]),
+        Route(f"{schema.API}/runs", run, methods=["POST"]),
     ]

@@ -1,0 +1,157 @@
+"""One cause on a job's default branch: its commits in order, and the streaks where it failed.
+
+A :class:`MainLine` reads a job's runs once for one cause: each default-branch
+commit (in the order its first run finished) passed (some run of it passed),
+failed this way (some run failed with the cause, none passed), or neither
+(only other causes failed). A :class:`Streak` is a stretch of commits failing
+this way with no pass in between: its first commit is the culprit, the first
+commit passing after it the fix.
+
+>>> from theow_workers.core.history.model import Outcome, Run
+>>> def run(sha, outcome, at, cause=None, **kw):
+...     return Run(id=f"{sha}{at}", repo="o/r", job="t", branch=kw.pop("branch", "main"), sha=sha,
+...                outcome=Outcome(outcome), finished_at=at, cause=cause, **kw)
+>>> line = MainLine([run("a", "passed", 1), run("b", "failed", 2, "c"),
+...                  run("c", "failed", 3, "c"), run("d", "passed", 4)], "main", "c")
+>>> streak = line.streak_at("c")
+>>> streak.culprit, streak.fixed_by, streak.length, streak.open
+('b', 'd', 2, False)
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from theow_workers.core.history.model import Run
+
+PASS, FAIL, OTHER = "pass", "fail", "other"
+
+
+@dataclass(frozen=True)
+class Streak:
+    """Consecutive default-branch commits failing one way (other failures between them allowed)."""
+
+    shas: tuple[str, ...]  # the commits failing this way, oldest first
+    fixed_by: str | None  # the first commit passing after them, once one has
+    repeated: bool  # failed again: on a second commit or on a retry of one
+    based: bool  # a change based on one of its commits failed this way too
+
+    @property
+    def confirmed(self) -> bool:
+        """The same code failed this way twice: not a one-off."""
+        return self.repeated or self.based
+
+    @property
+    def culprit(self) -> str:
+        return self.shas[0]
+
+    @property
+    def length(self) -> int:
+        return len(self.shas)
+
+    @property
+    def open(self) -> bool:
+        """No commit has passed since: the default branch still fails this way, as far as known."""
+        return self.fixed_by is None
+
+
+class MainLine:
+    """The default-branch commits of one job, judged for one cause (see the module's note)."""
+
+    def __init__(self, runs: Sequence[Run], default_branch: str, cause: str) -> None:
+        self.cause = cause
+        self.default_branch = default_branch
+        self.shas: list[str] = []
+        self.times: list[float] = []
+        self.states: list[str] = []
+        self.failures: list[int] = []  # failed runs of the cause, per commit
+        self._index: dict[str, int] = {}
+        based: list[Run] = []
+        for r in runs:
+            if not r.on_branch(default_branch):
+                if r.failed and r.cause == cause:
+                    based.append(r)
+                continue
+            at = self._index.get(r.sha)
+            if at is None:
+                at = self._index[r.sha] = len(self.shas)
+                self.shas.append(r.sha)
+                self.times.append(r.finished_at)
+                self.states.append(OTHER)
+                self.failures.append(0)
+            if not r.failed:
+                self.states[at] = PASS
+            elif r.cause == cause:
+                self.failures[at] += 1
+                if self.states[at] != PASS:
+                    self.states[at] = FAIL
+        # Changes failing this way, by the default-branch commit their base is (or was then).
+        self._based: dict[int, int] = {}
+        for r in based:
+            at = self._base_index(r)
+            if at is not None:
+                self._based[at] = self._based.get(at, 0) + 1
+
+    def streak_at(self, sha: str) -> Streak | None:
+        """The streak a default-branch commit failing this way is part of, or None."""
+        at = self._index.get(sha)
+        if at is None or self.states[at] != FAIL:
+            return None
+        return self._streak(at)
+
+    def streak_before(self, base_sha: str | None, when: float) -> Streak | None:
+        """The streak failing at a change's base, or before it with no pass since, or None.
+
+        The base is ``base_sha`` when the job ran on it, else the last default-branch
+        commit whose run finished by ``when``.
+        """
+        at = self._index.get(base_sha) if base_sha is not None else None
+        if at is None:
+            at = self._last_by(when)
+        while at is not None and at >= 0:
+            if self.states[at] == PASS:
+                return None
+            if self.states[at] == FAIL:
+                return self._streak(at)
+            at -= 1
+        return None
+
+    def explains(self, run: Run) -> bool:
+        """Whether a failure of the cause comes from the default branch failing this way."""
+        if run.on_branch(self.default_branch):
+            streak = self.streak_at(run.sha)
+            return streak is not None and streak.confirmed
+        return self.streak_before(run.base_sha, run.finished_at) is not None
+
+    def _streak(self, at: int) -> Streak:
+        first = last = at
+        index = at - 1
+        while index >= 0 and self.states[index] != PASS:
+            if self.states[index] == FAIL:
+                first = index
+            index -= 1
+        index = at + 1
+        fixed_by = None
+        while index < len(self.states):
+            if self.states[index] == PASS:
+                fixed_by = self.shas[index]
+                break
+            if self.states[index] == FAIL:
+                last = index
+            index += 1
+        span = range(first, last + 1)
+        shas = tuple(self.shas[i] for i in span if self.states[i] == FAIL)
+        repeated = len(shas) >= 2 or any(self.failures[i] >= 2 for i in span)
+        based = any(self._based.get(i, 0) for i in span)
+        return Streak(shas, fixed_by, repeated, based)
+
+    def _base_index(self, run: Run) -> int | None:
+        at = self._index.get(run.base_sha) if run.base_sha is not None else None
+        return at if at is not None else self._last_by(run.finished_at)
+
+    def _last_by(self, when: float) -> int | None:
+        """The last commit whose first run finished by ``when`` (commits are in that order)."""
+        at = bisect_right(self.times, when) - 1
+        return at if at >= 0 else None

@@ -1,0 +1,177 @@
+"""Writing the ledger from the tasks: one call each, and never at a verdict's expense.
+
+* :func:`record_report` — ``theow.run``: a client's passed run (or failed run
+  without its log), its repository in the agent's verified scope.
+* :func:`record_failure` — after a verdict: the failed run its ``run`` fact
+  names, with its failure, cause and category.
+* :func:`record_hooked` — a forge's webhook job, passed or failed, and the
+  repository's default branch when the delivery says it.
+* :func:`note_pull_request` — a ``workflow_run`` delivery: its pull request and
+  base, kept for its jobs still to come and written onto those already recorded.
+
+A ledger problem (a bad ``run`` fact, the database briefly away) is logged and
+dropped: the verdict is what the build waits for.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from theow_client import names
+from theow_client.ci_run import RunValueError
+from theow_client.jsontypes import JsonObject
+from theow_client.messages import RunReport
+from theow_workers.integrations.hooks import HookedJob, HookedRun
+from theow_workers.ledger.record import (
+    category_of,
+    cause_key,
+    from_failure,
+    from_hook,
+    from_report,
+    ledger_repo,
+)
+from theow_workers.store.runs import LedgerRun, configured_branches
+
+if TYPE_CHECKING:
+    from theow_workers.runtime import Runtime
+
+log = logging.getLogger("theow.ledger")
+
+
+def _scoped(rt: Runtime, entry: LedgerRun) -> LedgerRun:
+    scope = rt.verifier.scope(entry.agent, entry.run.repo)
+    repo = ledger_repo(entry.agent, entry.run.repo, scope)
+    return replace(entry, run=replace(entry.run, repo=repo))
+
+
+def record_report(rt: Runtime, agent: str, payload: object, source: str) -> JsonObject:
+    """Record a ``theow.run`` report of ``agent``; what happened (a refusal says why)."""
+    try:
+        report = RunReport.from_wire(payload)
+        entry = _scoped(rt, from_report(report, agent, source))
+    except (ValueError, RunValueError) as exc:
+        log.warning("run report of %s dropped: %s", agent, str(exc)[:300])
+        return {"recorded": False, "reason": str(exc)[:500]}
+    done = rt.runs.record(entry)
+    _learn_branch(rt, entry, report.run.get("default_branch"), "client")
+    return {"recorded": done != "duplicate", "run": entry.run.id, "outcome": report.outcome}
+
+
+def cause_and_category(
+    rt: Runtime, verdict: JsonObject, fingerprint: str
+) -> tuple[str, str | None]:
+    """The failure's cause key and its rule's category, from its verdict."""
+    rule = verdict.get("rule") if isinstance(verdict.get("rule"), str) else None
+    evidence = verdict.get("evidence") if isinstance(verdict.get("evidence"), dict) else {}
+    text = evidence.get("text") if isinstance(evidence, dict) else None
+    category = None
+    if rule:
+        found = rt.knowledge().book.get(rule)
+        category = category_of(found.tags) if found is not None else None
+    return cause_key(rule, text if isinstance(text, str) else None, fingerprint), category
+
+
+def record_failure(
+    rt: Runtime, agent: str, failure_id: str, verdict: JsonObject, source: str = "client"
+) -> None:
+    """Record the failed run a decided failure names in its ``run`` fact (if it has one)."""
+    if verdict.get("status") in ("rejected", None):
+        return
+    try:
+        fact, job, fingerprint = rt.runs.failure_run(failure_id)
+        if fact is None:
+            return
+        cause, category = cause_and_category(rt, verdict, fingerprint)
+        entry = from_failure(fact, job, agent, source, failure_id, cause, category)
+        if entry is None:
+            return
+        entry = _scoped(rt, entry)
+        rt.runs.record(entry)
+        if isinstance(fact, dict):
+            _learn_branch(rt, entry, fact.get("default_branch"), "client")
+    except RunValueError as exc:
+        log.warning("failure %s: its run is not recorded: %s", failure_id, str(exc)[:300])
+    except Exception as exc:  # the verdict is stored and delivered; the ledger waits for none
+        log.warning("failure %s: could not record its run: %s", failure_id, str(exc)[:300])
+
+
+def record_hooked(
+    rt: Runtime, job: HookedJob, failure_id: str | None = None, verdict: JsonObject | None = None
+) -> None:
+    """Record a webhook job's run (and the repository's default branch it names)."""
+    try:
+        entry = from_hook(job)
+        if entry is None:
+            return
+        known = _pull_request_of(rt, job)
+        if known and not entry.run.pr:
+            run = replace(
+                entry.run, pr=known.get("pr") or None, base_sha=known.get("base_sha") or None
+            )
+            entry = replace(entry, run=run)
+        if failure_id is not None and verdict is not None:
+            failed = rt.runs.failure_run(failure_id)
+            cause, category = cause_and_category(rt, verdict, failed[2])
+            entry = replace(
+                entry, failure_id=failure_id, run=replace(entry.run, cause=cause, category=category)
+            )
+        rt.runs.record(_scoped(rt, entry))
+        _learn_branch(rt, entry, job.repo_default_branch, "webhook")
+    except Exception as exc:  # the job's verdict and comment matter more than its ledger row
+        log.warning("%s job %s: could not record its run: %s", job.forge, job.key, str(exc)[:300])
+
+
+def note_pull_request(rt: Runtime, hooked: HookedRun) -> JsonObject:
+    """Keep a workflow run's pull request for its jobs, and write it onto those recorded."""
+    key = names.key_hook_run_pr("github", hooked.repo, hooked.run_id)
+    value = json.dumps({"pr": hooked.pr, "base_sha": hooked.base_sha})
+    rt.redis.set(key, value, ex=names.HOOK_SEEN_TTL)
+    agent = names.HOOK_AGENTS["github"]
+    scope = rt.verifier.scope(agent, hooked.repo)
+    changed = rt.runs.set_pull_request(
+        agent,
+        ledger_repo(agent, hooked.repo, scope),
+        hooked.head_sha.lower(),
+        hooked.head_branch,
+        hooked.pr,
+        hooked.base_sha.lower() or None,
+    )
+    if hooked.repo_default_branch:
+        rt.runs.learn_default_branch(hooked.repo, hooked.repo_default_branch, "webhook")
+    return {"recorded": True, "pull_request": hooked.pr, "runs": changed}
+
+
+def _pull_request_of(rt: Runtime, job: HookedJob) -> dict[str, str]:
+    if job.forge != "github" or not job.run_id:
+        return {}
+    raw = rt.redis.get(names.key_hook_run_pr("github", job.repo, job.run_id))
+    try:
+        found = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return (
+        {k: str(v) for k, v in found.items() if isinstance(v, str)}
+        if isinstance(found, dict)
+        else {}
+    )
+
+
+def _learn_branch(rt: Runtime, entry: LedgerRun, branch: object, learned_from: str) -> None:
+    """Keep the default branch a trusted source names (a webhook, a token given ``--repo``)."""
+    if not isinstance(branch, str) or not branch.strip() or "@" in entry.run.repo:
+        return
+    rt.runs.learn_default_branch(entry.run.repo, branch.strip()[:200], learned_from)
+
+
+def default_branch(rt: Runtime, repo: str) -> str:
+    """The repository's default branch: ``THEOW_DEFAULT_BRANCHES``, else learned, else main."""
+    return rt.runs.default_branch(repo, configured_branches(rt.settings.default_branches))
+
+
+def purge(rt: Runtime, now: float | None = None) -> int:
+    """Delete runs past ``THEOW_RUN_RETENTION_DAYS``; how many."""
+    return rt.runs.purge(rt.settings.run_retention_days, time.time() if now is None else now)

@@ -1,0 +1,373 @@
+"""The ledger of job runs in SQL: what the classification asks of history, and what it decided.
+
+Every job run an agent, a forge's webhook or a replayed history reports is one
+row (``runs``), keyed by its sender and its id: a redelivered or repeated
+report records nothing twice, and no agent writes another's runs. A run is
+reported passed or failed; a failure that arrives after a passed report of the
+same run (another step of the job failed) turns it failed, never the other
+way round, and a failed run reported without its failure (``theow.run``, a
+webhook) gets its failure, cause and category when the failure's verdict comes.
+
+The ``History`` port's two questions (``core.history.ports``) are two indexed
+range reads: ``(repo, job, finished_at)`` and ``(cause, finished_at)``. Runs
+older than the retention (``THEOW_RUN_RETENTION_DAYS``, 90) are purged.
+
+A repository's default branch is the configured one (``THEOW_DEFAULT_BRANCHES``,
+``owner/name=branch,...``), else the last one its forge's webhooks named
+(``repositories``), else ``main``.
+
+>>> runs = SqlRuns(make_engine("sqlite://"))  # doctest: +SKIP
+>>> runs.record(LedgerRun(Run(...), agent="ci-1", source="client"))  # doctest: +SKIP
+'recorded'
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from sqlalchemy import delete, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import sessionmaker
+
+from theow_client.jsontypes import JsonObject
+from theow_workers.core.history.model import Decision, Outcome, Run
+from theow_workers.store.schema import FailureRow, RepositoryRow, RunRow
+
+SOURCES = ("client", "intake", "webhook", "replay")
+# The sender of replayed history's runs: no agent token can have it (names start [a-z0-9]).
+REPLAY_AGENT = "@replay"
+DEFAULT_BRANCH = "main"
+DEFAULT_RETENTION_DAYS = 90
+MAX_LIST = 1000
+MAX_CAUSE = 500
+MAX_REASON = 1000
+
+Recorded = Literal["recorded", "updated", "duplicate"]
+
+
+@dataclass(frozen=True)
+class LedgerRun:
+    """A run as the ledger keeps it: the run, who reported it, how, and its origin so far."""
+
+    run: Run
+    agent: str
+    source: str  # one of SOURCES
+    failure_id: str | None = None
+    origin_then: str | None = None
+    origin: str | None = None
+    culprit: str | None = None
+    fixed_by: str | None = None
+    origin_reason: str | None = None
+
+    def to_dict(self) -> JsonObject:
+        run = self.run
+        return {
+            "id": run.id,
+            "agent": self.agent,
+            "repo": run.repo,
+            "job": run.job,
+            "branch": run.branch,
+            "sha": run.sha,
+            "pr": run.pr,
+            "base_sha": run.base_sha,
+            "attempt": run.attempt,
+            "outcome": run.outcome.value,
+            "started_at": run.started_at,
+            "finished_at": run.finished_at,
+            "cause": run.cause,
+            "category": run.category,
+            "failure_id": self.failure_id,
+            "origin_then": self.origin_then,
+            "origin": self.origin,
+            "culprit": self.culprit,
+            "fixed_by": self.fixed_by,
+            "origin_reason": self.origin_reason,
+            "source": self.source,
+        }
+
+
+def _run(row: RunRow) -> Run:
+    return Run(
+        id=row.id,
+        repo=row.repo,
+        job=row.job,
+        branch=row.branch,
+        sha=row.sha,
+        outcome=Outcome(row.outcome),
+        finished_at=row.finished_at,
+        cause=row.cause,
+        category=row.category,
+        pr=row.pr,
+        base_sha=row.base_sha,
+        attempt=row.attempt,
+        started_at=row.started_at,
+    )
+
+
+def _entry(row: RunRow) -> LedgerRun:
+    return LedgerRun(
+        run=_run(row),
+        agent=row.agent,
+        source=row.source,
+        failure_id=row.failure_id,
+        origin_then=row.origin_then,
+        origin=row.origin,
+        culprit=row.culprit,
+        fixed_by=row.fixed_by,
+        origin_reason=row.origin_reason,
+    )
+
+
+def _values(entry: LedgerRun) -> dict[str, object]:
+    run = entry.run
+    return {
+        "agent": entry.agent,
+        "id": run.id,
+        "repo": run.repo,
+        "job": run.job,
+        "branch": run.branch,
+        "sha": run.sha,
+        "pr": run.pr,
+        "base_sha": run.base_sha,
+        "attempt": run.attempt,
+        "outcome": run.outcome.value,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+        "cause": run.cause[:MAX_CAUSE] if run.cause else None,
+        "category": run.category,
+        "failure_id": entry.failure_id,
+        "origin_then": entry.origin_then,
+        "origin": entry.origin,
+        "culprit": entry.culprit,
+        "fixed_by": entry.fixed_by,
+        "origin_reason": entry.origin_reason,
+        "source": entry.source,
+        "created_at": datetime.now(UTC),
+    }
+
+
+class SqlRuns:
+    """The ledger on one engine (SQLite or PostgreSQL); the ``History`` port in SQL."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.session = sessionmaker(engine, expire_on_commit=False)
+        dialect: Any = postgresql if engine.dialect.name == "postgresql" else sqlite
+        self._insert = (
+            dialect.insert(RunRow)
+            .on_conflict_do_nothing(index_elements=["agent", "id"])
+            .returning(RunRow.id)
+        )
+
+    # Writing
+
+    def record(self, entry: LedgerRun) -> Recorded:
+        """Record one run unless its sender recorded it already; what happened.
+
+        ``updated``: the run was recorded passed (or failed without its failure)
+        and this report is its failure. A passed report never undoes a failure.
+        """
+        if entry.source not in SOURCES:
+            raise ValueError(f"run source {entry.source!r} is not one of {', '.join(SOURCES)}")
+        with self.engine.begin() as conn:
+            # RETURNING, not rowcount: psycopg counts a skipped conflicting row as -1.
+            if conn.execute(self._insert.values(**_values(entry))).first() is not None:
+                return "recorded"
+            if not entry.run.failed:
+                return "duplicate"
+            run = entry.run
+            done = conn.execute(
+                update(RunRow)
+                .where(RunRow.agent == entry.agent, RunRow.id == run.id)
+                .where(or_(RunRow.outcome == Outcome.PASSED.value, RunRow.failure_id.is_(None)))
+                .values(
+                    outcome=Outcome.FAILED.value,
+                    finished_at=run.finished_at,
+                    cause=run.cause[:MAX_CAUSE] if run.cause else RunRow.cause,
+                    category=run.category if run.category else RunRow.category,
+                    failure_id=entry.failure_id if entry.failure_id else RunRow.failure_id,
+                )
+            )
+        return "updated" if done.rowcount else "duplicate"
+
+    def set_origin(self, agent: str, run_id: str, decision: Decision, *, then: bool) -> bool:
+        """Store a failed run's origin; ``then``: decided at its verdict (kept once, as it was).
+
+        A revision (``then=False``) changes ``origin``, its culprit, fix and
+        reason, never ``origin_then``. False when the run is not in the ledger.
+        """
+        values: dict[str, object] = {
+            "origin": decision.origin.value,
+            "culprit": decision.culprit,
+            "fixed_by": decision.fixed_by,
+            "origin_reason": decision.reason[:MAX_REASON],
+        }
+        where = (RunRow.agent == agent, RunRow.id == run_id)
+        with self.engine.begin() as conn:
+            if then:
+                conn.execute(
+                    update(RunRow)
+                    .where(*where, RunRow.origin_then.is_(None))
+                    .values(origin_then=decision.origin.value)
+                )
+            done = conn.execute(update(RunRow).where(*where).values(**values))
+        return bool(done.rowcount)
+
+    def purge(self, older_than_days: float, now: float | None = None) -> int:
+        """Delete the runs that finished more than ``older_than_days`` ago; how many."""
+        if older_than_days <= 0:
+            raise ValueError(
+                f"run retention must be a positive number of days, not {older_than_days}"
+            )
+        cutoff = (time.time() if now is None else now) - older_than_days * 86400
+        with self.engine.begin() as conn:
+            done = conn.execute(delete(RunRow).where(RunRow.finished_at < cutoff))
+        return int(done.rowcount)
+
+    # The History port (core.history.ports.History)
+
+    def job_runs(self, repo: str, job: str, *, since: float, until: float) -> Sequence[Run]:
+        query = (
+            select(RunRow)
+            .where(RunRow.repo == repo, RunRow.job == job)
+            .where(RunRow.finished_at >= since, RunRow.finished_at <= until)
+            .order_by(RunRow.finished_at, RunRow.id)
+        )
+        with self.session() as s:
+            return [_run(row) for row in s.scalars(query)]
+
+    def cause_failures(self, cause: str, *, since: float, until: float) -> Sequence[Run]:
+        query = (
+            select(RunRow)
+            .where(RunRow.cause == cause, RunRow.outcome == Outcome.FAILED.value)
+            .where(RunRow.finished_at >= since, RunRow.finished_at <= until)
+            .order_by(RunRow.finished_at, RunRow.id)
+        )
+        with self.session() as s:
+            return [_run(row) for row in s.scalars(query)]
+
+    def set_pull_request(
+        self, agent: str, repo: str, sha: str, branch: str, pr: str, base_sha: str | None
+    ) -> int:
+        """Name the pull request of ``agent``'s runs of one commit on one branch that have
+        none (a webhook's jobs, before its workflow run said which); how many."""
+        with self.engine.begin() as conn:
+            done = conn.execute(
+                update(RunRow)
+                .where(RunRow.agent == agent, RunRow.repo == repo, RunRow.sha == sha)
+                .where(RunRow.branch == branch, RunRow.pr.is_(None))
+                .values(pr=pr, base_sha=base_sha)
+            )
+        return int(done.rowcount)
+
+    # Reading
+
+    def failure_run(self, failure_id: str) -> tuple[object, object, str]:
+        """A stored failure's ``run`` and ``job`` facts and its fingerprint (Nones and "" when
+        there is no such failure); the facts' JSON is read in SQL, not loaded whole."""
+        query = select(
+            FailureRow.facts["run"], FailureRow.facts["job"], FailureRow.fingerprint
+        ).where(FailureRow.id == failure_id)
+        with self.engine.connect() as conn:
+            found = conn.execute(query).first()
+        if found is None:
+            return None, None, ""
+        return found[0], found[1], str(found[2] or "")
+
+    def of_failure(self, failure_id: str) -> LedgerRun | None:
+        """The run a failure was a failure of, if it was reported with one."""
+        query = select(RunRow).where(RunRow.failure_id == failure_id).limit(1)
+        with self.session() as s:
+            found = s.scalars(query).first()
+            return _entry(found) if found is not None else None
+
+    def listed(
+        self,
+        *,
+        repo: str | None = None,
+        job: str | None = None,
+        agent: str | None = None,
+        outcome: Outcome | None = None,
+        limit: int = 50,
+    ) -> list[LedgerRun]:
+        """The newest runs first, narrowed by what is given; at most ``MAX_LIST``."""
+        query = select(RunRow).order_by(RunRow.finished_at.desc(), RunRow.id)
+        for column, value in (
+            (RunRow.repo, repo),
+            (RunRow.job, job),
+            (RunRow.agent, agent),
+            (RunRow.outcome, outcome.value if outcome else None),
+        ):
+            if value is not None:
+                query = query.where(column == value)
+        with self.session() as s:
+            return [_entry(row) for row in s.scalars(query.limit(max(1, min(limit, MAX_LIST))))]
+
+    # Default branches
+
+    def default_branch(self, repo: str, configured: Mapping[str, str] | None = None) -> str:
+        """The repository's default branch: configured, else learned, else ``main``."""
+        key = repo.casefold()
+        plain = key.rpartition("@")[2]  # an agent's own scope: ``<agent>@<repo>``
+        if configured and plain in configured:
+            return configured[plain]
+        if configured and key in configured:
+            return configured[key]
+        with self.engine.connect() as conn:
+            learned = conn.execute(
+                select(RepositoryRow.default_branch).where(RepositoryRow.repo == key)
+            ).scalar()
+        return str(learned) if learned else DEFAULT_BRANCH
+
+    def learn_default_branch(self, repo: str, branch: str, learned_from: str) -> bool:
+        """Keep what a forge said the repository's default branch is; whether it changed."""
+        key, now = repo.casefold(), datetime.now(UTC)
+        dialect: Any = postgresql if self.engine.dialect.name == "postgresql" else sqlite
+        with self.engine.begin() as conn:
+            known = conn.execute(
+                select(RepositoryRow.default_branch).where(RepositoryRow.repo == key)
+            ).scalar()
+            if known == branch:
+                return False
+            values = {"default_branch": branch, "learned_from": learned_from, "updated_at": now}
+            conn.execute(
+                dialect.insert(RepositoryRow)
+                .values(repo=key, **values)
+                .on_conflict_do_update(index_elements=["repo"], set_=values)
+            )
+        return True
+
+
+def configured_branches(items: Iterable[str]) -> dict[str, str]:
+    """``THEOW_DEFAULT_BRANCHES``' ``owner/name=branch`` items by casefolded repository.
+
+    >>> configured_branches(["Acme/API=master", " o/r = trunk "])
+    {'acme/api': 'master', 'o/r': 'trunk'}
+    >>> configured_branches(["acme/api"])
+    Traceback (most recent call last):
+    ...
+    ValueError: THEOW_DEFAULT_BRANCHES: 'acme/api' is not owner/name=branch
+    """
+    found: dict[str, str] = {}
+    for item in items:
+        repo, equals, branch = item.partition("=")
+        repo, branch = repo.strip(), branch.strip()
+        if not equals or not repo or not branch or len(repo) > 300 or len(branch) > 200:
+            raise ValueError(
+                f"THEOW_DEFAULT_BRANCHES: {item.strip()[:100]!r} is not owner/name=branch"
+            )
+        found[repo.casefold()] = branch
+    return found
+
+
+def with_failure(
+    entry: LedgerRun, failure_id: str, cause: str | None, category: str | None
+) -> LedgerRun:
+    """The run as a failed one of ``failure_id``, with its cause and category."""
+    run = replace(entry.run, outcome=Outcome.FAILED, cause=cause, category=category)
+    return replace(entry, run=run, failure_id=failure_id)
