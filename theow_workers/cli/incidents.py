@@ -26,8 +26,18 @@ CAUSE_SHOWN = 80
 
 def _run_reads() -> RunReads:
     """The ledger's runs on the configured database (migrated)."""
-    load_settings()
-    raise fail("this install keeps no run ledger yet: incidents are derived from its runs")
+    from theow_workers.store import migrate
+    from theow_workers.store.run_reads import SqlRunReads
+    from theow_workers.store.runs import configured_branches
+    from theow_workers.store.results import SqlStore
+
+    settings = load_settings()
+    try:
+        configured = configured_branches(settings.default_branches)
+    except ValueError as bad:
+        raise fail(str(bad), 2) from None
+    migrate(settings.store_url)
+    return SqlRunReads(SqlStore(settings.store_url).engine, configured)
 
 
 def _when(at: float | None) -> str:

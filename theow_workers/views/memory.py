@@ -291,7 +291,9 @@ class MemoryRunReads:
         self.default_branches = default_branches or {}
 
     def recent(self, since: float, limit: int) -> RecentRuns:
-        kept = sorted((r for r in self.runs if r.finished_at >= since), key=lambda r: r.finished_at)
+        kept = sorted(
+            (r for r in self.runs if r.finished_at >= since), key=lambda r: (r.finished_at, r.id)
+        )
         newest = kept[-limit:] if limit > 0 else []
         return RecentRuns(
             runs=newest,
