@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -170,3 +171,52 @@ def test_alerts_past_the_rate_limit_wait_for_the_tasks_retry(redis_client):
         with pytest.raises(alerts.AlertUnavailable, match="rate limit") as waiting:
             alerts.deliver(given, redis_client, {"text": "b"})
         assert waiting.value.wait > alerts.MAX_WAIT and len(receiver.received) == 1
+
+
+def test_runs_recorded_in_the_ledger_raise_main_broken_on_the_second_failure_then_fixed(
+    redis_client, tmp_path
+):
+    from theow_workers.core.history.incident import Rules
+    from theow_workers.store.runs import LedgerRun, SqlRuns
+    from theow_workers.store.schema import make_engine, migrate
+
+    url = f"sqlite:///{tmp_path / 'theow.db'}"
+    migrate(url)
+    ledger = SqlRuns(make_engine(url))
+    now = time.time()
+    cause = "pytest_failed|e assert <n> == <n>"
+    history = [
+        ("a", Outcome.PASSED, []),
+        ("b", Outcome.FAILED, []),  # one failure may yet prove flaky: nothing yet
+        ("c", Outcome.FAILED, ["main_broken"]),
+        ("d", Outcome.FAILED, []),  # the same incident: said once
+        ("e", Outcome.PASSED, ["main_fixed"]),
+    ]
+    with Receiver() as receiver:
+        given = settings(receiver.url)
+        for n, (sha, outcome, expected) in enumerate(history):
+            run = Run(id=f"run-{n}", repo="acme/app", job="test", branch="trunk", sha=sha,
+                      outcome=outcome, finished_at=now - 600 + n * 60,
+                      cause=cause if outcome is Outcome.FAILED else None)  # fmt: skip
+            ledger.record(LedgerRun(run, agent="ci-1", source="client"))
+            before = len(receiver.received)
+            alerts.after_run(given, redis_client, ledger, run,
+                             Rules(default_branches={"acme/app": "trunk"}),
+                             send=lambda body: alerts.deliver(given, redis_client, body) and None)  # fmt: skip
+            assert [b["event"] for b in receiver.bodies()[before:]] == expected, sha
+        broken, fixed = receiver.bodies()
+        assert broken["incident"]["culprit"] == "b" and fixed["incident"]["fixed_by"] == "e"
+        assert broken["incident"]["id"] == fixed["incident"]["id"]
+
+
+def test_without_an_alert_url_nothing_is_read_or_sent(redis_client):
+    class NoHistory:
+        def job_runs(self, *_, **__):
+            raise AssertionError("read the ledger with alerts off")
+
+        cause_failures = job_runs
+
+    run = Run(id="r", repo="o/r", job="j", branch="main", sha="s", outcome=Outcome.FAILED,
+              finished_at=time.time(), cause="c")  # fmt: skip
+    off = Settings.load(env={}, path=Path("-"), stack=False)
+    assert alerts.after_run(off, redis_client, NoHistory(), run) == []

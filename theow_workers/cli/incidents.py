@@ -27,9 +27,9 @@ CAUSE_SHOWN = 80
 def _run_reads() -> RunReads:
     """The ledger's runs on the configured database (migrated)."""
     from theow_workers.store import migrate
+    from theow_workers.store.results import SqlStore
     from theow_workers.store.run_reads import SqlRunReads
     from theow_workers.store.runs import configured_branches
-    from theow_workers.store.results import SqlStore
 
     settings = load_settings()
     try:
