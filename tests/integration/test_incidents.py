@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import add_token
+from tests.integration.test_api import conforms
 from theow_workers.config import Settings
 from theow_workers.core.history.model import Decision, Origin, Outcome, Run
 from theow_workers.store.run_reads import SqlRunReads
@@ -133,10 +134,13 @@ def test_the_console_page_and_the_api_show_the_incidents(ledger):
         assert api.status_code == 200, api.text
         [lib] = api.json()["incidents"]
         assert lib["repo"] == "acme/lib" and lib["culprit"] == "x"
+        document = http.get("/api/v1/openapi.json").json()
+        conforms(document, "IncidentList", api.json())
         one = http.get(
             f"/api/v1/incidents/{lib['id']}", headers={"Authorization": f"Bearer {token}"}
         )
         assert one.status_code == 200 and one.json()["timeline"][0]["what"] == "opened"
+        conforms(document, "IncidentDetail", one.json())
         bad = http.get("/api/v1/incidents?kind=x", headers={"Authorization": f"Bearer {token}"})
         assert bad.status_code == 400 and "kind 'x'" in bad.json()["error"]
         assert http.get("/api/v1/incidents").status_code == 401
