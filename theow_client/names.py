@@ -125,6 +125,14 @@ Redis keys (all under ``theow:``):
     The sliding window of forge API calls for one repository, kept by
     ``theow_workers/adapters/ratelimit.lua`` as for a model (``backoff``: a 429's
     Retry-After, which every worker waits out; tokens always 0).
+``theow:alert:sent:<incident id>:<event>``
+    String (when it was raised), expires after ``ALERT_SENT_TTL``. Set with
+    ``SET NX`` when an incident's event raises an alert
+    (``theow_workers.integrations.alerts``): the same incident and event raised
+    again, by any worker, sends nothing.
+``theow:alert:rate:requests`` (and ``:tokens``, ``:backoff``, ``:stopped``)
+    The sliding window of alerts posted by every worker, kept by
+    ``ratelimit.lua`` (``alerts_per_minute``; tokens always 0).
 ``theow:consumer:<queue>:<worker>``
     JSON {worker, queue, pid, at}, expires ``CONSUMER_TTL`` seconds after the
     worker's last heartbeat: the worker consumes that queue. Refreshed every
@@ -161,6 +169,8 @@ TASK_EXPLAIN = "theow.explain"
 TASK_HOOK = "theow.hook"
 # One run of a job for the ledger (passed, or failed without its log): a small record, no log.
 TASK_RUN = "theow.run"
+# One alert to post to the configured webhook (internal: raised by a worker).
+TASK_ALERT = "theow.alert"
 
 TASK_ROUTES = {
     TASK_RESOLVE: {"queue": QUEUE_RESOLVE},
@@ -172,6 +182,7 @@ TASK_ROUTES = {
     TASK_HOOK: {"queue": QUEUE_RESOLVE},
     # Low priority, never urgent, and already writable by every agent's broker user.
     TASK_RUN: {"queue": QUEUE_PASSING},
+    TASK_ALERT: {"queue": QUEUE_RESOLVE},
 }
 
 # The embedded stack listens on 6479, not 6379: a developer's own Redis on the
@@ -329,3 +340,16 @@ def key_hook_pr_lock(forge: str, repo: str, number: str) -> str:
 
 def key_hook_rate(forge: str, repo: str) -> str:
     return f"{KEY_PREFIX}hook:rate:{forge}:{repo}"
+
+
+# Alerts (theow_workers.integrations.alerts): once per incident and event.
+ALERT_SENT_TTL = 30 * 24 * 3600
+
+
+def key_alert_sent(incident_id: str, event: str) -> str:
+    return f"{KEY_PREFIX}alert:sent:{incident_id}:{event}"
+
+
+def key_alert_rate(part: str) -> str:
+    """``part``: requests, tokens, backoff or stopped."""
+    return f"{KEY_PREFIX}alert:rate:{part}"

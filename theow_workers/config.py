@@ -205,6 +205,12 @@ class Settings(BaseModel):
     # Forge API calls per minute per repository, shared by every worker (GitHub allows a
     # token 5,000 an hour across all repositories).
     forge_calls_per_minute: int = 60
+    # Alerts (integrations/alerts.py): a signed JSON webhook when main breaks or is fixed, an
+    # infrastructure incident starts or a cause turns flaky. Off while the URL is empty; https
+    # only (plain http to a loopback receiver); the secret signs every body.
+    alert_url: str = ""
+    alert_secret: SecretStr = SecretStr("")  # never printed: repr shows **********
+    alerts_per_minute: int = 20
 
     @property
     def model_prices(self) -> dict[str, tuple[float, float]]:
@@ -269,6 +275,7 @@ class Settings(BaseModel):
         _check_budget(settings, origin)
         _check_proxies(settings, origin)
         _check_forge_urls(settings, origin)
+        _check_alerts(settings, origin)
         return with_embedded_password(settings)
 
     @classmethod
@@ -467,6 +474,31 @@ def _check_forge_urls(settings: Settings, origin: Mapping[str, str]) -> None:
         if problem:
             where = origin.get(name, f"default {name}")
             raise ConfigError(f"bad {where} {safe_url(url)!r}: {problem}")
+
+
+def _check_alerts(settings: Settings, origin: Mapping[str, str]) -> None:
+    """An alert goes over https (http only to loopback), signed, at a positive rate.
+
+    >>> Settings.load(env={"THEOW_ALERT_URL": "http://chat.example/hook"}, path=Path("-"))
+    Traceback (most recent call last):
+    ...
+    theow_workers.config.ConfigError: bad THEOW_ALERT_URL 'http://chat.example/hook': alerts go only over https (plain http only to a loopback test receiver)
+    """
+    url = settings.alert_url
+    if not url:
+        return
+    where = origin.get("alert_url", "alert_url")
+    parts = urlsplit(url)
+    if not (parts.scheme == "https" or (parts.scheme == "http" and is_loopback(parts.hostname))):
+        problem = "alerts go only over https (plain http only to a loopback test receiver)"
+        raise ConfigError(f"bad {where} {safe_url(url)[:200]!r}: {problem}")
+    if not parts.hostname:
+        raise ConfigError(f"bad {where} {safe_url(url)[:200]!r}: no host")
+    if not settings.alert_secret.get_secret_value():
+        raise ConfigError(f"{where} is set without THEOW_ALERT_SECRET: alerts are always signed")
+    if settings.alerts_per_minute <= 0:
+        got = origin.get("alerts_per_minute", "alerts_per_minute")
+        raise ConfigError(f"bad {got} {settings.alerts_per_minute}: must be more than 0")
 
 
 def _database_url_problem(url: str) -> str | None:

@@ -42,7 +42,7 @@ from theow_workers.identity import (
     refused_id,
     submission_id,
 )
-from theow_workers.integrations import feedback, intake
+from theow_workers.integrations import alerts, feedback, intake
 from theow_workers.integrations.hooks import HookedJob, NotAJob
 from theow_workers.ledger import service as ledger
 from theow_workers.runtime import RulesInvalid, Runtime
@@ -446,3 +446,27 @@ def hook(self: ServicesTask, payload: Json = None, *_: object, **__: object) -> 
         return {"outcome": "error", "reason": str(exc)[:500]}
     finally:
         api.close()
+
+
+@app.task(
+    name=names.TASK_ALERT,
+    base=ServicesTask,
+    bind=True,
+    autoretry_for=(alerts.AlertUnavailable, *TRANSIENT),
+    retry_backoff=30,
+    retry_backoff_max=600,  # under the visibility timeout: a waiting retry is never redelivered
+    max_retries=7,
+)
+def alert(self: ServicesTask, payload: Json = None, *_: object, **__: object) -> JsonObject:
+    """One alert (``integrations.alerts``) posted to THEOW_ALERT_URL, signed; retried with back-off.
+
+    Internal: signed by the worker that raised it with the workers' secret.
+    """
+    rt = self.services
+    try:
+        rt.verifier.verify(names.TASK_ALERT, payload, WORKER)
+    except Refused as refused:
+        count_refused(rt.redis, names.TASK_ALERT)
+        log.warning("alert refused: %s", refused)
+        return {"outcome": "refused", "reason": f"refused: {refused}"[:500]}
+    return alerts.deliver(rt.settings, rt.redis, signing.unsigned(payload))

@@ -35,7 +35,7 @@ from theow_workers.store.tokens import TokenStore
 pytestmark = pytest.mark.integration
 
 API = "/api/v1"
-READ_ROUTES = ("/failures", "/failures/hist-00", "/rules", "/insight", "/replays")
+READ_ROUTES = ("/failures", "/failures/hist-00", "/rules", "/insight", "/replays", "/incidents")
 # Ours: a job and a repository of their own, 30 of them received in one microsecond.
 OURS, SAME_INSTANT = 90, 30
 
@@ -135,7 +135,8 @@ def test_the_openapi_document_is_valid_openapi_3_1_and_needs_no_token(document):
     assert set(document["paths"]) == {
         f"{API}/failures", f"{API}/failures/{{id}}", f"{API}/failures/{{id}}/verdict",
         f"{API}/failures/{{id}}/outcome", f"{API}/passing", f"{API}/runs",
-        f"{API}/rules", f"{API}/insight", f"{API}/replays",
+        f"{API}/rules", f"{API}/insight", f"{API}/replays", f"{API}/incidents",
+        f"{API}/incidents/{{id}}",
     }  # fmt: skip
 
 
@@ -162,7 +163,7 @@ def test_a_revoked_read_token_is_refused_at_once(deployment):
 @pytest.mark.parametrize(
     ("path", "model"),
     [("/failures", "FailurePage"), ("/failures/hist-00", "FailureDetail"), ("/rules", "RuleList"),
-     ("/insight", "Insight"), ("/replays", "ReplayList")],
+     ("/insight", "Insight"), ("/replays", "ReplayList"), ("/incidents", "IncidentList")],
 )  # fmt: skip
 def test_a_read_token_reads_every_route_and_each_answer_is_what_the_document_says(
     deployment, document, path, model

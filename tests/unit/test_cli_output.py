@@ -59,7 +59,7 @@ def test_every_command_is_on_the_theow_command():
     assert names == {
         "rules", "db", "replay", "history", "review", "failures",
         "meow", "doctor", "metrics", "dead-letters", "worker", "web", "up", "demo", "tokens",
-        "teach",
+        "teach", "incidents",
     }  # fmt: skip
 
 

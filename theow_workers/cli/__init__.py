@@ -8,6 +8,7 @@ import typer
 
 from theow_workers.cli.db import db_app
 from theow_workers.cli.history import history_app
+from theow_workers.cli.incidents import incidents_app
 from theow_workers.cli.ops import dead_letters, doctor, metrics
 from theow_workers.cli.output import run
 from theow_workers.cli.replay import replay_app
@@ -25,6 +26,7 @@ app.add_typer(history_app, name="history")
 app.add_typer(review_app, name="review")
 app.add_typer(failures_app, name="failures")
 app.add_typer(tokens_app, name="tokens")
+app.add_typer(incidents_app, name="incidents")
 app.command("meow")(meow_command)
 app.command("teach")(teach)
 app.command("doctor")(doctor)

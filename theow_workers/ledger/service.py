@@ -25,6 +25,8 @@ from theow_client import names
 from theow_client.ci_run import RunValueError
 from theow_client.jsontypes import JsonObject
 from theow_client.messages import RunReport
+from theow_workers.core.history.incident import Rules
+from theow_workers.integrations import alerts
 from theow_workers.integrations.hooks import HookedJob, HookedRun
 from theow_workers.ledger.record import (
     category_of,
@@ -58,6 +60,8 @@ def record_report(rt: Runtime, agent: str, payload: object, source: str) -> Json
         return {"recorded": False, "reason": str(exc)[:500]}
     done = rt.runs.record(entry)
     _learn_branch(rt, entry, report.run.get("default_branch"), "client")
+    if done != "duplicate":
+        _alert(rt, entry)
     return {"recorded": done != "duplicate", "run": entry.run.id, "outcome": report.outcome}
 
 
@@ -90,9 +94,11 @@ def record_failure(
         if entry is None:
             return
         entry = _scoped(rt, entry)
-        rt.runs.record(entry)
+        done = rt.runs.record(entry)
         if isinstance(fact, dict):
             _learn_branch(rt, entry, fact.get("default_branch"), "client")
+        if done != "duplicate":
+            _alert(rt, entry)
     except RunValueError as exc:
         log.warning("failure %s: its run is not recorded: %s", failure_id, str(exc)[:300])
     except Exception as exc:  # the verdict is stored and delivered; the ledger waits for none
@@ -119,8 +125,11 @@ def record_hooked(
             entry = replace(
                 entry, failure_id=failure_id, run=replace(entry.run, cause=cause, category=category)
             )
-        rt.runs.record(_scoped(rt, entry))
+        entry = _scoped(rt, entry)
+        done = rt.runs.record(entry)
         _learn_branch(rt, entry, job.repo_default_branch, "webhook")
+        if done != "duplicate":
+            _alert(rt, entry)
     except Exception as exc:  # the job's verdict and comment matter more than its ledger row
         log.warning("%s job %s: could not record its run: %s", job.forge, job.key, str(exc)[:300])
 
@@ -158,6 +167,19 @@ def _pull_request_of(rt: Runtime, job: HookedJob) -> dict[str, str]:
         if isinstance(found, dict)
         else {}
     )
+
+
+def _alert(rt: Runtime, entry: LedgerRun) -> None:
+    """Alerts for the incidents the run opened, joined or closed (``integrations.alerts``);
+    none for replayed history. Never raises."""
+    if entry.source == "replay" or not rt.settings.alert_url:
+        return
+    try:
+        rules = Rules(default_branches={entry.run.repo: default_branch(rt, entry.run.repo)})
+    except ValueError as exc:  # THEOW_DEFAULT_BRANCHES malformed: said once per run, no alert
+        log.warning("run %s: no alerts: %s", entry.run.id, str(exc)[:300])
+        return
+    alerts.after_run(rt.settings, rt.redis, rt.runs, entry.run, rules)
 
 
 def _learn_branch(rt: Runtime, entry: LedgerRun, branch: object, learned_from: str) -> None:

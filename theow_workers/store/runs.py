@@ -91,7 +91,8 @@ class LedgerRun:
         }
 
 
-def _run(row: RunRow) -> Run:
+def run_of(row: RunRow) -> Run:
+    """A ledger row as the classification and the incidents read it."""
     return Run(
         id=row.id,
         repo=row.repo,
@@ -111,7 +112,7 @@ def _run(row: RunRow) -> Run:
 
 def _entry(row: RunRow) -> LedgerRun:
     return LedgerRun(
-        run=_run(row),
+        run=run_of(row),
         agent=row.agent,
         source=row.source,
         failure_id=row.failure_id,
@@ -239,7 +240,7 @@ class SqlRuns:
             .order_by(RunRow.finished_at, RunRow.id)
         )
         with self.session() as s:
-            return [_run(row) for row in s.scalars(query)]
+            return [run_of(row) for row in s.scalars(query)]
 
     def cause_failures(self, cause: str, *, since: float, until: float) -> Sequence[Run]:
         query = (
@@ -249,7 +250,7 @@ class SqlRuns:
             .order_by(RunRow.finished_at, RunRow.id)
         )
         with self.session() as s:
-            return [_run(row) for row in s.scalars(query)]
+            return [run_of(row) for row in s.scalars(query)]
 
     def set_pull_request(
         self, agent: str, repo: str, sha: str, branch: str, pr: str, base_sha: str | None

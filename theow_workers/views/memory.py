@@ -11,6 +11,8 @@ from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime
 
+from theow_workers.core.history.model import Decision, Run
+from theow_workers.views.incidents import RecentRuns
 from theow_workers.views.ports import (
     ALL,
     ANY_TIME,
@@ -273,3 +275,29 @@ class MemoryReads:
     @property
     def replays(self) -> MemoryReplayReads:
         return self._replays
+
+
+class MemoryRunReads:
+    """The ledger's runs in memory (``views.incidents.RunReads``): runs, decisions, branches."""
+
+    def __init__(
+        self,
+        runs: list[Run],
+        decisions: dict[str, Decision] | None = None,
+        default_branches: dict[str, str] | None = None,
+    ) -> None:
+        self.runs = runs
+        self.decisions = decisions or {}
+        self.default_branches = default_branches or {}
+
+    def recent(self, since: float, limit: int) -> RecentRuns:
+        kept = sorted(
+            (r for r in self.runs if r.finished_at >= since), key=lambda r: (r.finished_at, r.id)
+        )
+        newest = kept[-limit:] if limit > 0 else []
+        return RecentRuns(
+            runs=newest,
+            decisions={r.id: self.decisions[r.id] for r in newest if r.id in self.decisions},
+            default_branches=dict(self.default_branches),
+            truncated=len(newest) < len(kept),
+        )

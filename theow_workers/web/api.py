@@ -13,7 +13,7 @@ on the read model, ``console.reads``): the failure list is
 ``views.failures.failure_list`` (the console's failure page and ``theow
 failures list`` read it too), one failure is ``views.failures.failure_detail``
 (``theow failures show --json``), rules are the console's catalogue, insight its snapshot, replays
-``views.replays``. Each answer goes through its model in
+``views.replays``, incidents ``views.incidents`` (``theow incidents list/show --json``). Each answer goes through its model in
 ``api_schema``, which also writes the OpenAPI document served at
 ``/api/v1/openapi.json`` (no token needed: it holds no data).
 
@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING
 
@@ -42,6 +43,13 @@ from starlette.routing import Route
 from theow_client.jsontypes import Json
 from theow_workers.store.tokens import TokenInfo, TokenStore
 from theow_workers.views.failures import api_page, checked, failure_detail
+from theow_workers.views.incidents import (
+    WINDOW_DAYS,
+    BadIncidentQuery,
+    IncidentFilter,
+    api_incidents,
+    incident_detail,
+)
 from theow_workers.views.ports import LIVE, Cursor, FailureFilter, Window
 from theow_workers.views.replays import api_replays
 from theow_workers.web import api_schema as schema
@@ -275,6 +283,39 @@ async def replays(request: Request) -> Response:
     return answer(schema.ReplayList, jobs)
 
 
+async def incidents(request: Request) -> Response:
+    token = await authorize(request, READ_SCOPES)
+    if not isinstance(token, TokenInfo):
+        return token
+    params = request.query_params
+    where = IncidentFilter(
+        state=params.get("state", "").strip()[:FILTER_CHARS],
+        kind=params.get("kind", "").strip()[:FILTER_CHARS],
+    )
+    try:
+        where.checked()
+    except BadIncidentQuery as bad:
+        return problem(400, str(bad))
+    found = await run_in_threadpool(api_incidents, api_of(request).console.runs, where, time.time())
+    return answer(schema.IncidentList, found)
+
+
+async def incident(request: Request) -> Response:
+    token = await authorize(request, READ_SCOPES)
+    if not isinstance(token, TokenInfo):
+        return token
+    iid = request.path_params["iid"][:FILTER_CHARS]
+    try:
+        found = await run_in_threadpool(
+            incident_detail, api_of(request).console.runs, iid, time.time()
+        )
+    except BadIncidentQuery as bad:
+        return problem(400, str(bad))
+    if found is None:
+        return problem(404, f"no incident {iid!r} in the last {WINDOW_DAYS} days")
+    return answer(schema.IncidentDetail, found.to_dict())
+
+
 async def openapi(request: Request) -> Response:
     return JSONResponse(api_of(request).document)
 
@@ -292,6 +333,8 @@ def routes() -> list[Route]:
         Route(f"{API}/rules", rules, methods=["GET"]),
         Route(f"{API}/insight", insight, methods=["GET"]),
         Route(f"{API}/replays", replays, methods=["GET"]),
+        Route(f"{API}/incidents", incidents, methods=["GET"]),
+        Route(f"{API}/incidents/{{iid}}", incident, methods=["GET"]),
         # GET only: a POST to a read route must stay a 405, not become this 404.
         Route(API + "/{rest:path}", not_found, methods=["GET"]),
     ]

@@ -145,6 +145,51 @@ class ReplayList(Model):
     replays: list[ReplayJob]
 
 
+class Incident(Model):
+    """One incident (``core.history.incident``): a broken default branch, an infrastructure
+    cause across repositories, or a flaky cause. Times are seconds since the epoch."""
+
+    id: str
+    kind: str = Field(description="main, infra or flaky.")
+    state: str = Field(description="open or closed.")
+    cause: str
+    repo: str = Field(description="Empty for infra (see repos).")
+    job: str
+    repos: list[str]
+    opened_by: str = Field(description="The id of the run that opened it.")
+    first_seen: float
+    last_seen: float
+    closed_at: float | None = None
+    runs_affected: int
+    failed_runs: int
+    minutes_lost: float
+    culprit: str | None = Field(None, description="main: the first failing default-branch commit.")
+    fixed_by: str | None = Field(None, description="main: the first passing one after it.")
+    flip_rate: float | None = Field(None, description="flaky: share of recent runs that flipped.")
+    confirmed: bool
+
+
+class IncidentList(Model):
+    incidents: list[Incident]
+    state: str | None = None
+    kind: str | None = None
+    window_days: int
+
+
+class Moment(Model):
+    at: float
+    what: str = Field(description="opened, failed, inherited, passed, fixed or closed.")
+    run: str
+    repo: str
+    sha: str
+    branch: str
+
+
+class IncidentDetail(Incident):
+    timeline: list[Moment] = Field(description="The first moments and the last ones.")
+    omitted: int = Field(description="Moments left out between the first and the last.")
+
+
 class Accepted(Model):
     failure_id: str = Field(description="Where the verdict will be: GET .../{id}/verdict.")
     verdict: str = Field(description="The URL path of the verdict.")
@@ -171,6 +216,8 @@ MODELS: tuple[type[BaseModel], ...] = (
     RuleList,
     Insight,
     ReplayList,
+    IncidentList,
+    IncidentDetail,
     Accepted,
     Pending,
     Verdict,
@@ -328,7 +375,7 @@ def openapi() -> JsonObject:
         "info": {
             "title": "Theow API",
             "version": VERSION,
-            "description": "Read-only views of failures, verdicts, rules, insight and replays "
+            "description": "Read-only views of failures, verdicts, rules, insight, replays and incidents "
             "(api-read tokens), and an HTTP intake for build agents (agent tokens). "
             "Every request carries `Authorization: Bearer <token>` "
             "(`theow tokens add NAME --scope api-read|agent`).",
@@ -348,6 +395,19 @@ def openapi() -> JsonObject:
             f"{API}/rules": {"get": _get("Rules with their figures.", RuleList)},
             f"{API}/insight": {"get": _get("The insight figures.", Insight)},
             f"{API}/replays": {"get": _get("Recent replay jobs.", ReplayList)},
+            f"{API}/incidents": {
+                "get": _get(
+                    "Incidents of the last 30 days, newest news first.",
+                    IncidentList,
+                    parameters=[
+                        _query("state", "open or closed."),
+                        _query("kind", "main, infra or flaky."),
+                    ],
+                )
+            },
+            f"{API}/incidents/{{id}}": {
+                "get": _get("One incident with its timeline.", IncidentDetail, parameters=[ID])
+            },
         },
         "components": {
             "schemas": schemas,

@@ -35,7 +35,7 @@ from theow_client.jsontypes import JsonObject
 from theow_workers.config import Settings
 from theow_workers.store.explore import ExploreStore
 from theow_workers.store.results import SqlStore
-from theow_workers.web import api, hooks, intake, pages
+from theow_workers.web import api, hooks, incidents, intake, pages
 from theow_workers.web.auth import COOKIE, NAME_CHARS, SESSION_SECONDS
 from theow_workers.web.bodies import BodyLimit, parsers
 from theow_workers.web.console import HERE, Console
@@ -208,6 +208,7 @@ def create_app(settings: Settings, store: ExploreStore | None = None, bound: str
         *intake.routes(),
         *api.routes(),
         *pages.routes(),
+        *incidents.routes(),
         *hooks.routes(),
     ]
     middleware = [

@@ -15,6 +15,8 @@ from theow_workers.core.logs.summary import LinePredicate
 from theow_workers.store import console as queries
 from theow_workers.store.explore import ExploreStore
 from theow_workers.store.reads import SqlReads
+from theow_workers.store.run_reads import SqlRunReads
+from theow_workers.store.runs import configured_branches
 from theow_workers.web.affected import AffectedCounter
 from theow_workers.web.auth import Keys, Session, Sessions
 from theow_workers.web.groups import BasisCache
@@ -44,6 +46,8 @@ class Console:
         self.settings = settings
         self.store = store
         self.reads = SqlReads(store)  # what the pages and the JSON API read (views.ports.Reads)
+        # The ledger's recent runs, which the incidents are derived from (views.incidents).
+        self.runs = SqlRunReads(store.sql.engine, configured_branches(settings.default_branches))
         self.keys = Keys.for_deployment(
             settings.web_password.get_secret_value(),
             settings.web_readonly_password.get_secret_value(),
