@@ -12,6 +12,11 @@
 anything else        the plain block, as always
 ==================== =====================================================================
 
+Each says whose failure it is when the verdict has an origin (``theow_client.origin``):
+in the annotation's title and message, the summary's first line, the section's header.
+A flaky or an infrastructure failure is a ``::warning`` (Buildkite: ``--style warning``):
+no code to fix, retry it; the job still fails, its exit status is the command's own.
+
 The plain block (``theow: status: ...`` on stderr) is printed in every case, so the
 build log tells the whole answer wherever it is read. ``THEOW_CI_OUTPUT=plain`` turns
 the rest off; ``github``, ``gitlab`` or ``buildkite`` choose one whatever the variables say.
@@ -41,6 +46,7 @@ from typing import TextIO
 from urllib.parse import quote
 
 from theow_client import config
+from theow_client.origin import OriginKind, origin_label, origin_text
 from theow_client.redact import redact_text
 from theow_client.terminal import printable
 from theow_client.verdict import FailedTest, Status, Verdict
@@ -264,11 +270,9 @@ def github_annotation(
             properties["line"] = str(line)
             if column is not None:
                 properties["col"] = str(column)
-    properties["title"] = f"Theow: {headline(verdict)}"
+    properties["title"] = title(verdict)
     first = str(looks[0]) if looks else safe(verdict.reason) or "no line to look at"
-    fixes = "".join(f"\nfix: {safe(fix)}" for fix in verdict.fixes)
-    more = link or f"theow failures show {verdict.failure_id}"
-    return annotation("error", properties, f"{first}{fixes}\nfailure {verdict.failure_id}: {more}")
+    return annotation(level(verdict), properties, first + after_the_line(verdict, link))
 
 
 def failed_test_annotation(
@@ -281,11 +285,31 @@ def failed_test_annotation(
         properties["file"] = source[0]
         if source[1] is not None:
             properties["line"] = str(source[1])
-    properties["title"] = f"Theow: {headline(verdict)}"
-    said = failed_test_line(test)
+    properties["title"] = title(verdict)
+    return annotation(
+        level(verdict), properties, failed_test_line(test) + after_the_line(verdict, link)
+    )
+
+
+def title(verdict: Verdict) -> str:
+    """``Theow: go_test_failed (tracked) · flaky``: the rule, then whose failure it is."""
+    origin = f" · {safe(origin_label(verdict.origin), 60)}" if verdict.origin else ""
+    return f"Theow: {headline(verdict)}{origin}"
+
+
+def level(verdict: Verdict) -> str:
+    """``warning`` for a flaky or an infrastructure failure (retry it: no code to fix), else
+    ``error``. The job fails either way: its exit status is the command's own."""
+    kind = verdict.origin.origin if verdict.origin else None
+    return "warning" if kind in (OriginKind.FLAKY, OriginKind.INFRA) else "error"
+
+
+def after_the_line(verdict: Verdict, link: str | None) -> str:
+    """The annotation's lines after the one to look at: origin, fixes, where to read more."""
+    origin = f"\norigin: {safe(origin_text(verdict.origin))}" if verdict.origin else ""
     fixes = "".join(f"\nfix: {safe(fix)}" for fix in verdict.fixes)
     more = link or f"theow failures show {verdict.failure_id}"
-    return annotation("error", properties, f"{said}{fixes}\nfailure {verdict.failure_id}: {more}")
+    return f"{origin}{fixes}\nfailure {verdict.failure_id}: {more}"
 
 
 def failed_test_line(test: FailedTest, place: bool = False) -> str:
@@ -323,6 +347,8 @@ def fenced(lines: list[str]) -> str:
 
 def markdown(verdict: Verdict, link: str | None) -> str:
     parts = [f"### Theow: {markdown_text(headline(verdict))}"]
+    if verdict.origin:  # is it mine? before what failed
+        parts.append(f"**Origin:** {markdown_text(safe(origin_text(verdict.origin)))}")
     looks = lines_to_look_at(verdict)
     if looks:
         parts += ["Lines to look at:", fenced([str(look) for look in looks])]
@@ -353,7 +379,7 @@ def markdown(verdict: Verdict, link: str | None) -> str:
 
 def gitlab_section(block: str, verdict: Verdict, started: float, ended: float) -> str:
     name = "theow_" + SECTION_NAME.sub("_", verdict.failure_id)[:40]
-    header = f"Theow: {headline(verdict)}"
+    header = title(verdict)
     return (
         f"\x1b[0Ksection_start:{int(started)}:{name}[collapsed=true]\r\x1b[0K{header}\n"
         f"{block}\n"
@@ -398,7 +424,7 @@ def show_verdict(
             print(github_annotation(verdict, workspace, link, cwd), file=out, flush=True)
             write_summary(environ.get("GITHUB_STEP_SUMMARY", ""), markdown(verdict, link), err)
         elif ci is CI.BUILDKITE:
-            annotate_buildkite(markdown(verdict, link), environ, err)
+            annotate_buildkite(markdown(verdict, link), environ, err, level(verdict))
     except Exception as exc:  # the block is shown; the CI's page must not cost the re-run
         print(f"theow: {ci} output failed ({type(exc).__name__}: {exc})", file=err)
 
@@ -414,11 +440,13 @@ def write_summary(path: str, text: str, err: TextIO) -> None:
         print(f"theow: job summary not written ({path}: {exc.strerror or exc})", file=err)
 
 
-def annotate_buildkite(text: str, environ: Mapping[str, str], err: TextIO) -> None:
+def annotate_buildkite(
+    text: str, environ: Mapping[str, str], err: TextIO, style: str = "error"
+) -> None:
     agent = shutil.which("buildkite-agent", path=environ.get("PATH"))
     if agent is None:  # a Buildkite build in a container without the agent: the block is shown
         return
-    command = [agent, "annotate", "--style", "error", "--context", "theow"]
+    command = [agent, "annotate", "--style", style, "--context", "theow"]
     try:
         done = subprocess.run(
             command, input=text, text=True, capture_output=True, timeout=AGENT_TIMEOUT, check=False

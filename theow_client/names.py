@@ -117,6 +117,10 @@ Redis keys (all under ``theow:``):
     Set of the pull-request numbers whose comment lists that job as failed,
     expires after ``HOOK_PR_TTL``: a passing run of the job looks there before
     any forge call, so a job no comment lists costs none.
+``theow:hook:failure-prs:<failure id>``
+    JSON {job, prs}, expires after ``HOOK_PR_TTL``: the hooked job a failure
+    is of and the pull requests whose comment lists it, so a later revision of
+    the failure's origin rewrites those comments (``feedback.refresh_comment``).
 ``theow:hook:run-pr:<forge>:<repo>:<run id>``
     JSON {pr, base_sha}, expires after ``HOOK_SEEN_TTL``: the pull request a
     ``workflow_run`` delivery said a workflow run belongs to, so the ledger
@@ -332,6 +336,10 @@ def key_hook_pr(forge: str, repo: str, number: str) -> str:
 
 def key_hook_job_prs(job: str) -> str:
     return f"{KEY_PREFIX}hook:job-prs:{job}"
+
+
+def key_hook_failure_prs(failure_id: str) -> str:
+    return f"{KEY_PREFIX}hook:failure-prs:{failure_id}"
 
 
 def key_hook_pr_lock(forge: str, repo: str, number: str) -> str:

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 
 from theow_client.jsontypes import Json, JsonObject
+from theow_client.origin import Origin
 from theow_client.redact import redact_text
 
 
@@ -146,6 +147,9 @@ class Verdict:
     # workers run it): {state, text, cause, next_step, model, reason}; ``state`` is
     # ``pending`` until it arrives, ``explained`` with an answer, else why there is none.
     explanation: JsonObject | None = None
+    # Whose failure it is (this change, a broken main, flaky, infrastructure), decided from the
+    # job's history; None when the run came without CI metadata (``theow_client.origin``).
+    origin: Origin | None = None
     # Fields from a newer worker that this client does not know, kept as they came.
     extra: JsonObject = field(default_factory=dict)
 
@@ -172,6 +176,10 @@ class Verdict:
             del data["tests"]
         if data["explanation"] is None:  # an older client would print "explanation: null"
             del data["explanation"]
+        if self.origin is None:
+            del data["origin"]
+        else:
+            data["origin"] = self.origin.to_dict()
         return {**extra, **data}
 
     @classmethod
@@ -200,6 +208,7 @@ class Verdict:
             tests=tuple(_failed_tests(data.get("tests"))),
             wrapper=str(data["wrapper"]) if data.get("wrapper") else None,
             explanation=_explanation(data.get("explanation")),
+            origin=Origin.from_dict(data.get("origin")),
             extra={k: v for k, v in data.items() if k not in _FIELDS},
         )
 

@@ -1,6 +1,7 @@
 """A verdict as a person reads it: the one formatting that ``theow-client`` and ``@mark`` share.
 
-What a user needs from a verdict, in order: which rule, the line of the log
+What a user needs from a verdict, in order: whose failure it is (``origin:``,
+when the workers know the job's history), which rule, the line of the log
 it matched (fact, line number, text), what the rule captured there (a test's
 name, a file:line), the lines to look at (for every failure, matched or not),
 the fix its actions suggest or made (``fix:``), and what was done about it. A status or a field from a
@@ -16,9 +17,11 @@ captures, an exploration's reason), so the text is made printable
 ...     "evidence": {"fact": "log", "line": 42, "text": "--- FAIL: TestParse (0.00s)"},
 ...     "captures": {"test": "TestParse"},
 ...     "where": [{"fact": "log", "line": 42, "text": "--- FAIL: TestParse (0.00s)"},
-...               {"fact": "log", "line": 40, "text": "parse_test.go:12: got 1, want 2"}]})))
+...               {"fact": "log", "line": 40, "text": "parse_test.go:12: got 1, want 2"}],
+...     "origin": {"origin": "change", "reason": "main does not fail this way"}})))
 status:  tracked
 failure: f-1
+origin:  probably this change (main does not fail this way)
 rule:    go_test_failed (mode track)
 line:    log:42: --- FAIL: TestParse (0.00s)
 captured: test=TestParse
@@ -37,6 +40,7 @@ import json
 from collections.abc import Iterable, Sequence
 
 from theow_client.jsontypes import JsonObject
+from theow_client.origin import origin_text
 from theow_client.redact import redact_text
 from theow_client.terminal import printable
 from theow_client.verdict import FailedTest, Verdict, Where
@@ -48,6 +52,8 @@ def format_verdict(verdict: Verdict) -> str:
     # Unexplained: only a wrapper (``make: *** [all] Error 1``) matched; it is named, as no rule is.
     wrapper = f" (wrapper: {verdict.wrapper})" if verdict.wrapper else ""
     lines = [f"status:  {verdict.status}{wrapper}", f"failure: {verdict.failure_id}"]
+    if verdict.origin is not None:  # the first question of a red build: is it mine?
+        lines.append(f"origin:  {origin_text(verdict.origin)}")
     if verdict.rule:
         lines.append(
             f"rule:    {verdict.rule}" + (f" (mode {verdict.mode})" if verdict.mode else "")

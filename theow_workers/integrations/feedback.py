@@ -12,11 +12,14 @@ A listed job that passes later (a re-run, a new push) is shown passing in the
 same comment, its verdict struck (``mark_passed``); a passing job no comment
 lists costs no forge call and never makes a comment.
 
-Every text in the comment came from a build log or a webhook: the line shown is
-masked (``theow_client.redact``), cut to one bounded line and fenced with a
-fence longer than any backtick run in it; names are Markdown-escaped. A job whose
-failure came with a test report lists its failed tests by name (at most
-``MAX_TESTS_SHOWN``, each one such line) in one more fenced block.
+The comment groups the failed jobs by whose failure they are (``comment``:
+this change, broken main, flaky, infrastructure, unknown). A later run can
+revise a failure's origin (a retry passes: flaky; main fails the same way:
+main); :func:`refresh_comment` then rewrites each comment listing that
+failure in place. The pull requests listing a failure are kept in Redis
+(``names.key_hook_failure_prs``), so a failure no comment lists costs no call.
+
+What the comment shows, and how it is made safe, is ``comment``'s.
 
 Posted by a worker after the verdict, never by the agent.
 """
@@ -26,138 +29,34 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import re
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from redis import Redis
 from redis.exceptions import LockError
 
 from theow_client import names
 from theow_client.jsontypes import Json
-from theow_client.redact import redact_text
 from theow_workers.adapters.forges import ForgeAPI, ForgeError, ForgeUnavailable
+from theow_workers.integrations.comment import (
+    MARKER,
+    ZWSP,
+    attempt_number,
+    entry,
+    origin_fields,
+    render,
+)
 from theow_workers.integrations.hooks import HookedJob
+
+if TYPE_CHECKING:
+    from theow_workers.runtime import Runtime
+
+__all__ = ["MARKER", "ZWSP", "entry", "mark_passed", "post", "refresh_comment", "render"]
 
 log = logging.getLogger("theow.hooks")
 
-MARKER = "<!-- theow -->"
-LINE_CHARS = 300
-MAX_JOBS_SHOWN = 50
-MAX_TESTS_SHOWN = 10  # failed tests listed under a job; the job's page has them all
 LOCK_TIMEOUT = 120
 LOCK_WAIT = 60.0
-ZWSP = "\u200b"
-# Where GitHub and GitLab start a mention or an autolink: broken by a zero-width space.
-_AUTOLINK = re.compile(r"@|:(?=//)|(?i:www)(?=\\\.)")  # after escaping: www\.
-_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~])")
-
-
-def entry(job: HookedJob, verdict: Mapping[str, Json]) -> dict[str, str]:
-    """What the comment says of one failed job (bounded, masked)."""
-    return {
-        "name": job.name,
-        "workflow": job.workflow,
-        "url": job.url,
-        "status": str(verdict.get("status") or ""),
-        "rule": str(verdict.get("rule") or ""),
-        "line": _line_to_look_at(verdict),
-        "tests": "\n".join(_failed_tests(verdict)),
-        "failure_id": str(verdict.get("failure_id") or ""),
-        "head_sha": job.head_sha,
-        "attempt": str(_attempt(job)),
-    }
-
-
-def render(entries: list[dict[str, str]], console_url: str = "") -> str:
-    """The comment's Markdown: the marker, then each failed job (by job key)."""
-    lines = [MARKER, "### Theow: failed jobs of this pull request", ""]
-    for item in entries[:MAX_JOBS_SHOWN]:
-        name = escape(" / ".join(p for p in (item.get("workflow"), item.get("name")) if p))
-        title = _linked(name, item.get("url", ""))
-        rule = item.get("rule")
-        said = f"rule `{rule}` ({escape(item.get('status', ''))})" if rule else "unexplained"
-        link = ""
-        if console_url and item.get("failure_id"):
-            link = f" · [console]({console_url.rstrip('/')}/failures/{item['failure_id']})"
-        passed = str(item.get("passed") or "")
-        if passed.isdigit():  # fixed since: the verdict struck, the line no longer to look at
-            again = _linked(f"passed on attempt {passed}", item.get("passed_url", ""))
-            lines.append(f"- **{title}**: ~~{said}~~ {again}{link}")
-            continue
-        lines.append(f"- **{title}**: {said}{link}")
-        if item.get("line"):
-            lines += [f"  {block}" for block in fenced(item["line"]).splitlines()]
-        if item.get("tests"):
-            tests = str(item["tests"]).splitlines()[: MAX_TESTS_SHOWN + 1]
-            lines += ["  Failed tests:", *(f"  {block}" for block in fenced(*tests).splitlines())]
-    if len(entries) > MAX_JOBS_SHOWN:
-        lines.append(f"- … and {len(entries) - MAX_JOBS_SHOWN} more")
-    return "\n".join(lines) + "\n"
-
-
-def _linked(text: str, url: str) -> str:
-    return f"[{text}]({url})" if url.startswith("https://") and ")" not in url else text
-
-
-def escape(text: str) -> str:
-    """Text shown as itself in Markdown: every character Markdown reads escaped.
-
-    Job and workflow names come from a workflow file a fork's pull request may
-    write: a zero-width space after ``@`` and inside ``://`` and ``www.`` keeps
-    a name from mentioning anyone (``@org/team``) or becoming a link.
-    """
-    escaped = _MARKDOWN.sub(r"\\\1", " ".join(text.split()))
-    return _AUTOLINK.sub(lambda m: m[0] + ZWSP, escaped)
-
-
-def fenced(*lines: str) -> str:
-    """Lines in a code block whose fence no backtick run in them can close."""
-    longest = max((len(run) for line in lines for run in re.findall(r"`+", line)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return "\n".join([f"{fence}text", *lines, fence])
-
-
-def _line_to_look_at(verdict: Mapping[str, Json]) -> str:
-    evidence = verdict.get("evidence")
-    text = evidence.get("text") if isinstance(evidence, dict) else None
-    if not text:
-        where = verdict.get("where")
-        if isinstance(where, list | tuple) and where and isinstance(where[0], dict):
-            text = where[0].get("text")
-    return _shown(text) if isinstance(text, str) else ""
-
-
-def _shown(text: str) -> str:
-    """A text from the build as one masked, printable, bounded line of the comment."""
-    one = " ".join("".join(ch if ch.isprintable() else " " for ch in redact_text(text)).split())
-    # The marker finds Theow's comment: a log line must not carry one in.
-    return one.replace("<!--", "<! --")[:LINE_CHARS]
-
-
-def _failed_tests(verdict: Mapping[str, Json]) -> list[str]:
-    """The verdict's failed tests, one line each (``file:line: name failed: message``).
-
-    From its ``tests``; a verdict read back from the store has only its ``where`` lines,
-    whose lines of the ``tests`` fact say the same of the first few.
-    """
-    tests = verdict.get("tests")
-    shown: list[str] = []
-    if isinstance(tests, list):
-        for test in tests[: MAX_TESTS_SHOWN + 1]:
-            if isinstance(test, dict) and isinstance(test.get("name"), str):
-                file, line, message = test.get("file"), test.get("line"), test.get("message")
-                place = f"{file}:{line}: " if file and line else f"{file}: " if file else ""
-                said = f": {message}" if message else ""
-                shown.append(_shown(f"{place}{test['name']} failed{said}"))
-    else:
-        where = verdict.get("where")
-        for w in where if isinstance(where, list | tuple) else ():
-            if isinstance(w, dict) and w.get("fact") == "tests" and isinstance(w.get("text"), str):
-                shown.append(_shown(w["text"]))
-    if len(shown) > MAX_TESTS_SHOWN:
-        total = len(tests) if isinstance(tests, list) else len(shown)
-        shown[MAX_TESTS_SHOWN:] = [f"… and {total - MAX_TESTS_SHOWN} more"]
-    return [line for line in shown if line]
 
 
 def post(
@@ -168,7 +67,76 @@ def post(
     item = entry(job, verdict)
     for number in numbers:
         _write(redis, api, job, number, lambda _: item, console_url, create=True)
+    if numbers and item["failure_id"]:  # where a later revision of its origin is shown
+        listing = json.dumps({"job": job.to_wire(), "prs": numbers})
+        redis.set(names.key_hook_failure_prs(item["failure_id"]), listing, ex=names.HOOK_PR_TTL)
     return numbers
+
+
+def refresh_comment(
+    rt: Runtime, failure_id: str, origin: Mapping[str, object] | None = None
+) -> list[str]:
+    """A failure's origin was revised: each comment listing it rewritten in place; their numbers.
+
+    ``origin`` is the revised decision as the verdict carries it
+    (``Decision.to_dict()``: origin, culprit, fixed_by, flip_rate, reason);
+    None reads it from the ledger (which keeps no flip rate). Nothing happens
+    with ``pr_comments`` off, for a failure no comment lists, for a job failed
+    again since (its new failure has its own origin), or when the comment
+    already says it. Never makes a comment, never raises for the forge's sake:
+    a refusal or an unreachable forge is logged.
+
+    >>> feedback.refresh_comment(rt, "f-1", decision.to_dict())   # doctest: +SKIP
+    ['12']
+    """
+    if not rt.settings.pr_comments:
+        return []
+    listed = _listing(rt.redis.get(names.key_hook_failure_prs(failure_id)))
+    if listed is None:
+        return []
+    job, numbers = listed
+    if origin is None:
+        known = rt.runs.of_failure(failure_id)
+        if known is None or not known.origin:
+            return []
+        origin = {
+            "origin": known.origin,
+            "culprit": known.culprit,
+            "fixed_by": known.fixed_by,
+            "reason": known.origin_reason or "",
+        }
+    revised = origin_fields(origin)
+    if not revised["origin"]:
+        return []
+
+    def change(old: dict[str, str] | None) -> dict[str, str] | None:
+        if old is None or old.get("failure_id") != failure_id:
+            return None
+        if all(old.get(name, "") == value for name, value in revised.items()):
+            return None  # says so already: no call
+        return {**old, **revised}
+
+    api = ForgeAPI.for_settings(rt.settings, job.forge, rt.redis)
+    try:
+        return [n for n in numbers if _write(rt.redis, api, job, n, change, "", create=False)]
+    except (ForgeError, TimeoutError) as exc:
+        log.warning("%s: comment not updated with the revised origin: %s", job.key, exc)
+        return []
+    finally:
+        api.close()
+
+
+def _listing(raw: bytes | str | None) -> tuple[HookedJob, list[str]] | None:
+    """The job and pull requests ``post`` kept for a failure; None when none or unreadable."""
+    if raw is None:
+        return None
+    try:
+        found = json.loads(raw)
+        job = HookedJob.from_wire(found["job"])
+        numbers = [str(n) for n in found["prs"] if str(n).isdigit()]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return job, numbers
 
 
 def mark_passed(redis: Redis, api: ForgeAPI, job: HookedJob, console_url: str = "") -> list[str]:
@@ -225,24 +193,19 @@ def mark_passed_or_log(redis: Redis, api: ForgeAPI, job: HookedJob) -> list[str]
         return []
 
 
-def _attempt(job: HookedJob) -> int:
-    """The run's attempt counted from 1 (GitLab counts retries from 0)."""
-    return int(job.attempt) + (1 if job.forge == "gitlab" else 0)
-
-
 def _fixed_by(item: Mapping[str, str], job: HookedJob) -> bool:
     """Whether ``job`` passing fixes the failure ``item`` records (not a stale delivery)."""
     if item.get("passed"):
         return False
     if item.get("head_sha") != job.head_sha:
         return True
-    return str(item.get("attempt", "")).isdigit() and _attempt(job) > int(item["attempt"])
+    return str(item.get("attempt", "")).isdigit() and attempt_number(job) > int(item["attempt"])
 
 
 def _passed(old: dict[str, str] | None, job: HookedJob) -> dict[str, str] | None:
     if old is None or not _fixed_by(old, job):
         return None  # meanwhile failed again, or marked by another delivery
-    return {**old, "passed": str(_attempt(job)), "passed_url": job.url}
+    return {**old, "passed": str(attempt_number(job)), "passed_url": job.url}
 
 
 def _stored(raw: bytes | str | None) -> dict[str, str] | None:
