@@ -28,6 +28,7 @@ incident per job however long it lasts (its id leaves the opening run out): a
 history read over a sliding window would otherwise give it a new id, and a new
 alert, each time its first failure slid out.
 
+>>> from theow_workers.core.history.model import Outcome, Run
 >>> def run(i, sha, outcome, at, branch="main"):
 ...     return Run(id=f"r{i}", repo="o/r", job="test", branch=branch, sha=sha,
 ...                outcome=Outcome(outcome), finished_at=at,
