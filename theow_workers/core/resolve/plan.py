@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from theow_client.jsontypes import JsonObject
 from theow_workers.core.logs.normal import IsNormal
 from theow_workers.core.logs.summary import LinePredicate, wrapper_predicate
-from theow_workers.core.logs.text import LINE_STAMP, without_stamps
+from theow_workers.core.logs.text import LINE_STAMP, unwrap_annotations, without_stamps
 from theow_workers.core.ports import RuleStats
 from theow_workers.core.rules.matching import DEFAULT_REGEX_TIMEOUT, Match, evaluate
 from theow_workers.core.rules.scanner import Scanner
@@ -290,9 +290,10 @@ def matching_facts(facts: JsonObject) -> JsonObject:
     ``theow-client run`` sends the interleaved ``log``; a submission that
     carries only the streams gets them joined, stdout first (their true
     interleaving is lost by then). GitHub Actions and Jenkins' timestamper
-    prefix every line with an ISO time; rules are written for the tool's own
-    text, so the prefix is removed (line numbers stay those of the log). A ``tests`` fact
-    (a test report's object) is its text, one line per test (``core.testcases``).
+    prefix every line with an ISO time, and GitHub Actions may carry a tool's
+    message inside an error annotation; rules are written for the tool's own
+    text, so both are removed (line numbers stay those of the log). A ``tests``
+    fact (a test report's object) is its text, one line per test (``core.testcases``).
     """
     facts = with_tests_text(facts)
     log = facts.get("log")
@@ -304,4 +305,6 @@ def matching_facts(facts: JsonObject) -> JsonObject:
         log = streams[0] if len(streams) == 1 else "\n".join(s.rstrip("\n") for s in streams)
     if isinstance(log, str) and LINE_STAMP.match(log.lstrip()[:64]):
         log = without_stamps(log)
+    if isinstance(log, str):
+        log = unwrap_annotations(log)
     return facts if log is facts.get("log") else {**facts, "log": log}
