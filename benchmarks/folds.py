@@ -21,8 +21,9 @@ turn). For each fold left out:
   rule explains, and the grounded share of those).
 - **learning**: starting from that library, the fold's own misses are taught in
   build order: ``taught`` (teachings the fold needed), ``grounded``, learned
-  precision, and ``next_occurrence`` (of the label clusters seen at least
-  twice in the fold, the share of later occurrences a learned rule grounds).
+  precision, and ``next_occurrence`` (of the label clusters met at least twice
+  whose first failure was taught, the share of their later failures a learned
+  rule grounds; logchunks-dev only, logsage-dev has no clusters).
 
 Each figure is the mean over folds, beside the in-sample figure (the whole
 corpus, as ``theow rules eval`` reports it). Definitions are the corpus
@@ -98,19 +99,19 @@ def _score(
 
 
 def next_occurrence(outcomes: list[evaluation.Outcome], cluster_of: dict[str, str]) -> float | None:
-    """Of clusters met at least twice, the share of later occurrences a learned rule grounds."""
-    seen: dict[str, int] = defaultdict(int)
+    """Of the causes met at least twice whose first failure was taught, the share of their
+    later failures a learned rule grounds: how often one teaching covers a cause."""
+    first_taught: dict[str, bool] = {}
     later = caught = 0
     for outcome in outcomes:
-        if outcome.source != evaluation.FAILURES:
-            continue
         cluster = cluster_of.get(outcome.id)
-        if cluster is None:
+        if outcome.source != evaluation.FAILURES or cluster is None:
             continue
-        if seen[cluster]:
+        if cluster not in first_taught:
+            first_taught[cluster] = outcome.taught
+        elif first_taught[cluster]:
             later += 1
             caught += outcome.learned and bool(outcome.grounded)
-        seen[cluster] += 1
     return round(caught / later, 4) if later else None
 
 
@@ -223,9 +224,7 @@ def _table(result: dict[str, Any]) -> str:
     learning = inside["learning"]
     for key in ("taught_rate", "grounded_rate", "learned_precision", "next_occurrence"):
         held = mean["learning"].get(key)
-        lines.append(
-            f"learning {key:19} {_fmt(learning.get(key)):>10} {_fmt(held):>10} {'':>19}"
-        )
+        lines.append(f"learning {key:19} {_fmt(learning.get(key)):>10} {_fmt(held):>10} {'':>19}")
     carried = mean["taught_elsewhere"]
     lines.append(
         f"rules taught on the other folds that explain a held-out failure: "

@@ -5,7 +5,7 @@ Error codes (``TS2322``, ``error[E0308]``, ``CS1002``, ``ORA-00942``,
 signals, errnos and HTTP statuses: ``TS2322`` and ``TS2345`` are two causes,
 ``exit code 137`` (killed) is not ``exit code 1``. Found on the line as
 printed (codes are upper case); a code inside a path, an anchor (``#L12``) or
-a hash in upper case is not one. The volatile-part normalizer
+a hash in upper case is not one, nor ``L296`` (how a line number is written). The volatile-part normalizer
 (:func:`~theow_workers.core.logs.text.mask_volatile`) and the pattern a
 teaching drafts (:mod:`~theow_workers.core.rules.generalize`) both keep them.
 
@@ -24,7 +24,7 @@ _HTTP_REASONS = (
     "service unavailable|gateway time-?out"
 )
 KEPT = re.compile(
-    r"(?<![\w/\\.#@$-])[A-Z][A-Z0-9]*(?:[-_][A-Z]+)*[-_]?\d{1,6}[A-Z0-9]*(?![\w/\\]|[.-]\w)"
+    r"(?<![\w/\\.#@$-])(?!L\d+\b)[A-Z][A-Z0-9]*(?:[-_][A-Z]+)*[-_]?\d{1,6}[A-Z0-9]*(?![\w/\\]|[.-]\w)"
     r"|(?i:\bsqlstate\W{0,2}[0-9a-z]{5}\b"
     r"|\b(?:exit(?:ed)?(?: with)?[ _](?:code|status)|exit status|return code|returncode|"
     r"exited with|killed by signal|signal|errno|(?<=\] )error)[ :=\[]{0,3}-?\d{1,3}\b"

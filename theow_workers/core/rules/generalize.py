@@ -30,7 +30,7 @@ from theow_workers.core.rules.codes import KEPT, is_code
 
 MAX_LITERAL = 64  # literal characters a pattern keeps: enough to be specific, short enough to recur
 MIN_LETTERS = 4  # a pattern states at least this many letters of the message
-MAX_QUOTED = 120
+MAX_QUOTED = 400
 
 # What a terminal shows as nothing: colour and cursor codes, and the bare "[31m" a log keeps.
 _ANSI = re.compile(
