@@ -163,3 +163,19 @@ def test_an_annotation_no_tool_rule_knows_is_still_only_a_wrapper(book):
     )
     outcome, _ = evaluation.decide(book, {"log": log}, "wrapped")
     assert outcome.rule is None and outcome.wrapper == "github_actions_error"
+
+
+def test_a_label_copied_with_its_annotation_is_found_whole_in_the_log_rules_read():
+    from theow_workers.core.explore.teaching import chunk_span
+    from theow_workers.core.resolve.plan import matching_facts
+
+    raw = (
+        "2025-02-27T19:17:18.1Z ##[group]Run some/notify-action@v2\n"
+        "2025-02-27T19:17:18.2Z with:\n"
+        "2025-02-27T19:17:18.3Z ##[endgroup]\n"
+        "2025-02-27T19:17:18.7Z ##[error]Input required and not supplied: WEBHOOK_URL\n"
+    )
+    chunk = "##[group]Run some/notify-action@v2\nwith:\n##[endgroup]\n##[error]Input required and not supplied: WEBHOOK_URL"
+    log = matching_facts({"log": raw})["log"]
+    assert log.splitlines()[3] == "Input required and not supplied: WEBHOOK_URL"
+    assert chunk_span(log, chunk) == (2, 4)  # the group mark is the CI system's own line
