@@ -424,7 +424,7 @@ def with_learned(base: RuleBook, rules: tuple[Rule, ...], version: str) -> RuleB
 class _Widened(Scanner):
     """A compiled scanner with more rules checked in full (see :func:`with_learned`)."""
 
-    def __init__(self, scanner: Scanner, extra: tuple[Rule, ...]) -> None:  # noqa: D107
+    def __init__(self, scanner: Scanner, extra: tuple[Rule, ...]) -> None:
         self.__dict__.update(vars(scanner))  # the compiled databases are shared, not copied
         self.residual = (*scanner.residual, *extra)
 

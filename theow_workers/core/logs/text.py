@@ -115,7 +115,7 @@ _WRAPPED = re.compile(
     r"(?!Process completed with exit code \d|The process '[^'\n]*' failed with exit code \d)(?=\S)"
     r"|^(?:\x1b\[0K)?section_(?:start|end):\d+:[\w.\[\]=,-]+\r?(?:\x1b\[0K)?|_bk;t=\d+\x07"
 )
-_WRAPPER_MARKS = ("##[error]", "::error", "section_start:", "section_end:", "_bk;t=")
+ANNOTATION_MARKS = ("##[error]", "::error", "section_start:", "section_end:", "_bk;t=")
 
 
 def unwrap_annotations(log: str) -> str:
@@ -129,7 +129,7 @@ def unwrap_annotations(log: str) -> str:
     ...                    "::error file=a.ts,line=3::boom\\n##[error]Process completed with exit code 2.")
     'src/a.ts(3,5): error TS2322: x\\nboom\\n##[error]Process completed with exit code 2.'
     """
-    if not any(mark in log for mark in _WRAPPER_MARKS):
+    if not any(mark in log for mark in ANNOTATION_MARKS):
         return log  # most logs: a few substring searches, no regex over 64 KB
     return _WRAPPED.sub("", log)
 

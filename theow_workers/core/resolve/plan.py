@@ -19,8 +19,14 @@ from dataclasses import dataclass, field, replace
 from theow_client.jsontypes import JsonObject
 from theow_workers.core.logs.normal import IsNormal
 from theow_workers.core.logs.summary import LinePredicate, wrapper_predicate
-from theow_workers.core.logs.text import LINE_STAMP, unwrap_annotations, without_stamps
+from theow_workers.core.logs.text import (
+    ANNOTATION_MARKS,
+    LINE_STAMP,
+    unwrap_annotations,
+    without_stamps,
+)
 from theow_workers.core.ports import RuleStats
+from theow_workers.core.rules.evidence import MAX_LINE_CHARS
 from theow_workers.core.rules.matching import DEFAULT_REGEX_TIMEOUT, Match, evaluate
 from theow_workers.core.rules.scanner import Scanner
 from theow_workers.core.rules.schema import Rule
@@ -179,6 +185,7 @@ def plan(
     evidence, whatever its group. Without it, nothing changes.
     """
     stats = stats or {}
+    given = facts.get("log")
     facts = matching_facts(facts)
     missing: list[Candidate] = []
     named: list[Rule] = []
@@ -211,6 +218,9 @@ def plan(
     }
     if is_normal is not None:
         matches = {name: _mark(m, is_normal) if m.ok else m for name, m in matches.items()}
+    if isinstance(given, str) and facts.get("log") is not given:
+        printed = _as_printed(given, facts["log"])
+        matches = {name: printed(m) if m.ok else m for name, m in matches.items()}
     validated = [m for m in matches.values() if m.ok]
     sims: dict[str, float] = {}
     scored = similarity is not None and not explain and _ties(validated)
@@ -255,6 +265,25 @@ def _mark(match: Match, is_normal: IsNormal) -> Match:
     lines = [_line_at(text, start, end) for _, text, start, end in match.captures.spans.values()]
     normal = all(is_normal(line) for line in lines if line.strip())
     return replace(match, evidence=replace(match.evidence, normal=normal))
+
+
+def _as_printed(given: str, read: str) -> Callable[[Match], Match]:
+    """A match whose evidence line is shown as the log printed it (its annotation mark kept),
+    though the rule read it unwrapped (:func:`matching_facts`); its number is the same."""
+    if given == read or not any(mark in given for mark in ANNOTATION_MARKS):
+        return lambda match: match
+    lines = without_stamps(given).split("\n")
+
+    def printed(match: Match) -> Match:
+        evidence = match.evidence
+        if evidence is None or evidence.fact != "log" or not 0 < evidence.line <= len(lines):
+            return match
+        line = lines[evidence.line - 1].strip()
+        if line == evidence.text or not line.endswith(evidence.text):
+            return match
+        return replace(match, evidence=replace(evidence, text=line[:MAX_LINE_CHARS]))
+
+    return printed
 
 
 def _line_at(text: str, start: int, end: int) -> str:
