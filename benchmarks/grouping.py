@@ -57,6 +57,9 @@ from theow_workers.replay import grouping  # noqa: E402
 
 CORPUS = ROOT.parent / "shared" / "corpus" / "logchunks-dev"
 UNLABELLED = ROOT.parent / "shared" / "corpus" / "logsage-dev"
+if not CORPUS.is_dir():  # a worktree beside the main checkout
+    CORPUS = Path("/work/shared/corpus/logchunks-dev")
+    UNLABELLED = Path("/work/shared/corpus/logsage-dev")
 BASELINE_COMMIT = "839a54c"
 MAX_GROUPS_RATIO = 1.1
 MAX_WRONG_REUSE = 0.02

@@ -51,7 +51,8 @@ from theow_workers.core.logs.summary import WHERE_LINES, where_lines
 from theow_workers.core.resolve.grading import grounded
 from theow_workers.core.resolve.plan import Candidate, Hints, RuleBook, matching_facts, plan
 from theow_workers.core.resolve.service import Submission
-from theow_workers.core.rules.schema import Mode
+from theow_workers.core.rules.scanner import Scanner
+from theow_workers.core.rules.schema import Mode, Rule
 from theow_workers.replay.reader import DEFAULT_MAX_LINE_BYTES, json_object, raw_lines
 
 FAILURES, PASSING = "failures", "passing"
@@ -140,6 +141,7 @@ class Summary:
     not_learned: list[str] = field(default_factory=list)  # "id: why" for teachings with no rule
     replaced: list[str] = field(default_factory=list)  # learned rules a wider one retired
     curve: list[bool] = field(default_factory=list)  # grounded, per failure in input order
+    library: RuleBook | None = None  # the rules at the end of the run, learned ones among them
 
     def add(self, outcome: Outcome, labelled: bool) -> None:
         if outcome.error is not None:
@@ -326,6 +328,7 @@ def run(
     progress: Callable[[], None] = lambda: None,
     learn: bool = False,
     learned_to: Path | None = None,
+    scope: str = "auto",
 ) -> Summary:
     """Score ``book`` on the corpus; ``emit`` gets every outcome in input order.
 
@@ -336,9 +339,12 @@ def run(
     the failures after it (and for the passing logs). The taught failure
     keeps the verdict it had before. ``learned_to``: a directory each learned
     rule is written to, as an approval writes it (to read them, or to check them
-    with ``theow rules check``).
+    with ``theow rules check``). ``scope``: what each taught rule is kept to, as
+    ``theow teach --scope`` (``auto``: the failure's project, else its job;
+    ``global``: every project). ``Summary.library`` is the library at the end.
     """
     book.scanner  # noqa: B018 - compiled before the clock starts: start-up, not throughput
+    base = book
     summary = Summary(baseline=baseline is not None, learn=learn and labels is not None)
     learned: set[str] = set()
     normals = Baseline.read(baseline) if baseline is not None else None
@@ -374,30 +380,53 @@ def run(
                 if not outcome.grounded and chunk:
                     outcome.taught = True
                     facts = {k: v for k, v in data.items() if k != "id"}
-                    taught, why = teach_label(book, facts, ident, chunk, learned, normal)
+                    taught, why = teach_label(book, facts, ident, chunk, learned, normal, scope)
                     if taught is None:
                         summary.not_learned.append(f"{ident}: {why}")
                     else:
                         rule = taught.rule
                         # A wider rule of the same cause: the reviewer retires the narrower one.
                         kept = tuple(r for r in book.rules if r.name not in taught.replaces)
-                        book = RuleBook(kept, book.version, book.client_side)
                         summary.replaced.extend(taught.replaces)
                         if learned_to is not None:
                             for name in taught.replaces:
                                 (learned_to / f"{name}.rule.yaml").unlink(missing_ok=True)
                             path = learned_to / f"{rule.name}.rule.yaml"
                             path.write_text(taught.rule_yaml, encoding="utf-8")
-                        book = RuleBook(
-                            (*book.rules, rule), f"{book.version}+{rule.name}", book.client_side
-                        )
-                        book.scanner  # noqa: B018 - compiled outside the clock, as a worker reloads
+                        book = with_learned(base, (*kept, rule), f"{book.version}+{rule.name}")
                         learned.add(rule.name)
                         summary.learned_rules.append(rule.name)
             summary.add(outcome, labelled)
             emit(outcome)
             progress()
+    summary.library = book
     return summary
+
+
+def with_learned(base: RuleBook, rules: tuple[Rule, ...], version: str) -> RuleBook:
+    """``rules`` (``base``'s and a few learned since) as a book that scans with ``base``'s scanner.
+
+    A worker recompiles its scanner when the library changes; the simulated
+    reviewer approves a rule every few failures, and recompiling 240 patterns
+    each time took seconds. Learned rules join the scanner's residual (rules it
+    does not decide, checked in full: a literal of theirs rules most logs out
+    first), so the verdicts are those a recompiled scanner gives.
+    """
+    scanner = base.scanner
+    known = {id(rule) for rule in base.rules}
+    extra = tuple(rule for rule in rules if id(rule) not in known)
+    book = RuleBook(rules, version, base.client_side)
+    book._scanner.append(_Widened(scanner, extra))
+    book._wrapper.append(base.is_wrapper)  # a taught rule is never a wrapper
+    return book
+
+
+class _Widened(Scanner):
+    """A compiled scanner with more rules checked in full (see :func:`with_learned`)."""
+
+    def __init__(self, scanner: Scanner, extra: tuple[Rule, ...]) -> None:
+        self.__dict__.update(vars(scanner))  # the compiled databases are shared, not copied
+        self.residual = (*scanner.residual, *extra)
 
 
 def teach_label(
@@ -407,6 +436,7 @@ def teach_label(
     chunk: str,
     taken: set[str],
     is_normal: IsNormal | None = None,
+    scope: str = "auto",
 ) -> tuple[Taught | None, str]:
     """The rule a reviewer approves for a failure taught from its labelled ``chunk``, or why none.
 
@@ -432,6 +462,7 @@ def teach_label(
             *span,
             is_wrapper=book.is_wrapper,
             is_normal=is_normal,
+            scope=scope,
             book=book,
             taken=taken,
             origin=f"failure {ident} (label)",

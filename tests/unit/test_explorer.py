@@ -294,7 +294,7 @@ def test_a_cause_explored_under_an_older_unversioned_fingerprint_is_still_found_
 
     explore, gateway, _, state = explorer_for([SUBMIT])
     older = "3f2a9c0d1e4b5a6978877665544332ab"
-    assert fingerprint_version(older) == 1 and fingerprint_version(fingerprint(FAILURE)) == 2
+    assert fingerprint_version(older) == 1 and fingerprint_version(fingerprint(FAILURE)) == 3
     explore("f1", FAILURE, fingerprint=older)
     assert explore("f2", FAILURE, fingerprint=older).outcome == Outcome.DEDUPLICATED
     assert state.finished(older) is not None and gateway.sessions == 1

@@ -8,7 +8,8 @@ masked (times, durations, ids, paths and numbers taken out). Failures with
 the same text in the same project form a group; then groups of one project
 whose text is near-identical (token Jaccard >= ``SIMILAR`` on the tokens they
 share with other groups, a plural as its singular: :func:`merge_similar`) are
-merged, and then a group whose error lines all appear among another's, with few
+merged (never two whose error codes differ: ``TS2322`` and ``TS2345`` are two
+causes), and then a group whose error lines all appear among another's, with few
 lines more (:func:`merge_contained`). Candidate pairs come from prefix
 filtering (two token sets with Jaccard >= t share a token among their rarest
 ``n - ceil(t·n) + 1``) and from the lines groups share, so grouping 10,000
@@ -49,6 +50,7 @@ MAX_EXTRA_LINES = 2  # ... and at most this many lines more in the other
 MAX_CONTAINED_LINES = 16  # a basis of more lines is matched whole (subsets grow as n²)
 SHARED_SHARE = 0.5
 _TOKEN = re.compile(r"<\w+>|[a-z_][a-z0-9_.\-']*")
+_CODE = re.compile(r"[\w-]*\d[\w-]*")
 
 
 def scope_of(facts: JsonObject) -> str:
@@ -207,6 +209,8 @@ def merge_similar(groups: list[Group], threshold: float = SIMILAR) -> list[Group
         candidates = sorted({i for t in prefix for i in index.get((group.scope, t), ())})
         best, best_score = None, threshold
         for i in candidates:
+            if _other_codes(group, merged[i]):
+                continue
             score = jaccard(mine, kept[i])
             if score >= best_score:
                 best, best_score = i, score
@@ -220,6 +224,24 @@ def merge_similar(groups: list[Group], threshold: float = SIMILAR) -> list[Group
             merged[best].absorb(group)
     merged.sort(key=lambda g: (-g.size, g.sample))
     return merged
+
+
+def codes(basis: str) -> frozenset[str]:
+    """What names the cause in a basis: its error codes, exit codes and statuses.
+
+    The basis is masked (``core.logs.text.mask_volatile``): every digit left
+    in it belongs to such a code.
+
+    >>> sorted(codes("src/a.ts(<n>): error ts2322: type x\\nprocess completed with exit code 2."))
+    ['2', 'ts2322']
+    """
+    return frozenset(_CODE.findall(basis))
+
+
+def _other_codes(one: Group, other: Group) -> bool:
+    """Both groups name codes, and not the same ones: ``TS2322`` is never ``TS2345``."""
+    mine, theirs = codes(one.basis), codes(other.basis)
+    return bool(mine and theirs and mine != theirs)
 
 
 def _shared_tokens(groups: list[Group]) -> dict[int, frozenset[str]]:

@@ -251,7 +251,8 @@ CASES: list[tuple[str, str, str, dict[str, str], str]] = [
         "2025-03-12T11:39:26.5700000Z ##[error]Process completed with exit code 1.\n",
         "eslint_errors",
         {"file": "/home/runner/work/ui/ui/src/Menu.tsx", "line": "1"},
-        "/home/runner/work/ui/ui/src/Menu.tsx",
+        # The message under the annotation, as without one; shown as the log printed it.
+        "##[error]  1:8  error  'Link' is defined but never used  @typescript-eslint/no-unused-vars",
     ),
     (
         "standard",

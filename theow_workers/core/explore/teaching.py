@@ -533,6 +533,11 @@ _CODE_LEFT = re.compile(r"\[\??[\d;]*[A-Za-z]=?|^[=>]+")
 
 
 def _plain(line: str) -> str:
-    """A line as compared when finding a chunk: codes, even half-copied ones, and spaces aside."""
-    text = _CODE_LEFT.sub("", LINE_STAMP.sub("", strip_ansi(line)).strip())
+    """A line as compared when finding a chunk: codes, even half-copied ones, and spaces aside.
+
+    A CI annotation's mark too: a chunk copied from the raw log says ``##[error]msg``
+    where the log rules read says ``msg`` (``core.logs.text.unwrap_annotations``).
+    """
+    text = ANNOTATION.sub("", LINE_STAMP.sub("", strip_ansi(line)).strip())
+    text = _CODE_LEFT.sub("", text)
     return " ".join(_CODE_LEFT.sub("", text).split())

@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 
 from theow_client.terminal import printable
+from theow_workers.core.rules.codes import KEPT, is_code
 
 # The bare "[31m" a log keeps when the escape byte itself was dropped.
 BARE_COLOUR = re.compile(r"\[\d{1,3}(?:;\d{1,3})*m")
@@ -103,6 +104,34 @@ def without_stamps(log: str) -> str:
     """
     first = LINE_STAMP.match(log)
     return _NEXT_STAMP.sub("\n", log[first.end() :] if first else log)
+
+
+# A CI system's wrapper around a tool's message, at the start of a line: GitHub Actions'
+# error annotation (``##[error]…``, the ``::error file=…::…`` command), GitLab's section
+# markers, Buildkite's time stamps. The runner's own exit-code line keeps its mark: it is
+# the runner's statement that a step failed, and only a wrapper rule reads it.
+_WRAPPED = re.compile(
+    r"(?m)^(?:##\[error\]|::error(?:[ \t][^\n]*?)?::)"
+    r"(?!Process completed with exit code \d|The process '[^'\n]*' failed with exit code \d)(?=\S)"
+    r"|^(?:\x1b\[0K)?section_(?:start|end):\d+:[\w.\[\]=,-]+\r?(?:\x1b\[0K)?|_bk;t=\d+\x07"
+)
+ANNOTATION_MARKS = ("##[error]", "::error", "section_start:", "section_end:", "_bk;t=")
+
+
+def unwrap_annotations(log: str) -> str:
+    """``log`` with CI wrappers around a tool's message removed; line numbers stay.
+
+    Rules are written for the tool's own line (``src/app.ts(3,5): error TS2322: …``);
+    on GitHub Actions it may arrive only inside an annotation. A warning's mark
+    stays: a warning is not why a build failed.
+
+    >>> unwrap_annotations("##[error]src/a.ts(3,5): error TS2322: x\\n"
+    ...                    "::error file=a.ts,line=3::boom\\n##[error]Process completed with exit code 2.")
+    'src/a.ts(3,5): error TS2322: x\\nboom\\n##[error]Process completed with exit code 2.'
+    """
+    if not any(mark in log for mark in ANNOTATION_MARKS):
+        return log  # most logs: a few substring searches, no regex over 64 KB
+    return _WRAPPED.sub("", log)
 
 
 def clean_lines(text: str) -> list[str]:
@@ -202,12 +231,31 @@ def mask_volatile(line: str) -> str:
     """A line with what differs between runs of one cause taken out (lower-cased).
 
     Times, dates, ids, hex, durations, paths and numbers, in that order; the
-    fingerprint, grouping, the job's normal and the query text all read it.
+    fingerprint, grouping, the job's normal, the explanation cache and the
+    query text all read it. What names the cause stays (``core.rules.codes``): error
+    codes, exit codes, signals and HTTP statuses.
 
     >>> mask_volatile("Error at /home/travis/build/a/b/src/x.c:12:3 after 11 min (run 7f3a9c2e)")
     'error at <path>/x.c:<n> after <dur> (run <hex>)'
+    >>> mask_volatile("src/app.ts(3,5): error TS2322: Type 'number' is not assignable")
+    "src/app.ts(<n>): error ts2322: type 'number' is not assignable"
+    >>> mask_volatile("Process completed with exit code 137 after 12s")
+    'process completed with exit code 137 after <dur>'
     """
-    line = line.lower()
+    parts: list[str] = []
+    at = 0
+    for kept in KEPT.finditer(line):
+        if not is_code(kept.group()):
+            continue  # a hash in upper case, not a code
+        parts.append(_masked(line[at : kept.start()]))
+        parts.append(" ".join(kept.group().lower().split()))
+        at = kept.end()
+    parts.append(_masked(line[at:]))
+    return "".join(parts).strip()
+
+
+def _masked(text: str) -> str:
+    text = text.lower()
     for pattern, replacement in _VOLATILE:
-        line = pattern.sub(replacement, line)
-    return line.strip()
+        text = pattern.sub(replacement, text)
+    return text

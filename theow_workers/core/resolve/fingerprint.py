@@ -7,10 +7,12 @@ unrelated fact (a whole go.mod) does not drown the query.
 
 The fingerprint is a hash of the summary's basis: the picked error lines with
 the volatile parts (times, durations, ids, paths, numbers) masked, so two
-failures with the same root cause on different machines share it. It carries
-its version (``v2:…``): a value stored by an older version (bare hex) still
-names what it named (its failures, its explorations), and nothing reads a
-fingerprint's form.
+failures with the same root cause on different machines share it; what names
+the cause is kept (error codes such as ``TS2322`` or ``ORA-00942``, exit codes,
+HTTP statuses), so two causes that differ only by their code do not. It carries
+its version (``v3:…``; version 2 masked codes as numbers, version 1 was bare
+hex): a value stored by an older version still names what it named (its
+failures, its explorations), and nothing reads a fingerprint's form.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from theow_workers.core.testcases import cause_basis
 
 MAX_QUERY_CHARS = 2000
 TAIL_LINES = 8
-FINGERPRINT_VERSION = 2
+FINGERPRINT_VERSION = 3
 
 
 def log_text(facts: JsonObject) -> str:
@@ -68,7 +70,7 @@ def fingerprint(facts: JsonObject, is_normal: Callable[[str], bool] | None = Non
 
     >>> a = fingerprint({"log": "run 7 at /tmp/x1\\nerror: disk full after 3s"})
     >>> a == fingerprint({"log": "run 9 at /tmp/y2\\nerror: disk full after 12s"}), a[:3]
-    (True, 'v2:')
+    (True, 'v3:')
 
     When tests failed (a ``tests`` fact), built from each failed test and its masked
     message instead (``core.testcases.cause_basis``).

@@ -19,8 +19,14 @@ from dataclasses import dataclass, field, replace
 from theow_client.jsontypes import JsonObject
 from theow_workers.core.logs.normal import IsNormal
 from theow_workers.core.logs.summary import LinePredicate, wrapper_predicate
-from theow_workers.core.logs.text import LINE_STAMP, without_stamps
+from theow_workers.core.logs.text import (
+    ANNOTATION_MARKS,
+    LINE_STAMP,
+    unwrap_annotations,
+    without_stamps,
+)
 from theow_workers.core.ports import RuleStats
+from theow_workers.core.rules.evidence import MAX_LINE_CHARS
 from theow_workers.core.rules.matching import DEFAULT_REGEX_TIMEOUT, Match, evaluate
 from theow_workers.core.rules.scanner import Scanner
 from theow_workers.core.rules.schema import Rule
@@ -179,6 +185,7 @@ def plan(
     evidence, whatever its group. Without it, nothing changes.
     """
     stats = stats or {}
+    given = facts.get("log")
     facts = matching_facts(facts)
     missing: list[Candidate] = []
     named: list[Rule] = []
@@ -211,6 +218,9 @@ def plan(
     }
     if is_normal is not None:
         matches = {name: _mark(m, is_normal) if m.ok else m for name, m in matches.items()}
+    if isinstance(given, str) and facts.get("log") is not given:
+        printed = _as_printed(given, facts["log"])
+        matches = {name: printed(m) if m.ok else m for name, m in matches.items()}
     validated = [m for m in matches.values() if m.ok]
     sims: dict[str, float] = {}
     scored = similarity is not None and not explain and _ties(validated)
@@ -257,6 +267,25 @@ def _mark(match: Match, is_normal: IsNormal) -> Match:
     return replace(match, evidence=replace(match.evidence, normal=normal))
 
 
+def _as_printed(given: str, read: str) -> Callable[[Match], Match]:
+    """A match whose evidence line is shown as the log printed it (its annotation mark kept),
+    though the rule read it unwrapped (:func:`matching_facts`); its number is the same."""
+    if given == read or not any(mark in given for mark in ANNOTATION_MARKS):
+        return lambda match: match
+    lines = without_stamps(given).split("\n")
+
+    def printed(match: Match) -> Match:
+        evidence = match.evidence
+        if evidence is None or evidence.fact != "log" or not 0 < evidence.line <= len(lines):
+            return match
+        line = lines[evidence.line - 1].strip()
+        if line == evidence.text or not line.endswith(evidence.text):
+            return match
+        return replace(match, evidence=replace(evidence, text=line[:MAX_LINE_CHARS]))
+
+    return printed
+
+
 def _line_at(text: str, start: int, end: int) -> str:
     """The whole line where the match ``text[start:end]`` begins (past leading newlines)."""
     while start < end and text[start] in "\r\n":
@@ -290,9 +319,10 @@ def matching_facts(facts: JsonObject) -> JsonObject:
     ``theow-client run`` sends the interleaved ``log``; a submission that
     carries only the streams gets them joined, stdout first (their true
     interleaving is lost by then). GitHub Actions and Jenkins' timestamper
-    prefix every line with an ISO time; rules are written for the tool's own
-    text, so the prefix is removed (line numbers stay those of the log). A ``tests`` fact
-    (a test report's object) is its text, one line per test (``core.testcases``).
+    prefix every line with an ISO time, and GitHub Actions may carry a tool's
+    message inside an error annotation; rules are written for the tool's own
+    text, so both are removed (line numbers stay those of the log). A ``tests``
+    fact (a test report's object) is its text, one line per test (``core.testcases``).
     """
     facts = with_tests_text(facts)
     log = facts.get("log")
@@ -304,4 +334,6 @@ def matching_facts(facts: JsonObject) -> JsonObject:
         log = streams[0] if len(streams) == 1 else "\n".join(s.rstrip("\n") for s in streams)
     if isinstance(log, str) and LINE_STAMP.match(log.lstrip()[:64]):
         log = without_stamps(log)
+    if isinstance(log, str):
+        log = unwrap_annotations(log)
     return facts if log is facts.get("log") else {**facts, "log": log}

@@ -4,7 +4,8 @@
 sees it) as literal text, spaces, colour codes and volatile parts (the ones
 :func:`~theow_workers.core.logs.text.mask_volatile` masks: times, dates, ids,
 hashes, durations, paths, URLs, numbers, versions, quoted names) and writes the
-regex: words escaped, spaces ``[ \\t]+``, colour codes optional, each volatile
+regex: words escaped (error codes, exit codes and HTTP statuses among them:
+they name the cause), spaces ``[ \\t]+``, colour codes optional, each volatile
 part a class that keeps what made it one (a path has a separator, a version a
 digit), the first file, quoted name and URL as named groups (``file``,
 ``name``, ``url``). A long line is cut after enough literal text, where runs
@@ -25,9 +26,11 @@ from dataclasses import dataclass
 
 import regex
 
+from theow_workers.core.rules.codes import KEPT, is_code
+
 MAX_LITERAL = 64  # literal characters a pattern keeps: enough to be specific, short enough to recur
 MIN_LETTERS = 4  # a pattern states at least this many letters of the message
-MAX_QUOTED = 120
+MAX_QUOTED = 400
 
 # What a terminal shows as nothing: colour and cursor codes, and the bare "[31m" a log keeps.
 _ANSI = re.compile(
@@ -37,6 +40,7 @@ ANSI_CLASS = r"(?:\x1b\[[0-9;?]*[A-Za-z]|\x1b[=>]|\[[0-9;]*m)*"
 SPACE_CLASS = r"[ \t]+"
 # The volatile parts of a message, tried in this order at each position: (kind, text, regex).
 # Each class keeps what made the part what it is: a path has a separator, a version a digit.
+# What names a cause (an error code, an exit code, an HTTP status: ``KEPT``) stays literal.
 _PATH_CHARS = r"[^\s:'\"()\[\]<>,;]"
 _PATH = f"{_PATH_CHARS}*[/\\\\]{_PATH_CHARS}*"
 _VOLATILE: tuple[tuple[str, re.Pattern[str], str], ...] = (
@@ -75,7 +79,7 @@ _VOLATILE: tuple[tuple[str, re.Pattern[str], str], ...] = (
         re.compile(r"\b\d+(?:\.\d+)?(?:ms|s|secs?|seconds?|mins?|minutes?|h)\b"),
         r"\d+(?:\.\d+)?[a-z]*",
     ),
-    # Versions and codes that mix letters and digits: "v1.2.3", "x86_64", "E128", "1.0.0.rc.2".
+    # Versions and names that mix letters and digits: "v1.2.3", "x86_64", "1.0.0.rc.2".
     (
         "mixed",
         re.compile(r"\b(?=[\w.-]*\d)(?=[\w.-]*[A-Za-z])\w+(?:[.-]\w+)*\b"),
@@ -127,6 +131,10 @@ def tokens(raw: str) -> list[Token]:
             flush(at)
             found.append(Token("ansi", ansi.group()))
             at = text_start = ansi.end()
+            continue
+        code = KEPT.match(raw, at)
+        if code is not None and is_code(code.group()):
+            at = code.end()  # a code names the cause: "TS2322" is no "TS2345"
             continue
         for kind, pattern, _ in _VOLATILE:
             hit = pattern.match(raw, at)
