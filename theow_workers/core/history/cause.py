@@ -76,6 +76,29 @@ INFRA_LINE = re.compile(
 )
 
 
+# A line naming a test that failed, as the runners print it (a time stamp may come first):
+# pytest's short summary, jest's title, go test's, Gradle's, Maven Surefire's (JUnit 4 and 5),
+# Rust's, .NET's, RSpec's and PHPUnit's.
+_STAMP = r"^(?:\S*\d\d:\d\d:\d\d\S*\s+)?\s*"
+FAILED_TEST = re.compile(
+    _STAMP
+    + r"(?:"
+    r"(?:FAILED|ERROR) (?P<pytest>[^\s:]+::\S+)"
+    r"|● (?P<jest>(?!Test suite failed to run)[^\n›]+ › [^\n]+?)\s*$"
+    r"|--- FAIL: (?P<go>\S+) \("
+    r"|(?P<gradle>[\w.$]+ > [^\n]+?) FAILED\s*$"
+    r"|\[ERROR\] (?P<surefire>[\w$]+\([\w.$]+\)|[\w.$]+\.[\w$]+) (?:--|\s)\s*Time elapsed"
+    r"|---- (?P<rust>\S+) stdout ----|thread '(?P<panicked>(?!main')[^'\n]+)' panicked at"
+    r"|Failed (?P<dotnet>[\w.]+(?:\([^\n]*\))?) \[\d"
+    r"|rspec \S+ # (?P<rspec>[^\n]+?)\s*$"
+    r"|\d+\) (?P<phpunit>[\w\\]+::\w+)"
+    r")",
+    re.MULTILINE,
+)
+MAX_TESTS = 12
+TESTS_READ = 256 * 1024  # characters from the end of a log searched for failed tests
+
+
 @dataclass(frozen=True)
 class Cause:
     """What identifies a failed run's cause (``key``), as a person reads it (``text``)."""
@@ -83,6 +106,27 @@ class Cause:
     key: str  # stable across runs of one cause: a digest of the rule and the masked lines
     text: str  # the error lines, masked with codes kept, bounded
     category: str | None = None  # "infra" when the lines say the infrastructure failed
+    tests: tuple[str, ...] = ()  # the tests the log says failed, when it names them
+
+
+def failing_tests(log: str) -> tuple[str, ...]:
+    """The tests a log says failed (pytest node ids, jest titles, go test names...), sorted.
+
+    A go subtest stands for its parent; time stamps, durations and numbers in a
+    name are masked, so every run of one test names it the same way.
+
+    >>> failing_tests("FAILED tests/test_api.py::test_login[3] - TimeoutError: 5.1s\\n"
+    ...               "--- FAIL: TestCart (0.2s)\\n    --- FAIL: TestCart/refund (0.1s)\\n")
+    ('testcart/refund', 'tests/test_api.py::test_login[<n>]')
+    """
+    found = set()
+    for match in FAILED_TEST.finditer(log[-TESTS_READ:]):
+        name = next(group for group in match.groups() if group)
+        found.add(mask_volatile(name))
+        if len(found) >= 4 * MAX_TESTS:
+            break
+    leaves = {name for name in found if not any(o.startswith(name + "/") for o in found)}
+    return tuple(sorted(leaves))[:MAX_TESTS]
 
 
 def keep_codes(line: str) -> str:
@@ -103,7 +147,25 @@ def keep_codes(line: str) -> str:
 
 
 def cause_of(log: str, *, rule: str | None = None, category: str | None = None) -> Cause:
-    """The cause of a failed run from its log, and the rule that matched it when one did."""
+    """The cause of a failed run from its log, and the rule that matched it when one did.
+
+    When the log names the tests that failed, they are the cause: a test failing
+    with other values, another timeout or another exception is the same test
+    failing (a flaky test rarely fails the same way twice; a break's partial fix
+    changes what it prints, not which test fails). Its lines then say nothing of
+    the infrastructure: a test's own timeout or refused connection is the test's.
+
+    >>> one = cause_of("FAILED tests/test_api.py::test_login - TimeoutError: after 5.0s")
+    >>> two = cause_of("FAILED tests/test_api.py::test_login - ConnectionResetError: reset by peer")
+    >>> one.key == two.key, one.tests, two.category
+    (True, ('tests/test_api.py::test_login',), None)
+    """
+    tests = failing_tests(log)
+    if tests:
+        text = "\n".join(tests)
+        digest = hashlib.blake2b(f"{rule or ''}\ntests\n{text}".encode(), digest_size=12)
+        key = digest.hexdigest()
+        return Cause(f"{rule}:{key}" if rule else key, text[:MAX_TEXT_CHARS], category, tests)
     summary = summarize({"log": log})
     basis = set(summary.basis.split("\n"))
     # The lines the summary named the cause from (its basis), read again with codes kept.
