@@ -78,6 +78,7 @@ class Workflows:
         self.events: list[tuple[float, int, str, object]] = []
         self.outages = self._outages()
         self.seq = 0
+        self._base_of: dict[str, int] = {}
         self._pr_failing: dict[str, tuple[str, list[tuple[Test | None, str]]] | None] = {}
 
     def generate(self) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
@@ -200,7 +201,8 @@ class Workflows:
     # -- one workflow --------------------------------------------------------------------------
 
     def _workflow(self, when, repo, sha, branch, pr, failing, *, jobs=None, attempt=1) -> None:  # type: ignore[no-untyped-def]
-        base = pr.base if pr else len(repo.main) - 1
+        # A rerun runs the same code: the base the commit had when it was pushed.
+        base = self._base_of.setdefault(sha, pr.base if pr else len(repo.main) - 1)
         if pr is not None and failing is None and attempt > 1:
             failing = self._pr_failing.get(sha)
         if pr is not None:
