@@ -70,6 +70,8 @@ INFRA_LINE = re.compile(
     r"bad gateway|service unavailable|gateway time-?out|"
     r"no space left on device|runner has received a shutdown signal|"
     r"lost communication with the server|runner system failure|"
+    r"hosted runner encountered an error|failed to initialize container|"
+    r"containers? failed to start|"
     r"error pulling image|failed to pull image|the remote end hung up unexpectedly|"
     r"could not transfer artifact|failed to fetch .* (?:5\d\d|timed out)",
     re.IGNORECASE,

@@ -58,6 +58,10 @@ class Settings:
     )
     # A cause failing in this many pull requests, branches or lone main commits is flaky.
     flaky_contexts: int = 2
+    # ... in this many, it is a known flaky test: flaky even where it failed twice running,
+    # and where it failed on at most ``flaky_streak`` default-branch commits before passing.
+    flaky_known: int = 3
+    flaky_streak: int = 2
     # How far back a revision looks for the failures a new run may change.
     revise_window: float = 2 * DAY
 
@@ -101,10 +105,20 @@ def decide(
         streak = line.streak_at(run.sha)
     else:
         streak = line.streak_before(run.base_sha, run.started_at or run.finished_at)
+    contexts, flapped = _intermittent(run, runs, line, default_branch)
+    known = contexts >= settings.flaky_known
     if streak is not None and streak.repeated:
-        return _main(streak, on_main)
-    if not _repeated(run, runs, default_branch) and _intermittent(
-        run, runs, line, default_branch, settings
+        if not (known and on_main and not streak.open and streak.length <= settings.flaky_streak):
+            return _main(streak, on_main)
+        return Decision(
+            Origin.FLAKY,
+            f"failed on {streak.length} commit(s) of the default branch, then passed; "
+            f"it fails now and then in {contexts} unrelated changes",
+            flip_rate=_flip_rate(run, runs),
+        )
+    if known or (
+        (flapped or contexts >= settings.flaky_contexts)
+        and not _repeated(run, runs, default_branch)
     ):
         return Decision(
             Origin.FLAKY,
@@ -249,9 +263,10 @@ def _context(run: Run, default_branch: str) -> str:
 
 
 def _intermittent(
-    run: Run, runs: Sequence[Run], line: MainLine, default_branch: str, settings: Settings
-) -> bool:
-    """Whether the cause failed in other changes (not from a broken main), or again after a pass.
+    run: Run, runs: Sequence[Run], line: MainLine, default_branch: str
+) -> tuple[int, bool]:
+    """In how many changes the cause failed (not from a broken main), and whether it failed
+    again after a pass in the run's own change.
 
     A change fixed and broken again the same way is rare; a flaky test does it often.
     """
@@ -268,7 +283,7 @@ def _intermittent(
         if other.failed and other.cause == run.cause and not line.explains(other):
             contexts.add(where)
     flapped = "fpf" in "".join(outcome for outcome, _ in groupby(seen))
-    return flapped or len(contexts) >= settings.flaky_contexts
+    return len(contexts), flapped
 
 
 def _repeated(run: Run, runs: Sequence[Run], default_branch: str) -> bool:
