@@ -190,6 +190,8 @@ def _infra(
         run.cause, since=run.finished_at - window, until=min(end, run.finished_at + window)
     )
     broken = _BrokenMain(history, run.cause, default_branch, settings, end)
+    if not _enough(run, near, settings):
+        return None  # too few at once even before the broken default branches are set aside
     repos = {
         r.repo
         for r in near
@@ -209,6 +211,18 @@ def _infra(
             Origin.INFRA, f"the same cause failed {len(jobs)} jobs of the repository at once"
         )
     return None
+
+
+def _enough(run: Run, near: Sequence[Run], settings: Settings) -> bool:
+    """Whether the failures near ``run`` reach either infrastructure threshold at all."""
+    repos = {r.repo for r in near if abs(r.finished_at - run.finished_at) <= settings.infra_window}
+    jobs = {
+        r.job
+        for r in near
+        if r.repo == run.repo
+        and abs(r.finished_at - run.finished_at) <= settings.infra_local_window
+    }
+    return len(repos) >= settings.infra_repos or len(jobs) >= settings.infra_jobs
 
 
 class _BrokenMain:
@@ -273,15 +287,18 @@ def _intermittent(
     own = _context(run, default_branch)
     contexts = {own}
     seen: list[str] = []  # the own context's outcomes: "f" failed this way, "p" passed
+    in_change = not run.on_branch(default_branch)
     for other in runs:
-        where = _context(other, default_branch)
-        if where == own and not run.on_branch(default_branch):
+        same = other.cause == run.cause
+        if in_change and other.pr == run.pr and other.branch == run.branch:
             if not other.failed:
                 seen.append("p")
-            elif other.cause == run.cause:
+            elif same:
                 seen.append("f")
-        if other.failed and other.cause == run.cause and not line.explains(other):
-            contexts.add(where)
+        if same:
+            where = _context(other, default_branch)
+            if where not in contexts and not line.explains(other):
+                contexts.add(where)
     flapped = "fpf" in "".join(outcome for outcome, _ in groupby(seen))
     return len(contexts), flapped
 

@@ -24,7 +24,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from theow_workers.core.history.model import Run
+from theow_workers.core.history.model import Outcome, Run
 
 PASS, FAIL, OTHER = "pass", "fail", "other"
 
@@ -68,25 +68,30 @@ class MainLine:
         self.states: list[str] = []
         self.failures: list[int] = []  # failed runs of the cause, per commit
         self._index: dict[str, int] = {}
+        self._streaks: dict[int, Streak] = {}  # by a commit of it, once read
         based: list[Run] = []
+        index, states, failures = self._index, self.states, self.failures
+        passed = Outcome.PASSED
+        # One pass over every run of the job in the window: written for speed (no property
+        # calls), since each decision reads a job's runs this way a few times.
         for r in runs:
-            if not r.on_branch(default_branch):
-                if r.failed and r.cause == cause:
+            if r.pr is not None or r.branch != default_branch:
+                if r.cause == cause and r.outcome is not passed:
                     based.append(r)
                 continue
-            at = self._index.get(r.sha)
+            at = index.get(r.sha)
             if at is None:
-                at = self._index[r.sha] = len(self.shas)
+                at = index[r.sha] = len(self.shas)
                 self.shas.append(r.sha)
                 self.times.append(r.finished_at)
-                self.states.append(OTHER)
-                self.failures.append(0)
-            if not r.failed:
-                self.states[at] = PASS
+                states.append(OTHER)
+                failures.append(0)
+            if r.outcome is passed:
+                states[at] = PASS
             elif r.cause == cause:
-                self.failures[at] += 1
-                if self.states[at] != PASS:
-                    self.states[at] = FAIL
+                failures[at] += 1
+                if states[at] != PASS:
+                    states[at] = FAIL
         # Changes failing this way, by the default-branch commit their base is (or was then).
         self._based: dict[int, int] = {}
         for r in based:
@@ -126,6 +131,12 @@ class MainLine:
         return self.streak_before(run.base_sha, run.finished_at) is not None
 
     def _streak(self, at: int) -> Streak:
+        found = self._streaks.get(at)
+        if found is None:
+            found = self._streaks[at] = self._read_streak(at)
+        return found
+
+    def _read_streak(self, at: int) -> Streak:
         first = last = at
         index = at - 1
         while index >= 0 and self.states[index] != PASS:
