@@ -46,6 +46,8 @@ class Settings:
 
     # How far from a run its job's runs and its cause's failures are read, both ways.
     lookback: float = 14 * DAY
+    # ... and how far back, at most, for the culprit of a default branch broken for longer.
+    max_lookback: float = 90 * DAY
     # One cause failing jobs of this many repositories within the window is infrastructure.
     infra_window: float = HOUR
     infra_repos: int = 3
@@ -62,6 +64,8 @@ class Settings:
     # and where it failed on at most ``flaky_streak`` default-branch commits before passing.
     flaky_known: int = 3
     flaky_streak: int = 2
+    # Default-branch commits whose first runs finished this close may have run out of order.
+    order_slack: float = HOUR / 2
     # How far back a revision looks for the failures a new run may change.
     revise_window: float = 2 * DAY
 
@@ -99,12 +103,22 @@ def decide(
         )
     if run.cause is None:
         return Decision(Origin.UNKNOWN, "no log to tell the cause by")
-    line = MainLine(runs, default_branch, run.cause)
     on_main = run.on_branch(default_branch)
-    if on_main:
-        streak = line.streak_at(run.sha)
-    else:
-        streak = line.streak_before(run.base_sha, run.started_at or run.finished_at)
+    lookback, read = settings.lookback, runs
+    while True:
+        line = MainLine(read, default_branch, run.cause, order_slack=settings.order_slack)
+        if on_main:
+            streak = line.streak_at(run.sha)
+        else:
+            streak = line.streak_before(run.base_sha, run.started_at or run.finished_at)
+        # A default branch broken since before the window: read further back for the culprit.
+        if streak is None or streak.culprit != line.shas[0] or lookback >= settings.max_lookback:
+            break
+        lookback = min(2 * lookback, settings.max_lookback)
+        further = history.job_runs(run.repo, run.job, since=run.finished_at - lookback, until=end)
+        if len(further) == len(read):
+            break  # nothing earlier
+        read = further
     contexts, flapped = _intermittent(run, runs, line, default_branch)
     known = contexts >= settings.flaky_known
     if streak is not None and streak.repeated:
@@ -248,7 +262,9 @@ class _BrokenMain:
                 since=run.finished_at - self.settings.lookback,
                 until=min(self.end, run.finished_at + self.settings.lookback),
             )
-            line = MainLine(runs, self.default_branch, self.cause)
+            line = MainLine(
+                runs, self.default_branch, self.cause, order_slack=self.settings.order_slack
+            )
             self.lines[(run.repo, run.job)] = line
         if run.on_branch(self.default_branch):
             streak = line.streak_at(run.sha)

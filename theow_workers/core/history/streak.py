@@ -60,7 +60,9 @@ class Streak:
 class MainLine:
     """The default-branch commits of one job, judged for one cause (see the module's note)."""
 
-    def __init__(self, runs: Sequence[Run], default_branch: str, cause: str) -> None:
+    def __init__(
+        self, runs: Sequence[Run], default_branch: str, cause: str, *, order_slack: float = 0.0
+    ) -> None:
         self.cause = cause
         self.default_branch = default_branch
         self.shas: list[str] = []
@@ -92,12 +94,28 @@ class MainLine:
                 failures[at] += 1
                 if states[at] != PASS:
                     states[at] = FAIL
+        self._reorder(order_slack)
         # Changes failing this way, by the default-branch commit their base is (or was then).
         self._based: dict[int, int] = {}
         for r in based:
             at = self._base_index(r)
             if at is not None:
                 self._based[at] = self._based.get(at, 0) + 1
+
+    def _reorder(self, slack: float) -> None:
+        """A commit passing within ``slack`` after one failing this way is taken as the older.
+
+        Commits are ordered by when their first run finished; two commits pushed minutes
+        apart may finish the other way round. A commit after a failing one fails too unless
+        it fixes it, and a fix is not written, pushed and run within minutes of the break's
+        own run: the passing one is the older commit.
+        """
+        states, times = self.states, self.times
+        for at in range(len(states) - 1):
+            if states[at] == FAIL and states[at + 1] == PASS and times[at + 1] - times[at] <= slack:
+                for column in (self.shas, states, self.failures):
+                    column[at], column[at + 1] = column[at + 1], column[at]
+                self._index[self.shas[at]], self._index[self.shas[at + 1]] = at, at + 1
 
     def streak_at(self, sha: str) -> Streak | None:
         """The streak a default-branch commit failing this way is part of, or None."""
