@@ -97,6 +97,13 @@ FAILED_TEST = re.compile(
     r")",
     re.MULTILINE,
 )
+# The words of a line that only counts problems, whatever the tool.
+TALLY_WORD = re.compile(r"[a-z]+")
+TALLY_WORDS = frozenset(
+    "found problem problems error errors warning warnings failure failures failed passed "
+    "skipped in file files checked source total and of".split()
+)
+MAX_SAID = 3  # lines taken for the cause when the picked ones only count
 MAX_TESTS = 12
 TESTS_READ = 256 * 1024  # characters from the end of a log searched for failed tests
 
@@ -172,6 +179,10 @@ def cause_of(log: str, *, rule: str | None = None, category: str | None = None) 
     basis = set(summary.basis.split("\n"))
     # The lines the summary named the cause from (its basis), read again with codes kept.
     lines = [line.text for line in summary.errors if mask_volatile(line.text) in basis]
+    if lines and all(_tally(line) for line in lines):
+        # "✖ 1 problem (1 error, 0 warnings)" counts the errors; the lines above say them.
+        said = [line.text for line in summary.marked if not _tally(line.text)]
+        lines = said[-MAX_SAID:] or lines
     text = "\n".join(keep_codes(line) for line in lines) if lines else summary.basis
     # The exit code a runner printed last says how the step ended (137: killed), even
     # where the summary names the cause from other lines.
@@ -182,6 +193,18 @@ def cause_of(log: str, *, rule: str | None = None, category: str | None = None) 
     if category is None and any(INFRA_LINE.search(line.text) for line in summary.errors):
         category = INFRA
     return Cause(f"{rule}:{digest}" if rule else digest, text[:MAX_TEXT_CHARS], category)
+
+
+def _tally(line: str) -> bool:
+    """Whether a line only counts what failed ("Found 2 errors.", "✖ 1 problem (1 error)").
+
+    >>> _tally("✖ 1 problem (1 error, 0 warnings)"), _tally("Found 3 errors in 2 files")
+    (True, True)
+    >>> _tally("error: 1 test failed: test_login"), _tally("Killed")
+    (False, False)
+    """
+    words = TALLY_WORD.findall(line.lower())
+    return bool(words) and any(c.isdigit() for c in line) and set(words) <= TALLY_WORDS
 
 
 def _letters(index: int) -> str:

@@ -119,10 +119,11 @@ def decide(
         if len(further) == len(read):
             break  # nothing earlier
         read = further
-    contexts, flapped = _intermittent(run, runs, line, default_branch)
-    known = contexts >= settings.flaky_known
     if streak is not None and streak.repeated:
-        if not (known and on_main and not streak.open and streak.length <= settings.flaky_streak):
+        if not on_main or streak.open or streak.length > settings.flaky_streak:
+            return _main(streak, on_main)
+        contexts, _ = _intermittent(run, runs, line, default_branch)
+        if contexts < settings.flaky_known:
             return _main(streak, on_main)
         return Decision(
             Origin.FLAKY,
@@ -130,7 +131,8 @@ def decide(
             f"it fails now and then in {contexts} unrelated changes",
             flip_rate=_flip_rate(run, runs),
         )
-    if known or (
+    contexts, flapped = _intermittent(run, runs, line, default_branch)
+    if contexts >= settings.flaky_known or (
         (flapped or contexts >= settings.flaky_contexts)
         and not _repeated(run, runs, default_branch)
     ):

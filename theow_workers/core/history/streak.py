@@ -71,6 +71,7 @@ class MainLine:
         self.failures: list[int] = []  # failed runs of the cause, per commit
         self._index: dict[str, int] = {}
         self._streaks: dict[int, Streak] = {}  # by a commit of it, once read
+        self._explained: dict[str, bool] = {}  # by a change's base commit, once read
         based: list[Run] = []
         index, states, failures = self._index, self.states, self.failures
         passed = Outcome.PASSED
@@ -146,7 +147,14 @@ class MainLine:
         if run.on_branch(self.default_branch):
             streak = self.streak_at(run.sha)
             return streak is not None and streak.confirmed
-        return self.streak_before(run.base_sha, run.finished_at) is not None
+        if run.base_sha is None or run.base_sha not in self._index:
+            return self.streak_before(run.base_sha, run.finished_at) is not None
+        found = self._explained.get(run.base_sha)
+        if found is None:
+            found = self._explained[run.base_sha] = (
+                self.streak_before(run.base_sha, run.finished_at) is not None
+            )
+        return found
 
     def _streak(self, at: int) -> Streak:
         found = self._streaks.get(at)
