@@ -37,6 +37,7 @@ from theow_workers.core.logs.text import mask_volatile
 
 MAX_TEXT_CHARS = 500
 INFRA = "infra"
+TEST = "test"
 
 # A tool's error code: letters then digits (TS2322, E0308, CS0246, SC2086, ORA-00942, PLS-00201).
 TOOL_CODE = r"\b[A-Z]{1,4}-?\d{3,5}\b"
@@ -174,7 +175,9 @@ def cause_of(log: str, *, rule: str | None = None, category: str | None = None) 
         text = "\n".join(tests)
         digest = hashlib.blake2b(f"{rule or ''}\ntests\n{text}".encode(), digest_size=12)
         key = digest.hexdigest()
-        return Cause(f"{rule}:{key}" if rule else key, text[:MAX_TEXT_CHARS], category, tests)
+        return Cause(
+            f"{rule}:{key}" if rule else key, text[:MAX_TEXT_CHARS], category or TEST, tests
+        )
     summary = summarize({"log": log})
     basis = set(summary.basis.split("\n"))
     # The lines the summary named the cause from (its basis), read again with codes kept.

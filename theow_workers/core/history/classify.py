@@ -38,6 +38,7 @@ from theow_workers.core.history.streak import MainLine, Streak
 HOUR = 3600.0
 DAY = 24 * HOUR
 INFINITY = float("inf")
+TEST = "test"
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,10 @@ def decide(
             "fails now and then in unrelated changes, with passes in between",
             flip_rate=_flip_rate(run, runs),
         )
-    if streak is not None and (streak.open or streak.based or not on_main):
+    lone_test = (
+        on_main and streak is not None and not streak.based and run.category == TEST
+    )
+    if streak is not None and not lone_test and (streak.open or streak.based or not on_main):
         # Just started on the default branch (nothing later known yet), or a change
         # failing as its base did: the same code failing twice the same way.
         return _main(streak, on_main)
