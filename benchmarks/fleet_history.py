@@ -291,7 +291,11 @@ class Fleet:
         # The culprit's own run shows the break: it is the first commit seen failing.
         starts = on_main and any(c == base for c, _, _ in repo.regressions.get(job.name, []))
         for outage in outages:
-            inside = not starts and outage.start <= when <= outage.end and outage.repo in (None, repo.name)
+            inside = (
+                not starts
+                and outage.start <= when <= outage.end
+                and outage.repo in (None, repo.name)
+            )
             if inside and self.rand.random() < self.style.outage_hit:
                 return "infra", None, infra_log(outage.kind, job.tool, repo.name, self.rand)
         if base is not None:

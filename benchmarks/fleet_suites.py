@@ -1,7 +1,7 @@
 """Named test suites and what their runners print: the logs of the ``workflows`` fleet style.
 
 Written apart from ``fleet_logs.py`` on purpose: here a job is a suite of
-named tests (pytest node ids, jest's ``Describe › it`` titles, go test's
+named tests (pytest node ids, jest's titles, go test's
 ``TestX/sub`` names, Gradle's ``Class > method()``), a failure names the tests
 that failed, a flaky test fails with a different message from one run to the
 next (other values, other exceptions), and a build or lint job prints a
@@ -129,7 +129,9 @@ def make_test(runner: str, rand: random.Random) -> Test:
         return Test(f"{file}::{cls}test_{noun}_{verb}_{other}{param}", file)
     if runner == "jest":
         file = f"src/{noun}/{noun.capitalize()}.test.tsx"
-        return Test(f"{noun.capitalize()} › {verb} {other} when {rand.choice(NOUNS)} changes", file)
+        return Test(
+            f"{noun.capitalize()} \u203a {verb} {other} when {rand.choice(NOUNS)} changes", file
+        )
     if runner == "go":
         sub = rand.choice(["", f"/{other}", f"/{verb}_{other}"])
         return Test(f"Test{noun.capitalize()}{verb.capitalize()}{sub}", f"{noun}_test.go")
@@ -186,15 +188,23 @@ def test_log(suite: Suite, failures: list[tuple[Test, str]], rand: random.Random
             lines += [f"_____ {title} _____", "", "    def test(client):"]
             lines += [f"{m}" for m in message.split("\n")]
             lines.append(f"{test.file}:{rand.randint(10, 500)}: {message.split(':')[0][4:]}")
-        lines.append("=========================== short test summary info ============================")
+        lines.append(
+            "=========================== short test summary info ============================"
+        )
         lines += [f"FAILED {t.name} - {m.splitlines()[0][4:]}" for t, m in failures]
-        lines.append(f"======= {len(failures)} failed, {total - len(failures)} passed in {seconds}s =======")
+        lines.append(
+            f"======= {len(failures)} failed, {total - len(failures)} passed in {seconds}s ======="
+        )
     elif r == "jest":
         for test, message in failures:
             lines += [f"FAIL {test.file} ({rand.uniform(1, 30):.3f} s)", f"  ● {test.name}", ""]
             lines += ["    " + m for m in message.split("\n")]
-            lines.append(f"      at Object.<anonymous> ({test.file}:{rand.randint(5, 300)}:{rand.randint(3, 40)})")
-        lines.append(f"Tests:       {len(failures)} failed, {total - len(failures)} passed, {total} total")
+            lines.append(
+                f"      at Object.<anonymous> ({test.file}:{rand.randint(5, 300)}:{rand.randint(3, 40)})"
+            )
+        lines.append(
+            f"Tests:       {len(failures)} failed, {total - len(failures)} passed, {total} total"
+        )
         lines.append(f"Time:        {seconds} s")
     elif r == "go":
         for test, message in failures:
@@ -219,14 +229,20 @@ def test_log(suite: Suite, failures: list[tuple[Test, str]], rand: random.Random
 
 
 def checker_log(messages: list[str], rand: random.Random) -> str:
-    return _framed([*messages, f"Found {len(messages)} error(s) in {rand.uniform(1, 90):.1f}s"], rand)
+    return _framed(
+        [*messages, f"Found {len(messages)} error(s) in {rand.uniform(1, 90):.1f}s"], rand
+    )
 
 
 def _framed(lines: list[str], rand: random.Random) -> str:
     """A job's log as GitHub Actions keeps it: time-stamped, the step's exit at the end."""
     at = rand.randint(0, 86399)
     stamp = f"2026-02-{rand.randint(1, 28):02d}T{at // 3600:02d}:{at // 60 % 60:02d}:{at % 60:02d}.{rand.randint(0, 9999999):07d}Z"
-    body = [f"##[group]Run make test\nmake test\n##[endgroup]", *lines, "make: *** [Makefile:12: test] Error 1"]
+    body = [
+        "##[group]Run make test\nmake test\n##[endgroup]",
+        *lines,
+        "make: *** [Makefile:12: test] Error 1",
+    ]
     body.append("##[error]Process completed with exit code 2.")
     return "\n".join(f"{stamp} {line}" for text in body for line in text.split("\n")) + "\n"
 
@@ -258,5 +274,5 @@ INFRA = {
 
 def infra_log(kind: str, rand: random.Random) -> str:
     text = rand.choice(INFRA[kind]).replace("{ms}", str(rand.randint(100, 99999)))
-    lines = ["Current runner version: '2.32{}.0'".format(rand.randint(0, 9)), *text.split("\n")]
+    lines = [f"Current runner version: '2.32{rand.randint(0, 9)}.0'", *text.split("\n")]
     return "\n".join(lines) + "\n"

@@ -29,8 +29,17 @@ import random
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
 
-from fleet_suites import Suite, Test, broken_message, checker_log, checker_message
-from fleet_suites import flaky_messages, infra_log, make_test, test_log
+from fleet_suites import (
+    Suite,
+    Test,
+    broken_message,
+    checker_log,
+    checker_message,
+    flaky_messages,
+    infra_log,
+    make_test,
+    test_log,
+)
 
 DAY, HOUR, MINUTE = 86400.0, 3600.0, 60.0
 START = 1_769_904_000.0  # 2026-02-01T00:00:00Z
@@ -127,7 +136,10 @@ class Workflows:
             if self.rand.random() < 0.5:
                 kind, job = self.rand.choice(["disk", "hosted"]), None
             else:
-                kind, job = "service", self.rand.choice([j for j in repo.jobs if j.startswith("ci")])
+                kind, job = (
+                    "service",
+                    self.rand.choice([j for j in repo.jobs if j.startswith("ci")]),
+                )
             found.append((start, start + self.rand.uniform(30, 300) * MINUTE, repo.name, job, kind))
         return found
 
@@ -194,7 +206,9 @@ class Workflows:
                      for t, m in reg.messages[-1][1]]  # fmt: skip
             reg.messages.append((index, tests))  # a partial fix: the same tests fail otherwise
 
-    def _on_rerun(self, when: float, what: tuple[Repo, str, str, PullRequest | None, list[str], int]) -> None:
+    def _on_rerun(
+        self, when: float, what: tuple[Repo, str, str, PullRequest | None, list[str], int]
+    ) -> None:
         repo, sha, branch, pr, jobs, attempt = what
         self._workflow(when, repo, sha, branch, pr, None, jobs=jobs, attempt=attempt)
 
@@ -234,9 +248,13 @@ class Workflows:
         # The culprit's own run shows the break (so it is the first commit seen failing).
         starts = pr is None and any(r.job == job and r.culprit == base for r in repo.regressions)
         for start, stop, where, only, kind in self.outages:
-            if not starts and start <= when <= stop and where in (None, repo.name) and only in (None, job):
-                if self.rand.random() < (0.6 if where is None else 0.85):
-                    return "infra", None, infra_log(kind, self.rand)
+            if (
+                not starts
+                and start <= when <= stop
+                and where in (None, repo.name)
+                and only in (None, job)
+            ) and self.rand.random() < (0.6 if where is None else 0.85):
+                return "infra", None, infra_log(kind, self.rand)
         suite = repo.jobs[job]
         for reg in repo.regressions:
             if reg.job == job and reg.culprit <= base and (reg.fixed is None or base < reg.fixed):

@@ -84,10 +84,9 @@ INFRA_LINE = re.compile(
 # Rust's, .NET's, RSpec's and PHPUnit's.
 _STAMP = r"^(?:\S*\d\d:\d\d:\d\d\S*\s+)?\s*"
 FAILED_TEST = re.compile(
-    _STAMP
-    + r"(?:"
+    _STAMP + r"(?:"
     r"(?:FAILED|ERROR) (?P<pytest>[^\s:]+::\S+)"
-    r"|● (?P<jest>(?!Test suite failed to run)[^\n›]+ › [^\n]+?)\s*$"
+    r"|\u25cf (?P<jest>(?!Test suite failed to run)[^\n\u203a]+ \u203a [^\n]+?)\s*$"
     r"|--- FAIL: (?P<go>\S+) \("
     r"|(?P<gradle>[\w.$]+ > [^\n]+?) FAILED\s*$"
     r"|\[ERROR\] (?P<surefire>[\w$]+\([\w.$]+\)|[\w.$]+\.[\w$]+) (?:--|\s)\s*Time elapsed"
@@ -101,8 +100,28 @@ FAILED_TEST = re.compile(
 # The words of a line that only counts problems, whatever the tool.
 TALLY_WORD = re.compile(r"[a-z]+")
 TALLY_WORDS = frozenset(
-    "found problem problems error errors warning warnings failure failures failed passed "
-    "skipped in file files checked source total and of".split()
+    [
+        "found",
+        "problem",
+        "problems",
+        "error",
+        "errors",
+        "warning",
+        "warnings",
+        "failure",
+        "failures",
+        "failed",
+        "passed",
+        "skipped",
+        "in",
+        "file",
+        "files",
+        "checked",
+        "source",
+        "total",
+        "and",
+        "of",
+    ]
 )
 MAX_SAID = 3  # lines taken for the cause when the picked ones only count
 MAX_TESTS = 12
@@ -162,19 +181,20 @@ def cause_of(log: str, *, rule: str | None = None, category: str | None = None) 
     When the log names the tests that failed, they are the cause: a test failing
     with other values, another timeout or another exception is the same test
     failing (a flaky test rarely fails the same way twice; a break's partial fix
-    changes what it prints, not which test fails). Its lines then say nothing of
-    the infrastructure: a test's own timeout or refused connection is the test's.
+    changes what it prints, not which test fails). Its category is ``test`` unless a
+    matched rule says otherwise: a test's own timeout or refused connection is the
+    test's, not the infrastructure's.
 
     >>> one = cause_of("FAILED tests/test_api.py::test_login - TimeoutError: after 5.0s")
     >>> two = cause_of("FAILED tests/test_api.py::test_login - ConnectionResetError: reset by peer")
     >>> one.key == two.key, one.tests, two.category
-    (True, ('tests/test_api.py::test_login',), None)
+    (True, ('tests/test_api.py::test_login',), 'test')
     """
     tests = failing_tests(log)
     if tests:
         text = "\n".join(tests)
-        digest = hashlib.blake2b(f"{rule or ''}\ntests\n{text}".encode(), digest_size=12)
-        key = digest.hexdigest()
+        named = f"{rule or ''}\ntests\n{text}".encode()
+        key = hashlib.blake2b(named, digest_size=12).hexdigest()
         return Cause(
             f"{rule}:{key}" if rule else key, text[:MAX_TEXT_CHARS], category or TEST, tests
         )

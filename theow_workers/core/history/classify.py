@@ -11,15 +11,23 @@ The questions, in the order they are asked (first answer wins):
    ``infra_jobs`` jobs of its repository at once.
 2. ``flaky``: the same job passed on the same commit (a retry, or another run of it).
 3. ``main``: on the default branch, the cause keeps failing on the next commits
-   (or has just started: nothing later is known yet); on a pull request, the
-   cause fails on the default branch at its base (the main runs at ``base_sha``;
-   without them, the last main commit run before it), or before it with no pass
-   in between. The culprit is the first default-branch commit of that streak;
-   ``fixed_by`` the first one passing after it.
+   (or on a retry), unless it is a known flaky test (a named test failing in
+   ``flaky_known`` unrelated changes) that failed on at most ``flaky_streak``
+   commits and passed since; on a pull request, the cause fails on the default
+   branch at its base (the main runs at ``base_sha``; without them, the last
+   main commit run before it), or before it with no pass in between. The culprit
+   is the first default-branch commit of that streak (read back up to
+   ``max_lookback`` when the streak began before the window; a commit passing
+   within ``order_slack`` after a failing one is taken as the older); ``fixed_by``
+   the first one passing after it.
 4. ``flaky``: on the default branch, the cause failed once and the next commit
    passed; anywhere, the cause fails intermittently: in ``flaky_contexts`` or more
-   pull requests, branches or lone main commits, or again after a pass in one.
-5. ``unknown`` when the job has no other run to compare with, else ``change``.
+   pull requests, branches or lone main commits, or again after a pass in one
+   (and a known flaky test even where it failed twice running).
+5. ``main`` for a cause that has just started failing on the default branch
+   (nothing later known yet), except a named test failing there for the first
+   time: ``flaky`` until a retry or the next commit fails it too.
+6. ``unknown`` when the job has no other run to compare with, else ``change``.
 
 The :class:`Settings` hold every window and threshold, with their defaults.
 How sure each origin is, measured, is in ``docs/history.md``.
@@ -61,8 +69,9 @@ class Settings:
     )
     # A cause failing in this many pull requests, branches or lone main commits is flaky.
     flaky_contexts: int = 2
-    # ... in this many, it is a known flaky test: flaky even where it failed twice running,
-    # and where it failed on at most ``flaky_streak`` default-branch commits before passing.
+    # ... a named test failing in this many is a known flaky test: flaky even where it failed
+    # twice running, and where it failed on at most ``flaky_streak`` default-branch commits
+    # before passing (a compiler's error is never taken for flaky this way).
     flaky_known: int = 3
     flaky_streak: int = 2
     # Default-branch commits whose first runs finished this close may have run out of order.
@@ -121,10 +130,15 @@ def decide(
             break  # nothing earlier
         read = further
     if streak is not None and streak.repeated:
-        if not on_main or streak.open or streak.length > settings.flaky_streak:
+        if (
+            not on_main
+            or streak.open
+            or streak.length > settings.flaky_streak
+            or run.category != TEST
+        ):
             return _main(streak, on_main)
         contexts, _ = _intermittent(run, runs, line, default_branch)
-        if contexts < settings.flaky_known:
+        if contexts < settings.flaky_known or run.category != TEST:
             return _main(streak, on_main)
         return Decision(
             Origin.FLAKY,
@@ -133,7 +147,7 @@ def decide(
             flip_rate=_flip_rate(run, runs),
         )
     contexts, flapped = _intermittent(run, runs, line, default_branch)
-    if contexts >= settings.flaky_known or (
+    if (contexts >= settings.flaky_known and run.category == TEST) or (
         (flapped or contexts >= settings.flaky_contexts)
         and not _repeated(run, runs, default_branch)
     ):
@@ -142,9 +156,7 @@ def decide(
             "fails now and then in unrelated changes, with passes in between",
             flip_rate=_flip_rate(run, runs),
         )
-    lone_test = (
-        on_main and streak is not None and not streak.based and run.category == TEST
-    )
+    lone_test = on_main and streak is not None and not streak.based and run.category == TEST
     if streak is not None and not lone_test and (streak.open or streak.based or not on_main):
         # Just started on the default branch (nothing later known yet), or a change
         # failing as its base did: the same code failing twice the same way.

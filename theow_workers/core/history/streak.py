@@ -114,8 +114,10 @@ class MainLine:
         states, times = self.states, self.times
         for at in range(len(states) - 1):
             if states[at] == FAIL and states[at + 1] == PASS and times[at + 1] - times[at] <= slack:
-                for column in (self.shas, states, self.failures):
-                    column[at], column[at + 1] = column[at + 1], column[at]
+                shas, failures = self.shas, self.failures
+                shas[at], shas[at + 1] = shas[at + 1], shas[at]
+                states[at], states[at + 1] = states[at + 1], states[at]
+                failures[at], failures[at + 1] = failures[at + 1], failures[at]
                 self._index[self.shas[at]], self._index[self.shas[at + 1]] = at, at + 1
 
     def streak_at(self, sha: str) -> Streak | None:
