@@ -97,7 +97,7 @@ class Workflows:
             t = START
             while t < end:
                 t += self.rand.expovariate(9.0) * DAY  # thinned to the day's traffic
-                if self.rand.random() < self._traffic(t) / 3.0:
+                if self.rand.random() < self._traffic(t) / 2.4:
                     self._at(t, "open", repo)
         while self.events:
             when, _, kind, what = heapq.heappop(self.events)
