@@ -160,7 +160,7 @@ def _fill(template: str, values: dict[str, str]) -> str:
     return out.replace("{{}}", "{}")
 
 
-def _vary(text: str, rand: random.Random) -> str:
+def vary(text: str, rand: random.Random) -> str:
     """A flaky message as one run prints it: its numbers differ every time."""
     return (
         text.replace("{v}", str(rand.randint(1, 90)))

@@ -39,6 +39,7 @@ from fleet_suites import (
     infra_log,
     make_test,
     test_log,
+    vary,
 )
 
 DAY, HOUR, MINUTE = 86400.0, 3600.0, 60.0
@@ -46,6 +47,7 @@ START = 1_769_904_000.0  # 2026-02-01T00:00:00Z
 LANGS = {"python": ("pytest", "mypy"), "typescript": ("jest", "tsc"), "go": ("go", "govet")}
 LANGS["kotlin"] = ("gradle", "javac")
 ZONES = [0, 1, 2, -5, -8, 5.5, 9]  # hours from UTC of the runners' clocks
+Failing = tuple[str, list[tuple[Test | None, str]]]  # a job, and its tests failing with what
 
 
 @dataclass
@@ -88,7 +90,7 @@ class Workflows:
         self.outages = self._outages()
         self.seq = 0
         self._base_of: dict[str, int] = {}
-        self._pr_failing: dict[str, tuple[str, list[tuple[Test | None, str]]] | None] = {}
+        self._pr_failing: dict[str, Failing | None] = {}
 
     def generate(self) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
         end = START + self.days * DAY
@@ -125,7 +127,7 @@ class Workflows:
 
     def _outages(self) -> list[tuple[float, float, str | None, str | None, str]]:
         """(start, end, repo or None, job or None, kind): fleet-wide, one repo's runners, one job."""
-        found = []
+        found: list[tuple[float, float, str | None, str | None, str]] = []
         for _ in range(self.rand.randint(4, 7)):
             start = START + self.rand.uniform(1, self.days - 1) * DAY
             kind = self.rand.choice(["hosted", "checkout", "registry"])
@@ -214,7 +216,18 @@ class Workflows:
 
     # -- one workflow --------------------------------------------------------------------------
 
-    def _workflow(self, when, repo, sha, branch, pr, failing, *, jobs=None, attempt=1) -> None:  # type: ignore[no-untyped-def]
+    def _workflow(
+        self,
+        when: float,
+        repo: Repo,
+        sha: str,
+        branch: str,
+        pr: PullRequest | None,
+        failing: Failing | None,
+        *,
+        jobs: list[str] | None = None,
+        attempt: int = 1,
+    ) -> None:
         # A rerun runs the same code: the base the commit had when it was pushed.
         base = self._base_of.setdefault(sha, pr.base if pr else len(repo.main) - 1)
         if pr is not None and failing is None and attempt > 1:
@@ -225,7 +238,7 @@ class Workflows:
         for job in jobs or list(repo.jobs):
             start = when + self.rand.uniform(0.1, 8 if self._traffic(when) > 1 else 2) * MINUTE
             finished = start + self.rand.uniform(2, 30) * MINUTE
-            origin, culprit, log = self._outcome(repo, job, finished, base, pr, failing, sha)
+            origin, culprit, log = self._outcome(repo, job, finished, base, pr, failing)
             row = {"id": f"gh-{self.rand.getrandbits(40):010x}", "repo": repo.name, "job": job,
                    "branch": branch, "sha": sha, "attempt": attempt, "outcome": "failed" if origin else "passed",
                    "finished_at": finished}  # fmt: skip
@@ -233,7 +246,7 @@ class Workflows:
                 row |= {"pr": pr.number, "base_sha": repo.main[pr.base]}
             if origin:
                 row["log"] = log
-                self.truth[row["id"]] = {"id": row["id"], "origin": origin, "culprit": culprit}
+                self.truth[str(row["id"])] = {"id": row["id"], "origin": origin, "culprit": culprit}
                 red.append(job)
             self.rows.append(row)
         if red and attempt < 3:
@@ -243,7 +256,15 @@ class Workflows:
                 later = when + self.rand.uniform(10, 120) * MINUTE
                 self._at(later, "rerun", (repo, sha, branch, pr, again, attempt + 1))
 
-    def _outcome(self, repo, job, when, base, pr, failing, sha):  # type: ignore[no-untyped-def]
+    def _outcome(
+        self,
+        repo: Repo,
+        job: str,
+        when: float,
+        base: int,
+        pr: PullRequest | None,
+        failing: Failing | None,
+    ) -> tuple[str | None, Regression | None, str]:
         """(origin, culprit, log): infra first, then a broken main, then the change, then flaky."""
         # The culprit's own run shows the break (so it is the first commit seen failing).
         starts = pr is None and any(r.job == job and r.culprit == base for r in repo.regressions)
@@ -284,9 +305,7 @@ class Workflows:
         return next(r.jobs[reg.job] for r in self.repos if reg in r.regressions)
 
     def _vary(self, text: str) -> str:
-        from fleet_suites import _vary
-
-        return _vary(text, self.rand)
+        return vary(text, self.rand)
 
     # -- the truth as the issue defines it, and the rows as the forge sends them ---------------
 
