@@ -32,7 +32,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fleet_check import problems, settle
 from fleet_logs import LANGUAGES, Tool, infra_log, tool_for
+from fleet_workflows import Workflows
 
 DAY = 86400.0
 HOUR = 3600.0
@@ -144,6 +146,7 @@ class Fleet:
             self.rows = [self.rows[i] for i in order]
         else:
             self.rand.shuffle(self.rows)
+        settle(self.rows, self.truth)
         return self.rows, self.truth
 
     def _repo(self, i: int) -> Repo:
@@ -245,7 +248,9 @@ class Fleet:
             while True:
                 minutes = self.rand.uniform(*self.style.job_minutes)
                 finished = start + minutes * 60
-                origin, culprit, log = self._outcome(repo, job, outages, finished, base, change)
+                origin, culprit, log = self._outcome(
+                    repo, job, outages, finished, base, change, on_main=pr is None
+                )
                 row: dict[str, object] = {
                     "id": f"run-{self._next_id()}",
                     "repo": repo.name,
@@ -279,10 +284,18 @@ class Fleet:
         when: float,
         base: int | None,
         change: tuple[str, str] | None,
+        *,
+        on_main: bool = False,
     ) -> tuple[str | None, str | None, str]:
         """(origin, culprit, log) of one run: infra, then main, then the change, then flaky."""
+        # The culprit's own run shows the break: it is the first commit seen failing.
+        starts = on_main and any(c == base for c, _, _ in repo.regressions.get(job.name, []))
         for outage in outages:
-            inside = outage.start <= when <= outage.end and outage.repo in (None, repo.name)
+            inside = (
+                not starts
+                and outage.start <= when <= outage.end
+                and outage.repo in (None, repo.name)
+            )
             if inside and self.rand.random() < self.style.outage_hit:
                 return "infra", None, infra_log(outage.kind, job.tool, repo.name, self.rand)
         if base is not None:
@@ -331,7 +344,7 @@ def write_jsonl(rows: list[dict[str, object]], path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--style", choices=sorted(STYLES), default="direct")
+    parser.add_argument("--style", choices=[*sorted(STYLES), "workflows"], default="direct")
     parser.add_argument(
         "--out", type=Path, required=True, help="history rows (.jsonl or .jsonl.gz)"
     )
@@ -345,6 +358,11 @@ def main(argv: list[str] | None = None) -> int:
         "--prs-per-day", type=float, help="pull requests opened per repository a day"
     )
     args = parser.parse_args(argv)
+    if args.style == "workflows":
+        rows, truth = Workflows(
+            args.seed, repos=args.repos or 14, days=args.days or 30, retry=args.retry or 0.4
+        ).generate()
+        return _write(rows, truth, args.out, args.truth)
     style = STYLES[args.style]
     knobs = {
         "repos": args.repos,
@@ -354,8 +372,18 @@ def main(argv: list[str] | None = None) -> int:
     }
     style = replace(style, **{k: v for k, v in knobs.items() if v is not None})
     rows, truth = Fleet(style, args.seed).generate()
-    write_jsonl(rows, args.out)
-    write_jsonl(truth, args.truth)
+    return _write(rows, truth, args.out, args.truth)
+
+
+def _write(
+    rows: list[dict[str, object]], truth: list[dict[str, object]], out: Path, truth_path: Path
+) -> int:
+    """Write the rows and the truth; say what they hold and whether the truth keeps the rules."""
+    write_jsonl(rows, out)
+    write_jsonl(truth, truth_path)
+    found = problems(rows, truth)
+    for line in found[:10]:
+        print(f"truth: {line}", file=sys.stderr)
     counts: dict[str, int] = {}
     for t in truth:
         counts[str(t["origin"])] = counts.get(str(t["origin"]), 0) + 1
@@ -364,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
         file=sys.stderr,
     )
-    return 0
+    return 1 if found else 0
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from theow_workers.cli import app
@@ -14,12 +15,15 @@ from theow_workers.cli import app
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_eval_scores_a_generated_fleet_against_its_truth(tmp_path):
+@pytest.mark.parametrize("style", ["direct", "merged", "workflows"])
+def test_eval_scores_a_generated_fleet_against_its_truth(tmp_path, style):
     history, truth, out = tmp_path / "h.jsonl.gz", tmp_path / "t.jsonl", tmp_path / "r.jsonl"
-    subprocess.run(
+    subprocess.run(  # the generator exits 1 when its truth breaks the origins' definitions
         [
             sys.executable,
             str(ROOT / "benchmarks/fleet_history.py"),
+            "--style",
+            style,
             "--seed",
             "3",
             "--repos",
@@ -75,3 +79,29 @@ def test_a_file_that_is_not_json_lines_is_refused_with_exit_code_2(tmp_path):
 
     assert result.exit_code == 2
     assert "not JSON Lines" in result.stderr
+
+
+def test_the_generator_check_finds_truth_that_breaks_the_definitions(tmp_path):
+    def row(id, sha, at, outcome="failed", **more):
+        return {"id": id, "repo": "o/r", "job": "t", "branch": "main", "sha": sha,
+                "outcome": outcome, "finished_at": at, **more}  # fmt: skip
+
+    rows = [row("1", "a", 1, "passed"), row("2", "b", 2), row("3", "c", 3, "passed")]
+    rows.append(row("4", "x", 4, branch="main"))
+    truth = [
+        {"id": "2", "origin": "main", "culprit": "b"},  # failed once, next commit passed
+        {"id": "4", "origin": "change", "culprit": None},  # a change on the default branch
+    ]
+    history, truth_file = tmp_path / "h.jsonl", tmp_path / "t.jsonl"
+    history.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    truth_file.write_text("".join(json.dumps(t) + "\n" for t in truth))
+
+    checked = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks/fleet_check.py"), str(history), str(truth_file)],
+        capture_output=True,
+        text=True,
+    )
+
+    assert checked.returncode == 1
+    assert "2: a lone failure of main labelled main, not flaky" in checked.stdout
+    assert "4: change on the default branch" in checked.stdout

@@ -97,7 +97,7 @@ def test_main_failing_once_then_passing_on_the_next_commit_is_flaky():
     history = MemoryHistory(
         [
             run("m0", "z", 0),
-            run("m1", "a", 1, "failed", FLAKY),
+            run("m1", "a", 1, "failed", TYPE_ERROR),  # at its verdict: a break just started
             run("m2", "b", 2),
         ]
     )

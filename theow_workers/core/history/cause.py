@@ -37,6 +37,7 @@ from theow_workers.core.logs.text import mask_volatile
 
 MAX_TEXT_CHARS = 500
 INFRA = "infra"
+TEST = "test"
 
 # A tool's error code: letters then digits (TS2322, E0308, CS0246, SC2086, ORA-00942, PLS-00201).
 TOOL_CODE = r"\b[A-Z]{1,4}-?\d{3,5}\b"
@@ -70,10 +71,61 @@ INFRA_LINE = re.compile(
     r"bad gateway|service unavailable|gateway time-?out|"
     r"no space left on device|runner has received a shutdown signal|"
     r"lost communication with the server|runner system failure|"
+    r"hosted runner encountered an error|failed to initialize container|"
+    r"containers? failed to start|"
     r"error pulling image|failed to pull image|the remote end hung up unexpectedly|"
     r"could not transfer artifact|failed to fetch .* (?:5\d\d|timed out)",
     re.IGNORECASE,
 )
+
+
+# A line naming a test that failed, as the runners print it (a time stamp may come first):
+# pytest's short summary, jest's title, go test's, Gradle's, Maven Surefire's (JUnit 4 and 5),
+# Rust's, .NET's, RSpec's and PHPUnit's.
+_STAMP = r"^(?:\S*\d\d:\d\d:\d\d\S*\s+)?\s*"
+FAILED_TEST = re.compile(
+    _STAMP + r"(?:"
+    r"(?:FAILED|ERROR) (?P<pytest>[^\s:]+::\S+)"
+    r"|\u25cf (?P<jest>(?!Test suite failed to run)[^\n\u203a]+ \u203a [^\n]+?)\s*$"
+    r"|--- FAIL: (?P<go>\S+) \("
+    r"|(?P<gradle>[\w.$]+ > [^\n]+?) FAILED\s*$"
+    r"|\[ERROR\] (?P<surefire>[\w$]+\([\w.$]+\)|[\w.$]+\.[\w$]+) (?:--|\s)\s*Time elapsed"
+    r"|---- (?P<rust>\S+) stdout ----|thread '(?P<panicked>(?!main')[^'\n]+)' panicked at"
+    r"|Failed (?P<dotnet>[\w.]+(?:\([^\n]*\))?) \[\d"
+    r"|rspec \S+ # (?P<rspec>[^\n]+?)\s*$"
+    r"|\d+\) (?P<phpunit>[\w\\]+::\w+)"
+    r")",
+    re.MULTILINE,
+)
+# The words of a line that only counts problems, whatever the tool.
+TALLY_WORD = re.compile(r"[a-z]+")
+TALLY_WORDS = frozenset(
+    [
+        "found",
+        "problem",
+        "problems",
+        "error",
+        "errors",
+        "warning",
+        "warnings",
+        "failure",
+        "failures",
+        "failed",
+        "passed",
+        "skipped",
+        "in",
+        "file",
+        "files",
+        "checked",
+        "source",
+        "total",
+        "and",
+        "of",
+    ]
+)
+MAX_SAID = 3  # lines taken for the cause when the picked ones only count
+MAX_TESTS = 12
+TESTS_READ = 256 * 1024  # characters from the end of a log searched for failed tests
 
 
 @dataclass(frozen=True)
@@ -83,6 +135,27 @@ class Cause:
     key: str  # stable across runs of one cause: a digest of the rule and the masked lines
     text: str  # the error lines, masked with codes kept, bounded
     category: str | None = None  # "infra" when the lines say the infrastructure failed
+    tests: tuple[str, ...] = ()  # the tests the log says failed, when it names them
+
+
+def failing_tests(log: str) -> tuple[str, ...]:
+    """The tests a log says failed (pytest node ids, jest titles, go test names...), sorted.
+
+    A go subtest stands for its parent; time stamps, durations and numbers in a
+    name are masked, so every run of one test names it the same way.
+
+    >>> failing_tests("FAILED tests/test_api.py::test_login[3] - TimeoutError: 5.1s\\n"
+    ...               "--- FAIL: TestCart (0.2s)\\n    --- FAIL: TestCart/refund (0.1s)\\n")
+    ('testcart/refund', 'tests/test_api.py::test_login[<n>]')
+    """
+    found = set()
+    for match in FAILED_TEST.finditer(log[-TESTS_READ:]):
+        name = next(group for group in match.groups() if group)
+        found.add(mask_volatile(name))
+        if len(found) >= 4 * MAX_TESTS:
+            break
+    leaves = {name for name in found if not any(o.startswith(name + "/") for o in found)}
+    return tuple(sorted(leaves))[:MAX_TESTS]
 
 
 def keep_codes(line: str) -> str:
@@ -103,11 +176,36 @@ def keep_codes(line: str) -> str:
 
 
 def cause_of(log: str, *, rule: str | None = None, category: str | None = None) -> Cause:
-    """The cause of a failed run from its log, and the rule that matched it when one did."""
+    """The cause of a failed run from its log, and the rule that matched it when one did.
+
+    When the log names the tests that failed, they are the cause: a test failing
+    with other values, another timeout or another exception is the same test
+    failing (a flaky test rarely fails the same way twice; a break's partial fix
+    changes what it prints, not which test fails). Its category is ``test`` unless a
+    matched rule says otherwise: a test's own timeout or refused connection is the
+    test's, not the infrastructure's.
+
+    >>> one = cause_of("FAILED tests/test_api.py::test_login - TimeoutError: after 5.0s")
+    >>> two = cause_of("FAILED tests/test_api.py::test_login - ConnectionResetError: reset by peer")
+    >>> one.key == two.key, one.tests, two.category
+    (True, ('tests/test_api.py::test_login',), 'test')
+    """
+    tests = failing_tests(log)
+    if tests:
+        text = "\n".join(tests)
+        named = f"{rule or ''}\ntests\n{text}".encode()
+        key = hashlib.blake2b(named, digest_size=12).hexdigest()
+        return Cause(
+            f"{rule}:{key}" if rule else key, text[:MAX_TEXT_CHARS], category or TEST, tests
+        )
     summary = summarize({"log": log})
     basis = set(summary.basis.split("\n"))
     # The lines the summary named the cause from (its basis), read again with codes kept.
     lines = [line.text for line in summary.errors if mask_volatile(line.text) in basis]
+    if lines and all(_tally(line) for line in lines):
+        # "✖ 1 problem (1 error, 0 warnings)" counts the errors; the lines above say them.
+        said = [line.text for line in summary.marked if not _tally(line.text)]
+        lines = said[-MAX_SAID:] or lines
     text = "\n".join(keep_codes(line) for line in lines) if lines else summary.basis
     # The exit code a runner printed last says how the step ended (137: killed), even
     # where the summary names the cause from other lines.
@@ -118,6 +216,18 @@ def cause_of(log: str, *, rule: str | None = None, category: str | None = None) 
     if category is None and any(INFRA_LINE.search(line.text) for line in summary.errors):
         category = INFRA
     return Cause(f"{rule}:{digest}" if rule else digest, text[:MAX_TEXT_CHARS], category)
+
+
+def _tally(line: str) -> bool:
+    """Whether a line only counts what failed ("Found 2 errors.", "✖ 1 problem (1 error)").
+
+    >>> _tally("✖ 1 problem (1 error, 0 warnings)"), _tally("Found 3 errors in 2 files")
+    (True, True)
+    >>> _tally("error: 1 test failed: test_login"), _tally("Killed")
+    (False, False)
+    """
+    words = TALLY_WORD.findall(line.lower())
+    return bool(words) and any(c.isdigit() for c in line) and set(words) <= TALLY_WORDS
 
 
 def _letters(index: int) -> str:

@@ -11,15 +11,23 @@ The questions, in the order they are asked (first answer wins):
    ``infra_jobs`` jobs of its repository at once.
 2. ``flaky``: the same job passed on the same commit (a retry, or another run of it).
 3. ``main``: on the default branch, the cause keeps failing on the next commits
-   (or has just started: nothing later is known yet); on a pull request, the
-   cause fails on the default branch at its base (the main runs at ``base_sha``;
-   without them, the last main commit run before it), or before it with no pass
-   in between. The culprit is the first default-branch commit of that streak;
-   ``fixed_by`` the first one passing after it.
+   (or on a retry), unless it is a known flaky test (a named test failing in
+   ``flaky_known`` unrelated changes) that failed on at most ``flaky_streak``
+   commits and passed since; on a pull request, the cause fails on the default
+   branch at its base (the main runs at ``base_sha``; without them, the last
+   main commit run before it), or before it with no pass in between. The culprit
+   is the first default-branch commit of that streak (read back up to
+   ``max_lookback`` when the streak began before the window; a commit passing
+   within ``order_slack`` after a failing one is taken as the older); ``fixed_by``
+   the first one passing after it.
 4. ``flaky``: on the default branch, the cause failed once and the next commit
    passed; anywhere, the cause fails intermittently: in ``flaky_contexts`` or more
-   pull requests, branches or lone main commits, or again after a pass in one.
-5. ``unknown`` when the job has no other run to compare with, else ``change``.
+   pull requests, branches or lone main commits, or again after a pass in one
+   (and a known flaky test even where it failed twice running).
+5. ``main`` for a cause that has just started failing on the default branch
+   (nothing later known yet), except a named test failing there for the first
+   time: ``flaky`` until a retry or the next commit fails it too.
+6. ``unknown`` when the job has no other run to compare with, else ``change``.
 
 The :class:`Settings` hold every window and threshold, with their defaults.
 How sure each origin is, measured, is in ``docs/history.md``.
@@ -38,6 +46,7 @@ from theow_workers.core.history.streak import MainLine, Streak
 HOUR = 3600.0
 DAY = 24 * HOUR
 INFINITY = float("inf")
+TEST = "test"
 
 
 @dataclass(frozen=True)
@@ -46,6 +55,8 @@ class Settings:
 
     # How far from a run its job's runs and its cause's failures are read, both ways.
     lookback: float = 14 * DAY
+    # ... and how far back, at most, for the culprit of a default branch broken for longer.
+    max_lookback: float = 90 * DAY
     # One cause failing jobs of this many repositories within the window is infrastructure.
     infra_window: float = HOUR
     infra_repos: int = 3
@@ -58,6 +69,13 @@ class Settings:
     )
     # A cause failing in this many pull requests, branches or lone main commits is flaky.
     flaky_contexts: int = 2
+    # ... a named test failing in this many is a known flaky test: flaky even where it failed
+    # twice running, and where it failed on at most ``flaky_streak`` default-branch commits
+    # before passing (a compiler's error is never taken for flaky this way).
+    flaky_known: int = 3
+    flaky_streak: int = 2
+    # Default-branch commits whose first runs finished this close may have run out of order.
+    order_slack: float = HOUR / 2
     # How far back a revision looks for the failures a new run may change.
     revise_window: float = 2 * DAY
 
@@ -95,23 +113,51 @@ def decide(
         )
     if run.cause is None:
         return Decision(Origin.UNKNOWN, "no log to tell the cause by")
-    line = MainLine(runs, default_branch, run.cause)
     on_main = run.on_branch(default_branch)
-    if on_main:
-        streak = line.streak_at(run.sha)
-    else:
-        streak = line.streak_before(run.base_sha, run.started_at or run.finished_at)
+    lookback, read = settings.lookback, runs
+    while True:
+        line = MainLine(read, default_branch, run.cause, order_slack=settings.order_slack)
+        if on_main:
+            streak = line.streak_at(run.sha)
+        else:
+            streak = line.streak_before(run.base_sha, run.started_at or run.finished_at)
+        # A default branch broken since before the window: read further back for the culprit.
+        if streak is None or streak.culprit != line.shas[0] or lookback >= settings.max_lookback:
+            break
+        lookback = min(2 * lookback, settings.max_lookback)
+        further = history.job_runs(run.repo, run.job, since=run.finished_at - lookback, until=end)
+        if len(further) == len(read):
+            break  # nothing earlier
+        read = further
     if streak is not None and streak.repeated:
-        return _main(streak, on_main)
-    if not _repeated(run, runs, default_branch) and _intermittent(
-        run, runs, line, default_branch, settings
+        if (
+            not on_main
+            or streak.open
+            or streak.length > settings.flaky_streak
+            or run.category != TEST
+        ):
+            return _main(streak, on_main)
+        contexts, _ = _intermittent(run, runs, line, default_branch)
+        if contexts < settings.flaky_known or run.category != TEST:
+            return _main(streak, on_main)
+        return Decision(
+            Origin.FLAKY,
+            f"failed on {streak.length} commit(s) of the default branch, then passed; "
+            f"it fails now and then in {contexts} unrelated changes",
+            flip_rate=_flip_rate(run, runs),
+        )
+    contexts, flapped = _intermittent(run, runs, line, default_branch)
+    if (contexts >= settings.flaky_known and run.category == TEST) or (
+        (flapped or contexts >= settings.flaky_contexts)
+        and not _repeated(run, runs, default_branch)
     ):
         return Decision(
             Origin.FLAKY,
             "fails now and then in unrelated changes, with passes in between",
             flip_rate=_flip_rate(run, runs),
         )
-    if streak is not None and (streak.open or streak.based or not on_main):
+    lone_test = on_main and streak is not None and not streak.based and run.category == TEST
+    if streak is not None and not lone_test and (streak.open or streak.based or not on_main):
         # Just started on the default branch (nothing later known yet), or a change
         # failing as its base did: the same code failing twice the same way.
         return _main(streak, on_main)
@@ -176,6 +222,8 @@ def _infra(
         run.cause, since=run.finished_at - window, until=min(end, run.finished_at + window)
     )
     broken = _BrokenMain(history, run.cause, default_branch, settings, end)
+    if not _enough(run, near, settings):
+        return None  # too few at once even before the broken default branches are set aside
     repos = {
         r.repo
         for r in near
@@ -195,6 +243,18 @@ def _infra(
             Origin.INFRA, f"the same cause failed {len(jobs)} jobs of the repository at once"
         )
     return None
+
+
+def _enough(run: Run, near: Sequence[Run], settings: Settings) -> bool:
+    """Whether the failures near ``run`` reach either infrastructure threshold at all."""
+    repos = {r.repo for r in near if abs(r.finished_at - run.finished_at) <= settings.infra_window}
+    jobs = {
+        r.job
+        for r in near
+        if r.repo == run.repo
+        and abs(r.finished_at - run.finished_at) <= settings.infra_local_window
+    }
+    return len(repos) >= settings.infra_repos or len(jobs) >= settings.infra_jobs
 
 
 class _BrokenMain:
@@ -220,7 +280,9 @@ class _BrokenMain:
                 since=run.finished_at - self.settings.lookback,
                 until=min(self.end, run.finished_at + self.settings.lookback),
             )
-            line = MainLine(runs, self.default_branch, self.cause)
+            line = MainLine(
+                runs, self.default_branch, self.cause, order_slack=self.settings.order_slack
+            )
             self.lines[(run.repo, run.job)] = line
         if run.on_branch(self.default_branch):
             streak = line.streak_at(run.sha)
@@ -249,26 +311,30 @@ def _context(run: Run, default_branch: str) -> str:
 
 
 def _intermittent(
-    run: Run, runs: Sequence[Run], line: MainLine, default_branch: str, settings: Settings
-) -> bool:
-    """Whether the cause failed in other changes (not from a broken main), or again after a pass.
+    run: Run, runs: Sequence[Run], line: MainLine, default_branch: str
+) -> tuple[int, bool]:
+    """In how many changes the cause failed (not from a broken main), and whether it failed
+    again after a pass in the run's own change.
 
     A change fixed and broken again the same way is rare; a flaky test does it often.
     """
     own = _context(run, default_branch)
     contexts = {own}
     seen: list[str] = []  # the own context's outcomes: "f" failed this way, "p" passed
+    in_change = not run.on_branch(default_branch)
     for other in runs:
-        where = _context(other, default_branch)
-        if where == own and not run.on_branch(default_branch):
+        same = other.cause == run.cause
+        if in_change and other.pr == run.pr and other.branch == run.branch:
             if not other.failed:
                 seen.append("p")
-            elif other.cause == run.cause:
+            elif same:
                 seen.append("f")
-        if other.failed and other.cause == run.cause and not line.explains(other):
-            contexts.add(where)
+        if same:
+            where = _context(other, default_branch)
+            if where not in contexts and not line.explains(other):
+                contexts.add(where)
     flapped = "fpf" in "".join(outcome for outcome, _ in groupby(seen))
-    return flapped or len(contexts) >= settings.flaky_contexts
+    return len(contexts), flapped
 
 
 def _repeated(run: Run, runs: Sequence[Run], default_branch: str) -> bool:

@@ -24,7 +24,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from theow_workers.core.history.model import Run
+from theow_workers.core.history.model import Outcome, Run
 
 PASS, FAIL, OTHER = "pass", "fail", "other"
 
@@ -60,7 +60,9 @@ class Streak:
 class MainLine:
     """The default-branch commits of one job, judged for one cause (see the module's note)."""
 
-    def __init__(self, runs: Sequence[Run], default_branch: str, cause: str) -> None:
+    def __init__(
+        self, runs: Sequence[Run], default_branch: str, cause: str, *, order_slack: float = 0.0
+    ) -> None:
         self.cause = cause
         self.default_branch = default_branch
         self.shas: list[str] = []
@@ -68,31 +70,55 @@ class MainLine:
         self.states: list[str] = []
         self.failures: list[int] = []  # failed runs of the cause, per commit
         self._index: dict[str, int] = {}
+        self._streaks: dict[int, Streak] = {}  # by a commit of it, once read
+        self._explained: dict[str, bool] = {}  # by a change's base commit, once read
         based: list[Run] = []
+        index, states, failures = self._index, self.states, self.failures
+        passed = Outcome.PASSED
+        # One pass over every run of the job in the window: written for speed (no property
+        # calls), since each decision reads a job's runs this way a few times.
         for r in runs:
-            if not r.on_branch(default_branch):
-                if r.failed and r.cause == cause:
+            if r.pr is not None or r.branch != default_branch:
+                if r.cause == cause and r.outcome is not passed:
                     based.append(r)
                 continue
-            at = self._index.get(r.sha)
+            at = index.get(r.sha)
             if at is None:
-                at = self._index[r.sha] = len(self.shas)
+                at = index[r.sha] = len(self.shas)
                 self.shas.append(r.sha)
                 self.times.append(r.finished_at)
-                self.states.append(OTHER)
-                self.failures.append(0)
-            if not r.failed:
-                self.states[at] = PASS
+                states.append(OTHER)
+                failures.append(0)
+            if r.outcome is passed:
+                states[at] = PASS
             elif r.cause == cause:
-                self.failures[at] += 1
-                if self.states[at] != PASS:
-                    self.states[at] = FAIL
+                failures[at] += 1
+                if states[at] != PASS:
+                    states[at] = FAIL
+        self._reorder(order_slack)
         # Changes failing this way, by the default-branch commit their base is (or was then).
         self._based: dict[int, int] = {}
         for r in based:
             at = self._base_index(r)
             if at is not None:
                 self._based[at] = self._based.get(at, 0) + 1
+
+    def _reorder(self, slack: float) -> None:
+        """A commit passing within ``slack`` after one failing this way is taken as the older.
+
+        Commits are ordered by when their first run finished; two commits pushed minutes
+        apart may finish the other way round. A commit after a failing one fails too unless
+        it fixes it, and a fix is not written, pushed and run within minutes of the break's
+        own run: the passing one is the older commit.
+        """
+        states, times = self.states, self.times
+        for at in range(len(states) - 1):
+            if states[at] == FAIL and states[at + 1] == PASS and times[at + 1] - times[at] <= slack:
+                shas, failures = self.shas, self.failures
+                shas[at], shas[at + 1] = shas[at + 1], shas[at]
+                states[at], states[at + 1] = states[at + 1], states[at]
+                failures[at], failures[at + 1] = failures[at + 1], failures[at]
+                self._index[self.shas[at]], self._index[self.shas[at + 1]] = at, at + 1
 
     def streak_at(self, sha: str) -> Streak | None:
         """The streak a default-branch commit failing this way is part of, or None."""
@@ -123,9 +149,22 @@ class MainLine:
         if run.on_branch(self.default_branch):
             streak = self.streak_at(run.sha)
             return streak is not None and streak.confirmed
-        return self.streak_before(run.base_sha, run.finished_at) is not None
+        if run.base_sha is None or run.base_sha not in self._index:
+            return self.streak_before(run.base_sha, run.finished_at) is not None
+        found = self._explained.get(run.base_sha)
+        if found is None:
+            found = self._explained[run.base_sha] = (
+                self.streak_before(run.base_sha, run.finished_at) is not None
+            )
+        return found
 
     def _streak(self, at: int) -> Streak:
+        found = self._streaks.get(at)
+        if found is None:
+            found = self._streaks[at] = self._read_streak(at)
+        return found
+
+    def _read_streak(self, at: int) -> Streak:
         first = last = at
         index = at - 1
         while index >= 0 and self.states[index] != PASS:
