@@ -68,6 +68,8 @@ from theow_workers.runtime import Runtime
 from theow_workers.stack import EmbeddedStack
 from theow_workers.store.tokens import TokenStore
 
+import resolve_stages  # noqa: E402  (benchmarks/resolve_stages.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 # A network blip in a log with a real error: its examples make two rules validate.
 FLAKE = ROOT / "rules" / "network_flake.rule.yaml"
@@ -642,21 +644,24 @@ def main() -> int:
         result["config"].update(shipped_rules=shipped, rules_version=book.version)
         say(f"{len(book.rules)} rules indexed ({shipped} shipped, the rest synthesized)")
         floor = Floor(book.rules)
+        # An agent as a build agent is one: a token of its own, every submission signed.
+        tokens = TokenStore.at(settings.store_url)
+        token = str(tokens.add("bench", "agent"))
+        tokens.close()
         if args.profile:
             say("profiling in-process …")
             result["profile"] = profile(
                 rt, corpus(args.failures, args.seed, -1, makers, flake)[:500]
             )
+            say("one verdict, stage by stage …")
+            fresh = corpus(args.failures, args.seed, -3, makers, flake)[:500]
+            result["profile"]["stages"] = resolve_stages.stage_profile(rt, fresh, token)
             rt.index.close()  # an idle gRPC channel only draws keepalive complaints
             # The workers start without the profile's query vectors, as a fleet would.
             for key in rt.redis.scan_iter(names.key_query_vector("*", "*")):
                 rt.redis.delete(key)
         stack.start_worker(["resolve"], concurrency=args.concurrency)
         wait_for_worker(settings.redis_url, "resolver")
-        # An agent as a build agent is one: a token of its own, every submission signed.
-        tokens = TokenStore.at(settings.store_url)
-        token = str(tokens.add("bench", "agent"))
-        tokens.close()
         client = TheowClient(redis_url=settings.redis_url, spool_dir=tmp / "spool", token=token)
         warm = corpus(args.failures, args.seed, -2, makers, flake)
         # Two-rule failures make each pool process load MiniLM.
@@ -733,6 +738,8 @@ def show(result: dict) -> None:
                 for part, part_ms in p["rule_matching_ms_per_failure"].items():
                     prof.add_row(f"  {part}", f"{part_ms:.2f}", "")
         out.print(prof)
+        if "stages" in p:
+            resolve_stages.show(p["stages"], out)
         source = "loaded from the disk cache" if p["scanner_from_disk"] else "compiled"
         out.print(f"scanner built before the clock: {source} in {p['scanner_build_s']:.2f}s")
 

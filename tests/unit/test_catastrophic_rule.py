@@ -41,7 +41,7 @@ def test_the_compiled_scanner_is_kept_on_disk_and_a_broken_copy_is_compiled_agai
     monkeypatch.setenv("THEOW_SCANNER_CACHE", str(tmp_path))
     rules = [CAUSE, parse_rule("name: other\nmode: track\nwhen: [{fact: log, contains: 'boom'}]\n")]
     first = Scanner(rules)
-    (kept,) = tmp_path.glob("*.hs")
+    (kept,) = tmp_path.glob("*.part")
     again = Scanner(rules)  # loaded, not compiled
     assert (first.loaded, again.loaded) == (False, True)
     log = {"log": "x\nerror: boom\n"}

@@ -67,6 +67,8 @@ log = logging.getLogger("theow.resolver")
 
 MODE_STATUS = {Mode.RETRY: Status.RETRY, Mode.TRACK: Status.TRACKED}
 PLAN_CACHE_SIZE = 2048
+# Said by an unmatched verdict while a newer rules version loads: the rule it needs may be in it.
+RULES_LOADING = "; rules are reloading, try again in a few seconds"
 STATS_TTL = 5.0  # seconds
 
 
@@ -199,12 +201,16 @@ class ResolveService:
         explore: Callable[[Submission, str | None], str] | None = None,
         normals: Callable[[str], JobNormal | None] | None = None,
         prepared: PreparedFacts | None = None,
+        loading: Callable[[], bool] | None = None,
     ) -> None:
         """``explore(submission, rule_name)`` hands a failure to an explorer and says how.
 
         ``normals(job)`` is the job's normal learned from its passing runs, or
         None; a failure whose job has none is handled as if it did not exist.
+        ``loading()``: whether a newer rules version is still loading, which an
+        unmatched verdict then says (its rule may be on the way).
         """
+        self.loading = loading
         # A store written step by step (the replay chunk store) gets the same records.
         self.store = as_store(store)
         self.normals = normals
@@ -467,6 +473,10 @@ class ResolveService:
                     also=also,
                     wrapper=named,
                 )
+            if self.loading is not None and self.loading():
+                reason = _unmatched_reason(sub, result, RULES_LOADING)
+                extra: JsonObject = {"rules_loading": True}
+                return Verdict(sub.failure_id, Status.UNMATCHED, reason=reason, extra=extra)
             return Verdict(sub.failure_id, Status.UNMATCHED, reason=_unmatched_reason(sub, result))
 
         registry = self.actions()
@@ -608,10 +618,10 @@ def _plan_key(sub: Submission, version: str) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def _unmatched_reason(sub: Submission, result: Plan) -> str:
+def _unmatched_reason(sub: Submission, result: Plan, note: str = "") -> str:
     if not log_text(sub.facts).strip():
         return "no rule matched; the facts carry no log text (stderr missing or empty)"
-    return f"no rule matched ({result.checked} checked)"
+    return f"no rule matched ({result.checked} checked{note})"
 
 
 def _why(exc: Exception) -> str:

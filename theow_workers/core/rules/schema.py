@@ -14,6 +14,7 @@ import hashlib
 import inspect
 import json
 import re
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -511,9 +512,7 @@ def _load_layer(
         except (OSError, UnicodeDecodeError) as exc:
             errors.append(RuleError(path, f"cannot read: {exc}"))
             continue
-        rule, problems = rule_problems(
-            text, path, known_actions=known_actions, signatures=signatures
-        )
+        rule, problems = _parsed(text, path, known_actions, signatures)
         if problems or rule is None:
             errors.extend(problems)
             continue
@@ -524,6 +523,32 @@ def _load_layer(
             continue
         found[rule.name] = (rule, path)
     return found
+
+
+_Parsed = tuple[Rule | None, list[RuleError]]
+_PARSED: OrderedDict[tuple[object, ...], _Parsed] = OrderedDict()
+PARSED_CACHE_SIZE = 20_000  # rule files a process keeps parsed: a reload parses only changes
+
+
+def _parsed(
+    text: str,
+    path: Path,
+    known_actions: frozenset[str] | None,
+    signatures: Mapping[str, inspect.Signature] | None,
+) -> _Parsed:
+    """``rule_problems`` of a file, remembered by its text, path and the actions it is checked
+    against: reloading a library of thousands of rules after one changed parses that one."""
+    sigs = tuple(sorted((k, str(v)) for k, v in signatures.items())) if signatures else None
+    key = (text, str(path), known_actions, sigs)
+    found = _PARSED.get(key)
+    if found is None:
+        found = rule_problems(text, path, known_actions=known_actions, signatures=signatures)
+        _PARSED[key] = found
+        if len(_PARSED) > PARSED_CACHE_SIZE:
+            _PARSED.popitem(last=False)
+    else:
+        _PARSED.move_to_end(key)
+    return found[0], list(found[1])
 
 
 def _unbindable_extract(rule: Rule, params: JsonObject) -> str | None:
