@@ -49,6 +49,7 @@ from typing import Any
 from unittest import mock
 
 import regex
+import resolve_stages
 import yaml
 from rich.console import Console
 from rich.table import Table
@@ -67,8 +68,6 @@ from theow_workers.core.rules.schema import FactCondition, Rule, as_text
 from theow_workers.runtime import Runtime
 from theow_workers.stack import EmbeddedStack
 from theow_workers.store.tokens import TokenStore
-
-import resolve_stages  # noqa: E402  (benchmarks/resolve_stages.py)
 
 ROOT = Path(__file__).resolve().parent.parent
 # A network blip in a log with a real error: its examples make two rules validate.

@@ -117,9 +117,7 @@ def _timed(watch: Stopwatch, rt: Any) -> Iterator[None]:
                         mock.patch.object(owner, name, watch.wrap(getattr(owner, name), stage))
                     )
         # The store and the deliveries, as every caller reaches them.
-        stack.enter_context(
-            mock.patch.object(rt, "_store", _TimedObject(store, "persist", watch))
-        )
+        stack.enter_context(mock.patch.object(rt, "_store", _TimedObject(store, "persist", watch)))
         service = rt.service
         stack.enter_context(
             mock.patch.object(service, "store", _TimedObject(service.store, "persist", watch))
@@ -183,7 +181,9 @@ def show(profile: dict, out: Any) -> None:
 
     columns = profile["stages_ms"]
     table = Table(
-        "stage (ms)", *columns, title=f"one verdict, stage by stage ({profile['failures']} failures, in-process)"
+        "stage (ms)",
+        *columns,
+        title=f"one verdict, stage by stage ({profile['failures']} failures, in-process)",
     )
     for stage in [*STAGES, "other", "total"]:
         table.add_row(stage, *(f"{columns[c][stage]:.2f}" for c in columns))

@@ -26,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from resolve import free_port, synth_rules, wait_for_worker
 from rich.console import Console
 
 from theow_client import TheowClient
@@ -33,8 +34,6 @@ from theow_workers.config import Settings
 from theow_workers.runtime import Runtime
 from theow_workers.stack import EmbeddedStack
 from theow_workers.store.tokens import TokenStore
-
-from resolve import free_port, synth_rules, wait_for_worker  # noqa: E402  (benchmarks/resolve.py)
 
 TARGET_S = 2.0
 RULE = """name: {name}
@@ -75,7 +74,9 @@ def main() -> int:
     )  # fmt: skip
     synth_rules(args.rules, settings.rules_dir, settings.actions_dir, random.Random(7))
     stack, client, rt = EmbeddedStack(settings), None, None
-    result: dict = {"config": {"rules": args.rules, "new": args.new, "concurrency": args.concurrency}}
+    result: dict = {
+        "config": {"rules": args.rules, "new": args.new, "concurrency": args.concurrency}
+    }
     try:
         say(f"starting the stack in {tmp} …")
         stack.start()

@@ -251,7 +251,10 @@ class Runtime:
         services (the store, Redis) never wait for a reload.
         """
         now = time.monotonic()
-        if self._knowledge is not None and now - self._checked_at < self.settings.rules_poll_seconds:
+        if (
+            self._knowledge is not None
+            and now - self._checked_at < self.settings.rules_poll_seconds
+        ):
             return self._knowledge
         with self._reload_lock:
             if (

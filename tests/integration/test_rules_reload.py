@@ -100,7 +100,9 @@ def test_a_worker_notices_a_new_rule_by_itself_and_failures_never_walk_the_direc
     walks = []
     walk = runtime_mod.directory_signature
     monkeypatch.setattr(
-        runtime_mod, "directory_signature", lambda *d: walks.append(threading.get_ident()) or walk(*d)
+        runtime_mod,
+        "directory_signature",
+        lambda *d: walks.append(threading.get_ident()) or walk(*d),
     )
     (rules / "beta.rule.yaml").write_text(track_rule("beta", "BETA"))
     wait_until(lambda: runtime.knowledge().book.get("beta"), what="the watch to serve the new rule")

@@ -52,9 +52,7 @@ def generated(i: int, word: str = "failed") -> str:
     return rule(f"r{i}", f"regex: 'component c{i}x {word}: (?P<why>\\w+)'")
 
 
-def test_a_changed_rule_compiles_only_its_own_patterns_and_the_rest_is_kept(
-    tmp_path, monkeypatch
-):
+def test_a_changed_rule_compiles_only_its_own_patterns_and_the_rest_is_kept(tmp_path, monkeypatch):
     monkeypatch.setenv("THEOW_SCANNER_CACHE", str(tmp_path))
     library = [parse_rule(generated(i)) for i in range(300)]
     before = RuleBook(tuple(library), "v1")

@@ -10,8 +10,10 @@ handed to the full regex engine, which then runs from just before the hit
 (for captures and the exact semantics of Python's ``regex``).
 
 Patterns are scanned with MULTILINE and DOTALL, as the full engine searches
-them (``REGEX_FLAGS``); one whose ``.`` may cross lines is confirmed from the
-start of the text, since its match may begin any distance before the hit.
+them (``REGEX_FLAGS``); the full engine starts where the match may begin
+(``core.rules.reach``): the hit's line for a pattern that cannot cross a line,
+a few KB before for one that names a newline, the start of the text for one
+whose consuming ``.`` may cross lines.
 
 Patterns Hyperscan cannot compile exactly (lookarounds, back references) are
 compiled in its prefilter mode, which may report a match that is not one but
@@ -36,7 +38,6 @@ pattern the scanner reads differently from Python is caught at review.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -45,6 +46,7 @@ from typing import cast
 
 from theow_client.jsontypes import JsonObject
 from theow_workers.core.rules import scanner_parts
+from theow_workers.core.rules.reach import FAR, LINE, NEAR, reach
 from theow_workers.core.rules.scanner_parts import Part, Pattern, hyperscan, shards
 from theow_workers.core.rules.schema import FactCondition, Rule, as_text
 
@@ -59,9 +61,6 @@ MAX_SHARDS = 3
 MAX_SMALL_PARTS = 3
 KEEP_SHARE = 0.75  # a previous part is kept while this share of its patterns is still wanted
 BACK_BYTES = 4096  # a match may start this far before the line its first occurrence ends on
-_LEADING_FLAGS = re.compile(r"^\(\?([aiLmsux]*)(?:-([imsx]+))?\)")
-# A `.` outside a character class: escapes and classes (with `]` first in them) skipped.
-_BARE_DOT = re.compile(r"(?>\\.|\[\^?\]?(?:\\.|[^\]\\])*\]|[^.\\\[])*+\.", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -104,11 +103,10 @@ class Scanner:
             needs.append((rule, ids))
         self.patterns = tuple(patterns)
         self._pid = patterns
-        # Confirmed from the text's start: the scanner's end offset does not bound their start.
-        self._far = frozenset(
-            pid
-            for pattern, pid in patterns.items()
-            if not pattern.literal and spans_lines(pattern.text)
+        # How far before its end a match may start (``core.rules.reach``): from the text's
+        # start, the line where it ends (a literal's too), or BACK_BYTES before.
+        self._reach = tuple(
+            (NEAR if "\n" in p.text else LINE) if p.literal else reach(p.text) for p in patterns
         )
         by_fact: dict[str, list[Pattern]] = {}
         for pattern in patterns:
@@ -179,12 +177,13 @@ class Scanner:
                     ends[pid] = min(end, ends.get(pid, end))
         found |= ends.keys()
         for pid, end in ends.items():
-            pattern = self.patterns[pid]
-            if pid in self._far:
+            pattern, far = self.patterns[pid], self._reach[pid]
+            if far == FAR:
                 starts[(pattern.fact, pattern.text)] = 0
                 continue
             text, data = texts[pattern.fact]
-            start = _char_offset(text, data, _line_start(data, end - BACK_BYTES))
+            back = _line_start(data, end if far == LINE else end - BACK_BYTES)
+            start = _char_offset(text, data, back)
             starts[(pattern.fact, pattern.text)] = start
         return Hits(starts, frozenset(found), self._scanned)
 
@@ -262,19 +261,3 @@ def _char_offset(text: str, data: bytes, byte_offset: int) -> int:
     if byte_offset == 0 or len(data) == len(text):  # ASCII: bytes are characters
         return byte_offset
     return len(data[:byte_offset].decode("utf-8", "replace"))
-
-
-def spans_lines(pattern: str) -> bool:
-    r"""Whether a match may run across many lines: a ``.`` that DOTALL lets match newlines.
-
-    The scanner says where a pattern's first match ends; a match that cannot
-    run far starts on a line near there, one with a DOTALL ``.`` may start
-    anywhere before. Conservative: a ``(?-s:...)`` group still counts.
-
-    >>> spans_lines(r"panic:.*goroutine"), spans_lines(r"(?-s)FAIL.*"), spans_lines(r"a\.b[.]")
-    (True, False, False)
-    """
-    found = _LEADING_FLAGS.match(pattern)
-    if found and "s" in (found.group(2) or ""):
-        return False
-    return _BARE_DOT.match(pattern) is not None

@@ -34,6 +34,8 @@ try:  # pragma: no cover - import guard
 except ImportError:  # the fallback: every condition is checked the old way
     hyperscan = None  # type: ignore[assignment]
 
+from theow_workers.core.rules.reach import KEEP_OUT
+
 log = logging.getLogger("theow.scanner")
 
 _LEADING_FLAGS = re.compile(r"^\(\?([aiLmsux]*)(?:-([imsx]+))?\)")
@@ -142,6 +144,8 @@ def hyperscan_form(pattern: str) -> tuple[bytes, int]:
         flags &= ~hyperscan.HS_FLAG_MULTILINE if "m" in off else ~0
         flags &= ~hyperscan.HS_FLAG_DOTALL if "s" in off else ~0
     pattern = _NAMED_GROUP.sub("(?:", pattern).replace(r"\Z", r"\z")
+    # `\K` consumes nothing: without it a match ends where it does with it.
+    pattern = KEEP_OUT.sub(r"\1", pattern)
     if not pattern.isascii():
         flags |= hyperscan.HS_FLAG_UTF8
     return pattern.encode("utf-8"), flags
