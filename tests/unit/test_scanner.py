@@ -20,7 +20,7 @@ RULES = tuple(
         rule("plain", r"regex: 'error: (?P<what>\w+)'"),
         rule("literal", "contains: 'boom'"),
         rule("lookbehind", r"regex: '(?<=job )\d+ failed'"),  # prefilter mode
-        rule("keep_out", r"regex: 'fatal: \K\w+'"),  # rejected: checked the old way
+        rule("keep_out", r"regex: 'fatal: \K\w+'"),  # scanned without its \K
         rule("grapheme", r"regex: 'crash: \X+ lost'"),  # rejected, unforeseen syntax
     )
 )

@@ -241,22 +241,61 @@ def _with_modes(
     """``exprs`` with each pattern ``check`` selects in its mode (or left out), the rest as written."""
     usable = []
     for pid, expression, flags in exprs:
-        mode = _mode(expression, flags) if check(expression) else 0
-        if mode is not None:
-            usable.append((pid, expression, flags | mode))
+        found = _mode(expression, flags) if check(expression) else (expression, 0)
+        if found is not None:
+            usable.append((pid, found[0], flags | found[1]))
     return tuple(usable)
 
 
 @lru_cache(maxsize=65536)
-def _mode(expression: bytes, flags: int) -> int | None:
-    """0 when Hyperscan compiles the pattern as written, PREFILTER when only so, None else."""
-    for mode in (0, hyperscan.HS_FLAG_PREFILTER):
+def _mode(expression: bytes, flags: int) -> tuple[bytes, int] | None:
+    """The pattern and its mode Hyperscan compiles: as written, in prefilter mode, or
+    loosened (:func:`loosened`) in prefilter mode; None when none of them compiles."""
+    prefilter = hyperscan.HS_FLAG_PREFILTER
+    for form, mode in ((expression, 0), (expression, prefilter), (loosened(expression), prefilter)):
         try:
-            hyperscan.Database().compile(expressions=[expression], flags=[flags | mode])
+            hyperscan.Database().compile(expressions=[form], flags=[flags | mode])
         except hyperscan.error:
             continue
-        return mode
+        return form, mode
     return None
+
+
+def loosened(expression: bytes) -> bytes:
+    r"""The pattern with what even Hyperscan's prefilter mode refuses widened away.
+
+    A ``$`` with more after it (``\r?$\n``) is dropped and a back reference
+    becomes ``(?s:.*)``: each matches at least what the pattern matches, so
+    the scanner still never misses a match, and the full engine decides.
+
+    >>> loosened(rb"a\r?$(?:\n(b))?\1[$]$")
+    b'a\\r?(?:\\n(b))?(?s:.*)[$]$'
+    """
+    out, i, in_class = bytearray(), 0, False
+    while i < len(expression):
+        char = expression[i : i + 1]
+        if char == b"\\":
+            pair = expression[i : i + 2]
+            if not in_class and pair[1:2].isdigit() and pair[1:2] != b"0":
+                out += b"(?s:.*)"
+            else:
+                out += pair
+            i += 2
+            continue
+        if in_class:
+            in_class = char != b"]" or expression[i - 1 : i] == b"["
+        elif char == b"[":
+            in_class = True
+            if expression[i + 1 : i + 2] == b"^":
+                out += b"[^"
+                i += 2
+                continue
+        elif char == b"$" and expression[i + 1 :].strip(b")"):
+            i += 1
+            continue
+        out += char
+        i += 1
+    return bytes(out)
 
 
 @lru_cache(maxsize=1024)
