@@ -18,6 +18,7 @@ client-side fix ``resolved`` or ``failed``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -58,7 +59,15 @@ from theow_workers.core.ports import (
     as_store,
 )
 from theow_workers.core.resolve.fingerprint import fingerprint, log_text
-from theow_workers.core.resolve.plan import Candidate, Hints, Plan, RuleBook, Similarity, plan
+from theow_workers.core.resolve.plan import (
+    Candidate,
+    Hints,
+    Plan,
+    RuleBook,
+    Similarity,
+    matching_facts,
+    plan,
+)
 from theow_workers.core.resolve.pointing import evidence_in_sent_log, evidence_of, pointed
 from theow_workers.core.rules.matching import DEFAULT_REGEX_TIMEOUT, shown_captures
 from theow_workers.core.rules.schema import Mode
@@ -88,6 +97,12 @@ class Submission:
     # For each fact that was cut (by the client, here, or both): which lines of the original
     # it kept, so the lines a verdict points at count in the build's own log.
     lines: dict[str, LineMap] = field(default_factory=dict)
+
+    @functools.cached_property
+    def seen(self) -> JsonObject:
+        """The facts as rules see them (``plan.matching_facts``): made once, for the
+        match and for the lines to look at."""
+        return matching_facts(self.facts)
 
     @classmethod
     def parse(
@@ -382,6 +397,7 @@ class ResolveService:
             evidence_of(verdict.evidence) if specific else None,
             is_normal=normal.is_normal if normal is not None else None,
             is_wrapper=self._wrappers[1],
+            seen=sub.seen,
         )
 
     def _rule_stats(self) -> dict[str, RuleStats]:
@@ -425,7 +441,7 @@ class ResolveService:
         similarity = self.similarity(sub.facts) if self.similarity is not None else None
         result = plan(
             book,
-            sub.facts,
+            sub.seen,
             sub.hints,
             similarity=similarity,
             stats=self._rule_stats() if similarity is not None else None,
