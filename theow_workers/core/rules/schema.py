@@ -10,6 +10,7 @@ and what is wrong, at load time and in ``theow rules check``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -280,6 +281,11 @@ class Rule(_Strict):
         return " ||| ".join([self.description.strip(), *examples])
 
     def canonical(self) -> str:
+        return self.canonical_text
+
+    @functools.cached_property
+    def canonical_text(self) -> str:
+        """The rule as sorted JSON, made once: the rules version and the index key hash it."""
         return json.dumps(self.model_dump(mode="json", exclude_unset=True), sort_keys=True)
 
     def content_hash(self, model_name: str) -> str:
@@ -506,13 +512,18 @@ def _load_layer(
         )
         return {}
     found: dict[str, tuple[Rule, Path]] = {}
+    # What a file's parse depends on beside its text and path: the actions it is checked against.
+    checked_against = (
+        known_actions,
+        tuple(sorted((k, str(v)) for k, v in signatures.items())) if signatures else None,
+    )
     for path in sorted(root.rglob(f"*{RULE_SUFFIX}")):
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             errors.append(RuleError(path, f"cannot read: {exc}"))
             continue
-        rule, problems = _parsed(text, path, known_actions, signatures)
+        rule, problems = _parsed(text, path, known_actions, signatures, checked_against)
         if problems or rule is None:
             errors.extend(problems)
             continue
@@ -535,11 +546,11 @@ def _parsed(
     path: Path,
     known_actions: frozenset[str] | None,
     signatures: Mapping[str, inspect.Signature] | None,
+    checked_against: tuple[object, ...],
 ) -> _Parsed:
     """``rule_problems`` of a file, remembered by its text, path and the actions it is checked
     against: reloading a library of thousands of rules after one changed parses that one."""
-    sigs = tuple(sorted((k, str(v)) for k, v in signatures.items())) if signatures else None
-    key = (text, str(path), known_actions, sigs)
+    key = (text, str(path), checked_against)
     found = _PARSED.get(key)
     if found is None:
         found = rule_problems(text, path, known_actions=known_actions, signatures=signatures)
