@@ -166,7 +166,8 @@ def _deliver(rt: Runtime, agent: str, failure_ids: set[str], verdict: JsonObject
     for failure_id in failure_ids:
         pipe.set(names.verdict_key(agent, failure_id), text, ex=names.VERDICT_TTL)
         ready = names.verdict_ready_key(agent, failure_id)
-        pipe.rpush(ready, 1).expire(ready, names.READY_TTL)
+        pipe.rpush(ready, 1)
+        pipe.expire(ready, names.READY_TTL)
     pipe.execute()
 
 

@@ -47,8 +47,13 @@ from typing import cast
 from theow_client.jsontypes import JsonObject
 from theow_workers.core.rules import scanner_parts
 from theow_workers.core.rules.reach import FAR, LINE, NEAR, reach
-from theow_workers.core.rules.scanner_parts import Part, Pattern, hyperscan, shards
+from theow_workers.core.rules.scanner_parts import Part, Pattern, shards
 from theow_workers.core.rules.schema import FactCondition, Rule, as_text
+
+try:  # pragma: no cover - import guard
+    import hyperscan
+except ImportError:  # the fallback: every condition is checked the old way
+    hyperscan = None  # type: ignore[assignment]
 
 log = logging.getLogger("theow.scanner")
 
@@ -111,12 +116,14 @@ class Scanner:
         by_fact: dict[str, list[Pattern]] = {}
         for pattern in patterns:
             by_fact.setdefault(pattern.fact, []).append(pattern)
-        start = previous.parts if previous is not None else scanner_parts.recent_parts()
+        start: Sequence[Part] = (
+            previous.parts if previous is not None else scanner_parts.recent_parts()
+        )
         parts: list[Part] = []
         for fact, members in by_fact.items():
             parts += _parts_for(fact, members, [p for p in start if p.fact == fact])
         scanner_parts.remember(parts)
-        self.parts = tuple(parts)
+        self.parts: tuple[Part, ...] = tuple(parts)
         self._local = threading.local()
         compiled = {
             patterns[part.patterns[i]]
