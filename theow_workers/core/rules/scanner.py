@@ -64,6 +64,7 @@ log = logging.getLogger("theow.scanner")
 SHARD_SIZE = 200
 MAX_SHARDS = 3
 MAX_SMALL_PARTS = 3
+CHANGE_PART = 16  # patterns: a part this small holds a few changes, cheap to compile again
 KEEP_SHARE = 0.75  # a previous part is kept while this share of its patterns is still wanted
 BACK_BYTES = 4096  # a match may start this far before the line its first occurrence ends on
 
@@ -223,21 +224,23 @@ def _parts_for(fact: str, wanted: list[Pattern], previous: Sequence[Part]) -> li
     """The parts that scan ``wanted``: previous ones kept where they still serve, the rest new.
 
     A previous part is kept while at least ``KEEP_SHARE`` of its patterns are
-    still wanted and it adds patterns no kept part holds; the patterns no kept
-    part holds are compiled into new parts. Small parts (a change's) are kept
-    up to ``MAX_SMALL_PARTS``; past that their patterns are compiled again together.
+    still wanted and it adds patterns no kept part holds (the largest first);
+    the patterns no kept part holds are compiled into a new part. The parts of
+    single changes (at most ``CHANGE_PART`` patterns) are kept up to
+    ``MAX_SMALL_PARTS``; past that they are compiled again as one, which costs
+    milliseconds: a part holding costly patterns is never merged.
     """
     want = set(wanted)
     size = max(SHARD_SIZE, -(-len(wanted) // MAX_SHARDS))
     kept: list[Part] = []
     covered: set[Pattern] = set()
-    for part in previous:
-        live = [p for p in part.patterns if p in want]
+    lives = [(part, [p for p in part.patterns if p in want]) for part in previous]
+    for part, live in sorted(lives, key=lambda found: -len(found[1])):  # stable: newest first
         fresh = [p for p in live if p not in covered]
         if len(live) >= KEEP_SHARE * len(part.patterns) and len(fresh) >= KEEP_SHARE * len(live):
             kept.append(part)
             covered |= set(live)
-    small = [p for p in kept if len(p.patterns) < size // 4]
+    small = [p for p in kept if len(p.patterns) <= CHANGE_PART]
     if len(small) > MAX_SMALL_PARTS:  # merge the changes made so far into one part
         kept = [p for p in kept if p not in small]
         covered = {p for part in kept for p in part.patterns if p in want}
