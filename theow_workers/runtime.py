@@ -56,6 +56,7 @@ log = logging.getLogger("theow.runtime")
 
 SYNC_LOCK_TIMEOUT = 300
 SYNC_LOCK_WAIT = 5.0  # how long a worker with no rules yet waits for another's sync
+SYNC_BEHIND = 60.0  # how long a sync behind a served version waits for another's
 
 
 class RulesInvalid(Exception):
@@ -287,32 +288,48 @@ class Runtime:
         loaded = Library.configured(s)
         if loaded.rules.errors:
             return self._keep_last_good(loaded, signature)
+        if self._knowledge is not None and self._watch is not None and self._watch.alive:
+            # The watch's thread: the new version is served as soon as its scanner is
+            # built (regexes match without the index), the index synced apart, so that a
+            # sync that loads the model or waits for another process's never holds up
+            # the next change.
+            self._knowledge, self._signature = loaded, signature
+            self._served.serve(loaded)
+            self._served.settle()
+            sync = threading.Thread(target=self._sync, args=(loaded, SYNC_BEHIND), daemon=True)
+            sync.start()
+            return loaded
         first = self._knowledge is None
         if not first:
-            # Served before the index is synced: regexes match without it, and its scanner
-            # is built from the previous version's parts while the previous one answers.
             self._knowledge = loaded
             self._served.serve(loaded)
-        try:
-            # Bounded: a process killed mid-sync leaves the lock taken for minutes,
-            # and no failure may wait that long for it.
-            wait = SYNC_LOCK_WAIT if first else 0.0
-            sync_index(loaded, self.index, self.embedder, self.redis, wait=wait)
-        except IndexBusy as exc:
-            # Serve the rules now (regexes match without the index) and sync at the
-            # next poll: the old signature is kept so the next check tries again.
-            log.warning("rules version %s served unsynced: %s", loaded.book.version[:12], exc)
+        if not self._sync(loaded, SYNC_LOCK_WAIT if first else 0.0):
+            # Served unsynced; the old signature is kept so the next check tries again.
             self._knowledge = loaded
             return loaded
-        last_good.remember(self.redis, s.rule_layers, loaded.book.version)
+        self._knowledge, self._signature = loaded, signature
+        return loaded
+
+    def _sync(self, loaded: Library, wait: float = 0.0) -> bool:
+        """Sync the index with ``loaded`` (False: another process holds the sync lock).
+
+        Bounded: a process killed mid-sync leaves the lock taken for minutes, and
+        no failure may wait that long for it. Whichever process syncs a version
+        syncs it for the fleet; one that finds the lock taken leaves it at that.
+        """
+        try:
+            sync_index(loaded, self.index, self.embedder, self.redis, wait=wait)
+        except IndexBusy as exc:
+            log.warning("rules version %s served unsynced: %s", loaded.book.version[:12], exc)
+            return False
+        last_good.remember(self.redis, self.settings.rule_layers, loaded.book.version)
         log.info(
             "rules version %s: %d rules, %d actions",
             loaded.book.version,
             len(loaded.rules.rules),
             len(loaded.actions),
         )
-        self._knowledge, self._signature = loaded, signature
-        return loaded
+        return True
 
     def _keep_last_good(
         self, invalid: Library, signature: tuple[tuple[str, int, int], ...]

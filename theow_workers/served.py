@@ -47,6 +47,12 @@ class ServedRules(Generic[V]):
         self._building: threading.Thread | None = None
         self._unbuildable: V | None = None  # its scanner build failed: not tried again
 
+    def settle(self) -> None:
+        """Wait until the version being built (if any) is served, or its build failed."""
+        building = self._building
+        if building is not None:
+            building.join()
+
     @property
     def building(self) -> bool:
         """Whether a newer version's scanner is being built (the previous one serves meanwhile)."""
