@@ -49,6 +49,7 @@ from typing import Any
 from unittest import mock
 
 import regex
+import resolve_stages
 import yaml
 from rich.console import Console
 from rich.table import Table
@@ -582,7 +583,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rules", type=int, default=200)
     ap.add_argument("--failures", type=int, default=2000)
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=3, help="0 with --profile: the profile alone")
     ap.add_argument("--concurrency", type=int, default=2)
     ap.add_argument("--latency-n", type=int, default=200, help="single submits per run")
     ap.add_argument("--seed", type=int, default=7)
@@ -642,31 +643,38 @@ def main() -> int:
         result["config"].update(shipped_rules=shipped, rules_version=book.version)
         say(f"{len(book.rules)} rules indexed ({shipped} shipped, the rest synthesized)")
         floor = Floor(book.rules)
+        # An agent as a build agent is one: a token of its own, every submission signed.
+        tokens = TokenStore.at(settings.store_url)
+        token = str(tokens.add("bench", "agent"))
+        tokens.close()
         if args.profile:
             say("profiling in-process …")
             result["profile"] = profile(
                 rt, corpus(args.failures, args.seed, -1, makers, flake)[:500]
             )
+            say("one verdict, stage by stage …")
+            fresh = corpus(args.failures, args.seed, -3, makers, flake)[:500]
+            result["profile"]["stages"] = resolve_stages.stage_profile(rt, fresh, token)
             rt.index.close()  # an idle gRPC channel only draws keepalive complaints
             # The workers start without the profile's query vectors, as a fleet would.
             for key in rt.redis.scan_iter(names.key_query_vector("*", "*")):
                 rt.redis.delete(key)
+        result["runs_raw"] = []
+        if args.runs == 0:  # --profile alone: the in-process breakdown, no worker
+            raise _ProfileOnly
         stack.start_worker(["resolve"], concurrency=args.concurrency)
         wait_for_worker(settings.redis_url, "resolver")
-        # An agent as a build agent is one: a token of its own, every submission signed.
-        tokens = TokenStore.at(settings.store_url)
-        token = str(tokens.add("bench", "agent"))
-        tokens.close()
         client = TheowClient(redis_url=settings.redis_url, spool_dir=tmp / "spool", token=token)
         warm = corpus(args.failures, args.seed, -2, makers, flake)
         # Two-rule failures make each pool process load MiniLM.
         warm = sorted(warm[:300], key=lambda f: -len(floor.valid(f)))[:20]
         wait_verdicts([client.submit(f) for f in warm], 300)
         say(f"worker warmed with {len(warm)} failures")
-        result["runs_raw"] = []
         for run in range(args.runs):
             say(f"run {run + 1}/{args.runs} …")
             result["runs_raw"].append(one_run(run, args, client, floor, makers, flake))
+    except _ProfileOnly:
+        pass
     except KeyboardInterrupt:
         say("interrupted")
         return 130
@@ -683,6 +691,12 @@ def main() -> int:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
     runs = result["runs_raw"]
+    if not runs:
+        if args.json:
+            print(json.dumps(result, indent=2))
+        else:
+            show_profile(result, Console())
+        return 0
     keys = dict.fromkeys(k for r in runs for k in r)
     result["median"] = {k: statistics.median(r.get(k, 0) for r in runs) for k in keys}
     med = result["median"]
@@ -704,6 +718,10 @@ def main() -> int:
     return 0 if all(result["pass"].values()) else 1
 
 
+class _ProfileOnly(Exception):
+    """``--runs 0``: the stack stops after the in-process profile."""
+
+
 def figure(result: dict, key: str) -> float:
     """A target's figure: the runs' median, or the profile's for embeddings."""
     return float(result["median"].get(key, result.get("profile", {}).get(key, 0)))
@@ -723,6 +741,10 @@ def show(result: dict) -> None:
             f"{'PASS' if ok else 'FAIL'}  {key} (target {result['targets'][key]}, "
             f"{figure(result, key):.2f})"
         )
+    show_profile(result, out)
+
+
+def show_profile(result: dict, out: Console) -> None:
     if "profile" in result:
         p = result["profile"]
         per = ", ".join(f"{v:.2f} {k}" for k, v in p["sql_per_failure"].items())
@@ -733,6 +755,8 @@ def show(result: dict) -> None:
                 for part, part_ms in p["rule_matching_ms_per_failure"].items():
                     prof.add_row(f"  {part}", f"{part_ms:.2f}", "")
         out.print(prof)
+        if "stages" in p:
+            resolve_stages.show(p["stages"], out)
         source = "loaded from the disk cache" if p["scanner_from_disk"] else "compiled"
         out.print(f"scanner built before the clock: {source} in {p['scanner_build_s']:.2f}s")
 

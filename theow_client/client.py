@@ -230,13 +230,21 @@ class Ticket:
         """Read the agent's verdict key until it is there: a GET, so any waiter sees it again."""
         key = names.verdict_key(self.agent, self.failure_id)
         refusal = names.refusal_key(self.agent, self.failure_id, self.signature)
-        deadline, pause = time.monotonic() + timeout, POLL_FIRST
+        ready = names.verdict_ready_key(self.agent, self.failure_id)
+        deadline, pause, woken = time.monotonic() + timeout, POLL_FIRST, False
         while True:
             try:
                 redis = client.app.backend.client
                 raw = redis.get(key)
                 if raw is None and self.signature:
                     raw = redis.get(refusal)
+                left = deadline - time.monotonic()
+                if raw is None and not woken and left > 0:
+                    # Woken as the worker sets the verdict (or after a pause, as polled):
+                    # a verdict in 10 ms is read then, not at the next poll.
+                    woken = bool(redis.blpop([ready], timeout=max(0.001, min(pause, left))))
+                    pause = min(pause * 2, POLL_MOST)
+                    continue
             except UNREACHABLE as exc:
                 client.close()
                 raise TheowUnavailable(

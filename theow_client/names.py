@@ -33,6 +33,11 @@ Redis keys (all under ``theow:``):
     ``theow-client wait``) and a re-read see the same verdict. Agent-scoped, so
     a broker ACL can let an agent read ``theow:verdict:<its name>:*`` and
     nothing else.
+``theow:verdict:<agent>:<failure_id>:ready``
+    List, expires after ``READY_TTL`` (a minute): one element pushed right after
+    the verdict key is set. A waiting client blocks on it (BLPOP, at most a
+    poll's pause) instead of sleeping between GETs, so it reads the verdict as
+    soon as it is there; the verdict itself is always read from the string.
 ``theow:verdict:<agent>:<failure_id>:refused:<signature>``
     String with the same TTL: why a message claiming to be that agent's was
     refused (a wrong or revoked token), under the refused message's own
@@ -240,6 +245,13 @@ VERDICT_TTL = 24 * 3600
 
 def verdict_key(agent: str, failure_id: str) -> str:
     return f"{KEY_PREFIX}verdict:{agent}:{failure_id}"
+
+
+READY_TTL = 60
+
+
+def verdict_ready_key(agent: str, failure_id: str) -> str:
+    return f"{verdict_key(agent, failure_id)}:ready"
 
 
 def intake_key(agent: str, failure_id: str) -> str:

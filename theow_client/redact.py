@@ -77,6 +77,13 @@ class Redactor:
         self.detectors = tuple(detectors)
         self.keywords = frozenset(k for d in self.detectors for k in d.keywords)
         self._present: KeywordFinder = (finder or _finder)(self.keywords)
+        # Which detectors a keyword wakes (by position, so they run in their order), and
+        # those that always run: a text wakes a few of a hundred, not all of them.
+        self._always = tuple(i for i, d in enumerate(self.detectors) if not d.keywords)
+        self._woken: dict[str, tuple[int, ...]] = {}
+        for i, detector in enumerate(self.detectors):
+            for keyword in detector.keywords:
+                self._woken[keyword] = (*self._woken.get(keyword, ()), i)
 
     def spans(self, text: str) -> list[Span]:
         """Where the secrets are: ``(start, end, label)``, sorted, overlaps merged."""
@@ -86,7 +93,9 @@ class Redactor:
         present = self._present(lowered)
         found: list[Span] = []
         whole = [(0, len(text))]
-        for detector in self.detectors:
+        woken = {i for keyword in present for i in self._woken.get(keyword, ())}
+        for i in sorted(woken.union(self._always)):
+            detector = self.detectors[i]
             windows = whole
             if detector.keywords:
                 hits = [k for k in detector.keywords if k in present]

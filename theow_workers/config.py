@@ -63,7 +63,7 @@ class Settings(BaseModel):
     rules_dirs: list[Path] = []
     actions_dir: Path | None = None
     actions_dirs: list[Path] = []
-    rules_poll_seconds: float = 2.0
+    rules_poll_seconds: float = 0.5  # a worker thread stats the rule files this often
 
     explore: bool = False
     # Each model is provider/model: gemini/<id>, or openai/<id> for any OpenAI-compatible

@@ -278,14 +278,14 @@ def decide(
     payload = build_payload(facts, failure_id=fallback_id)
     started = time.perf_counter()
     sub = Submission.parse(SubmitRequest.from_wire(payload), fallback_id)
-    result = plan(book, sub.facts, Hints(), is_normal=is_normal)
+    result = plan(book, sub.seen, Hints(), is_normal=is_normal)
     # A probabilistic rule needs an explorer; a worker without exploring skips it.
     tried = [c for c in result.attempts if not _probabilistic(c)]
     attempts = [c for c in tried if not c.generic]
     chosen_match = attempts[0].match if attempts else None
     # A wrapper's evidence says a step failed, not why: it never heads the where lines.
     where = where_lines(
-        matching_facts(sub.facts),
+        sub.seen,
         chosen_match.evidence if chosen_match is not None else None,
         is_normal=is_normal,
         is_wrapper=book.is_wrapper,

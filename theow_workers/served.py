@@ -18,7 +18,10 @@ version a worker loads is built on the spot: there is nothing to serve before it
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
+from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
 from theow_workers.core.resolve.plan import RuleBook
@@ -44,19 +47,37 @@ class ServedRules(Generic[V]):
         self._building: threading.Thread | None = None
         self._unbuildable: V | None = None  # its scanner build failed: not tried again
 
-    def serve(self, latest: V) -> V:
-        """The version to resolve with now, ``latest`` being the newest one loaded."""
+    def settle(self) -> None:
+        """Wait until the version being built (if any) is served, or its build failed."""
+        building = self._building
+        if building is not None:
+            building.join()
+
+    @property
+    def building(self) -> bool:
+        """Whether a newer version's scanner is being built (the previous one serves meanwhile)."""
+        return self._building is not None
+
+    def serve(self, latest: V, wait: bool = True) -> V:
+        """The version to resolve with now, ``latest`` being the newest one loaded.
+
+        ``wait=False``: never wait for a new version's scanner (the rules watcher's
+        thread does); the previous version answers until it is built.
+        """
         started = None
         with self._lock:
             serving = self._serving
             new = latest is not serving and latest is not self._unbuildable
             if serving is not None and new and self._building is None:
                 started = self._building = threading.Thread(
-                    target=self._serve_when_built, args=(latest,), name="theow-scanner", daemon=True
+                    target=self._serve_when_built,
+                    args=(latest, serving),
+                    name="theow-scanner",
+                    daemon=True,
                 )
                 started.start()
         if serving is not None:
-            if started is not None:
+            if started is not None and wait:
                 started.join(self.wait)  # a small change is built by then: served at once
                 with self._lock:
                     serving = self._serving or serving
@@ -67,9 +88,10 @@ class ServedRules(Generic[V]):
                 self._serving = latest
             return self._serving
 
-    def _serve_when_built(self, version: V) -> None:
+    def _serve_when_built(self, version: V, previous: V) -> None:
         try:
-            version.book.scanner  # noqa: B018 - built here, off the failures' path
+            # Built here, off the failures' path, from the parts of the version it replaces.
+            version.book.build_scanner(previous=previous.book.scanner)
         except Exception:  # the previous version serves on; the next change is tried
             log.exception(
                 "rules version %s: building its scanner failed", version.book.version[:12]
@@ -80,3 +102,31 @@ class ServedRules(Generic[V]):
         with self._lock:
             self._serving, self._building = version, None
         log.info("rules version %s served: its scanner is built", version.book.version[:12])
+
+
+class RulesWatch:
+    """A worker process's thread that notices a new rules version and builds it, off the failures' path.
+
+    Every ``interval`` seconds it calls ``refresh`` (``Runtime``: stat the rule
+    directories, reload what changed, build the new scanner); failures meanwhile
+    read the version served, never a directory. Started in the process that
+    resolves (a forked pool process starts its own: threads do not cross a fork).
+    """
+
+    def __init__(self, refresh: Callable[[], object], interval: float) -> None:
+        self.refresh, self.interval = refresh, interval
+        self.pid = os.getpid()
+        self._thread = threading.Thread(target=self._run, name="theow-rules-watch", daemon=True)
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self.pid == os.getpid() and self._thread.is_alive()
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.interval)
+            try:
+                self.refresh()
+            except Exception as exc:  # Milvus or Redis away a moment: the next tick tries again
+                log.warning("rules watch: %s", str(exc)[:300])

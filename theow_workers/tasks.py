@@ -162,10 +162,15 @@ def _refused_submission(
 
 
 def _deliver(rt: Runtime, agent: str, failure_ids: set[str], verdict: JsonObject) -> None:
-    """The verdict under the agent's verdict key(s): what its client polls."""
+    """The verdict under the agent's verdict key(s): what its client reads, woken at once."""
     text = json.dumps(verdict)
+    pipe = rt.redis.pipeline(transaction=False)  # one round trip
     for failure_id in failure_ids:
-        rt.redis.set(names.verdict_key(agent, failure_id), text, ex=names.VERDICT_TTL)
+        pipe.set(names.verdict_key(agent, failure_id), text, ex=names.VERDICT_TTL)
+        ready = names.verdict_ready_key(agent, failure_id)
+        pipe.rpush(ready, 1)
+        pipe.expire(ready, names.READY_TTL)
+    pipe.execute()
 
 
 def _resolve_delivered(

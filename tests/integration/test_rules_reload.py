@@ -51,20 +51,62 @@ def test_a_failure_right_after_a_rule_change_is_answered_while_the_new_scanner_b
     class HeldScanner(Scanner):
         """The real scanner, its build held until the test lets it finish."""
 
-        def __init__(self, rules):
+        def __init__(self, rules, previous=None):
             release.wait(HELD_AT_MOST)
-            super().__init__(rules)
+            super().__init__(rules, previous=previous)
 
     monkeypatch.setattr(resolver, "Scanner", HeldScanner)
     (rules / "beta.rule.yaml").write_text(track_rule("beta", "BETA"))
     try:
         during = resolve("during")
-        # The previous rules answered: the new version's scanner is still being built.
+        # The previous rules answered: the new version's scanner is still being built,
+        # and the verdict says so, so the user knows to try again rather than write the rule anew.
         assert (during.status, during.rule) == (Status.UNMATCHED, None)
+        assert during.reason.endswith("; rules are reloading, try again in a few seconds)")
+        assert during.to_dict()["rules_loading"] is True
     finally:
         release.set()
 
     wait_until(lambda: runtime.knowledge().book.get("beta"), what="the new rules to be served")
     after = resolve("after")
     assert (after.status, after.rule) == (Status.TRACKED, "beta")
+    quiet = runtime.service.resolve(
+        SubmitRequest.from_wire({"failure_id": "quiet", "facts": {"stderr": "x\nGAMMA broke\n"}}),
+        "quiet",
+    )
+    assert quiet.reason == "no rule matched (2 checked)"  # loaded: nothing more to wait for
+    runtime.index.close()
+
+
+def test_a_worker_notices_a_new_rule_by_itself_and_failures_never_walk_the_directory(
+    tmp_path, redis_url, redis_client, milvus_uri, collection, minilm, monkeypatch
+):
+    from theow_workers import runtime as runtime_mod
+
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "alpha.rule.yaml").write_text(track_rule("alpha", "ALPHA"))
+    runtime = worker_runtime(
+        tmp_path, redis_url, milvus_uri, collection, minilm, THEOW_RULES_POLL_SECONDS="0.2"
+    )
+    runtime.role = "worker"
+
+    def resolve(failure_id: str):
+        return runtime.service.resolve(
+            SubmitRequest.from_wire({"failure_id": failure_id, "facts": FAILURE}), failure_id
+        )
+
+    assert resolve("before").status is Status.UNMATCHED  # loads the rules, starts the watch
+    walks = []
+    walk = runtime_mod.directory_signature
+    monkeypatch.setattr(
+        runtime_mod,
+        "directory_signature",
+        lambda *d: walks.append(threading.get_ident()) or walk(*d),
+    )
+    (rules / "beta.rule.yaml").write_text(track_rule("beta", "BETA"))
+    wait_until(lambda: runtime.knowledge().book.get("beta"), what="the watch to serve the new rule")
+    after = resolve("after")
+    assert (after.status, after.rule) == (Status.TRACKED, "beta")
+    assert walks and threading.get_ident() not in walks  # only the watch's thread looked
     runtime.index.close()

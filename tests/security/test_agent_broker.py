@@ -92,7 +92,11 @@ def test_an_agent_reads_its_own_verdicts_and_no_other_agents(agent, admin):
     admin.set(names.KEY_PREFIX + f"verdict:{OTHER}:f-3", "theirs")
     assert agent.get(names.KEY_PREFIX + f"verdict:{AGENT}:f-1") == b"mine"
     assert agent.blpop([names.KEY_PREFIX + f"verdict:{AGENT}:f-2"], timeout=1)[1] == b"mine too"
+    # The wake-up a worker pushes as it sets a verdict: the agent's own, awaited.
+    admin.rpush(names.verdict_ready_key(AGENT, "f-1"), 1)
+    assert agent.blpop([names.verdict_ready_key(AGENT, "f-1")], timeout=1) is not None
     for attempt in (
+        lambda: agent.blpop([names.verdict_ready_key(OTHER, "f-3")], timeout=0.01),
         lambda: agent.get(names.KEY_PREFIX + f"verdict:{OTHER}:f-3"),
         lambda: agent.set(names.KEY_PREFIX + f"verdict:{OTHER}:f-3", "forged"),
         lambda: agent.get("celery-task-meta-f-3"),

@@ -12,9 +12,9 @@ CAUSE = parse_rule(
     "name: cause\nmode: track\nwhen:\n  - fact: log\n    regex: '(?-s)error: (?P<what>.+)'\n"
 )
 BOOK = RuleBook((SLOW, CAUSE), "catastrophic")
-# Runs of a's the backtracking engine tries every split of, and a "d" later on
-# that makes the scanner report the slow rule's pattern as present.
-LOG = ("a" * 40 + "c\n") * 20 + "error: the real cause\nad\n"
+# Runs of a's the backtracking engine tries every split of, and a "d" later on their
+# line that makes the scanner report the slow rule's pattern as present there.
+LOG = ("a" * 40 + "c\n") * 20 + "error: the real cause\n" + "a" * 40 + "c ad\n"
 
 
 def test_a_catastrophic_rule_gives_up_with_a_reason_and_hides_no_other_rule():
@@ -41,7 +41,7 @@ def test_the_compiled_scanner_is_kept_on_disk_and_a_broken_copy_is_compiled_agai
     monkeypatch.setenv("THEOW_SCANNER_CACHE", str(tmp_path))
     rules = [CAUSE, parse_rule("name: other\nmode: track\nwhen: [{fact: log, contains: 'boom'}]\n")]
     first = Scanner(rules)
-    (kept,) = tmp_path.glob("*.hs")
+    (kept,) = tmp_path.glob("*.part")
     again = Scanner(rules)  # loaded, not compiled
     assert (first.loaded, again.loaded) == (False, True)
     log = {"log": "x\nerror: boom\n"}

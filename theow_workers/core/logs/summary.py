@@ -149,8 +149,12 @@ def log_fact(facts: JsonObject) -> tuple[str, str]:
     return max(texts, key=lambda kv: len(kv[1]), default=("", ""))
 
 
+@functools.lru_cache(maxsize=8192)
 def tier_of(line: str) -> int | None:
     """The strongest bounding tier whose marker ``line`` holds (0 strongest), or None.
+
+    Remembered by line: a failure's log is judged twice (its fingerprint, its
+    ``where`` lines), and a fleet's logs repeat most of their lines.
 
     >>> tier_of("FAIL: test_add"), tier_of("could not connect"), tier_of("all good")
     (1, 3, None)

@@ -78,8 +78,13 @@ class RuleBook:
     @property
     def scanner(self) -> Scanner:
         """All rules' patterns compiled for one pass, built on first use."""
+        return self.build_scanner()
+
+    def build_scanner(self, previous: Scanner | None = None) -> Scanner:
+        """The scanner, built now if it is not, from ``previous``'s parts (the version this
+        one replaces: only patterns none of its parts holds are compiled)."""
         if not self._scanner:
-            self._scanner.append(Scanner(self.rules))
+            self._scanner.append(Scanner(self.rules, previous=previous))
         return self._scanner[0]
 
     @property

@@ -37,9 +37,13 @@ def pointed(
     *,
     is_normal: IsLine | None = None,
     is_wrapper: IsLine | None = None,
+    seen: JsonObject | None = None,
 ) -> Verdict:
-    """``verdict`` with its ``where`` lines and its evidence's line numbers in the sent log."""
-    seen = matching_facts(facts)
+    """``verdict`` with its ``where`` lines and its evidence's line numbers in the sent log.
+
+    ``seen``: ``matching_facts(facts)`` when the caller made it already.
+    """
+    seen = matching_facts(facts) if seen is None else seen
     found = where_lines(seen, evidence, is_normal=is_normal, is_wrapper=is_wrapper)
     where = []
     for w in found:

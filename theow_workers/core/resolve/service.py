@@ -18,6 +18,7 @@ client-side fix ``resolved`` or ``failed``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -58,7 +59,15 @@ from theow_workers.core.ports import (
     as_store,
 )
 from theow_workers.core.resolve.fingerprint import fingerprint, log_text
-from theow_workers.core.resolve.plan import Candidate, Hints, Plan, RuleBook, Similarity, plan
+from theow_workers.core.resolve.plan import (
+    Candidate,
+    Hints,
+    Plan,
+    RuleBook,
+    Similarity,
+    matching_facts,
+    plan,
+)
 from theow_workers.core.resolve.pointing import evidence_in_sent_log, evidence_of, pointed
 from theow_workers.core.rules.matching import DEFAULT_REGEX_TIMEOUT, shown_captures
 from theow_workers.core.rules.schema import Mode
@@ -67,6 +76,8 @@ log = logging.getLogger("theow.resolver")
 
 MODE_STATUS = {Mode.RETRY: Status.RETRY, Mode.TRACK: Status.TRACKED}
 PLAN_CACHE_SIZE = 2048
+# Said by an unmatched verdict while a newer rules version loads: the rule it needs may be in it.
+RULES_LOADING = "; rules are reloading, try again in a few seconds"
 STATS_TTL = 5.0  # seconds
 
 
@@ -86,6 +97,12 @@ class Submission:
     # For each fact that was cut (by the client, here, or both): which lines of the original
     # it kept, so the lines a verdict points at count in the build's own log.
     lines: dict[str, LineMap] = field(default_factory=dict)
+
+    @functools.cached_property
+    def seen(self) -> JsonObject:
+        """The facts as rules see them (``plan.matching_facts``): made once, for the
+        match and for the lines to look at."""
+        return matching_facts(self.facts)
 
     @classmethod
     def parse(
@@ -199,12 +216,16 @@ class ResolveService:
         explore: Callable[[Submission, str | None], str] | None = None,
         normals: Callable[[str], JobNormal | None] | None = None,
         prepared: PreparedFacts | None = None,
+        loading: Callable[[], bool] | None = None,
     ) -> None:
         """``explore(submission, rule_name)`` hands a failure to an explorer and says how.
 
         ``normals(job)`` is the job's normal learned from its passing runs, or
         None; a failure whose job has none is handled as if it did not exist.
+        ``loading()``: whether a newer rules version is still loading, which an
+        unmatched verdict then says (its rule may be on the way).
         """
+        self.loading = loading
         # A store written step by step (the replay chunk store) gets the same records.
         self.store = as_store(store)
         self.normals = normals
@@ -376,6 +397,7 @@ class ResolveService:
             evidence_of(verdict.evidence) if specific else None,
             is_normal=normal.is_normal if normal is not None else None,
             is_wrapper=self._wrappers[1],
+            seen=sub.seen,
         )
 
     def _rule_stats(self) -> dict[str, RuleStats]:
@@ -419,7 +441,7 @@ class ResolveService:
         similarity = self.similarity(sub.facts) if self.similarity is not None else None
         result = plan(
             book,
-            sub.facts,
+            sub.seen,
             sub.hints,
             similarity=similarity,
             stats=self._rule_stats() if similarity is not None else None,
@@ -467,6 +489,10 @@ class ResolveService:
                     also=also,
                     wrapper=named,
                 )
+            if self.loading is not None and self.loading():
+                reason = _unmatched_reason(sub, result, RULES_LOADING)
+                extra: JsonObject = {"rules_loading": True}
+                return Verdict(sub.failure_id, Status.UNMATCHED, reason=reason, extra=extra)
             return Verdict(sub.failure_id, Status.UNMATCHED, reason=_unmatched_reason(sub, result))
 
         registry = self.actions()
@@ -608,10 +634,10 @@ def _plan_key(sub: Submission, version: str) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def _unmatched_reason(sub: Submission, result: Plan) -> str:
+def _unmatched_reason(sub: Submission, result: Plan, note: str = "") -> str:
     if not log_text(sub.facts).strip():
         return "no rule matched; the facts carry no log text (stderr missing or empty)"
-    return f"no rule matched ({result.checked} checked)"
+    return f"no rule matched ({result.checked} checked{note})"
 
 
 def _why(exc: Exception) -> str:

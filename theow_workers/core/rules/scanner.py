@@ -10,8 +10,10 @@ handed to the full regex engine, which then runs from just before the hit
 (for captures and the exact semantics of Python's ``regex``).
 
 Patterns are scanned with MULTILINE and DOTALL, as the full engine searches
-them (``REGEX_FLAGS``); one whose ``.`` may cross lines is confirmed from the
-start of the text, since its match may begin any distance before the hit.
+them (``REGEX_FLAGS``); the full engine starts where the match may begin
+(``core.rules.reach``): the hit's line for a pattern that cannot cross a line,
+a few KB before for one that names a newline, the start of the text for one
+whose consuming ``.`` may cross lines.
 
 Patterns Hyperscan cannot compile exactly (lookarounds, back references) are
 compiled in its prefilter mode, which may report a match that is not one but
@@ -35,20 +37,17 @@ pattern the scanner reads differently from Python is caught at review.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import os
-import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
-from pathlib import Path
 from typing import cast
 
 from theow_client.jsontypes import JsonObject
+from theow_workers.core.rules import scanner_parts
+from theow_workers.core.rules.reach import FAR, LINE, NEAR, reach
+from theow_workers.core.rules.scanner_parts import Part, Pattern, shards
 from theow_workers.core.rules.schema import FactCondition, Rule, as_text
 
 try:  # pragma: no cover - import guard
@@ -59,18 +58,15 @@ except ImportError:  # the fallback: every condition is checked the old way
 log = logging.getLogger("theow.scanner")
 
 # Hyperscan's compile time grows faster than linearly with a database's size,
-# and each database costs a scan: small libraries get shards of 200 patterns,
-# large ones at most MAX_SHARDS shards per fact.
+# and each database costs a scan: small libraries get parts of 200 patterns,
+# large ones at most MAX_SHARDS parts per fact, plus the few small parts of the
+# changes made since (at most MAX_SMALL_PARTS, then compiled again as one).
 SHARD_SIZE = 200
 MAX_SHARDS = 3
+MAX_SMALL_PARTS = 3
+CHANGE_PART = 16  # patterns: a part this small holds a few changes, cheap to compile again
+KEEP_SHARE = 0.75  # a previous part is kept while this share of its patterns is still wanted
 BACK_BYTES = 4096  # a match may start this far before the line its first occurrence ends on
-_LEADING_FLAGS = re.compile(r"^\(\?([aiLmsux]*)(?:-([imsx]+))?\)")
-# A `.` outside a character class: escapes and classes (with `]` first in them) skipped.
-_BARE_DOT = re.compile(r"(?>\\.|\[\^?\]?(?:\\.|[^\]\\])*\]|[^.\\\[])*+\.", re.DOTALL)
-_NAMED_GROUP = re.compile(r"(?<!\\)\(\?P<\w+>")
-# Syntax Hyperscan may compile only in prefilter mode or not at all: lookarounds, back
-# references, \K, atomic groups, conditionals, possessive quantifiers, a `$` with more after it.
-_SUSPECT = re.compile(rb"\(\?<?[=!]|\\[1-9gkK]|\(\?[>(]|[*+?}]\+|(?<!\\)\$(?!\)*\Z)")
 
 
 @dataclass(frozen=True)
@@ -90,19 +86,19 @@ class Hits:
         return (fact, pattern) in self.scanned
 
 
-@dataclass(frozen=True)
-class _Pattern:
-    fact: str
-    text: str  # the rule's regex, or the literal of a ``contains``
-    literal: bool
-
-
 class Scanner:
-    """The compiled patterns of one rules version, and which rules need which."""
+    """The compiled patterns of one rules version, and which rules need which.
 
-    def __init__(self, rules: Sequence[Rule]) -> None:
+    ``previous``: the scanner of the version this one replaces. Its parts whose
+    patterns are still mostly wanted are kept as they are, and only the
+    patterns none of them holds are compiled (``core.rules.scanner_parts``): a
+    changed rule costs its own patterns' compile, not the library's. Without
+    one, the parts this machine built last (on disk) are the start.
+    """
+
+    def __init__(self, rules: Sequence[Rule], previous: Scanner | None = None) -> None:
         started = time.perf_counter()
-        patterns: dict[_Pattern, int] = {}
+        patterns: dict[Pattern, int] = {}
         needs: list[tuple[Rule, tuple[int, ...]]] = []
         for rule in rules:
             ids = tuple(
@@ -112,24 +108,30 @@ class Scanner:
             )
             needs.append((rule, ids))
         self.patterns = tuple(patterns)
-        # Confirmed from the text's start: the scanner's end offset does not bound their start.
-        self._far = frozenset(
-            pid
-            for pattern, pid in patterns.items()
-            if not pattern.literal and spans_lines(pattern.text)
+        self._pid = patterns
+        # How far before its end a match may start (``core.rules.reach``): from the text's
+        # start, the line where it ends (a literal's too), or BACK_BYTES before.
+        self._reach = tuple(
+            (NEAR if "\n" in p.text else LINE) if p.literal else reach(p.text) for p in patterns
         )
-        by_fact: dict[str, list[int]] = {}
-        for pattern, pid in patterns.items():
-            by_fact.setdefault(pattern.fact, []).append(pid)
-        self._shards: dict[str, list[hyperscan.Database]] = {}
-        self._local = threading.local()
-        compiled: set[int] = set()
-        loaded = True
+        by_fact: dict[str, list[Pattern]] = {}
+        for pattern in patterns:
+            by_fact.setdefault(pattern.fact, []).append(pattern)
+        start: Sequence[Part] = (
+            previous.parts if previous is not None else scanner_parts.recent_parts()
+        )
+        parts: list[Part] = []
         for fact, members in by_fact.items():
-            shards, ok, cached = _compile([(pid, self.patterns[pid]) for pid in members])
-            self._shards[fact] = shards
-            compiled |= ok
-            loaded &= cached
+            parts += _parts_for(fact, members, [p for p in start if p.fact == fact])
+        scanner_parts.remember(parts)
+        self.parts: tuple[Part, ...] = tuple(parts)
+        self._local = threading.local()
+        compiled = {
+            patterns[part.patterns[i]]
+            for part in parts
+            for i in part.ok
+            if part.patterns[i] in patterns
+        }
         self.compiled = frozenset(compiled)
         self._scanned = frozenset((self.patterns[i].fact, self.patterns[i].text) for i in compiled)
         self.unscanned = tuple(p.text for i, p in enumerate(self.patterns) if i not in compiled)
@@ -147,12 +149,15 @@ class Scanner:
         self.residual = tuple(residual)
         # Once per rules version and machine, not per failure: said apart, so whoever
         # times failures (a benchmark, the first failure after a rules change) can tell.
-        self.loaded = loaded  # every database came from the disk cache
+        reused = previous.parts if previous is not None else ()
+        self.loaded = all(p.loaded or p in reused for p in parts)  # nothing compiled here
         self.build_seconds = time.perf_counter() - started
+        built = [p for p in parts if not p.loaded and p not in reused]
         log.info(
-            "%d pattern(s) %s in %.2fs",
+            "%d pattern(s) in %d part(s), %s in %.2fs",
             len(self.patterns),
-            "loaded from the disk cache" if loaded else "compiled",
+            len(parts),
+            f"{sum(len(p.patterns) for p in built)} compiled" if built else "none compiled",
             self.build_seconds,
         )
         if self.unscanned:
@@ -161,35 +166,49 @@ class Scanner:
     def scan(self, facts: JsonObject) -> Hits:
         starts: dict[tuple[str, str], int] = {}
         found: set[int] = set()
-        for fact, shards in self._shards.items():
-            value = facts.get(fact)
-            if value is None:
+        texts: dict[str, tuple[str, bytes]] = {}
+        ends: dict[int, int] = {}
+        for part, scratch in zip(self.parts, self._scratches(), strict=True):
+            if part.database is None:
                 continue
-            text = as_text(value)
-            data = text.encode("utf-8", "replace")
-            ends: dict[int, int] = {}
-            for database, scratch in zip(shards, self._scratches(fact), strict=True):
-                database.scan(data, _record, context=ends, scratch=scratch)
-            found |= ends.keys()
-            for pid, end in ends.items():
-                pattern = self.patterns[pid]
-                if pid in self._far:
-                    starts[(fact, pattern.text)] = 0
+            if part.fact not in texts:
+                value = facts.get(part.fact)
+                if value is None:
                     continue
-                start = _char_offset(text, data, _line_start(data, end - BACK_BYTES))
-                starts[(fact, pattern.text)] = start
+                text = as_text(value)
+                texts[part.fact] = (text, text.encode("utf-8", "replace"))
+            local: dict[int, int] = {}
+            part.database.scan(texts[part.fact][1], _record, context=local, scratch=scratch)
+            for i, end in local.items():
+                pid = self._pid.get(part.patterns[i])
+                if pid is not None:  # a pattern of a rule this version no longer has: none
+                    ends[pid] = min(end, ends.get(pid, end))
+        found |= ends.keys()
+        for pid, end in ends.items():
+            pattern, far = self.patterns[pid], self._reach[pid]
+            if far == FAR:
+                starts[(pattern.fact, pattern.text)] = 0
+                continue
+            text, data = texts[pattern.fact]
+            back = _line_start(data, end if far == LINE else end - BACK_BYTES)
+            start = _char_offset(text, data, back)
+            starts[(pattern.fact, pattern.text)] = start
         return Hits(starts, frozenset(found), self._scanned)
 
-    def _scratches(self, fact: str) -> list[hyperscan.Scratch]:
-        """This thread's scratch space for each database of ``fact``.
+    def _scratches(self) -> list[hyperscan.Scratch | None]:
+        """This thread's scratch space for each part.
 
         Hyperscan's scratch may not be shared by two scans at once; it lives
         as long as this scanner, so it always belongs to databases still alive.
         """
-        mine: dict[str, list[hyperscan.Scratch]] = self._local.__dict__.setdefault("scratches", {})
-        if fact not in mine:
-            mine[fact] = [hyperscan.Scratch(database) for database in self._shards[fact]]
-        return mine[fact]
+        mine: list[hyperscan.Scratch | None] | None = getattr(self._local, "scratches", None)
+        if mine is None:
+            mine = [
+                hyperscan.Scratch(part.database) if part.database is not None else None
+                for part in self.parts
+            ]
+            self._local.scratches = mine
+        return mine
 
     def candidates(self, hits: Hits) -> list[Rule]:
         """Rules worth checking in full: all their scanned patterns occurred, or none is scanned."""
@@ -201,13 +220,43 @@ class Scanner:
         return rules
 
 
-def _patterns(condition: FactCondition) -> Iterable[_Pattern]:
+def _parts_for(fact: str, wanted: list[Pattern], previous: Sequence[Part]) -> list[Part]:
+    """The parts that scan ``wanted``: previous ones kept where they still serve, the rest new.
+
+    A previous part is kept while at least ``KEEP_SHARE`` of its patterns are
+    still wanted and it adds patterns no kept part holds (the largest first);
+    the patterns no kept part holds are compiled into a new part. The parts of
+    single changes (at most ``CHANGE_PART`` patterns) are kept up to
+    ``MAX_SMALL_PARTS``; past that they are compiled again as one, which costs
+    milliseconds: a part holding costly patterns is never merged.
+    """
+    want = set(wanted)
+    size = max(SHARD_SIZE, -(-len(wanted) // MAX_SHARDS))
+    kept: list[Part] = []
+    covered: set[Pattern] = set()
+    lives = [(part, [p for p in part.patterns if p in want]) for part in previous]
+    for part, live in sorted(lives, key=lambda found: -len(found[1])):  # stable: newest first
+        fresh = [p for p in live if p not in covered]
+        if len(live) >= KEEP_SHARE * len(part.patterns) and len(fresh) >= KEEP_SHARE * len(live):
+            kept.append(part)
+            covered |= set(live)
+    small = [p for p in kept if len(p.patterns) <= CHANGE_PART]
+    if len(small) > MAX_SMALL_PARTS:  # merge the changes made so far into one part
+        kept = [p for p in kept if p not in small]
+        covered = {p for part in kept for p in part.patterns if p in want}
+    missing = [p for p in wanted if p not in covered]
+    if not kept:
+        return [scanner_parts.compile_part(fact, shard) for shard in shards(missing, size)]
+    return kept + ([scanner_parts.compile_part(fact, missing)] if missing else [])
+
+
+def _patterns(condition: FactCondition) -> Iterable[Pattern]:
     """What the scanner looks for on the condition's behalf: a regex first, then literals."""
     for op, operand in sorted(condition.active(), key=lambda found: -found[0].cost):
         if op.scan is not None and isinstance(operand, str):
             need = op.scan(operand)
             if need is not None:
-                yield _Pattern(condition.fact, need.text, need.literal)
+                yield Pattern(condition.fact, need.text, need.literal)
 
 
 def _record(pid: int, start: int, end: int, flags: int, ends: object) -> None:
@@ -222,193 +271,3 @@ def _char_offset(text: str, data: bytes, byte_offset: int) -> int:
     if byte_offset == 0 or len(data) == len(text):  # ASCII: bytes are characters
         return byte_offset
     return len(data[:byte_offset].decode("utf-8", "replace"))
-
-
-def hyperscan_form(pattern: str) -> tuple[bytes, int]:
-    """A Python regex as Hyperscan reads it: leading flags as flags, group names dropped.
-
-    Rules are searched with MULTILINE and DOTALL (``REGEX_FLAGS``); a leading
-    ``(?-s)`` or ``(?m-s)`` turns DOTALL off for the whole pattern, as in ``regex``.
-    """
-    flags = hyperscan.HS_FLAG_SINGLEMATCH | hyperscan.HS_FLAG_MULTILINE | hyperscan.HS_FLAG_DOTALL
-    found = _LEADING_FLAGS.match(pattern)
-    if found:
-        on, off = found.group(1), found.group(2) or ""
-        pattern = pattern[found.end() :]
-        if "x" in on:
-            pattern = f"(?x){pattern}"
-        flags |= hyperscan.HS_FLAG_CASELESS if "i" in on else 0
-        flags &= ~hyperscan.HS_FLAG_MULTILINE if "m" in off else ~0
-        flags &= ~hyperscan.HS_FLAG_DOTALL if "s" in off else ~0
-    pattern = _NAMED_GROUP.sub("(?:", pattern).replace(r"\Z", r"\z")
-    if not pattern.isascii():
-        flags |= hyperscan.HS_FLAG_UTF8
-    return pattern.encode("utf-8"), flags
-
-
-def spans_lines(pattern: str) -> bool:
-    r"""Whether a match may run across many lines: a ``.`` that DOTALL lets match newlines.
-
-    The scanner says where a pattern's first match ends; a match that cannot
-    run far starts on a line near there, one with a DOTALL ``.`` may start
-    anywhere before. Conservative: a ``(?-s:...)`` group still counts.
-
-    >>> spans_lines(r"panic:.*goroutine"), spans_lines(r"(?-s)FAIL.*"), spans_lines(r"a\.b[.]")
-    (True, False, False)
-    """
-    found = _LEADING_FLAGS.match(pattern)
-    if found and "s" in (found.group(2) or ""):
-        return False
-    return _BARE_DOT.match(pattern) is not None
-
-
-def _expression(pattern: _Pattern) -> tuple[bytes, int]:
-    if pattern.literal:
-        literal = re.escape(pattern.text)
-        flags = hyperscan.HS_FLAG_SINGLEMATCH
-        return literal.encode("utf-8"), flags | (0 if literal.isascii() else hyperscan.HS_FLAG_UTF8)
-    return hyperscan_form(pattern.text)
-
-
-def _compile(items: list[tuple[int, _Pattern]]) -> tuple[list[hyperscan.Database], set[int], bool]:
-    """Hyperscan databases for ``items`` in shards, the ids that made it in, and whether from disk.
-
-    Compiling takes seconds for a few hundred rules (a pattern with a long
-    bounded repeat or a lookaround alone can take two), so the result is
-    kept on disk, addressed by the patterns and the Hyperscan version: a
-    worker that restarts, or a second worker on the machine, loads it in
-    milliseconds. ``THEOW_SCANNER_CACHE`` names the directory (``off``: none).
-    """
-    if hyperscan is None:
-        return [], set(), False
-    # Keyed by what Hyperscan compiles (expressions and their flags), not only the rules' text.
-    key = hashlib.sha256(
-        repr(
-            (getattr(hyperscan, "__version__", ""), [(pid, *_expression(p)) for pid, p in items])
-        ).encode()
-    ).hexdigest()
-    cached = _load(key)
-    if cached is not None:
-        return (*cached, True)
-    shards, ok = _build(items)
-    _store(key, shards, ok)
-    return shards, ok, False
-
-
-def _cache_dir() -> Path | None:
-    configured = os.environ.get("THEOW_SCANNER_CACHE", "")
-    if configured.lower() == "off":
-        return None
-    return Path(configured) if configured else Path.home() / ".cache" / "theow" / "scanner"
-
-
-def _load(key: str) -> tuple[list[hyperscan.Database], set[int]] | None:
-    directory = _cache_dir()
-    if directory is None:
-        return None
-    try:
-        data = (directory / f"{key}.hs").read_bytes()
-        size = int.from_bytes(data[:8], "big")
-        header = json.loads(data[8 : 8 + size])
-        shards, at = [], 8 + size
-        for length in header["sizes"]:
-            shards.append(hyperscan.loadb(data[at : at + length], hyperscan.HS_MODE_BLOCK))
-            at += length
-        return shards, set(header["ok"])
-    except (OSError, ValueError, KeyError, hyperscan.error):
-        return None  # absent or unreadable: compile
-
-
-def _store(key: str, shards: list[hyperscan.Database], ok: set[int]) -> None:
-    directory = _cache_dir()
-    if directory is None:
-        return
-    blobs = [hyperscan.dumpb(db) for db in shards]
-    header = json.dumps({"ok": sorted(ok), "sizes": [len(b) for b in blobs]}).encode()
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        partial = directory / f"{key}.{os.getpid()}.tmp"
-        partial.write_bytes(len(header).to_bytes(8, "big") + header + b"".join(blobs))
-        partial.replace(directory / f"{key}.hs")  # atomic: a reader never sees half a file
-    except OSError as exc:
-        log.warning("cannot keep the compiled scanner in %s: %s", directory, exc)
-
-
-def _build(items: list[tuple[int, _Pattern]]) -> tuple[list[hyperscan.Database], set[int]]:
-    # Patterns of one kind share a database: a shard mixing caseless `.*` patterns
-    # with plain literals scans slower than each kind apart (benchmarks/match.py).
-    exprs = sorted(
-        ((pid, *_expression(pattern)) for pid, pattern in items),
-        key=lambda e: (e[2], b".*" in e[1], e[1][:3]),
-    )
-    shards, ok = [], set()
-    size = max(SHARD_SIZE, -(-len(exprs) // MAX_SHARDS))
-    for i in range(0, len(exprs), size):
-        usable = _usable(tuple(exprs[i : i + size]))
-        if usable:
-            shards.append(_database(usable))
-            ok |= {pid for pid, _, _ in usable}
-    return shards, ok
-
-
-@lru_cache(maxsize=1024)
-def _usable(exprs: tuple[tuple[int, bytes, int], ...]) -> tuple[tuple[int, bytes, int], ...]:
-    """``exprs`` as Hyperscan takes them: each in its exact or prefilter mode, or left out.
-
-    One bad pattern makes a whole database fail to compile, so a shard that
-    fails is sorted out pattern by pattern (each pattern's mode is cached).
-    """
-    if not exprs:
-        return ()
-    try:
-        _database(exprs)
-        return exprs
-    except hyperscan.error:
-        pass
-    # Compiling a pattern alone costs about what it costs in the database, so only
-    # those with syntax Hyperscan may reject are tried alone; the guess is compiled,
-    # and a pattern it missed costs one failed compile, never a wrong database.
-    guess = _with_modes(exprs, lambda expression: _SUSPECT.search(expression) is not None)
-    if guess != exprs:
-        try:
-            _database(guess)
-            return guess
-        except hyperscan.error:
-            pass
-    return _with_modes(exprs, lambda expression: True)
-
-
-def _with_modes(
-    exprs: tuple[tuple[int, bytes, int], ...], check: Callable[[bytes], bool]
-) -> tuple[tuple[int, bytes, int], ...]:
-    """``exprs`` with each pattern ``check`` selects in its mode (or left out), the rest as written."""
-    usable = []
-    for pid, expression, flags in exprs:
-        mode = _mode(expression, flags) if check(expression) else 0
-        if mode is not None:
-            usable.append((pid, expression, flags | mode))
-    return tuple(usable)
-
-
-@lru_cache(maxsize=65536)
-def _mode(expression: bytes, flags: int) -> int | None:
-    """0 when Hyperscan compiles the pattern as written, PREFILTER when only so, None else."""
-    for mode in (0, hyperscan.HS_FLAG_PREFILTER):
-        try:
-            hyperscan.Database().compile(expressions=[expression], flags=[flags | mode])
-        except hyperscan.error:
-            continue
-        return mode
-    return None
-
-
-@lru_cache(maxsize=1024)
-def _database(exprs: tuple[tuple[int, bytes, int], ...]) -> hyperscan.Database:
-    database = hyperscan.Database()
-    database.compile(
-        expressions=[e for _, e, _ in exprs],
-        ids=[pid for pid, _, _ in exprs],
-        elements=len(exprs),
-        flags=[f for _, _, f in exprs],
-    )
-    return database

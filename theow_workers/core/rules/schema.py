@@ -10,10 +10,12 @@ and what is wrong, at load time and in ``theow rules check``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
 import re
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -279,6 +281,11 @@ class Rule(_Strict):
         return " ||| ".join([self.description.strip(), *examples])
 
     def canonical(self) -> str:
+        return self.canonical_text
+
+    @functools.cached_property
+    def canonical_text(self) -> str:
+        """The rule as sorted JSON, made once: the rules version and the index key hash it."""
         return json.dumps(self.model_dump(mode="json", exclude_unset=True), sort_keys=True)
 
     def content_hash(self, model_name: str) -> str:
@@ -505,15 +512,18 @@ def _load_layer(
         )
         return {}
     found: dict[str, tuple[Rule, Path]] = {}
+    # What a file's parse depends on beside its text and path: the actions it is checked against.
+    checked_against = (
+        known_actions,
+        tuple(sorted((k, str(v)) for k, v in signatures.items())) if signatures else None,
+    )
     for path in sorted(root.rglob(f"*{RULE_SUFFIX}")):
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             errors.append(RuleError(path, f"cannot read: {exc}"))
             continue
-        rule, problems = rule_problems(
-            text, path, known_actions=known_actions, signatures=signatures
-        )
+        rule, problems = _parsed(text, path, known_actions, signatures, checked_against)
         if problems or rule is None:
             errors.extend(problems)
             continue
@@ -524,6 +534,32 @@ def _load_layer(
             continue
         found[rule.name] = (rule, path)
     return found
+
+
+_Parsed = tuple[Rule | None, list[RuleError]]
+_PARSED: OrderedDict[tuple[object, ...], _Parsed] = OrderedDict()
+PARSED_CACHE_SIZE = 20_000  # rule files a process keeps parsed: a reload parses only changes
+
+
+def _parsed(
+    text: str,
+    path: Path,
+    known_actions: frozenset[str] | None,
+    signatures: Mapping[str, inspect.Signature] | None,
+    checked_against: tuple[object, ...],
+) -> _Parsed:
+    """``rule_problems`` of a file, remembered by its text, path and the actions it is checked
+    against: reloading a library of thousands of rules after one changed parses that one."""
+    key = (text, str(path), checked_against)
+    found = _PARSED.get(key)
+    if found is None:
+        found = rule_problems(text, path, known_actions=known_actions, signatures=signatures)
+        _PARSED[key] = found
+        if len(_PARSED) > PARSED_CACHE_SIZE:
+            _PARSED.popitem(last=False)
+    else:
+        _PARSED.move_to_end(key)
+    return found[0], list(found[1])
 
 
 def _unbindable_extract(rule: Rule, params: JsonObject) -> str | None:
