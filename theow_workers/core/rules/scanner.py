@@ -26,8 +26,8 @@ stays out of the scanner and is checked the old way, under the time limit.
 >>> hits = scanner.scan({"log": "ok\\nerror: boom\\n"})
 >>> [r.name for r in scanner.candidates(hits)]
 ['r']
->>> hits.start("log", "error: (\\\\w+)")  # a line start at or before the hit
-0
+>>> hits.start("log", "error: (\\\\w+)")  # the start of the hit's line: it cannot cross lines
+3
 
 Warning: Hyperscan reads ``\\w``, ``\\d`` and ``\\s`` as ASCII in a pattern
 written in ASCII; a pattern with non-ASCII text is compiled in UTF-8 mode.
