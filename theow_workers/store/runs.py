@@ -279,12 +279,35 @@ class SqlRuns:
             return None, None, ""
         return found[0], found[1], str(found[2] or "")
 
+    def failure_facts(self, failure_id: str) -> JsonObject:
+        """A stored failure's facts (bounded and masked as stored; {} when there is none)."""
+        with self.engine.connect() as conn:
+            found = conn.execute(
+                select(FailureRow.facts).where(FailureRow.id == failure_id)
+            ).scalar()
+        return found if isinstance(found, dict) else {}
+
     def of_failure(self, failure_id: str) -> LedgerRun | None:
         """The run a failure was a failure of, if it was reported with one."""
         query = select(RunRow).where(RunRow.failure_id == failure_id).limit(1)
         with self.session() as s:
             found = s.scalars(query).first()
             return _entry(found) if found is not None else None
+
+    def entries(self, runs: Sequence[Run]) -> list[LedgerRun]:
+        """The ledger's rows of ``runs`` (by repository and id, whoever sent them), in their order."""
+        if not runs:
+            return []
+        wanted = {(run.repo, run.id) for run in runs}
+        query = select(RunRow).where(RunRow.id.in_({run.id for run in runs}))
+        with self.session() as s:
+            found = {
+                (row.repo, row.id, row.agent): _entry(row)
+                for row in s.scalars(query)
+                if (row.repo, row.id) in wanted
+            }
+        order = {(run.repo, run.id): at for at, run in enumerate(runs)}
+        return sorted(found.values(), key=lambda e: order[(e.run.repo, e.run.id)])
 
     def listed(
         self,
@@ -293,6 +316,7 @@ class SqlRuns:
         job: str | None = None,
         agent: str | None = None,
         outcome: Outcome | None = None,
+        origin: str | None = None,
         limit: int = 50,
     ) -> list[LedgerRun]:
         """The newest runs first, narrowed by what is given; at most ``MAX_LIST``."""
@@ -302,6 +326,7 @@ class SqlRuns:
             (RunRow.job, job),
             (RunRow.agent, agent),
             (RunRow.outcome, outcome.value if outcome else None),
+            (RunRow.origin, origin),
         ):
             if value is not None:
                 query = query.where(column == value)

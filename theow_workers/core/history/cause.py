@@ -32,6 +32,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.core.logs.summary import summarize
 from theow_workers.core.logs.text import mask_volatile
 
@@ -104,7 +105,15 @@ def keep_codes(line: str) -> str:
 
 def cause_of(log: str, *, rule: str | None = None, category: str | None = None) -> Cause:
     """The cause of a failed run from its log, and the rule that matched it when one did."""
-    summary = summarize({"log": log})
+    return cause_of_facts({"log": log}, rule=rule, category=category)
+
+
+def cause_of_facts(
+    facts: JsonObject, *, rule: str | None = None, category: str | None = None
+) -> Cause:
+    """:func:`cause_of` a failure's facts: their log (``log``, ``stderr``... as the resolver
+    reads it), so a worker keys a failure as ``theow history eval`` keys its row."""
+    summary = summarize(facts)
     basis = set(summary.basis.split("\n"))
     # The lines the summary named the cause from (its basis), read again with codes kept.
     lines = [line.text for line in summary.errors if mask_volatile(line.text) in basis]
