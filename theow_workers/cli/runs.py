@@ -69,10 +69,20 @@ def runs_list(
     if as_json:
         print_json([entry.to_dict() for entry in found])
         return
-    table = Table(
-        "finished", "repo", "job", "where", "sha", "try", "outcome", "origin", "then", "culprit",
-        "failure", title=f"{len(found)} run(s)",
-    )  # fmt: skip
+    columns = [
+        "finished",
+        "repo",
+        "job",
+        "where",
+        "sha",
+        "try",
+        "outcome",
+        "origin",
+        "then",
+        "culprit",
+        "failure",
+    ]
+    table = Table(*columns, title=f"{len(found)} run(s)")
     for entry in found:
         run = entry.run
         table.add_row(

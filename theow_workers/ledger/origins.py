@@ -1,32 +1,35 @@
 """Whose failure it is, in the worker: a failed run's origin decided as it is recorded, and
 revised as later runs arrive (``core.history.classify`` over the SQL ledger).
 
-* :func:`at_verdict` — a failed run just recorded with its failure: its origin
-  from the runs finished by then, stored as ``origin_then`` and ``origin``, and
-  given back for the verdict (``verdict["origin"]``: ``Decision.to_dict()``). A
-  run recorded before (a redelivery, the same failure sent again) gives back
-  what is stored.
+* :func:`at_verdict` — a failed run with its failure: its origin from the
+  runs finished by then, for the verdict (``verdict["origin"]``:
+  ``Decision.to_dict()``), and its record with it (``origin_then`` and
+  ``origin``), which :func:`write` stores once the verdict is delivered. A run
+  recorded before (a redelivery, the same failure sent again) gives back what
+  is stored.
 * :func:`revise` — any run just recorded (a client's ``theow.run``, a failure,
   a webhook's job, a replayed row): the earlier failed runs ``revisable`` names
   are decided again over the whole ledger; a changed origin, culprit or fix is
   stored (``origin_then`` kept as it was) and handed to :func:`on_origin_revised`.
 * :func:`on_origin_revised` — the one place a revision's effects start.
 
-The verdict pays for one decision (a few indexed reads and one write, about a
-millisecond on SQLite); revisions run after the verdict is delivered. Nothing
-here raises into a task: the ledger never costs a verdict.
+The verdict pays for one decision: a few indexed reads, no write (the run is
+decided as if written, ``WithRun``); the write and the revisions come after the
+verdict is delivered.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from theow_client.jsontypes import JsonObject
 from theow_workers.core.history.classify import DEFAULT_SETTINGS, decide, revisable
-from theow_workers.core.history.model import Decision
-from theow_workers.store.runs import LedgerRun, configured_branches
+from theow_workers.core.history.model import Decision, Origin, Run
+from theow_workers.core.history.ports import History
+from theow_workers.store.runs import MAX_REASON, LedgerRun, configured_branches
 
 if TYPE_CHECKING:
     from theow_workers.runtime import Runtime
@@ -71,22 +74,69 @@ def stored(entry: LedgerRun) -> JsonObject | None:
     }
 
 
-def at_verdict(rt: Runtime, entry: LedgerRun, fresh: bool) -> JsonObject | None:
-    """The failed run's origin for its verdict (see the module's note); None when the
-    ledger cannot say (the run is not there)."""
-    if not fresh:
-        found = rt.runs.of_failure(entry.failure_id) if entry.failure_id else None
-        return stored(found) if found is not None else None
+class WithRun:
+    """The ledger's history with one run not yet written added: a verdict decides its run's
+    origin before the run's row is written (after the verdict is delivered)."""
+
+    def __init__(self, history: History, run: Run) -> None:
+        self.history, self.run = history, run
+
+    def _with(self, found: Sequence[Run], since: float, until: float) -> list[Run]:
+        others = [r for r in found if r.id != self.run.id or r.repo != self.run.repo]
+        if since <= self.run.finished_at <= until:
+            others.append(self.run)
+            others.sort(key=lambda r: r.finished_at)
+        return others
+
+    def job_runs(self, repo: str, job: str, *, since: float, until: float) -> Sequence[Run]:
+        found = self.history.job_runs(repo, job, since=since, until=until)
+        if (repo, job) != (self.run.repo, self.run.job):
+            return found
+        return self._with(found, since, until)
+
+    def cause_failures(self, cause: str, *, since: float, until: float) -> Sequence[Run]:
+        found = self.history.cause_failures(cause, since=since, until=until)
+        if cause != self.run.cause or not self.run.failed:
+            return found
+        return self._with(found, since, until)
+
+
+def at_verdict(rt: Runtime, entry: LedgerRun) -> tuple[JsonObject | None, LedgerRun | None]:
+    """The failed run's origin for its verdict, and its record to write once the verdict is
+    delivered (None: recorded before, its stored origin given back)."""
+    if entry.failure_id:
+        found = rt.runs.of_failure(entry.failure_id)
+        if found is not None and found.origin is not None:
+            return stored(found), None  # a redelivery, or the same failure sent again
     run = entry.run
     decision = decide(
         run,
-        rt.runs,
+        WithRun(rt.runs, run),
         default_branch=branches(rt)(run.repo),
         settings=DEFAULT_SETTINGS,
         until=run.finished_at,
     )
-    rt.runs.set_origin(entry.agent, run.id, decision, then=True)
-    return decision.to_dict()
+    origin = decision.origin.value
+    decided = replace(
+        entry,
+        origin_then=origin,
+        origin=origin,
+        culprit=decision.culprit,
+        fixed_by=decision.fixed_by,
+        origin_reason=decision.reason[:MAX_REASON],
+    )
+    return decision.to_dict(), decided
+
+
+def write(rt: Runtime, entry: LedgerRun) -> bool:
+    """Write a run decided at its verdict (``at_verdict``); whether it is new to the ledger."""
+    done = rt.runs.record(entry)
+    if done == "updated" and entry.origin is not None:  # reported passed (or bare) before
+        decision = Decision(
+            Origin(entry.origin), entry.origin_reason or "", entry.culprit, entry.fixed_by
+        )
+        rt.runs.set_origin(entry.agent, entry.run.id, decision, then=True)
+    return done != "duplicate"
 
 
 def revise(rt: Runtime, entry: LedgerRun) -> int:

@@ -56,7 +56,9 @@ class Recorded:
     """What recording a failure's run gave: its origin for the verdict, and the run to revise by."""
 
     origin: JsonObject | None = None  # ``Decision.to_dict()``; None: no run metadata
-    fresh: LedgerRun | None = None  # recorded now (not a redelivery): ``revise`` reads from it
+    fresh: LedgerRun | None = None  # new to the ledger: ``revise`` writes it (if pending), then
+    # decides again the earlier failures it changes
+    pending: bool = True  # decided, not written yet (a passed run is written at once)
 
     def onto(self, verdict: JsonObject) -> JsonObject:
         """The verdict with its origin (``"origin"``), when there is one."""
@@ -77,7 +79,7 @@ def record_report(rt: Runtime, agent: str, payload: object, source: str) -> Json
     done = rt.runs.record(entry)
     _learn_branch(rt, entry, report.run.get("default_branch"), "client")
     if done != "duplicate":
-        revise(rt, Recorded(fresh=entry))
+        revise(rt, Recorded(fresh=entry, pending=False))
     return {"recorded": done != "duplicate", "run": entry.run.id, "outcome": report.outcome}
 
 
@@ -107,11 +109,9 @@ def record_failure(
         if entry is None:
             return NOTHING
         entry = _scoped(rt, entry)
-        done = rt.runs.record(entry)
         if isinstance(fact, dict):
             _learn_branch(rt, entry, fact.get("default_branch"), "client")
-        fresh = done != "duplicate"
-        return Recorded(origins.at_verdict(rt, entry, fresh), entry if fresh else None)
+        return Recorded(*origins.at_verdict(rt, entry))
     except RunValueError as exc:
         log.warning("failure %s: its run is not recorded: %s", failure_id, str(exc)[:300])
     except Exception as exc:  # the verdict is stored and delivered; the ledger waits for none
@@ -141,9 +141,10 @@ def record_hooked(
             )
         entry = _scoped(rt, entry)
         _learn_branch(rt, entry, job.repo_default_branch, "webhook")
-        fresh = rt.runs.record(entry) != "duplicate"
-        decided = origins.at_verdict(rt, entry, fresh) if entry.failure_id else None
-        return Recorded(decided, entry if fresh else None)
+        if entry.failure_id:
+            return Recorded(*origins.at_verdict(rt, entry))  # written with ``revise``
+        done = rt.runs.record(entry)
+        return Recorded(fresh=entry if done != "duplicate" else None, pending=False)
     except Exception as exc:  # the job's verdict and comment matter more than its ledger row
         log.warning("%s job %s: could not record its run: %s", job.forge, job.key, str(exc)[:300])
     return NOTHING
@@ -154,6 +155,8 @@ def revise(rt: Runtime, recorded: Recorded) -> None:
     if recorded.fresh is None:
         return
     try:
+        if recorded.pending and not origins.write(rt, recorded.fresh):
+            return  # recorded before: nothing it changes is new
         origins.revise(rt, recorded.fresh)
     except Exception as exc:  # a revision can wait for the next run; the run is recorded
         log.warning("run %s: origins not revised: %s", recorded.fresh.run.id, str(exc)[:300])

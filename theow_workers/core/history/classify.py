@@ -176,25 +176,36 @@ def _infra(
         run.cause, since=run.finished_at - window, until=min(end, run.finished_at + window)
     )
     broken = _BrokenMain(history, run.cause, default_branch, settings, end)
-    repos = {
-        r.repo
-        for r in near
-        if abs(r.finished_at - run.finished_at) <= settings.infra_window and not broken(r)
-    }
-    if len(repos) >= settings.infra_repos:
-        return Decision(Origin.INFRA, f"the same cause failed {len(repos)} repositories at once")
-    jobs = {
-        r.job
+    wide = [r for r in near if abs(r.finished_at - run.finished_at) <= settings.infra_window]
+    # Whether a failure comes from a broken main costs a read of its job's runs: asked only
+    # when enough repositories (or jobs) failed this way to matter.
+    failing = len({r.repo for r in wide})
+    if failing >= settings.infra_repos and _enough(wide, "repo", settings.infra_repos, broken):
+        return Decision(Origin.INFRA, f"the same cause failed {failing} repositories at once")
+    local = [
+        r
         for r in near
         if r.repo == run.repo
         and abs(r.finished_at - run.finished_at) <= settings.infra_local_window
-        and not broken(r)
-    }
-    if len(jobs) >= settings.infra_jobs:
+    ]
+    jobs = {r.job for r in local}
+    if len(jobs) >= settings.infra_jobs and _enough(local, "job", settings.infra_jobs, broken):
         return Decision(
             Origin.INFRA, f"the same cause failed {len(jobs)} jobs of the repository at once"
         )
     return None
+
+
+def _enough(runs: Sequence[Run], by: str, most: int, broken: _BrokenMain) -> bool:
+    """Whether ``most`` distinct repositories (or jobs) of ``runs`` failed, not from a broken main."""
+    found: set[str] = set()
+    for r in runs:
+        key = r.repo if by == "repo" else r.job
+        if key not in found and not broken(r):
+            found.add(key)
+            if len(found) >= most:
+                return True
+    return False
 
 
 class _BrokenMain:
