@@ -25,6 +25,7 @@ True
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import replace
@@ -39,6 +40,7 @@ from theow_workers.identity import repo_of
 from theow_workers.integrations.hooks import HookedJob
 from theow_workers.store.runs import MAX_CAUSE, REPLAY_AGENT, LedgerRun
 
+RUN_ID_CHAR = re.compile(r"[^A-Za-z0-9._:-]")
 # A rule's tags that say what kind of cause it is, strongest first.
 CATEGORIES: tuple[tuple[str, frozenset[str]], ...] = (
     ("infrastructure", frozenset({"infrastructure", "infra", "runner", "network", "ci-image"})),
@@ -133,7 +135,8 @@ def from_hook(job: HookedJob, now: float | None = None) -> LedgerRun | None:
         return None
     try:
         where = CiRun(
-            id=job.key[:64],
+            # The job's key, one per job and attempt, in a run id's characters ("/" is not one).
+            id=RUN_ID_CHAR.sub("-", job.key)[:64],
             repo=job.repo,
             branch=job.branch,
             sha=job.head_sha.lower(),
