@@ -7,6 +7,8 @@
                                                             # and SQL statements/round trips per failure
     .venv/bin/python benchmarks/resolve.py --database-url postgresql+psycopg://localhost/theow
                                                             # the store on PostgreSQL (migrated first)
+    .venv/bin/python benchmarks/resolve.py --ledger         # each failure with where it ran (job and
+                                                            # run facts): its run recorded, its origin decided
 
 It builds 200 rules (the shipped ones, at most half, plus generated ones across
 ecosystems) and CI logs of tens of KB in a fleet-like mix (most failures exact repeats of
@@ -545,8 +547,36 @@ def wait_for_worker(redis_url: str, name: str, timeout: float = 120) -> None:
         app.close()
 
 
+class Fleet:
+    """Where each failure ran (``--ledger``): a job of one of 10 repositories, on the default
+    branch or a pull request, on commits drawn from a few per repository, so each job's
+    history grows as the run goes and the origin is decided over it."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.repos = [f"acme/{name}" for name in A[:10]]
+        self.shas = {repo: [uuid.UUID(int=self.rng.getrandbits(128)).hex + "0" * 8 for _ in range(8)] for repo in self.repos}  # fmt: skip
+
+    def ran(self, facts: dict) -> dict:
+        """The failure's facts with a ``job`` and a ``run`` of their own (a fresh run id)."""
+        rng, repo = self.rng, self.rng.choice(self.repos)
+        run: dict[str, Any] = {
+            "id": uuid.uuid4().hex, "repo": repo, "sha": rng.choice(self.shas[repo]),
+            "attempt": 1, "finished_at": time.time(), "provider": "github",
+        }  # fmt: skip
+        if rng.random() < 0.5:
+            run.update(branch="main")
+        else:
+            pr = rng.randrange(1, 40)
+            run.update(branch=f"feature-{pr}", pr=str(pr), base_sha=rng.choice(self.shas[repo]))
+        return {**facts, "job": f"github:{repo}/CI/{rng.choice(B[:5])}", "run": run}
+
+
 def one_run(run: int, args: argparse.Namespace, client: TheowClient, floor: Floor, mk: dict, fl: list) -> dict:  # fmt: skip
     failures = corpus(args.failures, args.seed, run, mk, fl)
+    if args.ledger:
+        fleet = Fleet(args.seed * 100 + run)
+        failures = [fleet.ran(facts) for facts in failures]
     start = time.perf_counter()
     for facts in failures:
         floor.valid(facts, first=True)
@@ -599,6 +629,12 @@ def main() -> int:
         "an earlier one but for its name and examples, so most failures tie",
     )
     ap.add_argument(
+        "--ledger",
+        action="store_true",
+        help="each failure with where it ran (job and run facts): its run recorded in the "
+        "ledger and its origin decided, as a CI agent's are",
+    )
+    ap.add_argument(
         "--database-url",
         default="",
         help="the store (migrated first); default: SQLite in the temporary home",
@@ -624,7 +660,7 @@ def main() -> int:
     flake = Rule.model_validate(yaml.safe_load(FLAKE.read_text())).when[0].examples
     stack, client, rt = EmbeddedStack(settings), None, None
     result: dict[str, Any] = {"config": {"rules": args.rules, "failures": args.failures, "runs": args.runs,
-                              "concurrency": args.concurrency, "latency_n": args.latency_n, "seed": args.seed, "duplicates": args.duplicates,
+                              "concurrency": args.concurrency, "latency_n": args.latency_n, "seed": args.seed, "duplicates": args.duplicates, "ledger": args.ledger,
                               "database": make_url(settings.store_url).get_backend_name()}}  # fmt: skip
     try:
         say(f"starting Valkey, Milvus Lite in {tmp}, the store at {settings.store_url} …")

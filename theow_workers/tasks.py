@@ -88,8 +88,10 @@ def resolve(self: ServicesTask, payload: Json = None, *_: object, **__: object) 
     try:
         verdict = _resolve_delivered(self, rt, request, failure_id, who.name)
         verdict = after_verdict(rt, verdict, who.name)  # explain, after the verdict is recorded
+        recorded = ledger.record_failure(rt, who.name, failure_id, verdict)  # its run, origin
+        verdict = recorded.onto(verdict)
         _deliver(rt, who.name, {requested, failure_id}, verdict)
-        ledger.record_failure(rt, who.name, failure_id, verdict)  # after the agent has it
+        ledger.revise(rt, recorded)  # the earlier failures it changes, after the agent has it
         return verdict
     except StoreUnavailable as exc:
         # The database is down, or dropped a pooled connection used in the last 10 s
@@ -432,7 +434,7 @@ def hook(self: ServicesTask, payload: Json = None, *_: object, **__: object) -> 
             marked = (
                 feedback.mark_passed_or_log(rt.redis, api, job) if rt.settings.pr_comments else []
             )
-            ledger.record_hooked(rt, job)
+            ledger.revise(rt, ledger.record_hooked(rt, job))
             learned = intake.learn_passing(rt, api, job)
             return {**learned, "comments": marked} if marked else learned
         request = intake.submission(job, api.job_log(job))
@@ -440,9 +442,11 @@ def hook(self: ServicesTask, payload: Json = None, *_: object, **__: object) -> 
         failure_id = str(request.failure_id)
         verdict = _resolve_delivered(self, rt, request, failure_id, job.agent)
         verdict = after_verdict(rt, verdict, job.agent)  # explain, as for an agent's failure
-        ledger.record_hooked(rt, job, failure_id, verdict)
+        recorded = ledger.record_hooked(rt, job, failure_id, verdict)
+        verdict = recorded.onto(verdict)
         if rt.settings.pr_comments:
             feedback.post_or_log(rt.redis, api, job, verdict)
+        ledger.revise(rt, recorded)
         return verdict
     except ForgeError as exc:
         if isinstance(exc, ConnectionError):

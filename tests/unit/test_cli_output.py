@@ -57,7 +57,7 @@ def test_every_command_is_on_the_theow_command():
 
     names = set(get_command(app).commands)  # type: ignore[attr-defined]
     assert names == {
-        "rules", "db", "replay", "history", "review", "failures",
+        "rules", "db", "replay", "history", "review", "failures", "runs",
         "meow", "doctor", "metrics", "dead-letters", "worker", "web", "up", "demo", "tokens",
         "teach", "incidents",
     }  # fmt: skip

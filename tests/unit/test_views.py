@@ -117,6 +117,7 @@ def test_the_failure_list_is_live_newest_first_with_its_verdicts(reads):
         "mode": "fix",
         "reason": "because",
         "wrapper": "gradle",
+        "origin": None,  # it came without its run's metadata
     }
     with pytest.raises(UnknownSource):
         failure_list(reads, FailureFilter(source="elsewhere"))
@@ -136,6 +137,7 @@ def test_the_cli_and_the_console_show_the_same_list(reads):
         "rule": None,
         "wrapper": "gradle",
         "reason": "because",
+        "origin": None,
     }
     assert [r["id"] for r in cli_rows(reads, status="resolved")] == ["f-1"]
     assert cli_rows(reads, since=timedelta(hours=1)) == []

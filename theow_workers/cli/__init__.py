@@ -14,6 +14,7 @@ from theow_workers.cli.output import run
 from theow_workers.cli.replay import replay_app
 from theow_workers.cli.review import failures_app, meow_command, review_app
 from theow_workers.cli.rules import rules_app
+from theow_workers.cli.runs import runs_app
 from theow_workers.cli.stack import demo, up, web, worker
 from theow_workers.cli.teach import teach
 from theow_workers.cli.tokens import tokens_app
@@ -25,6 +26,7 @@ app.add_typer(replay_app, name="replay")
 app.add_typer(history_app, name="history")
 app.add_typer(review_app, name="review")
 app.add_typer(failures_app, name="failures")
+app.add_typer(runs_app, name="runs")
 app.add_typer(tokens_app, name="tokens")
 app.add_typer(incidents_app, name="incidents")
 app.command("meow")(meow_command)

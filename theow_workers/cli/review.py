@@ -352,18 +352,28 @@ def failures_list(
             show_default=True,
         ),
     ] = "live",
+    origin: Annotated[
+        str | None,
+        typer.Option(help="Only failures of this origin: change, main, flaky, infra, unknown."),
+    ] = None,
     limit: int = 50,
     as_json: JsonFlag = False,
 ) -> None:
     """Recent failures with their verdicts: live ones unless --source says otherwise."""
+    from theow_workers.core.history.model import Origin
     from theow_workers.views.failures import cli_rows
     from theow_workers.views.ports import SOURCES, UnknownSource
 
     window = _window(since)
     if source not in SOURCES:
         raise _fail(str(UnknownSource(source)), 2)
+    if origin is not None and origin not in {o.value for o in Origin}:
+        choices = ", ".join(o.value for o in Origin)
+        raise _fail(f"--origin {origin!r}: use {choices}", 2)
     _, store = _context()
-    rows = cli_rows(_reads(store), status=status, since=window, limit=limit, source=source)
+    rows = cli_rows(
+        _reads(store), status=status, since=window, limit=limit, source=source, origin=origin
+    )
     if as_json:
         print_json(rows)
         return
@@ -373,6 +383,7 @@ def failures_list(
         "source",
         "problem_type",
         "status",
+        "origin",
         "rule",
         "reason",
         title=f"{len(rows)} {'' if source == 'all' else source + ' '}failure(s)",
@@ -384,6 +395,7 @@ def failures_list(
             r["source"],
             r["problem_type"] or "",
             r["status"] or "-",
+            r["origin"] or "-",
             r["rule"] or _wrapper(r),
             r["reason"] or "",
         )
@@ -419,6 +431,8 @@ def failures_show(failure_id: str, as_json: JsonFlag = False) -> None:
     )
     shown = f"verdict: {verdict.get('status', '-')} {named} {verdict.get('reason', '')}"
     out.print(printable(shown), highlight=False, markup=False)
+    for line in origin_lines(info["origin"]):
+        out.print(printable(line), highlight=False, markup=False)
     for line in look_at(_wheres(verdict.get("where"))):
         out.print(printable(line), highlight=False, markup=False)
     for line in fix_lines(verdict.get("fixes") or []):  # built from log text: plain only
@@ -445,6 +459,26 @@ def failures_show(failure_id: str, as_json: JsonFlag = False) -> None:
         out.print(printable(shown), highlight=False, markup=False)
     for line in info["error_lines"]:
         out.print(Text(f"  {strip_ansi(line)}", style="dim"))  # log text: no markup, no emoji
+
+
+def origin_lines(origin: JsonObject | None) -> list[str]:
+    """Whose failure it is, in a line or two: as it stands, as decided at its verdict, why.
+
+    >>> origin_lines({"origin": "main", "origin_then": "change", "culprit": "a" * 40,
+    ...               "fixed_by": None, "reason": "fails the same way on the default branch"})
+    ['origin: main (at the verdict: change), culprit aaaaaaaaaaaa: fails the same way on the default branch']
+    >>> origin_lines(None)
+    []
+    """
+    if not origin or not origin.get("origin"):
+        return []
+    line = f"origin: {origin['origin']}"
+    if origin.get("origin_then") and origin["origin_then"] != origin["origin"]:
+        line += f" (at the verdict: {origin['origin_then']})"
+    for name in ("culprit", "fixed_by"):
+        if origin.get(name):
+            line += f", {name.replace('_', ' ')} {str(origin[name])[:12]}"
+    return [f"{line}: {origin['reason']}" if origin.get("reason") else line]
 
 
 def _wheres(stored: Json) -> list[Where]:

@@ -6,32 +6,41 @@ webhook, the operator's replayed history), else ``<agent>@<repository>``, so
 an agent's reports never enter another team's history (they could make its
 pull requests' failures look like a broken default branch).
 
-A failed run's **cause** is what says two failures are the same:
-:func:`cause_key` (the matched rule and its evidence line with volatile parts
-masked; an unexplained failure's fingerprint). Its **category** is the matched
-rule's kind of cause, from its tags (:func:`category_of`).
+A failed run's **cause** is what says two failures are the same, keyed as
+``theow history eval`` keys a history row (:func:`failure_cause`, with
+``core.history.cause``): the matched rule and the error lines of its log with
+volatile parts masked and error codes kept. Its **category** is the matched
+rule's kind of cause, from its tags (:func:`category_of`), else ``infra`` when
+the lines say the infrastructure failed.
 
->>> cause_key("pytest_failed", "E   assert 3 == 4 (after 12.5s)", "v2:ab")
-'pytest_failed|e assert <n> == <n> (after <dur>)'
+>>> one, two = "E   assert 3 == 4 (after 12.5s)", "E   assert 3 == 4 (after 9.1s)"
+>>> failure_cause({"log": one}, "pytest_failed", ["python"]).key == failure_cause(
+...     {"stderr": two}, "pytest_failed", ["python"]).key
+True
+>>> failure_cause({"log": "fatal: Could not resolve host: github.com"}, None, ()).category
+'infra'
 >>> category_of(["docker", "infrastructure"]), category_of(["python"])
 ('infrastructure', None)
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from theow_client.ci_run import CiRun, RunFact, RunValueError
 from theow_client.jsontypes import JsonObject
 from theow_client.messages import RunReport
+from theow_workers.core.history.cause import Cause, cause_of_facts
 from theow_workers.core.history.model import Outcome, Run
-from theow_workers.core.logs.text import mask_volatile
 from theow_workers.identity import repo_of
 from theow_workers.integrations.hooks import HookedJob
 from theow_workers.store.runs import MAX_CAUSE, REPLAY_AGENT, LedgerRun
 
+RUN_ID_CHAR = re.compile(r"[^A-Za-z0-9._:-]")
 # A rule's tags that say what kind of cause it is, strongest first.
 CATEGORIES: tuple[tuple[str, frozenset[str]], ...] = (
     ("infrastructure", frozenset({"infrastructure", "infra", "runner", "network", "ci-image"})),
@@ -43,16 +52,11 @@ CATEGORIES: tuple[tuple[str, frozenset[str]], ...] = (
 )
 
 
-def cause_key(rule: str | None, evidence_line: str | None, fingerprint: str) -> str:
-    """The key two failures of one cause share: ``rule|masked evidence line``, else
-    ``unexplained|<fingerprint>``. (The one place the key is made: replace it here.)"""
-    line = (evidence_line or "").strip().splitlines()[0] if (evidence_line or "").strip() else ""
-    if rule and line:
-        masked = " ".join(mask_volatile(line).split())
-        return f"{rule}|{masked}"[:MAX_CAUSE]
-    if rule:
-        return f"{rule}|"[:MAX_CAUSE]
-    return f"unexplained|{fingerprint}"[:MAX_CAUSE]
+def failure_cause(facts: JsonObject, rule: str | None, tags: Iterable[str]) -> Cause:
+    """A failure's cause from its facts' log and the rule that matched it (its ``tags``),
+    keyed as ``theow history eval`` keys a row (the key bounded to the ledger's column)."""
+    found = cause_of_facts(facts, rule=rule, category=category_of(tags))
+    return replace(found, key=found.key[:MAX_CAUSE])
 
 
 def category_of(tags: Iterable[str]) -> str | None:
@@ -131,7 +135,8 @@ def from_hook(job: HookedJob, now: float | None = None) -> LedgerRun | None:
         return None
     try:
         where = CiRun(
-            id=job.key[:64],
+            # The job's key, one per job and attempt, in a run id's characters ("/" is not one).
+            id=RUN_ID_CHAR.sub("-", job.key)[:64],
             repo=job.repo,
             branch=job.branch,
             sha=job.head_sha.lower(),

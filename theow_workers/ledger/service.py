@@ -2,10 +2,13 @@
 
 * :func:`record_report` — ``theow.run``: a client's passed run (or failed run
   without its log), its repository in the agent's verified scope.
-* :func:`record_failure` — after a verdict: the failed run its ``run`` fact
-  names, with its failure, cause and category.
+* :func:`record_failure` — at a verdict: the failed run its ``run`` fact
+  names, with its failure, cause and category, and its origin
+  (``ledger.origins``) for the verdict to carry.
 * :func:`record_hooked` — a forge's webhook job, passed or failed, and the
-  repository's default branch when the delivery says it.
+  repository's default branch when the delivery says it; a failed one's origin.
+* :func:`revise` — after a run is recorded (and its verdict delivered): the
+  earlier failures whose origin it changes.
 * :func:`note_pull_request` — a ``workflow_run`` delivery: its pull request and
   base, kept for its jobs still to come and written onto those already recorded.
 
@@ -18,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from theow_client import names
@@ -28,9 +31,9 @@ from theow_client.messages import RunReport
 from theow_workers.core.history.incident import Rules
 from theow_workers.integrations import alerts
 from theow_workers.integrations.hooks import HookedJob, HookedRun
+from theow_workers.ledger import origins
 from theow_workers.ledger.record import (
-    category_of,
-    cause_key,
+    failure_cause,
     from_failure,
     from_hook,
     from_report,
@@ -50,6 +53,23 @@ def _scoped(rt: Runtime, entry: LedgerRun) -> LedgerRun:
     return replace(entry, run=replace(entry.run, repo=repo))
 
 
+@dataclass(frozen=True)
+class Recorded:
+    """What recording a failure's run gave: its origin for the verdict, and the run to revise by."""
+
+    origin: JsonObject | None = None  # ``Decision.to_dict()``; None: no run metadata
+    fresh: LedgerRun | None = None  # new to the ledger: ``revise`` writes it (if pending), then
+    # decides again the earlier failures it changes
+    pending: bool = True  # decided, not written yet (a passed run is written at once)
+
+    def onto(self, verdict: JsonObject) -> JsonObject:
+        """The verdict with its origin (``"origin"``), when there is one."""
+        return {**verdict, "origin": self.origin} if self.origin is not None else verdict
+
+
+NOTHING = Recorded()
+
+
 def record_report(rt: Runtime, agent: str, payload: object, source: str) -> JsonObject:
     """Record a ``theow.run`` report of ``agent``; what happened (a refusal says why)."""
     try:
@@ -61,58 +81,55 @@ def record_report(rt: Runtime, agent: str, payload: object, source: str) -> Json
     done = rt.runs.record(entry)
     _learn_branch(rt, entry, report.run.get("default_branch"), "client")
     if done != "duplicate":
-        _alert(rt, entry)
+        revise(rt, Recorded(fresh=entry, pending=False))
     return {"recorded": done != "duplicate", "run": entry.run.id, "outcome": report.outcome}
 
 
-def cause_and_category(
-    rt: Runtime, verdict: JsonObject, fingerprint: str
-) -> tuple[str, str | None]:
-    """The failure's cause key and its rule's category, from its verdict."""
+def cause_and_category(rt: Runtime, verdict: JsonObject, failure_id: str) -> tuple[str, str | None]:
+    """The failure's cause key and category (``record.failure_cause``), from its stored facts
+    and the rule its verdict names."""
     rule = verdict.get("rule") if isinstance(verdict.get("rule"), str) else None
-    evidence = verdict.get("evidence") if isinstance(verdict.get("evidence"), dict) else {}
-    text = evidence.get("text") if isinstance(evidence, dict) else None
-    category = None
-    if rule:
-        found = rt.knowledge().book.get(rule)
-        category = category_of(found.tags) if found is not None else None
-    return cause_key(rule, text if isinstance(text, str) else None, fingerprint), category
+    found = rt.knowledge().book.get(rule) if rule else None
+    tags = found.tags if found is not None else ()
+    cause = failure_cause(rt.runs.failure_facts(failure_id), rule, tags)
+    return cause.key, cause.category
 
 
 def record_failure(
     rt: Runtime, agent: str, failure_id: str, verdict: JsonObject, source: str = "client"
-) -> None:
-    """Record the failed run a decided failure names in its ``run`` fact (if it has one)."""
+) -> Recorded:
+    """Record the failed run a decided failure names in its ``run`` fact (if it has one),
+    and decide its origin."""
     if verdict.get("status") in ("rejected", None):
-        return
+        return NOTHING
     try:
-        fact, job, fingerprint = rt.runs.failure_run(failure_id)
+        fact, job, _ = rt.runs.failure_run(failure_id)
         if fact is None:
-            return
-        cause, category = cause_and_category(rt, verdict, fingerprint)
+            return NOTHING
+        cause, category = cause_and_category(rt, verdict, failure_id)
         entry = from_failure(fact, job, agent, source, failure_id, cause, category)
         if entry is None:
-            return
+            return NOTHING
         entry = _scoped(rt, entry)
-        done = rt.runs.record(entry)
         if isinstance(fact, dict):
             _learn_branch(rt, entry, fact.get("default_branch"), "client")
-        if done != "duplicate":
-            _alert(rt, entry)
+        return Recorded(*origins.at_verdict(rt, entry))
     except RunValueError as exc:
         log.warning("failure %s: its run is not recorded: %s", failure_id, str(exc)[:300])
     except Exception as exc:  # the verdict is stored and delivered; the ledger waits for none
         log.warning("failure %s: could not record its run: %s", failure_id, str(exc)[:300])
+    return NOTHING
 
 
 def record_hooked(
     rt: Runtime, job: HookedJob, failure_id: str | None = None, verdict: JsonObject | None = None
-) -> None:
-    """Record a webhook job's run (and the repository's default branch it names)."""
+) -> Recorded:
+    """Record a webhook job's run (and the repository's default branch it names); a failed
+    one with its verdict gets its origin."""
     try:
         entry = from_hook(job)
         if entry is None:
-            return
+            return NOTHING
         known = _pull_request_of(rt, job)
         if known and not entry.run.pr:
             run = replace(
@@ -120,18 +137,32 @@ def record_hooked(
             )
             entry = replace(entry, run=run)
         if failure_id is not None and verdict is not None:
-            failed = rt.runs.failure_run(failure_id)
-            cause, category = cause_and_category(rt, verdict, failed[2])
+            cause, category = cause_and_category(rt, verdict, failure_id)
             entry = replace(
                 entry, failure_id=failure_id, run=replace(entry.run, cause=cause, category=category)
             )
         entry = _scoped(rt, entry)
-        done = rt.runs.record(entry)
         _learn_branch(rt, entry, job.repo_default_branch, "webhook")
-        if done != "duplicate":
-            _alert(rt, entry)
+        if entry.failure_id:
+            return Recorded(*origins.at_verdict(rt, entry))  # written with ``revise``
+        done = rt.runs.record(entry)
+        return Recorded(fresh=entry if done != "duplicate" else None, pending=False)
     except Exception as exc:  # the job's verdict and comment matter more than its ledger row
         log.warning("%s job %s: could not record its run: %s", job.forge, job.key, str(exc)[:300])
+    return NOTHING
+
+
+def revise(rt: Runtime, recorded: Recorded) -> None:
+    """The earlier failures whose origin the run just recorded changes (``origins.revise``)."""
+    if recorded.fresh is None:
+        return
+    try:
+        if recorded.pending and not origins.write(rt, recorded.fresh):
+            return  # recorded before: nothing it changes is new
+        _alert(rt, recorded.fresh)
+        origins.revise(rt, recorded.fresh)
+    except Exception as exc:  # a revision can wait for the next run; the run is recorded
+        log.warning("run %s: origins not revised: %s", recorded.fresh.run.id, str(exc)[:300])
 
 
 def note_pull_request(rt: Runtime, hooked: HookedRun) -> JsonObject:

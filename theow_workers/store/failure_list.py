@@ -22,7 +22,7 @@ from sqlalchemy import ColumnElement, and_, func, literal_column, or_, select
 
 from theow_workers.store.explore import ExploreStore
 from theow_workers.store.figures import NOT_DEMO, REPLAY_SOURCE
-from theow_workers.store.schema import FailureRow, VerdictRow
+from theow_workers.store.schema import FailureRow, RunRow, VerdictRow
 from theow_workers.views.ports import (
     ALL,
     ANY_TIME,
@@ -95,6 +95,14 @@ def failure_page(
     """
     repo = FailureRow.facts["repo"].as_string()
     job = FailureRow.facts["job"].as_string()
+    # Whose failure it is, from the ledger's run of it (one row a failure; at most one read).
+    origin = (
+        select(RunRow.origin)
+        .where(RunRow.failure_id == FailureRow.id)
+        .limit(1)
+        .correlate(FailureRow)
+        .scalar_subquery()
+    )
     query = (
         select(
             FailureRow.id,
@@ -108,6 +116,7 @@ def failure_page(
             VerdictRow.mode,
             VerdictRow.reason,
             VerdictRow.wrapper,
+            origin,
         )
         .outerjoin(VerdictRow, VerdictRow.failure_id == FailureRow.id)
         .order_by(FailureRow.received_at.desc(), FailureRow.id.desc())
@@ -137,6 +146,8 @@ def failure_page(
         query = query.where(VerdictRow.rule == where.rule)
     if where.q:
         query = query.where(FailureRow.id.startswith(where.q.strip(), autoescape=True))
+    if where.origin:
+        query = query.where(origin == where.origin)
     with store.session() as s:
         common = _common if s.get_bind().dialect.name == "sqlite" else _as_is
         if where.mode:
@@ -157,8 +168,9 @@ def failure_page(
             mode=mode,
             reason=reason,
             wrapper=wrapper,
+            origin=whose,
         )
-        for fid, at, source, ptype, r, j, status, rule, mode, reason, wrapper in rows[:limit]
+        for fid, at, source, ptype, r, j, status, rule, mode, reason, wrapper, whose in rows[:limit]
     )
     if len(rows) <= limit or not page:
         return FailurePage(page, None)

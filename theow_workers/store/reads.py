@@ -22,6 +22,7 @@ from theow_workers.store.schema import (
     ExplorationRow,
     FailureRow,
     ProposalRow,
+    RunRow,
     VerdictRow,
 )
 from theow_workers.views.ports import (
@@ -35,6 +36,7 @@ from theow_workers.views.ports import (
     FailureDetail,
     FailureFilter,
     FailurePage,
+    OriginDetail,
     ProposalEntry,
     ReplayJob,
     VerdictCount,
@@ -70,6 +72,7 @@ class SqlFailureReads:
             explorations = s.execute(
                 select(ExplorationRow).where(ExplorationRow.failure_id == failure_id)
             ).scalars()
+            run = s.scalars(select(RunRow).where(RunRow.failure_id == failure_id).limit(1)).first()
             return FailureDetail(
                 id=failure.id,
                 received_at=failure.received_at,
@@ -123,7 +126,23 @@ class SqlFailureReads:
                     )
                     for e in explorations
                 ),
+                origin=_origin(run) if run is not None else None,
             )
+
+
+def _origin(run: RunRow) -> OriginDetail:
+    return OriginDetail(
+        origin=run.origin,
+        origin_then=run.origin_then,
+        culprit=run.culprit,
+        fixed_by=run.fixed_by,
+        reason=run.origin_reason,
+        repo=run.repo,
+        branch=run.branch,
+        sha=run.sha,
+        pr=run.pr,
+        attempt=run.attempt,
+    )
 
 
 def _entry(p: ProposalRow, e: ExplorationRow | None) -> ProposalEntry:

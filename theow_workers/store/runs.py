@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from sqlalchemy import delete, or_, select, update
+from sqlalchemy import bindparam, delete, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import sessionmaker
@@ -48,6 +48,22 @@ MAX_CAUSE = 500
 MAX_REASON = 1000
 
 Recorded = Literal["recorded", "updated", "duplicate"]
+# A Run's fields as columns, in its order.
+RUN_COLUMNS = (
+    RunRow.id,
+    RunRow.repo,
+    RunRow.job,
+    RunRow.branch,
+    RunRow.sha,
+    RunRow.outcome,
+    RunRow.finished_at,
+    RunRow.cause,
+    RunRow.category,
+    RunRow.pr,
+    RunRow.base_sha,
+    RunRow.attempt,
+    RunRow.started_at,
+)
 
 
 @dataclass(frozen=True)
@@ -89,6 +105,43 @@ class LedgerRun:
             "origin_reason": self.origin_reason,
             "source": self.source,
         }
+
+
+# The History port's two questions, built once: building a statement costs more than running
+# it on SQLite (a verdict asks a few; a revision, a few per failure it decides again).
+_IN_WINDOW = (RunRow.finished_at >= bindparam("since"), RunRow.finished_at <= bindparam("until"))
+_JOB_RUNS = (
+    select(*RUN_COLUMNS)
+    .where(RunRow.repo == bindparam("repo"), RunRow.job == bindparam("job"), *_IN_WINDOW)
+    .order_by(RunRow.finished_at, RunRow.id)
+)
+_CAUSE_FAILURES = (
+    select(*RUN_COLUMNS)
+    .where(RunRow.cause == bindparam("cause"), RunRow.outcome == Outcome.FAILED.value, *_IN_WINDOW)
+    .order_by(RunRow.finished_at, RunRow.id)
+)
+
+
+def _run_of(row: Sequence[Any]) -> Run:
+    """A run from its ``RUN_COLUMNS`` values."""
+    rid, repo, job, branch, sha, outcome, finished, cause, category, pr, base, attempt, started = (
+        row
+    )
+    return Run(
+        rid,
+        repo,
+        job,
+        branch,
+        sha,
+        Outcome(outcome),
+        finished,
+        cause,
+        category,
+        pr,
+        base,
+        attempt,
+        started,
+    )
 
 
 def run_of(row: RunRow) -> Run:
@@ -232,25 +285,18 @@ class SqlRuns:
 
     # The History port (core.history.ports.History)
 
+    # Read as plain rows, not ORM objects: a verdict reads a job's and a cause's recent runs,
+    # hundreds at times, and building an ORM object costs several times a tuple's.
+
     def job_runs(self, repo: str, job: str, *, since: float, until: float) -> Sequence[Run]:
-        query = (
-            select(RunRow)
-            .where(RunRow.repo == repo, RunRow.job == job)
-            .where(RunRow.finished_at >= since, RunRow.finished_at <= until)
-            .order_by(RunRow.finished_at, RunRow.id)
-        )
-        with self.session() as s:
-            return [run_of(row) for row in s.scalars(query)]
+        window = {"repo": repo, "job": job, "since": since, "until": until}
+        with self.engine.connect() as conn:
+            return [_run_of(row) for row in conn.execute(_JOB_RUNS, window)]
 
     def cause_failures(self, cause: str, *, since: float, until: float) -> Sequence[Run]:
-        query = (
-            select(RunRow)
-            .where(RunRow.cause == cause, RunRow.outcome == Outcome.FAILED.value)
-            .where(RunRow.finished_at >= since, RunRow.finished_at <= until)
-            .order_by(RunRow.finished_at, RunRow.id)
-        )
-        with self.session() as s:
-            return [run_of(row) for row in s.scalars(query)]
+        window = {"cause": cause, "since": since, "until": until}
+        with self.engine.connect() as conn:
+            return [_run_of(row) for row in conn.execute(_CAUSE_FAILURES, window)]
 
     def set_pull_request(
         self, agent: str, repo: str, sha: str, branch: str, pr: str, base_sha: str | None
@@ -280,12 +326,35 @@ class SqlRuns:
             return None, None, ""
         return found[0], found[1], str(found[2] or "")
 
+    def failure_facts(self, failure_id: str) -> JsonObject:
+        """A stored failure's facts (bounded and masked as stored; {} when there is none)."""
+        with self.engine.connect() as conn:
+            found = conn.execute(
+                select(FailureRow.facts).where(FailureRow.id == failure_id)
+            ).scalar()
+        return found if isinstance(found, dict) else {}
+
     def of_failure(self, failure_id: str) -> LedgerRun | None:
         """The run a failure was a failure of, if it was reported with one."""
         query = select(RunRow).where(RunRow.failure_id == failure_id).limit(1)
         with self.session() as s:
             found = s.scalars(query).first()
             return _entry(found) if found is not None else None
+
+    def entries(self, runs: Sequence[Run]) -> list[LedgerRun]:
+        """The ledger's rows of ``runs`` (by repository and id, whoever sent them), in their order."""
+        if not runs:
+            return []
+        wanted = {(run.repo, run.id) for run in runs}
+        query = select(RunRow).where(RunRow.id.in_({run.id for run in runs}))
+        with self.session() as s:
+            found = {
+                (row.repo, row.id, row.agent): _entry(row)
+                for row in s.scalars(query)
+                if (row.repo, row.id) in wanted
+            }
+        order = {(run.repo, run.id): at for at, run in enumerate(runs)}
+        return sorted(found.values(), key=lambda e: order[(e.run.repo, e.run.id)])
 
     def listed(
         self,
@@ -294,6 +363,7 @@ class SqlRuns:
         job: str | None = None,
         agent: str | None = None,
         outcome: Outcome | None = None,
+        origin: str | None = None,
         limit: int = 50,
     ) -> list[LedgerRun]:
         """The newest runs first, narrowed by what is given; at most ``MAX_LIST``."""
@@ -303,6 +373,7 @@ class SqlRuns:
             (RunRow.job, job),
             (RunRow.agent, agent),
             (RunRow.outcome, outcome.value if outcome else None),
+            (RunRow.origin, origin),
         ):
             if value is not None:
                 query = query.where(column == value)

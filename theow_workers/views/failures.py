@@ -5,7 +5,10 @@ first page (``cli_rows``), the console's ``/failures`` pages it by time
 (``console_page``) and ``GET /api/v1/failures`` by cursor (``api_page``).
 One failure is ``failure_detail`` (``theow failures show --json``, the
 console's failure page, ``GET /api/v1/failures/{id}``); its verdict's ``fixes``
-are the fixes its actions suggest or made, one line each.
+are the fixes its actions suggest or made, one line each. Each failure whose
+run the ledger knows has its ``origin`` (whose it is: ``change``, ``main``,
+``flaky``, ``infra``, ``unknown``); one failure shows it with ``origin_then``
+(as decided at the verdict), the culprit, the fix and the reason.
 """
 
 from __future__ import annotations
@@ -65,9 +68,10 @@ def cli_rows(
     since: timedelta | None = None,
     limit: int = PAGE,
     source: str = LIVE,
+    origin: str | None = None,
 ) -> list[JsonObject]:
     """``theow failures list``: the newest failures of ``source``, in the CLI's words."""
-    where = FailureFilter(outcome=status or "", source=source)
+    where = FailureFilter(outcome=status or "", source=source, origin=origin or "")
     window = Window(since=datetime.now(UTC) - since if since is not None else None)
     listed = failure_list(reads, where, None, limit, window)
     return [
@@ -80,6 +84,7 @@ def cli_rows(
             "rule": r["rule"],
             "wrapper": r["wrapper"],
             "reason": r["reason"],
+            "origin": r["origin"],
         }
         for r in listed.rows
     ]
@@ -125,6 +130,9 @@ def shown(failure: FailureDetail) -> JsonObject:
         "facts": failure.facts,
         "notes": failure.notes,
         "error_lines": error_lines(summarize(failure.facts)),
+        # Whose failure it is (None: it came without its run's metadata); as it stands, and
+        # as it was decided at its verdict (``origin_then``).
+        "origin": asdict(failure.origin) if failure.origin is not None else None,
         "verdict": None
         if v is None
         else {

@@ -79,6 +79,7 @@ def summary_of(failure: FailureDetail) -> FailureSummary:
         mode=v.mode if v else None,
         reason=v.reason if v else None,
         wrapper=v.wrapper if v else None,
+        origin=failure.origin.origin if failure.origin else None,
     )
 
 
@@ -114,6 +115,7 @@ class MemoryFailureReads:
                 (where.rule, row.rule),
                 (where.mode, row.mode),
                 (where.outcome, row.outcome),
+                (where.origin, row.origin),
             )
             if any(given and given != found for given, found in wanted):
                 continue

@@ -63,6 +63,7 @@ class FailureFilter:
     outcome: str = ""  # the verdict's status
     q: str = ""  # a failure id or its prefix
     source: str = LIVE  # live, replay, demo or all (SOURCES)
+    origin: str = ""  # whose failure it is, as it stands: change, main, flaky, infra, unknown
 
     def active(self) -> dict[str, str]:
         """The filters that differ from a bare /failures (live failures, any of the rest)."""
@@ -123,6 +124,7 @@ class FailureSummary:
     mode: str | None
     reason: str | None
     wrapper: str | None
+    origin: str | None = None  # whose failure it is, as it stands (None: its run is not known)
 
 
 @dataclass(frozen=True)
@@ -177,6 +179,22 @@ class ExplorationSummary:
 
 
 @dataclass(frozen=True)
+class OriginDetail:
+    """Whose failure it is: as it stands (revised as runs arrived) and as decided at its verdict."""
+
+    origin: str | None
+    origin_then: str | None
+    culprit: str | None  # origin main: the first default-branch commit failing this way
+    fixed_by: str | None  # origin main: the first default-branch commit passing again
+    reason: str | None
+    repo: str
+    branch: str
+    sha: str
+    pr: str | None = None
+    attempt: int = 1
+
+
+@dataclass(frozen=True)
 class FailureDetail:
     """One failure as stored: its facts, its verdict, every attempt and exploration.
 
@@ -193,6 +211,7 @@ class FailureDetail:
     verdict: VerdictDetail | None
     attempts: tuple[AttemptDetail, ...] = ()
     explorations: tuple[ExplorationSummary, ...] = ()
+    origin: OriginDetail | None = None  # None: the failure came without its run's metadata
 
 
 class FailureReads(Protocol):

@@ -41,6 +41,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from theow_client.jsontypes import Json
+from theow_workers.core.history.model import Origin
 from theow_workers.store.tokens import TokenInfo, TokenStore
 from theow_workers.views.failures import api_page, checked, failure_detail
 from theow_workers.views.incidents import (
@@ -64,6 +65,7 @@ READ_SCOPES = ("api-read", "operator")
 AGENT_SCOPES = ("agent",)
 PAGE, MOST = 50, 200
 FILTER_CHARS = 200
+ORIGINS = tuple(origin.value for origin in Origin)
 TOKEN_CHARS = 200  # a token is ~60 characters; a longer header is not one
 BURST = 60  # requests a token may make at once, within its rate
 log = logging.getLogger("theow.web")
@@ -199,6 +201,13 @@ def _limit(text: str) -> int:
     return int(text)
 
 
+def _origin(text: str) -> str:
+    """An ``origin`` filter: one of the origins, or "" (any); ValueError names the choices."""
+    if text and text not in ORIGINS:
+        raise ValueError(f"origin={text[:20]!r}: use {', '.join(ORIGINS)}")
+    return text
+
+
 async def failures(request: Request) -> Response:
     token = await authorize(request, READ_SCOPES)
     if not isinstance(token, TokenInfo):
@@ -213,6 +222,7 @@ async def failures(request: Request) -> Response:
             "mode",
             "status",
             "source",
+            "origin",
             "since",
             "until",
             "limit",
@@ -228,6 +238,7 @@ async def failures(request: Request) -> Response:
                 mode=given["mode"],
                 outcome=given["status"],
                 source=given["source"] or LIVE,
+                origin=_origin(given["origin"]),
             )
         )
         window = Window(_when(given["since"], "since"), _when(given["until"], "until"))

@@ -44,6 +44,11 @@ class FailureSummary(Model):
     mode: str | None = None
     reason: str | None = None
     wrapper: str | None = None
+    origin: str | None = Field(
+        None,
+        description="Whose failure it is, as it stands: change, main, flaky, infra or unknown; "
+        "null when it came without its run's metadata.",
+    )
 
 
 class FailurePage(Model):
@@ -89,6 +94,27 @@ class VerdictView(Model):
     )
 
 
+class OriginView(Model):
+    origin: str | None = Field(
+        None,
+        description="As it stands (revised as later runs arrived): change, main, flaky, "
+        "infra or unknown.",
+    )
+    origin_then: str | None = Field(None, description="As decided when the verdict was made.")
+    culprit: str | None = Field(
+        None, description="Origin main: the first default-branch commit failing this way."
+    )
+    fixed_by: str | None = Field(
+        None, description="Origin main: the first default-branch commit passing again."
+    )
+    reason: str | None = Field(None, description="Why, in one line.")
+    repo: str
+    branch: str
+    sha: str
+    pr: str | None = None
+    attempt: int = 1
+
+
 class FailureDetail(Model):
     id: str
     received_at: str
@@ -99,6 +125,9 @@ class FailureDetail(Model):
     verdict: VerdictView | None = None
     attempts: list[JsonObject] = []
     explorations: list[JsonObject] = []
+    origin: OriginView | None = Field(
+        None, description="Whose failure it is; null when it came without its run's metadata."
+    )
 
 
 class RuleFigures(Model):
@@ -278,6 +307,7 @@ def openapi() -> JsonObject:
         _query("rule", "Only failures whose verdict names this rule."),
         _query("status", "Only failures whose verdict has this status."),
         _query("mode", "Only failures whose rule has this mode (fix, retry, track)."),
+        _query("origin", "Only failures of this origin: change, main, flaky, infra, unknown."),
         _query("source", "live (default), replay, demo or all."),
         _query("since", "Received at or after (ISO 8601).", "date-time"),
         _query("until", "Received before (ISO 8601).", "date-time"),

@@ -239,7 +239,7 @@ async def failures_list(request: Request) -> Response:
     where = FailureFilter(
         **{
             k: params.get(k, "").strip()[:200]
-            for k in ("repo", "job", "rule", "mode", "outcome", "q")
+            for k in ("repo", "job", "rule", "mode", "outcome", "q", "origin")
         },
         source=params.get("source", "").strip() or LIVE,
     )

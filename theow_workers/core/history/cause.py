@@ -32,7 +32,8 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from theow_workers.core.logs.summary import summarize
+from theow_client.jsontypes import JsonObject
+from theow_workers.core.logs.summary import log_fact, summarize
 from theow_workers.core.logs.text import mask_volatile
 
 MAX_TEXT_CHARS = 500
@@ -190,7 +191,15 @@ def cause_of(log: str, *, rule: str | None = None, category: str | None = None) 
     >>> one.key == two.key, one.tests, two.category
     (True, ('tests/test_api.py::test_login',), 'test')
     """
-    tests = failing_tests(log)
+    return cause_of_facts({"log": log}, rule=rule, category=category)
+
+
+def cause_of_facts(
+    facts: JsonObject, *, rule: str | None = None, category: str | None = None
+) -> Cause:
+    """:func:`cause_of` a failure's facts: their log (``log``, ``stderr``... as the resolver
+    reads it), so a worker keys a failure as ``theow history eval`` keys its row."""
+    tests = failing_tests(log_fact(facts)[1])
     if tests:
         text = "\n".join(tests)
         named = f"{rule or ''}\ntests\n{text}".encode()
@@ -198,7 +207,7 @@ def cause_of(log: str, *, rule: str | None = None, category: str | None = None) 
         return Cause(
             f"{rule}:{key}" if rule else key, text[:MAX_TEXT_CHARS], category or TEST, tests
         )
-    summary = summarize({"log": log})
+    summary = summarize(facts)
     basis = set(summary.basis.split("\n"))
     # The lines the summary named the cause from (its basis), read again with codes kept.
     lines = [line.text for line in summary.errors if mask_volatile(line.text) in basis]
