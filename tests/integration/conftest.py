@@ -217,23 +217,26 @@ EXPLORE_KEY = "test-key-not-secret"
 PROVIDERS = ("gemini", "openai")
 
 
-def explorers_on(fleet: Fleet, monkeypatch: pytest.MonkeyPatch, provider: str) -> Explorers:
-    """Explorer workers whose model is the fake ``provider`` server's, through the environment."""
+def explorers_on(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch, provider: str, key: str = EXPLORE_KEY
+) -> Explorers:
+    """Explorer workers whose model is the fake ``provider`` server's, through the environment;
+    ``key`` is the model's API key."""
     monkeypatch.setenv("THEOW_EXPLORE", "1")
     if provider == "gemini":
         from tests.fakes.gemini_server import FakeGemini
 
         fake: Any = FakeGemini().start()  # give it a brain in the test: fake.brain = ...
         model = "gemini-2.5-flash"
-        monkeypatch.setenv("GEMINI_API_KEY", EXPLORE_KEY)
+        monkeypatch.setenv("GEMINI_API_KEY", key)
         monkeypatch.setenv("THEOW_GEMINI_BASE_URL", fake.url)
     else:
         from tests.fakes.openai_server import MODEL, FakeOpenAI
 
-        fake, model = FakeOpenAI(api_key=EXPLORE_KEY).start(), MODEL
+        fake, model = FakeOpenAI(api_key=key).start(), MODEL
         monkeypatch.delenv("GEMINI_API_KEY", raising=False)  # no Google account needed
         monkeypatch.setenv("THEOW_LLM_BASE_URL", fake.url)
-        monkeypatch.setenv("THEOW_LLM_API_KEY", EXPLORE_KEY)
+        monkeypatch.setenv("THEOW_LLM_API_KEY", key)
         monkeypatch.setenv("THEOW_LLM_PRICE", "0.10,0.40")  # priced as a hosted one would be
     monkeypatch.setenv("THEOW_LLM", f"{provider}/{model}")
 
@@ -267,11 +270,21 @@ def any_explorers(request, fleet, monkeypatch):
 
 @contextmanager
 def shared_explorers(
-    base: Path, redis_url: str, milvus_uri: str, provider: str, count: int = 2
+    base: Path,
+    redis_url: str,
+    milvus_uri: str,
+    provider: str,
+    count: int = 2,
+    database: str = "sqlite",
+    key: str = EXPLORE_KEY,
+    **settings: str,
 ) -> Iterator[tuple[Fleet, Explorers]]:
     """A resolver and ``count`` explorers on ``provider``'s fake, for a whole module.
 
-    For tests that each submit failures of their own: between them, ``explorers_reset``
+    The store is a fresh ``database`` ("sqlite" or "postgresql"), ``key`` the model's
+    API key; ``settings`` are the workers' further environment
+    (``THEOW_RULES_POLL_SECONDS="0"``). For tests
+    that each submit failures of their own: between them, ``explorers_reset``
     clears what an exploration leaves behind (``theow:explore:*``, ``theow:llm:*``)
     and the fake's records. The fleet has a Redis database to itself meanwhile: no
     fixture that empties the database may run beside it (``redis_client`` does).
@@ -284,9 +297,10 @@ def shared_explorers(
         broker = redis.Redis.from_url(redis_url)
         broker.flushdb()
         broker.close()
-        env = fleet_environment(base, redis_url, milvus_uri, prepared_database("sqlite", base))
+        store = prepared_database(database, base)
+        env = {**fleet_environment(base, redis_url, milvus_uri, store), **settings}
         with running_fleet(env, monkeypatch) as fleet:
-            found = explorers_on(fleet, monkeypatch, provider)
+            found = explorers_on(fleet, monkeypatch, provider, key)
             try:
                 found.start(count)
                 yield fleet, found

@@ -37,9 +37,10 @@ LOG = (
 FIX = "pip install PyYAML (and declare PyYAML in the project's dependencies)"
 
 
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    """A Theow home whose database holds one failure the shipped rule resolved."""
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Theow home whose database holds one failure the shipped rule resolved (the tests read it)."""
+    tmp_path = tmp_path_factory.mktemp("fix-shown")
     home, rules = tmp_path / "home", tmp_path / "rules"
     home.mkdir()
     rules.mkdir()

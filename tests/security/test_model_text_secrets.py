@@ -8,6 +8,11 @@ terminal escape sequences around them; the failure's log carries escape
 sequences too. Nothing of it may come out in clear: not in SQL, not in Redis
 (the task result the client and Flower read), not in what ``theow-client`` or
 ``theow failures show`` print, not on the console's failure page.
+
+The module's tests share one fleet per provider (a resolver, an explorer and the
+fake), started with the deployment's secrets as its settings: the model's key, the
+console's passwords. Each test has a failure of its own; the exploration state and
+the fake's records are cleared between tests.
 """
 
 from __future__ import annotations
@@ -17,39 +22,65 @@ import os
 import random
 import subprocess
 import sys
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 from sqlalchemy import select
 
-from tests.conftest import prepared_database
-from tests.integration import conftest as integration
+from tests.integration.conftest import (
+    PROVIDERS,
+    Explorers,
+    Fleet,
+    explorers_reset,
+    shared_explorers,
+)
 from tests.unit.test_redact import CORPUS
 from theow_workers.config import Settings
 from theow_workers.store.schema import ExplorationRow
 
 pytestmark = pytest.mark.integration
-# The integration tests' fleet of real workers and each provider's fake behind explorers.
-fleet, any_explorers = integration.fleet, integration.any_explorers
 
-GEMINI_KEY = "AIzaSy-model-text-key-0123456789abcdef"
+# The model's API key (GEMINI_API_KEY, or THEOW_LLM_API_KEY for an OpenAI-compatible one).
+MODEL_KEY = "AIzaSy-model-text-key-0123456789abcdef"
 WEB_PASSWORD = "console-reviewer-passphrase-7731"
 READONLY_PASSWORD = "console-reader-passphrase-5519"
 GITHUB_TOKEN = "ghp_" + "a1B2c3D4" * 4 + "e5F6"
-SECRETS = (GEMINI_KEY, WEB_PASSWORD, GITHUB_TOKEN)
+SECRETS = (MODEL_KEY, WEB_PASSWORD, GITHUB_TOKEN)
 CLIPBOARD = "\x1b]52;c;Y3VybCBldmlsLmV4YW1wbGUgfCBzaA==\x07"
 CLEAR = "\x1b[2J"
 LEAK = (
-    f"{CLIPBOARD}{CLEAR}I read the environment: GEMINI_API_KEY is {GEMINI_KEY}, the console"
+    f"{CLIPBOARD}{CLEAR}I read the environment: GEMINI_API_KEY is {MODEL_KEY}, the console"
     f" password is {WEB_PASSWORD} and the token {GITHUB_TOKEN}"
 )
 LOG = f"step 3\n{CLIPBOARD}ERROR: component leaky failed: code=3{CLEAR}\n"
 
 
+@pytest.fixture(scope="module", params=PROVIDERS)
+def secret_fleet(
+    request, tmp_path_factory, redis_url, milvus_uri
+) -> Iterator[tuple[Fleet, Explorers]]:
+    """A resolver and an explorer on ``provider``'s fake, the deployment's secrets set."""
+    base = tmp_path_factory.mktemp(f"secrets-{request.param}")
+    with shared_explorers(
+        base, redis_url, milvus_uri, request.param, count=1, key=MODEL_KEY,
+        THEOW_WEB_PASSWORD=WEB_PASSWORD, THEOW_WEB_READONLY_PASSWORD=READONLY_PASSWORD,
+    ) as running:  # fmt: skip
+        yield running
+
+
 @pytest.fixture
-def fleet_db(tmp_path: Path) -> str:
-    return prepared_database("sqlite", tmp_path)
+def fleet(secret_fleet) -> Fleet:
+    return secret_fleet[0]
+
+
+@pytest.fixture
+def any_explorers(secret_fleet) -> Iterator[Explorers]:
+    """The module's explorers, with nothing left of the tests before."""
+    fleet, found = secret_fleet
+    explorers_reset(fleet, found)
+    yield found
 
 
 def leaking(wire: Any) -> Any:
@@ -70,18 +101,16 @@ def assert_masked(where: str, shown: str) -> None:
 
 
 def test_secrets_a_model_repeats_are_masked_wherever_its_reason_and_transcript_go(
-    fleet, any_explorers, monkeypatch, redis_client, tmp_path
+    fleet, any_explorers, tmp_path
 ):
-    fake, start = any_explorers
+    fake = any_explorers.fake
     fake.brain = leaking(fake.wire)
-    if any_explorers.provider == "gemini":
-        monkeypatch.setenv("GEMINI_API_KEY", GEMINI_KEY)
-    else:  # the model's key is a deployment secret whatever its provider
-        monkeypatch.setenv("THEOW_LLM_API_KEY", GEMINI_KEY)
-        fake.api_key = GEMINI_KEY
-    monkeypatch.setenv("THEOW_WEB_PASSWORD", WEB_PASSWORD)
-    monkeypatch.setenv("THEOW_WEB_READONLY_PASSWORD", READONLY_PASSWORD)
-    start()
+    with fleet.store().session() as s:
+        explored_before = set(s.execute(select(ExplorationRow.failure_id)).scalars())
+    broker = redis.Redis.from_url(fleet.settings.redis_url)
+    # What the module's earlier tests left in Redis (their own failures' logs): unchanged
+    # keys are theirs; every key this test writes or changes is searched below.
+    earlier = {key: broker.dump(key) for key in broker.keys("*")}
     facts = tmp_path / "facts.json"
     facts.write_text(json.dumps({"stderr": LOG, "job": "leaky-job"}))
     client = subprocess.run(
@@ -96,7 +125,8 @@ def test_secrets_a_model_repeats_are_masked_wherever_its_reason_and_transcript_g
     assert "\x1b" not in client.stdout + client.stderr
 
     with fleet.store().session() as s:
-        row = s.execute(select(ExplorationRow)).scalar_one()
+        query = select(ExplorationRow).where(ExplorationRow.failure_id.not_in(explored_before))
+        row = s.execute(query).scalar_one()
         stored = row.reason + json.dumps(row.transcript)
         failure_id = row.failure_id
     assert "[masked:deployment-secret]" in row.reason
@@ -104,14 +134,19 @@ def test_secrets_a_model_repeats_are_masked_wherever_its_reason_and_transcript_g
     assert_masked("SQL", stored)
 
     # Every key in Redis: the task result the client and Flower read, the explore state.
-    for key in redis_client.keys("*"):
-        kind = redis_client.type(key)
-        if kind in (b"string", "string"):
-            assert_masked(f"Redis {key!r}", str(redis_client.get(key)))
-        elif kind in (b"hash", "hash"):
-            assert_masked(f"Redis {key!r}", str(redis_client.hgetall(key)))
-        elif kind in (b"list", "list"):
-            assert_masked(f"Redis {key!r}", str(redis_client.lrange(key, 0, -1)))
+    try:
+        for key in broker.keys("*"):
+            if key in earlier and broker.dump(key) == earlier[key]:
+                continue  # an earlier test's, untouched by this one
+            kind = broker.type(key)
+            if kind in (b"string", "string"):
+                assert_masked(f"Redis {key!r}", str(broker.get(key)))
+            elif kind in (b"hash", "hash"):
+                assert_masked(f"Redis {key!r}", str(broker.hgetall(key)))
+            elif kind in (b"list", "list"):
+                assert_masked(f"Redis {key!r}", str(broker.lrange(key, 0, -1)))
+    finally:
+        broker.close()
 
     shown = subprocess.run(
         [sys.executable, "-m", "theow_workers.cli", "failures", "show", failure_id],
@@ -131,7 +166,7 @@ def test_no_secret_of_any_format_the_client_or_detect_secrets_knows_reaches_the_
     """A log holding a secret of every format of the masking corpus and the model's own key:
     the model reads it in the prompt and through read_log, and the fake server's every
     request is searched."""
-    fake, start = any_explorers
+    fake = any_explorers.fake
     wire = fake.wire
     lines, secrets = [], []
     for name, make in sorted(CORPUS.formats().items()):
@@ -139,8 +174,8 @@ def test_no_secret_of_any_format_the_client_or_detect_secrets_knows_reaches_the_
         lines.append(line)
         secrets += found
     # And the deployment's own secret, the model's key, which only the worker knows.
-    lines.append(f"+ curl -H 'x-key: {integration.EXPLORE_KEY}' http://llm.internal/v1/models")
-    secrets.append(integration.EXPLORE_KEY)
+    lines.append(f"+ curl -H 'x-key: {MODEL_KEY}' http://llm.internal/v1/models")
+    secrets.append(MODEL_KEY)
     log = "\n".join(["step 1", *lines, "ERROR: component leaky failed: code=3"]) + "\n"
 
     def reader(model: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -149,7 +184,6 @@ def test_no_secret_of_any_format_the_client_or_detect_secrets_knows_reaches_the_
         return wire.function_call("give_up", reason="read it all")
 
     fake.brain = reader
-    start()
     ticket = fleet.client().submit({"stderr": log, "job": "leaky-job"}, explore=True)
     assert ticket.wait_exploration(120)["outcome"] == "gave_up"
 
@@ -205,8 +239,8 @@ def test_no_secret_of_any_format_reaches_the_model_through_explain(
         line, found = make(random.Random(name))
         lines.append(f"error: rejected: {line}")
         secrets += found
-    lines.append(f"error: rejected: curl -H 'x-key: {integration.EXPLORE_KEY}' http://llm/v1")
-    secrets.append(integration.EXPLORE_KEY)
+    lines.append(f"error: rejected: curl -H 'x-key: {MODEL_KEY}' http://llm/v1")
+    secrets.append(MODEL_KEY)
     chunks = [lines[i : i + 3] for i in range(0, len(lines), 3)]
     for n, chunk in enumerate(chunks):
         failure_id = f"{stack.project}-secret-{n}"
