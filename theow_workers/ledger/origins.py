@@ -161,6 +161,9 @@ def revise(rt: Runtime, entry: LedgerRun) -> int:
             )
             rt.runs.set_origin(earlier.agent, earlier.run.id, then, then=True)
         if _same(earlier, decision):
+            if earlier.origin_reason != decision.reason[:MAX_REASON]:
+                # The same origin on other grounds (a flaky guess now a passing retry): said.
+                rt.runs.set_origin(earlier.agent, earlier.run.id, decision, then=False)
             continue
         rt.runs.set_origin(earlier.agent, earlier.run.id, decision, then=False)
         changed += 1
