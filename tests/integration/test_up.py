@@ -31,6 +31,9 @@ def listening(port: int) -> bool:
 
 def test_client_and_stack_agree_on_defaults_without_configuration(monkeypatch, tmp_path):
     monkeypatch.delenv("THEOW_REDIS_URL", raising=False)
+    monkeypatch.delenv("THEOW_HOME", raising=False)
+    # No stack ran in this home (a user's own ~/.theow after `make demo` keeps its password).
+    monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.chdir(tmp_path)  # no stack ran here: no generated password joins the URL
     stack_url = Settings.load(env={}).redis_url
     assert client_config.redis_url(None) == stack_url
