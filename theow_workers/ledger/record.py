@@ -32,6 +32,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from theow_client.ci_run import CiRun, RunFact, RunValueError
+from theow_client.job import MAX_JOB_CHARS
 from theow_client.jsontypes import JsonObject
 from theow_client.messages import RunReport
 from theow_workers.core.history.cause import Cause, cause_of_facts
@@ -166,13 +167,33 @@ def _epoch(value: object) -> object:
     return value
 
 
-def from_history(row: JsonObject, job: str, now: float) -> LedgerRun:
-    """A replayed history row that is a run (``"outcome"``: passed or failed, its fields);
-    RunValueError says what is wrong."""
+def from_history(row: JsonObject, now: float) -> LedgerRun:
+    """A replayed history row that is a run (``"outcome"``: passed or failed, with the fields
+    ``theow history eval`` reads), kept under its repository; RunValueError says what is wrong.
+
+    >>> from_history({"id": 7, "repo": "Acme/App", "job": "test", "branch": "main",
+    ...     "sha": "9f2c" * 10, "outcome": "passed", "finished_at": "2026-01-05T10:00:00Z"},
+    ...     now=1.8e9).run.repo
+    'acme/app'
+    >>> from_history({"id": "r1", "repo": "o/r", "job": "t", "branch": "main", "sha": "x1",
+    ...     "outcome": "failed", "finished_at": 1.7e9}, now=1.8e9)
+    Traceback (most recent call last):
+    ...
+    theow_client.ci_run.RunValueError: row.sha: 'x1' is not a commit sha (7 to 64 hex digits)
+    """
+    job = row.get("job")
+    if isinstance(job, bool) or not isinstance(job, str | int) or not str(job).strip():
+        raise RunValueError("row.job: missing (a run row names its job)")
+    if row.get("finished_at") is None:
+        raise RunValueError("row.finished_at: missing (seconds since the epoch, or ISO 8601)")
     fact = {name: row.get(name) for name in ("repo", "branch", "sha", "pr", "base_sha", "attempt")}
-    fact["id"] = row.get("id")
+    given = row.get("id")  # ``history eval`` takes a number too
+    fact["id"] = str(given) if isinstance(given, int) and not isinstance(given, bool) else given
     fact["finished_at"] = _epoch(row.get("finished_at"))
+    fact["started_at"] = _epoch(row.get("started_at"))
     checked = RunFact.from_wire({k: v for k, v in fact.items() if v is not None}, now, what="row")
     outcome = Outcome.PASSED if row.get("outcome") == "passed" else Outcome.FAILED
-    run = _run(checked.where, job, outcome, checked.finished_at, checked.started_at)
+    run = _run(checked.where, str(job).strip()[:MAX_JOB_CHARS], outcome, checked.finished_at,
+               checked.started_at)  # fmt: skip
+    run = replace(run, repo=ledger_repo(REPLAY_AGENT, run.repo, ""))
     return LedgerRun(run=run, agent=REPLAY_AGENT, source="replay")
