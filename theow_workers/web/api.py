@@ -31,6 +31,7 @@ import json
 import logging
 import math
 import time
+from collections.abc import Callable
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING
 
@@ -118,9 +119,16 @@ def presented(request: Request) -> str | None:
 
 
 async def authorize(
-    request: Request, scopes: tuple[str, ...], buckets: TokenBuckets | None = None
+    request: Request,
+    scopes: tuple[str, ...],
+    buckets: TokenBuckets | None = None,
+    over_rate: Callable[[str, float], str] | None = None,
 ) -> TokenInfo | Response:
-    """The live token of this request, of one of ``scopes``; else the response refusing it."""
+    """The live token of this request, of one of ``scopes``; else the response refusing it.
+
+    ``over_rate(name, wait)``: a request past the token's rate, counted refused and said why
+    (run off the event loop); else a 429 says it in general.
+    """
     api = api_of(request)
     text = presented(request)
     if text is None:
@@ -174,11 +182,10 @@ async def authorize(
     wait = (buckets or api.reads).take(token.name)
     if wait > 0:
         seconds = max(1, math.ceil(wait))
-        return problem(
-            429,
-            f"too many requests for token {token.name!r}; retry in {seconds} s",
-            {"Retry-After": str(seconds)},
-        )
+        said = f"too many requests for token {token.name!r}; retry in {seconds} s"
+        if over_rate is not None:
+            said = await run_in_threadpool(over_rate, token.name, wait)
+        return problem(429, said, {"Retry-After": str(seconds)})
     return token
 
 
