@@ -25,13 +25,12 @@ True
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from theow_client.ci_run import CiRun, RunFact, RunValueError
+from theow_client.ci_run import CiRun, RunFact, RunValueError, run_id_of
 from theow_client.job import MAX_JOB_CHARS
 from theow_client.jsontypes import JsonObject
 from theow_client.messages import RunReport
@@ -41,7 +40,6 @@ from theow_workers.identity import repo_of
 from theow_workers.integrations.hooks import HookedJob
 from theow_workers.store.runs import MAX_CAUSE, REPLAY_AGENT, LedgerRun
 
-RUN_ID_CHAR = re.compile(r"[^A-Za-z0-9._:-]")
 # A rule's tags that say what kind of cause it is, strongest first.
 CATEGORIES: tuple[tuple[str, frozenset[str]], ...] = (
     ("infrastructure", frozenset({"infrastructure", "infra", "runner", "network", "ci-image"})),
@@ -131,17 +129,26 @@ def from_failure(
 
 
 def from_hook(job: HookedJob, now: float | None = None) -> LedgerRun | None:
-    """A webhook job's record, when its delivery named a commit and a branch."""
+    """A webhook job's record, when its delivery named a commit and a branch.
+
+    Its id is the one ``theow-client`` gives the same job attempt (``ci_run.run_id_of``:
+    GitHub's workflow run, its attempt and the job; GitLab's job id), so a job both report
+    is one run (``store.run_twins``). A GitLab job's attempt counts its retries from 1.
+    """
     if not job.head_sha or not job.branch:
         return None
     try:
+        if job.forge == "gitlab":  # its job id is the attempt's; retries_count counts from 0
+            attempt, ci_id, as_client = int(job.attempt or 0) + 1, job.job_id, 1
+        else:  # the workflow run, its attempt and the job (no run id: the job's own id)
+            attempt = max(1, int(job.attempt or 1))
+            ci_id, as_client = job.run_id or f"job:{job.job_id}", attempt
         where = CiRun(
-            # The job's key, one per job and attempt, in a run id's characters ("/" is not one).
-            id=RUN_ID_CHAR.sub("-", job.key)[:64],
+            id=run_id_of(job.forge, ci_id, job.job, as_client, job.repo),
             repo=job.repo,
             branch=job.branch,
             sha=job.head_sha.lower(),
-            attempt=max(1, min(int(job.attempt or 1), 1000)),
+            attempt=max(1, min(attempt, 1000)),
             pr=job.pr or None,
             base_sha=job.base_sha or None,
             provider=job.forge,
