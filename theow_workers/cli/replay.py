@@ -340,6 +340,8 @@ def resume(
     s, store, job = _open(job_id)
     if job.status == DONE:
         err.print(f"replay {job.id} is already done ({job.processed}/{job.total})")
+        if job.kind == "file":  # its origins, again: a settle cut short is finished here
+            _settle(s, store, job)
         if job.explore and job.explore_budget:  # its exploration may have been cut short
             _broker(s)
             _explore(s, store, job, job.explore_budget, wait=True)
@@ -602,7 +604,15 @@ def _settle(s: Settings, store: ReplayStore, job: Job) -> None:
         configured = {}
     runs = SqlRuns(store.engine)
     ids = [i.failure_id for i in store.items(job.id) if i.failure_id]
-    counted = replayed.settle(runs, ids, replayed.branches(runs, configured))
+    try:
+        counted = replayed.settle(runs, ids, replayed.branches(runs, configured))
+    except Exception as exc:  # the database went away: the failures are decided, not their origins
+        err.print(
+            f"[yellow]origins not decided ({type(exc).__name__}: {str(exc)[:200]}); "
+            f"`theow replay resume {job.id}` decides them[/yellow]",
+            highlight=False,
+        )
+        return
     if counted:
         shown = ", ".join(f"{origin} {n}" for origin, n in counted.most_common())
         err.print(
