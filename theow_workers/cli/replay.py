@@ -607,11 +607,9 @@ def _settle(s: Settings, store: ReplayStore, job: Job) -> None:
     try:
         counted = replayed.settle(runs, ids, replayed.branches(runs, configured))
     except Exception as exc:  # the database went away: the failures are decided, not their origins
-        err.print(
-            f"[yellow]origins not decided ({type(exc).__name__}: {str(exc)[:200]}); "
-            f"`theow replay resume {job.id}` decides them[/yellow]",
-            highlight=False,
-        )
+        why = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+        said = f"origins not decided ({why}); `theow replay resume {job.id}` decides them"
+        err.print(said, style="yellow", markup=False, highlight=False)
         return
     if counted:
         shown = ", ".join(f"{origin} {n}" for origin, n in counted.most_common())
