@@ -31,6 +31,7 @@ from dataclasses import replace
 from theow_client.ci_run import RunValueError
 from theow_client.jsontypes import JsonObject
 from theow_workers.core.history.classify import DEFAULT_SETTINGS, decide
+from theow_workers.core.history.model import Decision
 from theow_workers.ledger.record import failure_cause, from_failure, from_history, ledger_repo
 from theow_workers.store.runs import REPLAY_AGENT, LedgerRun, SqlRuns
 
@@ -111,16 +112,19 @@ def settle(
     """
     entries = sorted(runs.of_failures(list(failure_ids)), key=lambda e: e.run.finished_at)
     counted: Counter[str] = Counter()
+    decided: list[tuple[str, str, Decision, Decision]] = []
     for done, entry in enumerate(entries, 1):
         run = entry.run
         default = branch_of(run.repo)
         then = decide(run, runs, default_branch=default, settings=DEFAULT_SETTINGS,
                       until=run.finished_at)  # fmt: skip
         now = decide(run, runs, default_branch=default, settings=DEFAULT_SETTINGS)
-        runs.settle_origin(entry.agent, run.id, then, now)
+        decided.append((entry.agent, run.id, then, now))
         counted[now.origin.value] += 1
         if progress is not None:
             progress(done, len(entries))
+    # Written at once: an origin is no input of another's decision (only runs and causes are).
+    runs.settle_origins(decided)
     return counted
 
 

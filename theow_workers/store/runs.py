@@ -148,22 +148,29 @@ class SqlRuns:
             done = conn.execute(update(RunRow).where(*where).values(**values))
         return bool(done.rowcount)
 
-    def settle_origin(self, agent: str, run_id: str, then: Decision, now: Decision) -> bool:
-        """Store a replayed failure's origin as it stood when its run finished (``then``) and
-        as it stands (``now``), both decided from the replayed history at once."""
-        with self.engine.begin() as conn:
-            done = conn.execute(
-                update(RunRow)
-                .where(RunRow.agent == agent, RunRow.id == run_id)
-                .values(
-                    origin_then=then.origin.value,
-                    origin=now.origin.value,
-                    culprit=now.culprit,
-                    fixed_by=now.fixed_by,
-                    origin_reason=now.reason[:MAX_REASON],
-                )
+    def settle_origins(self, decided: Sequence[tuple[str, str, Decision, Decision]]) -> None:
+        """Store replayed failures' origins, ``(agent, run id, then, now)`` each, in one
+        transaction: as each stood when its run finished (``then``) and as it stands."""
+        if not decided:
+            return
+        statement = (
+            update(RunRow)
+            .where(RunRow.agent == bindparam("a"), RunRow.id == bindparam("i"))
+            .values(
+                origin_then=bindparam("then"),
+                origin=bindparam("now"),
+                culprit=bindparam("culprit"),
+                fixed_by=bindparam("fixed"),
+                origin_reason=bindparam("reason"),
             )
-        return bool(done.rowcount)
+        )
+        rows = [
+            {"a": agent, "i": run_id, "then": then.origin.value, "now": now.origin.value,
+             "culprit": now.culprit, "fixed": now.fixed_by, "reason": now.reason[:MAX_REASON]}
+            for agent, run_id, then, now in decided
+        ]  # fmt: skip
+        with self.engine.begin() as conn:
+            conn.execute(statement.execution_options(synchronize_session=False), rows)
 
     def purge(self, older_than_days: float, now: float | None = None) -> int:
         """Delete the runs that finished more than ``older_than_days`` ago; how many."""
