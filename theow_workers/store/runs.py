@@ -36,7 +36,13 @@ from sqlalchemy.orm import sessionmaker
 
 from theow_client.jsontypes import JsonObject
 from theow_workers.core.history.model import Decision, Outcome, Run
-from theow_workers.store.schema import FailureRow, RepositoryRow, RunRow
+from theow_workers.store.schema import (
+    FailureRow,
+    RepositoryRow,
+    RunRow,
+    TestOutcomeRow,
+    TestReportRow,
+)
 
 SOURCES = ("client", "intake", "webhook", "replay")
 # The sender of replayed history's runs: no agent token can have it (names start [a-z0-9]).
@@ -273,7 +279,8 @@ class SqlRuns:
         return bool(done.rowcount)
 
     def purge(self, older_than_days: float, now: float | None = None) -> int:
-        """Delete the runs that finished more than ``older_than_days`` ago; how many."""
+        """Delete the runs that finished more than ``older_than_days`` ago, and their tests'
+        outcomes; how many runs."""
         if older_than_days <= 0:
             raise ValueError(
                 f"run retention must be a positive number of days, not {older_than_days}"
@@ -281,6 +288,9 @@ class SqlRuns:
         cutoff = (time.time() if now is None else now) - older_than_days * 86400
         with self.engine.begin() as conn:
             done = conn.execute(delete(RunRow).where(RunRow.finished_at < cutoff))
+            # Their tests' outcomes and report counts (``store.testcases``) go with them.
+            conn.execute(delete(TestOutcomeRow).where(TestOutcomeRow.at < cutoff))
+            conn.execute(delete(TestReportRow).where(TestReportRow.at < cutoff))
         return int(done.rowcount)
 
     # The History port (core.history.ports.History)
