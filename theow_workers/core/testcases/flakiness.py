@@ -100,7 +100,7 @@ class Moment:
     sha: str
     branch: str
     pr: str | None
-    outcome: str  # failed, flaky, passed
+    outcome: str  # failed, flaky, passed, passed-after-rerun
     message: str = ""
 
     def to_dict(self) -> JsonObject:
@@ -167,20 +167,21 @@ def histories(
     the order the tests first failed."""
     index = {run.id: at for at, run in enumerate(job.runs)}
     by_test: dict[str, dict[int, TestOutcome]] = defaultdict(dict)
+    reruns: dict[str, set[int]] = defaultdict(set)  # runs that passed it after it failed
     for outcome in job.outcomes:
         at = index.get(outcome.run_id)
-        if at is None or outcome.outcome not in (FAILED, FLAKY):
+        if at is None or (tests is not None and outcome.test not in tests):
             continue
-        if tests is not None and outcome.test not in tests:
+        if outcome.outcome == PASSED_AFTER_RERUN:
+            reruns[outcome.test].add(at)
+        if outcome.outcome not in (FAILED, FLAKY):
             continue
         known = by_test[outcome.test].get(at)
         if known is None or outcome.outcome == FAILED:  # failed wins over flaky in one run
             by_test[outcome.test][at] = outcome
     seen = _Seen(job)
     found = [
-        _history(job, test, marks, seen, settings)
-        for test, marks in by_test.items()
-        if marks  # never empty; said for the reader
+        _history(job, test, marks, reruns[test], seen, settings) for test, marks in by_test.items()
     ]
     return sorted(found, key=lambda h: (h.first_seen, h.test))
 
@@ -220,6 +221,7 @@ def _history(
     job: JobTests,
     test: str,
     marks: Mapping[int, TestOutcome],
+    reruns: set[int],
     seen: _Seen,
     settings: Settings,
 ) -> TestHistory:
@@ -237,7 +239,7 @@ def _history(
         replace(timeline[i], outcome=Outcome.FAILED, cause=test) if i in flaky_set else timeline[i]
         for i in last[-settings.recent :]
     ]
-    moments = [_moment(job.runs[i], marks.get(i)) for i in last[-settings.shown :]]
+    moments = [_moment(job.runs[i], marks.get(i), i in reruns) for i in last[-settings.shown :]]
     events = sorted(marks)
     return TestHistory(
         repo=job.repo,
@@ -303,8 +305,8 @@ def _not_flaky(failed_at: Sequence[int], timeline: Sequence[Run]) -> str:
     return f"failed {len(failed_at)} run(s), last on {last.branch} at {last.sha[:12]}"
 
 
-def _moment(run: Run, mark: TestOutcome | None) -> Moment:
-    outcome = mark.outcome if mark is not None else PASSED
+def _moment(run: Run, mark: TestOutcome | None, rerun: bool) -> Moment:
+    outcome = mark.outcome if mark is not None else PASSED_AFTER_RERUN if rerun else PASSED
     message = mark.message if mark is not None else ""
     return Moment(run.finished_at, run.id, run.sha, run.branch, run.pr, outcome, message)
 
