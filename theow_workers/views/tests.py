@@ -4,7 +4,7 @@ The ledger keeps runs and each test's outcomes in them (``store.testcases``); a
 test's history and whether it is flaky is what ``core.testcases.flakiness``
 derives from the runs of the last ``WINDOW_DAYS`` on each read. ``OutcomeReads`` is
 the port: the SQL ledger answers it, :class:`MemoryOutcomeReads` is its in-memory
-twin (``tests/contract/test_test_reads.py``). The CLI (``theow tests``) and
+twin (``tests/contract/test_outcome_reads.py``). The CLI (``theow tests``) and
 ``GET /api/v1/tests/flaky`` read these functions and nothing else.
 
 >>> flaky_list(MemoryOutcomeReads(), now=0.0)
@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from theow_client.jsontypes import JsonObject
 from theow_workers.core.history.model import Run
 from theow_workers.core.testcases.flakiness import (
     FAILED,
@@ -68,6 +69,24 @@ def flaky_list(
         raise BadTestQuery(f"limit {limit}: use a number from 1 to {MAX_SHOWN:,}")
     jobs = reads.job_tests(_since(now), now, repo=repo, job=job)
     return flaky_tests(jobs)[:limit]
+
+
+def api_flaky(
+    reads: OutcomeReads,
+    now: float,
+    *,
+    repo: str | None = None,
+    job: str | None = None,
+    limit: int = SHOWN,
+) -> JsonObject:
+    """``GET /api/v1/tests/flaky``: the list with the filter it was read with."""
+    found = flaky_list(reads, now, repo=repo, job=job, limit=limit)
+    return {
+        "tests": [h.to_dict() for h in found],
+        "repo": repo,
+        "job": job,
+        "window_days": WINDOW_DAYS,
+    }
 
 
 def histories_of(reads: OutcomeReads, name: str, now: float) -> list[TestHistory]:
