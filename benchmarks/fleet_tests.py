@@ -120,22 +120,15 @@ class Simulation:
     # One run of every job
 
     def _workflow(
-        self,
-        repo: Repo,
-        sha: str,
-        at: float,
-        broken: set[str],
-        *,
-        pr: str | None,
-        branch: str,
-        base: str | None,
+        self, repo: Repo, sha: str, at: float, broken: set[str], **where: str | None
     ) -> None:
+        """Every job of the repository on ``sha`` (``where``: branch, pr, base_sha), each
+        retried on the same commit some of the time when it fails."""
         for job in repo.jobs:
             attempt, finished = 1, at
-            while True:
-                failed = self._run(job, sha, finished, broken, pr, branch, base, attempt)
-                retry = 0.5 if pr is None else 1 / 3
-                if not failed or attempt >= 3 or self.rand.random() >= retry:
+            while self._run(job, sha, finished, broken, attempt, where):
+                retry = 0.5 if where["pr"] is None else 1 / 3
+                if attempt >= 3 or self.rand.random() >= retry:
                     break
                 attempt += 1
                 finished += self.rand.uniform(5, 40) * MINUTE
@@ -146,59 +139,32 @@ class Simulation:
         sha: str,
         at: float,
         broken: set[str],
-        pr: str | None,
-        branch: str,
-        base: str | None,
         attempt: int,
+        where: dict[str, str | None],
     ) -> bool:
+        """One run of ``job`` and what its report says; whether it failed."""
         rand = self.rand
         self.counter += 1
         rid = f"run-{self.counter}"
-        started = at - rand.uniform(3, 25) * MINUTE
-        if rand.random() < 0.02:  # failed before its tests ran: no report
-            self._keep(
-                job,
-                Run(
-                    rid,
-                    job.repo,
-                    job.name,
-                    branch,
-                    sha,
-                    Outcome.FAILED,
-                    at,
-                    cause="setup",
-                    pr=pr,
-                    base_sha=base,
-                    attempt=attempt,
-                    started_at=started,
-                ),
-            )
-            return True
         failed: list[str] = [t for t in job.tests if t in broken]
         flaky: list[str] = []
         for test, rate in job.flaky.items():
             if test in broken or rand.random() >= rate:
                 continue
             if job.reruns and (rand.random() >= rate or rand.random() >= rate):
-                flaky.append(test)
+                flaky.append(test)  # passed on one of its two reruns
             else:
                 failed.append(test)
-        outcome = Outcome.FAILED if failed else Outcome.PASSED
-        run = Run(
-            rid,
-            job.repo,
-            job.name,
-            branch,
-            sha,
-            outcome,
-            at,
-            cause="tests" if failed else None,
-            pr=pr,
-            base_sha=base,
-            attempt=attempt,
-            started_at=started,
-        )
+        setup = rand.random() < 0.02  # failed before its tests ran: no report
+        outcome = Outcome.FAILED if failed or setup else Outcome.PASSED
+        cause = "setup" if setup else "tests" if failed else None
+        started = at - rand.uniform(3, 25) * MINUTE
+        run = Run(rid, job.repo, job.name, str(where["branch"]), sha, outcome, at, cause=cause,
+                  pr=where["pr"], base_sha=where["base_sha"], attempt=attempt,
+                  started_at=started)  # fmt: skip
         self._keep(job, run)
+        if setup:
+            return True
         self.fleet.reported.add(rid)
         key = (job.repo, job.name)
         for test in failed[:100]:  # the client lists at most 100
@@ -258,7 +224,7 @@ class Simulation:
         sha = self._sha()
         repo.main.append(sha)
         repo.broken[sha] = broken
-        self._workflow(repo, sha, at, broken, pr=None, branch="main", base=None)
+        self._workflow(repo, sha, at, broken, pr=None, branch="main", base_sha=None)
 
     def _pull_request(
         self, repo: Repo, number: str, opened: float
@@ -274,15 +240,8 @@ class Simulation:
         at = opened
         for push in range(pushes):
             own = breaks if broken_from <= push < fixed_at else set()
-            self._workflow(
-                repo,
-                self._sha(),
-                at,
-                own | inherited,
-                pr=number,
-                branch=f"change-{number}",
-                base=base,
-            )
+            where = {"pr": number, "branch": f"change-{number}", "base_sha": base}
+            self._workflow(repo, self._sha(), at, own | inherited, **where)
             at += rand.uniform(0.3, 6) * HOUR
         if rand.random() >= 0.8:
             return (float("inf"), None)  # closed unmerged

@@ -111,7 +111,7 @@ def tests_show(
             where = f"#{m.pr}" if m.pr else m.branch
             said = f"  {m.message[:120]}" if m.message else ""
             lines.append(
-                f"  {_when(m.at)}  {m.outcome:<7} {where} {m.sha[:12]}  (run {m.run}){said}"
+                f"  {_when(m.at)}  {m.outcome:<18} {where} {m.sha[:12]}  (run {m.run}){said}"
             )
         lines.append("")
     for line in lines[:-1]:

@@ -20,7 +20,7 @@ These are ``core.history.flaky``'s evidence for a flaky cause, asked of the test
 alone (its failures are the runs' "cause"). A test broken by a change fails again on
 the change's next push and on its retries, and on the default branch until the fix,
 so it is none of these. Measured on a simulated month of reports
-(``benchmarks/fleet_tests.py``, ``docs/junit.md``): precision 0.98 to 1.00, recall
+(``benchmarks/fleet_tests.py``, ``docs/junit.md``): precision 0.975 to 1.00, recall
 0.99 to 1.00, of the tests that failed twice or more. Its **flip rate** is the share of its
 recent known outcomes that differ from the one before (a run it was flaky in counts
 as a failure); its **cost** the runs it failed and the minutes those runs took.
