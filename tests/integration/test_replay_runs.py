@@ -93,7 +93,9 @@ def test_a_history_of_runs_fills_the_ledger_and_gives_each_failure_its_origin_in
 
     # The failures, as an operator finds them: by origin, each with its run.
     def ids(origin: str) -> set[str]:
-        return {f["id"] for f in theow("failures", "list", "--source", "replay", "--origin", origin)}
+        return {
+            f["id"] for f in theow("failures", "list", "--source", "replay", "--origin", origin)
+        }
 
     failure = {i: r["failure_id"] for i, r in ledger.items() if r["outcome"] == "failed"}
     assert ids("main") == {failure["run-2"], failure["run-3"], failure["run-4"]}

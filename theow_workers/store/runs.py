@@ -40,7 +40,13 @@ from theow_workers.store import run_twins
 from theow_workers.store.run_rows import MAX_CAUSE as MAX_CAUSE  # re-exported: callers' names
 from theow_workers.store.run_rows import RUN_COLUMNS, entry_of, run_of_columns, values_of
 from theow_workers.store.run_rows import LedgerRun as LedgerRun
-from theow_workers.store.schema import FailureRow, RepositoryRow, RunRow
+from theow_workers.store.schema import (
+    FailureRow,
+    RepositoryRow,
+    RunRow,
+    TestOutcomeRow,
+    TestReportRow,
+)
 
 SOURCES = ("client", "intake", "webhook", "replay")
 # The sender of replayed history's runs: no agent token can have it (names start [a-z0-9]).
@@ -173,7 +179,8 @@ class SqlRuns:
             conn.execute(statement.execution_options(synchronize_session=False), rows)
 
     def purge(self, older_than_days: float, now: float | None = None) -> int:
-        """Delete the runs that finished more than ``older_than_days`` ago; how many."""
+        """Delete the runs that finished more than ``older_than_days`` ago, and their tests'
+        outcomes; how many runs."""
         if older_than_days <= 0:
             raise ValueError(
                 f"run retention must be a positive number of days, not {older_than_days}"
@@ -181,6 +188,9 @@ class SqlRuns:
         cutoff = (time.time() if now is None else now) - older_than_days * 86400
         with self.engine.begin() as conn:
             done = conn.execute(delete(RunRow).where(RunRow.finished_at < cutoff))
+            # Their tests' outcomes and report counts (``store.testcases``) go with them.
+            conn.execute(delete(TestOutcomeRow).where(TestOutcomeRow.at < cutoff))
+            conn.execute(delete(TestReportRow).where(TestReportRow.at < cutoff))
         return int(done.rowcount)
 
     # The History port (core.history.ports.History)

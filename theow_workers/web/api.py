@@ -13,7 +13,8 @@ on the read model, ``console.reads``): the failure list is
 ``views.failures.failure_list`` (the console's failure page and ``theow
 failures list`` read it too), one failure is ``views.failures.failure_detail``
 (``theow failures show --json``), rules are the console's catalogue, insight its snapshot, replays
-``views.replays``, incidents ``views.incidents`` (``theow incidents list/show --json``). Each answer goes through its model in
+``views.replays``, incidents ``views.incidents`` (``theow incidents list/show --json``), flaky
+tests ``views.tests`` (``theow tests flaky --json``). Each answer goes through its model in
 ``api_schema``, which also writes the OpenAPI document served at
 ``/api/v1/openapi.json`` (no token needed: it holds no data).
 
@@ -33,6 +34,7 @@ import math
 import time
 from collections.abc import Callable
 from datetime import UTC, date, datetime
+from functools import partial
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
@@ -54,6 +56,7 @@ from theow_workers.views.incidents import (
 )
 from theow_workers.views.ports import LIVE, Cursor, FailureFilter, Window
 from theow_workers.views.replays import api_replays
+from theow_workers.views.tests import api_flaky
 from theow_workers.web import api_schema as schema
 from theow_workers.web.proxies import client
 from theow_workers.web.rate import TokenBuckets
@@ -334,6 +337,28 @@ async def incident(request: Request) -> Response:
     return answer(schema.IncidentDetail, found.to_dict())
 
 
+async def flaky_tests(request: Request) -> Response:
+    token = await authorize(request, READ_SCOPES)
+    if not isinstance(token, TokenInfo):
+        return token
+    given = {k: request.query_params.get(k, "").strip()[:FILTER_CHARS] for k in ("repo", "job")}
+    try:
+        limit = _limit(request.query_params.get("limit", "").strip()[:FILTER_CHARS])
+    except ValueError as exc:
+        return problem(400, str(exc))
+    found = await run_in_threadpool(
+        partial(
+            api_flaky,
+            api_of(request).console.tests,
+            time.time(),
+            repo=given["repo"] or None,
+            job=given["job"] or None,
+            limit=limit,
+        )
+    )
+    return answer(schema.FlakyTestList, found)
+
+
 async def openapi(request: Request) -> Response:
     return JSONResponse(api_of(request).document)
 
@@ -353,6 +378,7 @@ def routes() -> list[Route]:
         Route(f"{API}/replays", replays, methods=["GET"]),
         Route(f"{API}/incidents", incidents, methods=["GET"]),
         Route(f"{API}/incidents/{{iid}}", incident, methods=["GET"]),
+        Route(f"{API}/tests/flaky", flaky_tests, methods=["GET"]),
         # GET only: a POST to a read route must stay a 405, not become this 404.
         Route(API + "/{rest:path}", not_found, methods=["GET"]),
     ]
