@@ -74,6 +74,20 @@ def test_html_proofer_shows_the_first_page_and_what_is_wrong_on_it(book):
     assert evidence == "- ./_site/patterns/visitor/index.html"
 
 
+def test_linkinator_shows_the_first_broken_link_with_its_status(book):
+    log = (
+        "> linkinator _gh_pages --recurse --silent\r\n"
+        "\r\n"
+        "  [404] http://localhost:5710/docs/dist/js/app.bundle.js\r\n"
+        "\r\n"
+        "ERROR: Detected 1 broken links. Scanned 589 links in 5.881 seconds.\r\n"
+        "npm ERR! code ELIFECYCLE\r\n" + FAILED.format("npm test")
+    )
+    rule, captures, evidence = shown(book, log)
+    assert (rule, captures["status"]) == ("linkinator_broken_links", "404")
+    assert evidence == "[404] http://localhost:5710/docs/dist/js/app.bundle.js"
+
+
 def test_gulp_names_the_task_its_gulpfile_does_not_define(book):
     log = (
         "> gulp\r\n"
