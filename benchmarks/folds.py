@@ -11,7 +11,14 @@ turn). For each fold left out:
 
 - **shipped**: the shipped rules alone on the fold's failures, as ``theow rules
   eval`` scores them (found, unexplained, grounded, precision, located; false
-  alarms on the fold's passing runs when the corpus has them).
+  alarms on the fold's passing runs when the corpus has them, which are then
+  also each job's normal, as ``--baseline`` gives it).
+- **grouping**: the fold's failures the shipped rules leave unmatched (and,
+  ``unknown``, those plus the ones only a wrapper matched: what a replay
+  explores) grouped as ``theow replay`` groups them, against the label
+  clusters: groups per cause and wrong reuse (failures in a group whose
+  majority cluster is not theirs), as ``benchmarks/grouping.py`` defines them
+  (logchunks-dev only: logsage-dev has no clusters).
 - **taught elsewhere**: a simulated reviewer first teaches every miss of the
   *other* folds in build order (``rules eval --learn``, each rule kept to
   ``--scope``: ``global`` lets it apply to every project), then the shipped
@@ -28,7 +35,8 @@ turn). For each fold left out:
 Each figure is the mean over folds, beside the in-sample figure (the whole
 corpus, as ``theow rules eval`` reports it). Definitions are the corpus
 README's (``theow_workers.core.resolve.grading``). Deterministic; the time is
-the wall clock of the whole run.
+the wall clock of the whole run, and ``learn_logs_per_s`` the in-sample
+learning run's failures over its wall clock (every teaching included).
 """
 
 from __future__ import annotations
@@ -40,21 +48,27 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from theow_client.client import build_payload  # noqa: E402
+from theow_client.messages import SubmitRequest  # noqa: E402
 from theow_workers import evaluation  # noqa: E402
 from theow_workers.core.resolve.library import Library  # noqa: E402
 from theow_workers.core.resolve.plan import RuleBook  # noqa: E402
+from theow_workers.core.resolve.service import Submission  # noqa: E402
+from theow_workers.replay.grouping import error_summary, group_unmatched  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "corpus"
 if not SHARED.is_dir():  # a worktree beside the main checkout
     SHARED = Path("/work/shared/corpus")
 CORPORA = ("logchunks-dev", "logsage-dev")
 FIGURES = ("found_rate", "unexplained_rate", "grounded_rate", "precision", "located_rate")
+POPULATIONS = ("unmatched", "unknown")  # what grouping is scored on (see the docstring)
 
 
 def _rows(path: Path) -> list[dict[str, Any]]:
@@ -88,11 +102,11 @@ def _figures(report: dict[str, Any]) -> dict[str, float]:
 
 
 def _score(
-    book: RuleBook, failures: Path, passing: Path | None, labels: dict[str, str], **learn: Any
+    book: RuleBook, failures: Path, passing: Path | None, labels: dict[str, str], **options: Any
 ) -> tuple[dict[str, Any], list[evaluation.Outcome], RuleBook]:
     outcomes: list[evaluation.Outcome] = []
     summary = evaluation.run(
-        book, failures, passing=passing, labels=labels, emit=outcomes.append, **learn
+        book, failures, passing=passing, labels=labels, emit=outcomes.append, **options
     )
     return summary.to_dict(), outcomes, summary.library or book
 
@@ -114,6 +128,46 @@ def next_occurrence(outcomes: list[evaluation.Outcome], cluster_of: dict[str, st
     return round(caught / later, 4) if later else None
 
 
+Summaries = dict[str, tuple[str, str, str]]  # id -> (fingerprint, sample, basis)
+
+
+def summaries(rows: list[dict[str, Any]]) -> Summaries:
+    """Each failure as a replay groups it: prepared as a worker receives it, then summarized."""
+    out: Summaries = {}
+    for row in rows:
+        facts = {k: v for k, v in row.items() if k != "id"}
+        sub = Submission.parse(
+            SubmitRequest.from_wire(build_payload(facts, failure_id=row["id"])), row["id"]
+        )
+        out[row["id"]] = (sub.fingerprint, *error_summary(sub.facts))
+    return out
+
+
+def grouping(ids: list[str], summary: Summaries, cluster_of: dict[str, str]) -> dict[str, Any]:
+    """Groups per cause and wrong reuse of ``ids`` grouped as ``theow replay`` groups them."""
+    ids = [i for i in ids if i in cluster_of]
+    if not ids:
+        return {"failures": 0, "groups_per_cause": None, "wrong_reuse": None}
+    groups = group_unmatched((i, i, *summary[i]) for i in ids)
+    wrong = sum(
+        g.size - Counter(cluster_of[f] for f in g.failure_ids).most_common(1)[0][1] for g in groups
+    )
+    return {
+        "failures": len(ids),
+        "groups_per_cause": round(len(groups) / len({cluster_of[i] for i in ids}), 4),
+        "wrong_reuse": round(wrong / len(ids), 4),
+    }
+
+
+def _populations(outcomes: list[evaluation.Outcome]) -> dict[str, set[str]]:
+    """The failures no rule matched, and those plus the ones only a wrapper matched."""
+    failed = [o for o in outcomes if o.source == evaluation.FAILURES and o.rule is None]
+    return {
+        "unmatched": {o.id for o in failed if o.wrapper is None},
+        "unknown": {o.id for o in failed},
+    }
+
+
 def corpus_run(name: str, k: int, scope: str, book: RuleBook) -> dict[str, Any]:
     folder = SHARED / name
     failures = _rows(folder / "failures.jsonl.gz")
@@ -121,18 +175,32 @@ def corpus_run(name: str, k: int, scope: str, book: RuleBook) -> dict[str, Any]:
     label_rows = _rows(folder / "labels.jsonl.gz")
     labels = {str(r["id"]): str(r.get("chunk") or "") for r in label_rows}
     cluster_of = {str(r["id"]): str(r["cluster"]) for r in label_rows if r.get("cluster")}
+    if len(set(cluster_of.values())) == len(cluster_of):
+        cluster_of = {}  # logsage-dev's "cluster" is each pair's own id: it names no cause
     project_of = {str(r["id"]): str(r.get("repo", "")) for r in failures}
+    summary = summaries(failures) if cluster_of else {}
     with tempfile.TemporaryDirectory(prefix="theow-folds-") as scratch:
         tmp = Path(scratch)
         every = _write(tmp / "all.jsonl", failures)
         every_passing = _write(tmp / "all-passing.jsonl", passing) if passing else None
-        in_sample, _, _ = _score(book, every, every_passing, labels)
+        in_sample, shipped_outcomes, _ = _score(
+            book, every, every_passing, labels, baseline=every_passing
+        )
+        population = _populations(shipped_outcomes)
+        started = time.perf_counter()
         learned_all, outcomes, _ = _score(book, every, every_passing, labels, learn=True)
+        learn_seconds = time.perf_counter() - started
         in_sample_learning = {
             "taught_rate": learned_all["taught_rate"],
             "grounded_rate": learned_all["grounded_rate"],
             "learned_precision": learned_all["learned_precision"],
             "next_occurrence": next_occurrence(outcomes, cluster_of),
+            "learn_logs_per_s": round(len(failures) / learn_seconds, 1),
+        }
+        in_sample_grouping = {
+            pop: grouping(sorted(population[pop]), summary, cluster_of)
+            for pop in POPULATIONS
+            if cluster_of
         }
         per_fold = []
         for i, projects in enumerate(folds_of(failures, k)):
@@ -146,7 +214,7 @@ def corpus_run(name: str, k: int, scope: str, book: RuleBook) -> dict[str, Any]:
                 held_passing = _write(
                     tmp / f"fold{i}-passing.jsonl", [r for r in passing if r["id"] in ids]
                 )
-            shipped, _, _ = _score(book, held, held_passing, labels)
+            shipped, _, _ = _score(book, held, held_passing, labels, baseline=held_passing)
             _, _, taught_book = _score(book, rest, None, labels, learn=True, scope=scope)
             carried, carried_outcomes, _ = _score(taught_book, held, held_passing, labels)
             taught_elsewhere = {
@@ -157,11 +225,20 @@ def corpus_run(name: str, k: int, scope: str, book: RuleBook) -> dict[str, Any]:
             learning, learn_outcomes, _ = _score(
                 taught_book, held, held_passing, labels, learn=True, scope=scope
             )
+            fold_ids = [r["id"] for r in inside]
             per_fold.append(
                 {
                     "projects": sorted(projects),
                     "failures": len(inside),
                     "shipped": _figures(shipped),
+                    "grouping": {
+                        f"{pop}_{key}": value
+                        for pop in POPULATIONS
+                        if cluster_of
+                        for key, value in grouping(
+                            [i for i in fold_ids if i in population[pop]], summary, cluster_of
+                        ).items()
+                    },
                     "taught_elsewhere": {
                         **_figures(carried),
                         "rules_taught_elsewhere": len(taught_elsewhere),
@@ -187,10 +264,18 @@ def corpus_run(name: str, k: int, scope: str, book: RuleBook) -> dict[str, Any]:
         "projects": len(set(project_of.values())),
         "folds": k,
         "scope": scope,
-        "in_sample": {**_figures(in_sample), "learning": in_sample_learning},
+        "in_sample": {
+            **_figures(in_sample),
+            "learning": in_sample_learning,
+            "grouping": {
+                f"{pop}_{key}": value
+                for pop, figures in in_sample_grouping.items()
+                for key, value in figures.items()
+            },
+        },
         "mean_over_folds": {
             part: _mean([fold[part] for fold in per_fold])
-            for part in ("shipped", "taught_elsewhere", "learning")
+            for part in ("shipped", "grouping", "taught_elsewhere", "learning")
         },
         "per_fold": per_fold,
     }
@@ -220,10 +305,19 @@ def _table(result: dict[str, Any]) -> str:
             f"{key:28} {inside[key]:>10.3f} {mean['shipped'][key]:>10.3f} "
             f"{carried if carried is not None else float('nan'):>19.3f}"
         )
+    for key in ("groups_per_cause", "wrong_reuse"):
+        for pop in POPULATIONS:
+            name = f"{pop}_{key}"
+            if name in inside["grouping"]:
+                held = mean["grouping"].get(name)
+                lines.append(
+                    f"grouping {name:19} {_fmt(inside['grouping'][name]):>10} {_fmt(held):>10}"
+                )
     learning = inside["learning"]
     for key in ("taught_rate", "grounded_rate", "learned_precision", "next_occurrence"):
         held = mean["learning"].get(key)
         lines.append(f"learning {key:19} {_fmt(learning.get(key)):>10} {_fmt(held):>10} {'':>19}")
+    lines.append(f"learning logs/s (in-sample, teachings included) {learning['learn_logs_per_s']}")
     carried = mean["taught_elsewhere"]
     lines.append(
         f"rules taught on the other folds that explain a held-out failure: "

@@ -207,3 +207,21 @@ def test_a_stack_frame_is_no_compilers_line_the_exception_above_it_is_picked():
         "    (elixir) lib/enum.ex:737: Enum.each/2\n"
     )
     assert where_lines({"log": log})[0].line == 2
+
+
+def test_on_travis_the_failed_commands_own_lines_come_before_the_later_commands_output():
+    # Travis runs the commands after a failed one; their output, however long, is not why.
+    later = "".join(f"install step {n}: warning: cache miss, fetching\n" for n in range(300))
+    log = (
+        "$ ./check_integrity.sh\n"
+        "man/git-line-summary.md is required for bin/git-line-summary\n"
+        '\x1b[31;1mThe command "./check_integrity.sh" exited with 1.\x1b[0m\n'
+        f"$ make install\n{later}"
+        'The command "make install" exited with 0.\n'
+        "Done. Your build exited with 1.\n"
+    )
+    where = where_lines({"log": log})
+    assert (where[0].line, where[0].text) == (
+        2,
+        "man/git-line-summary.md is required for bin/git-line-summary",
+    )

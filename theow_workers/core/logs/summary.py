@@ -33,6 +33,7 @@ import regex
 from theow_client.facts import ERROR_TIERS, LOWER_CASED
 from theow_client.jsontypes import JsonObject
 from theow_client.verdict import Where
+from theow_workers.core.logs.steps import NO_STEPS, Steps
 from theow_workers.core.logs.text import ANNOTATION, mask_volatile, numbered_lines
 from theow_workers.core.rules.evidence import Evidence
 from theow_workers.core.rules.matching import compiled
@@ -64,6 +65,7 @@ EXIT_NOTE = re.compile(
 DIAGNOSTIC = re.compile(r"^[\w./\\-]+\.\w+:\d+(?::\d+)?:? ")
 DIAGNOSTIC_TIER = 2
 WHERE_READ = 160  # lines from the end the lines to look at are chosen from
+MAX_WHERE_READ = 5000  # ... reaching back to a failed step that later steps' output follows
 # A stack frame in the same shape (Elixir's and Erlang's ``check.exs:9: Mod.fun/1``): a place
 # the error passed through, not a tool's message about the code.
 FRAME = re.compile(r"^[\w./\\-]+\.\w+:\d+:? (?:anonymous fn/\d+ in )?[\w.:!?']+/\d+$")
@@ -312,15 +314,23 @@ def where_lines(
     line of each of the two strongest tiers before the others (a runner's
     failure line, then the message under it); then the log's last lines.
     Wrappers, banners, exit notes, hints, a traceback's header and a progress
-    banner never; lines the job's normal prints after every new one. Line
-    numbers are 1-based in the fact as given.
+    banner never; lines the job's normal prints, and lines of steps the CI
+    system says passed (``core.logs.steps``: Travis goes on with the commands
+    after a failed one), after every other one. Line numbers are 1-based in the
+    fact as given.
     """
-    summary = summarize(facts, is_normal=is_normal, is_wrapper=is_wrapper, read=WHERE_READ)
+    _, text = log_fact(facts)
+    steps = Steps.read(text)
+    read = WHERE_READ
+    if steps.failed_end is not None:  # the failed step's own lines, however much followed it
+        after = text.count("\n") + 1 - steps.failed_end
+        read = min(max(read, after + WHERE_READ), MAX_WHERE_READ)
+    summary = summarize(facts, is_normal=is_normal, is_wrapper=is_wrapper, read=read)
     found: list[Where] = []
     if evidence is not None:
         found.append(_telling(evidence, is_wrapper))
     shown = {(w.fact, w.line) for w in found}
-    for line in _candidates(summary, limit):
+    for line in _candidates(summary, limit, steps):
         if len(found) >= limit:
             break
         if (summary.fact, line.number) not in shown:
@@ -340,8 +350,14 @@ def _filler(line: Line) -> bool:
     return line.tier is None and PROGRESS.match(line.text) is not None
 
 
-def _candidates(summary: ErrorSummary, limit: int = WHERE_LINES) -> list[Line]:
+def _candidates(
+    summary: ErrorSummary, limit: int = WHERE_LINES, steps: Steps = NO_STEPS
+) -> list[Line]:
     """The summary's lines in the order :func:`where_lines` offers them (enough for ``limit``)."""
+
+    def aside(line: Line) -> bool:  # printed by the passing runs, or by a step that passed
+        return line.normal or steps.passed(line.number)
+
     counted = {id(line) for line in summary.marked}
     # A runner's or compiler's own line counts anywhere in the lines read, a bare word near the end.
     marked = [
@@ -359,7 +375,7 @@ def _candidates(summary: ErrorSummary, limit: int = WHERE_LINES) -> list[Line]:
     ordered = [tiers[tier] for tier in sorted(tiers)]
     heads = [lines[0] for lines in ordered[:2]]
     rest = [line for lines in ordered for line in lines if all(line is not h for h in heads)]
-    # The log's last lines, new and normal: no more of each than ``limit`` lines to show
+    # The log's last lines, new and aside: no more of each than ``limit`` lines to show
     # can take, after the marked ones (fewer than ``limit`` when any tail line is reached)
     # and the evidence, which the tail may repeat. Judging all lines read costs ms.
     tail: list[Line] = []
@@ -368,11 +384,11 @@ def _candidates(summary: ErrorSummary, limit: int = WHERE_LINES) -> list[Line]:
     for line in reversed(summary.lines):
         if min(taken.values()) >= wanted:
             break
-        if taken[line.normal] < wanted and not _poor(line) and not _filler(line):
+        if taken[aside(line)] < wanted and not _poor(line) and not _filler(line):
             tail.append(line)
-            taken[line.normal] += 1
+            taken[aside(line)] += 1
     candidates = heads + rest + tail
-    return sorted(candidates, key=lambda line: line.normal)  # stable: new lines first
+    return sorted(candidates, key=aside)  # stable: new lines first
 
 
 def _telling(evidence: Evidence, is_wrapper: LinePredicate | None) -> Where:
