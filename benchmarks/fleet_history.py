@@ -32,8 +32,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fleet_check import problems, settle
+from fleet_check import default_branches, problems, settle
 from fleet_logs import LANGUAGES, Tool, infra_log, tool_for
+from fleet_queue import QueueFleet
 from fleet_workflows import Workflows
 
 DAY = 86400.0
@@ -344,7 +345,9 @@ def write_jsonl(rows: list[dict[str, object]], path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--style", choices=[*sorted(STYLES), "workflows"], default="direct")
+    parser.add_argument(
+        "--style", choices=[*sorted(STYLES), "workflows", "queue"], default="direct"
+    )
     parser.add_argument(
         "--out", type=Path, required=True, help="history rows (.jsonl or .jsonl.gz)"
     )
@@ -361,6 +364,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.style == "workflows":
         rows, truth = Workflows(
             args.seed, repos=args.repos or 14, days=args.days or 30, retry=args.retry or 0.4
+        ).generate()
+        return _write(rows, truth, args.out, args.truth)
+    if args.style == "queue":
+        rows, truth = QueueFleet(
+            args.seed, repos=args.repos or 11, days=args.days or 30, retry=args.retry or 0.35
         ).generate()
         return _write(rows, truth, args.out, args.truth)
     style = STYLES[args.style]
@@ -381,7 +389,7 @@ def _write(
     """Write the rows and the truth; say what they hold and whether the truth keeps the rules."""
     write_jsonl(rows, out)
     write_jsonl(truth, truth_path)
-    found = problems(rows, truth)
+    found = problems(rows, truth, default_branches(rows))
     for line in found[:10]:
         print(f"truth: {line}", file=sys.stderr)
     counts: dict[str, int] = {}
