@@ -81,12 +81,14 @@ INFRA_LINE = re.compile(
 
 
 # A line naming a test that failed, as the runners print it (a time stamp may come first):
-# pytest's short summary, jest's title, go test's, Gradle's, Maven Surefire's (JUnit 4 and 5),
-# Rust's, .NET's, RSpec's and PHPUnit's.
+# pytest's short summary, unittest's, jest's title, go test's, Gradle's, Maven Surefire's
+# (JUnit 4 and 5), Rust's, .NET's, RSpec's, PHPUnit's and mocha's (its suite, then the
+# test's title on the next line, ending with a colon).
 _STAMP = r"^(?:\S*\d\d:\d\d:\d\d\S*\s+)?\s*"
 FAILED_TEST = re.compile(
     _STAMP + r"(?:"
     r"(?:FAILED|ERROR) (?P<pytest>[^\s:]+::\S+)"
+    r"|(?:FAIL|ERROR): (?P<unittest>\w+ \([\w.]+\))\s*$"
     r"|\u25cf (?P<jest>(?!Test suite failed to run)[^\n\u203a]+ \u203a [^\n]+?)\s*$"
     r"|--- FAIL: (?P<go>\S+) \("
     r"|(?P<gradle>[\w.$]+ > [^\n]+?) FAILED\s*$"
@@ -95,9 +97,11 @@ FAILED_TEST = re.compile(
     r"|Failed (?P<dotnet>[\w.]+(?:\([^\n]*\))?) \[\d"
     r"|rspec \S+ # (?P<rspec>[^\n]+?)\s*$"
     r"|\d+\) (?P<phpunit>[\w\\]+::\w+)"
+    r"|\d+\) (?P<mocha>[^\n:]+\n(?:\S*\d\d:\d\d:\d\d\S*)?\s+[^\n]+?):\s*$"
     r")",
     re.MULTILINE,
 )
+_LEADING_STAMP = re.compile(r"^\s*(?:\S*\d\d:\d\d:\d\d\S*\s+)?")
 # The words of a line that only counts problems, whatever the tool.
 TALLY_WORD = re.compile(r"[a-z]+")
 TALLY_WORDS = frozenset(
@@ -125,6 +129,9 @@ TALLY_WORDS = frozenset(
     ]
 )
 MAX_SAID = 3  # lines taken for the cause when the picked ones only count
+# Between the keys of the tests a run failed, in a cause's key (each test's key is the one a
+# run failing that test alone has): a test's history reads through the runs failing others too.
+TEST_JOIN = "+"
 MAX_TESTS = 12
 TESTS_READ = 256 * 1024  # characters from the end of a log searched for failed tests
 
@@ -152,6 +159,8 @@ def failing_tests(log: str) -> tuple[str, ...]:
     found = set()
     for match in FAILED_TEST.finditer(log[-TESTS_READ:]):
         name = next(group for group in match.groups() if group)
+        if match.group("mocha"):  # the suite's line and the title's, as one name
+            name = " ".join(_LEADING_STAMP.sub("", part).strip() for part in name.split("\n"))
         found.add(mask_volatile(name))
         if len(found) >= 4 * MAX_TESTS:
             break
@@ -202,8 +211,7 @@ def cause_of_facts(
     tests = failing_tests(log_fact(facts)[1])
     if tests:
         text = "\n".join(tests)
-        named = f"{rule or ''}\ntests\n{text}".encode()
-        key = hashlib.blake2b(named, digest_size=12).hexdigest()
+        key = TEST_JOIN.join(sorted(_test_key(test, rule) for test in tests))
         return Cause(
             f"{rule}:{key}" if rule else key, text[:MAX_TEXT_CHARS], category or TEST, tests
         )
@@ -225,6 +233,27 @@ def cause_of_facts(
     if category is None and any(INFRA_LINE.search(line.text) for line in summary.errors):
         category = INFRA
     return Cause(f"{rule}:{digest}" if rule else digest, text[:MAX_TEXT_CHARS], category)
+
+
+def test_keys(key: str) -> tuple[str, ...]:
+    """The cause of each test a cause's key names, alone: a run failing tests A and B has
+    the cause ``A+B``, and A is the cause a run failing A alone has.
+
+    A key of no named test is its own only part.
+
+    >>> both = cause_of("FAILED t.py::a - x\\nFAILED t.py::b - y").key
+    >>> test_keys(both) == tuple(sorted((cause_of("FAILED t.py::a - z").key,
+    ...                                  cause_of("FAILED t.py::b - z").key)))
+    True
+    """
+    if TEST_JOIN not in key:
+        return (key,)
+    rule, colon, names = key.rpartition(":")
+    return tuple(f"{rule}{colon}{name}" for name in names.split(TEST_JOIN) if name)
+
+
+def _test_key(test: str, rule: str | None) -> str:
+    return hashlib.blake2b(f"{rule or ''}\ntests\n{test}".encode(), digest_size=12).hexdigest()
 
 
 def _tally(line: str) -> bool:

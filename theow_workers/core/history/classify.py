@@ -37,10 +37,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import groupby
 
 from theow_workers.core.history.model import Decision, Origin, Run
 from theow_workers.core.history.ports import History
+from theow_workers.core.history.recurrence import context, flip_rate, recurrence, repeated
 from theow_workers.core.history.streak import MainLine, Streak
 
 HOUR = 3600.0
@@ -109,7 +109,7 @@ def decide(
         return Decision(
             Origin.FLAKY,
             f"passed on the same commit {run.sha[:12]} (attempt {retried.attempt})",
-            flip_rate=_flip_rate(run, runs),
+            flip_rate=flip_rate(run, runs),
         )
     if run.cause is None:
         return Decision(Origin.UNKNOWN, "no log to tell the cause by")
@@ -137,37 +137,40 @@ def decide(
             or run.category != TEST
         ):
             return _main(streak, on_main)
-        contexts, _ = _intermittent(run, runs, line, default_branch)
+        contexts = recurrence(
+            run, runs, default_branch, order_slack=settings.order_slack, line=line
+        ).contexts
         if contexts < settings.flaky_known or run.category != TEST:
             return _main(streak, on_main)
         return Decision(
             Origin.FLAKY,
             f"failed on {streak.length} commit(s) of the default branch, then passed; "
             f"it fails now and then in {contexts} unrelated changes",
-            flip_rate=_flip_rate(run, runs),
+            flip_rate=flip_rate(run, runs),
         )
-    contexts, flapped = _intermittent(run, runs, line, default_branch)
+    seen = recurrence(run, runs, default_branch, order_slack=settings.order_slack, line=line)
+    contexts = seen.contexts
     if (contexts >= settings.flaky_known and run.category == TEST) or (
-        (flapped or contexts >= settings.flaky_contexts)
-        and not _repeated(run, runs, default_branch)
+        (seen.flapped or contexts >= settings.flaky_contexts)
+        and not repeated(run, runs, default_branch)
     ):
         return Decision(
             Origin.FLAKY,
             "fails now and then in unrelated changes, with passes in between",
-            flip_rate=_flip_rate(run, runs),
+            flip_rate=flip_rate(run, runs),
         )
     lone_test = on_main and streak is not None and not streak.based and run.category == TEST
     if streak is not None and not lone_test and (streak.open or streak.based or not on_main):
         # Just started on the default branch (nothing later known yet), or a change
         # failing as its base did: the same code failing twice the same way.
         return _main(streak, on_main)
-    if not any(_context(r, default_branch) != _context(run, default_branch) for r in runs):
+    if not any(context(r, default_branch) != context(run, default_branch) for r in runs):
         return Decision(Origin.UNKNOWN, "no other run of this job to compare with")
     if on_main:
         return Decision(
             Origin.FLAKY,
             "failed once on the default branch; the next commit passed",
-            flip_rate=_flip_rate(run, runs),
+            flip_rate=flip_rate(run, runs),
         )
     return Decision(Origin.CHANGE, "the default branch does not fail this way; this change does")
 
@@ -299,72 +302,3 @@ def _main(streak: Streak, on_main: bool) -> Decision:
         culprit=streak.culprit,
         fixed_by=streak.fixed_by,
     )
-
-
-def _context(run: Run, default_branch: str) -> str:
-    """Where a run belongs: its pull request, its branch, or its commit on the default branch."""
-    if run.pr is not None:
-        return f"pr:{run.pr}"
-    if run.branch != default_branch:
-        return f"branch:{run.branch}"
-    return f"main:{run.sha}"
-
-
-def _intermittent(
-    run: Run, runs: Sequence[Run], line: MainLine, default_branch: str
-) -> tuple[int, bool]:
-    """In how many changes the cause failed (not from a broken main), and whether it failed
-    again after a pass in the run's own change.
-
-    A change fixed and broken again the same way is rare; a flaky test does it often.
-    """
-    own = _context(run, default_branch)
-    contexts = {own}
-    seen: list[str] = []  # the own context's outcomes: "f" failed this way, "p" passed
-    in_change = not run.on_branch(default_branch)
-    for other in runs:
-        same = other.cause == run.cause
-        if in_change and other.pr == run.pr and other.branch == run.branch:
-            if not other.failed:
-                seen.append("p")
-            elif same:
-                seen.append("f")
-        if same:
-            where = _context(other, default_branch)
-            if where not in contexts and not line.explains(other):
-                contexts.add(where)
-    flapped = "fpf" in "".join(outcome for outcome, _ in groupby(seen))
-    return len(contexts), flapped
-
-
-def _repeated(run: Run, runs: Sequence[Run], default_branch: str) -> bool:
-    """Whether the change failed this way again: on a retry of its commit, or on its next push.
-
-    A flaky test failing twice running is rare; code that fails does it every time.
-    """
-    own = _context(run, default_branch)
-    outcomes: dict[str, str] = {}  # commit -> "f" failed this way only, "p" passed, "o" other
-    order: list[str] = []
-    retried = 0
-    for other in runs:
-        if _context(other, default_branch) != own:
-            continue
-        if other.sha not in outcomes:
-            order.append(other.sha)
-            outcomes[other.sha] = "o"
-        if not other.failed:
-            outcomes[other.sha] = "p"
-        elif other.cause == run.cause and outcomes[other.sha] != "p":
-            outcomes[other.sha] = "f"
-            retried += other.sha == run.sha
-    if retried >= 2:
-        return True
-    at = order.index(run.sha) if run.sha in order else -1
-    beside = [order[i] for i in (at - 1, at + 1) if at >= 0 and 0 <= i < len(order)]
-    return any(outcomes[sha] == "f" for sha in beside)
-
-
-def _flip_rate(run: Run, runs: Sequence[Run]) -> float:
-    """The share of the job's runs in the window that failed this way."""
-    same = sum(1 for r in runs if r.failed and r.cause == run.cause)
-    return round(same / len(runs), 3) if runs else 0.0
