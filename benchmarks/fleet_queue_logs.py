@@ -254,7 +254,7 @@ INFRA = {
     ],
     "service": [
         '##[error]Failed to initialize container postgres:15\nError response from daemon: Get "https://registry-1.docker.io/v2/": net/http: request canceled while waiting for connection',
-        'Error: failed to create containerd task: OCI runtime create failed: unable to start container process: exec: "redis-server": executable file not found',
+        "##[error]Failed to initialize container redis:7\n##[error]Docker pull failed with exit code 1",
     ],
     "blip": [
         "##[error]The runner has received a shutdown signal. This can happen when the runner service is stopped, or a manually started runner is canceled.",

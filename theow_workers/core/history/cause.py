@@ -44,7 +44,7 @@ TEST = "test"
 TOOL_CODE = r"\b[A-Z]{1,4}-?\d{3,5}\b"
 # An HTTP status where the line says it is one: "HTTP 503", "status code 404", "429 Too Many".
 HTTP_STATUS = (
-    r"(?i:\bHTTP(?:/\d(?:\.\d)?)?|\bstatus(?: code)?|\bresponse(?: code)?|\breturned)[\s:=]*[1-5]\d\d\b|"
+    r"(?i:\bHTTP(?:/\d(?:\.\d)?)?|\bstatus(?: code)?|\bresponse(?: code)?|\breturned(?: error)?)[\s:=]*[1-5]\d\d\b|"
     r"\b[1-5]\d\d (?i:not found|forbidden|unauthorized|too many requests|internal server error|"
     r"bad gateway|service unavailable|gateway time-?out|conflict|bad request)"
 )
@@ -75,7 +75,9 @@ INFRA_LINE = re.compile(
     r"hosted runner encountered an error|failed to initialize container|"
     r"containers? failed to start|"
     r"error pulling image|failed to pull image|the remote end hung up unexpectedly|"
-    r"could not transfer artifact|failed to fetch .* (?:5\d\d|timed out)",
+    r"could not transfer artifact|failed to fetch .* (?:5\d\d|timed out)|"
+    r"fatal: early eof|returned error: (?:429|5\d\d)\b|was not acquired by runner|"
+    r"(?:exit code|exit status|exited with) 137\b",  # SIGKILL: the runner ran out of memory
     re.IGNORECASE,
 )
 
@@ -230,7 +232,9 @@ def cause_of_facts(
     if exits and exits[-1].lower() not in text.lower():
         text = f"{text}\n{exits[-1].lower()}"
     digest = hashlib.blake2b(f"{rule or ''}\n{text}".encode(), digest_size=12).hexdigest()
-    if category is None and any(INFRA_LINE.search(line.text) for line in summary.errors):
+    if category is None and (
+        any(INFRA_LINE.search(line.text) for line in summary.errors) or INFRA_LINE.search(text)
+    ):
         category = INFRA
     return Cause(f"{rule}:{digest}" if rule else digest, text[:MAX_TEXT_CHARS], category)
 
