@@ -39,6 +39,7 @@ from theow_workers.core.logs.text import mask_volatile
 MAX_TEXT_CHARS = 500
 INFRA = "infra"
 TEST = "test"
+FLAKY = "flaky"  # a named test failing the way flaky tests fail (see FLAKY_LINE)
 
 # A tool's error code: letters then digits (TS2322, E0308, CS0246, SC2086, ORA-00942, PLS-00201).
 TOOL_CODE = r"\b[A-Z]{1,4}-?\d{3,5}\b"
@@ -82,6 +83,18 @@ INFRA_LINE = re.compile(
 )
 
 
+# What a test prints when it fails the way flaky tests fail, whatever the change: waiting
+# too long (a timeout, an await condition), racing (a deadlock, a lock, a concurrent
+# modification, a detached element) or finding a service not there yet (a refused or reset
+# connection). A test's own assertion on values, a type or a key error are not among them.
+FLAKY_LINE = re.compile(
+    r"timed out|timeout ?(?:error|exception)|exceeded timeout|deadline exceeded|"
+    r"not fulfilled within|condition not met within|"
+    r"connection refused|econnrefused|connection reset|econnreset|"
+    r"server closed the connection|deadlock|database is locked|too many clients|"
+    r"stale ?element|cancelled ?error|concurrentmodificationexception",
+    re.IGNORECASE,
+)
 # A line naming a test that failed, as the runners print it (a time stamp may come first):
 # pytest's short summary, unittest's, jest's title, go test's, Gradle's, Maven Surefire's
 # (JUnit 4 and 5), Rust's, .NET's, RSpec's, PHPUnit's and mocha's (its suite, then the
@@ -99,7 +112,7 @@ FAILED_TEST = re.compile(
     r"|Failed (?P<dotnet>[\w.]+(?:\([^\n]*\))?) \[\d"
     r"|rspec \S+ # (?P<rspec>[^\n]+?)\s*$"
     r"|\d+\) (?P<phpunit>[\w\\]+::\w+)"
-    r"|\d+\) (?P<mocha>[^\n:]+\n(?:\S*\d\d:\d\d:\d\d\S*)?\s+[^\n]+?):\s*$"
+    r"|\d+\) (?P<mocha>[^\n:]+\n(?:\S*\d\d:\d\d:\d\d\S*)?[ \t]+[^\n]+?):[ \t]*$"
     r")",
     re.MULTILINE,
 )
@@ -136,6 +149,7 @@ MAX_SAID = 3  # lines taken for the cause when the picked ones only count
 TEST_JOIN = "+"
 MAX_TESTS = 12
 TESTS_READ = 256 * 1024  # characters from the end of a log searched for failed tests
+AROUND_TEST = 1500  # characters either side of a failed test's line read for what it printed
 
 
 @dataclass(frozen=True)
@@ -158,16 +172,26 @@ def failing_tests(log: str) -> tuple[str, ...]:
     ...               "--- FAIL: TestCart (0.2s)\\n    --- FAIL: TestCart/refund (0.1s)\\n")
     ('testcart/refund', 'tests/test_api.py::test_login[<n>]')
     """
+    return _read_tests(log[-TESTS_READ:])[0]
+
+
+def _read_tests(tail: str) -> tuple[tuple[str, ...], bool]:
+    """The tests ``tail`` says failed, and whether what it prints around them is what flaky
+    tests print (``FLAKY_LINE``; a service waited for before the tests ran is not)."""
     found = set()
-    for match in FAILED_TEST.finditer(log[-TESTS_READ:]):
+    flaky, seen_to = False, 0
+    for match in FAILED_TEST.finditer(tail):
         name = next(group for group in match.groups() if group)
         if match.group("mocha"):  # the suite's line and the title's, as one name
             name = " ".join(_LEADING_STAMP.sub("", part).strip() for part in name.split("\n"))
         found.add(mask_volatile(name))
+        start = max(seen_to, match.start() - AROUND_TEST)
+        seen_to = max(seen_to, match.end() + AROUND_TEST)
+        flaky = flaky or bool(FLAKY_LINE.search(tail, start, seen_to))
         if len(found) >= 4 * MAX_TESTS:
             break
     leaves = {name for name in found if not any(o.startswith(name + "/") for o in found)}
-    return tuple(sorted(leaves))[:MAX_TESTS]
+    return tuple(sorted(leaves))[:MAX_TESTS], flaky
 
 
 def keep_codes(line: str) -> str:
@@ -210,13 +234,14 @@ def cause_of_facts(
 ) -> Cause:
     """:func:`cause_of` a failure's facts: their log (``log``, ``stderr``... as the resolver
     reads it), so a worker keys a failure as ``theow history eval`` keys its row."""
-    tests = failing_tests(log_fact(facts)[1])
+    tests, flaky = _read_tests(log_fact(facts)[1][-TESTS_READ:])
     if tests:
         text = "\n".join(tests)
         key = TEST_JOIN.join(sorted(_test_key(test, rule) for test in tests))
-        return Cause(
-            f"{rule}:{key}" if rule else key, text[:MAX_TEXT_CHARS], category or TEST, tests
-        )
+        kind = category or TEST
+        if kind == TEST and flaky:
+            kind = FLAKY
+        return Cause(f"{rule}:{key}" if rule else key, text[:MAX_TEXT_CHARS], kind, tests)
     summary = summarize(facts)
     basis = set(summary.basis.split("\n"))
     # The lines the summary named the cause from (its basis), read again with codes kept.

@@ -46,7 +46,10 @@ from theow_workers.core.history.streak import MainLine, Streak
 HOUR = 3600.0
 DAY = 24 * HOUR
 INFINITY = float("inf")
-TEST = "test"
+# The categories of a cause naming failed tests: a test's, or a test failing the way flaky
+# tests fail (``core.history.cause.FLAKY_LINE``).
+TEST, FLAKY = "test", "flaky"
+NAMED = frozenset({TEST, FLAKY})
 
 
 @dataclass(frozen=True)
@@ -134,13 +137,13 @@ def decide(
             not on_main
             or streak.open
             or streak.length > settings.flaky_streak
-            or run.category != TEST
+            or run.category not in NAMED
         ):
             return _main(streak, on_main)
         contexts = recurrence(
             run, runs, default_branch, order_slack=settings.order_slack, line=line
         ).contexts
-        if contexts < settings.flaky_known or run.category != TEST:
+        if contexts < settings.flaky_known or run.category not in NAMED:
             return _main(streak, on_main)
         return Decision(
             Origin.FLAKY,
@@ -150,7 +153,7 @@ def decide(
         )
     seen = recurrence(run, runs, default_branch, order_slack=settings.order_slack, line=line)
     contexts = seen.contexts
-    if (contexts >= settings.flaky_known and run.category == TEST) or (
+    if (contexts >= settings.flaky_known and run.category in NAMED) or (
         (seen.flapped or contexts >= settings.flaky_contexts)
         and not repeated(run, runs, default_branch)
     ):
@@ -159,7 +162,7 @@ def decide(
             "fails now and then in unrelated changes, with passes in between",
             flip_rate=flip_rate(run, runs),
         )
-    lone_test = on_main and streak is not None and not streak.based and run.category == TEST
+    lone_test = on_main and streak is not None and not streak.based and run.category in NAMED
     if streak is not None and not lone_test and (streak.open or streak.based or not on_main):
         # Just started on the default branch (nothing later known yet), or a change
         # failing as its base did: the same code failing twice the same way.
@@ -170,6 +173,13 @@ def decide(
         return Decision(
             Origin.FLAKY,
             "failed once on the default branch; the next commit passed",
+            flip_rate=flip_rate(run, runs),
+        )
+    if run.category == FLAKY and not repeated(run, runs, default_branch):
+        return Decision(
+            Origin.FLAKY,
+            "failed the way flaky tests fail (waiting, racing, a service not up), "
+            "not again on its commit or the change's next push; the default branch does not",
             flip_rate=flip_rate(run, runs),
         )
     return Decision(Origin.CHANGE, "the default branch does not fail this way; this change does")
