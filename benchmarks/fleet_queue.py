@@ -146,7 +146,7 @@ class QueueFleet:
             Job("lint", "lint", "ubuntu", "lint", lint),
             Job("build", "build", "ubuntu", "build", compiler),
         ]
-        suite = [self._test(runner) for _ in range(self.rand.randint(40, 140))]
+        suite = self._suite(runner, self.rand.randint(40, 140))
         matrix = self.rand.choice(
             [["unit"], ["unit (3.11)", "unit (3.12)"], ["test (ubuntu)", "test (macos)"]]
         )
@@ -154,7 +154,7 @@ class QueueFleet:
             pool = "macos" if "macos" in name else "ubuntu"
             jobs.append(Job(name, "test", pool, "unit", runner, self._rates(suite)))
         if self.rand.random() < 0.7:
-            tests = [self._test(runner) for _ in range(self.rand.randint(15, 60))]
+            tests = self._suite(runner, self.rand.randint(15, 60))
             pool = "self-hosted" if self.rand.random() < 0.5 else "ubuntu"
             jobs.append(
                 Job("integration", "test", pool, "integration", runner, self._rates(tests), False)
@@ -164,8 +164,14 @@ class QueueFleet:
         name = f"shop-{['core', 'web', 'api', 'ops', 'data', 'pay', 'mobile'][i % 7]}-{i}"
         return Repo(f"northwind/{name}", default, lang, jobs, queue, self.rand.random() < 0.5)  # fmt: skip
 
-    def _test(self, runner: str) -> Test:
-        return Test(test_name(runner, self.rand), 0.0, [], None)
+    def _suite(self, runner: str, size: int) -> list[Test]:
+        """``size`` tests with names of their own (a suite names each test once)."""
+        names: dict[str, None] = {}
+        for _ in range(size * 3):
+            names.setdefault(test_name(runner, self.rand))
+            if len(names) == size:
+                break
+        return [Test(name, 0.0, [], None) for name in names]
 
     def _rates(self, suite: list[Test]) -> list[Test]:
         """This job's copy of the suite, each test with its own long-tailed flakiness."""

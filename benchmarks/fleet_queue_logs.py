@@ -185,10 +185,20 @@ def test_log(runner: str, failures: list[tuple[str, str]], rand: random.Random) 
             out += [f"[ERROR] {name} -- Time elapsed: {rand.uniform(0, 9):.3f} s <<< FAILURE!", msg]
         out.append(f"[ERROR] Tests run: {total}, Failures: {len(failures)}, Errors: 0, Skipped: 0")
     elif runner == "rspec":
-        out.append(f"{total} examples, {len(failures)} failures")
-        out += ["", "Failed examples:", ""]
+        out += ["Failures:", ""]
+        for i, (name, msg) in enumerate(failures, 1):
+            where, title = name.split(" # ", 1)
+            out += [
+                f"  {i}) {title}",
+                "     Failure/Error: expect(subject).to be_valid",
+                f"       {msg}",
+            ]
+            out += [f"     # {where}:in `block (2 levels) in <top (required)>'", ""]
+        out.append(
+            f"Finished in {secs} seconds (files took {rand.uniform(0.5, 4):.2f} seconds to load)"
+        )
+        out += [f"{total} examples, {len(failures)} failures", "", "Failed examples:", ""]
         out += [f"rspec {name}" for name, _ in failures]
-        out[1:1] = [f"  {i}) {msg}" for i, (_, msg) in enumerate(failures, 1)]
     elif runner == "cargo":
         for name, msg in failures:
             out += [
