@@ -133,21 +133,17 @@ def decide(
             break  # nothing earlier
         read = further
     if streak is not None and streak.repeated:
-        if (
-            not on_main
-            or streak.open
-            or streak.length > settings.flaky_streak
-            or run.category not in NAMED
-        ):
+        if not on_main or streak.length > settings.flaky_streak or run.category not in NAMED:
             return _main(streak, on_main)
         contexts = recurrence(
             run, runs, default_branch, order_slack=settings.order_slack, line=line
         ).contexts
         if contexts < settings.flaky_known or run.category not in NAMED:
             return _main(streak, on_main)
+        since = "then passed" if not streak.open else "no more yet"
         return Decision(
             Origin.FLAKY,
-            f"failed on {streak.length} commit(s) of the default branch, then passed; "
+            f"failed on {streak.length} commit(s) of the default branch, {since}; "
             f"it fails now and then in {contexts} unrelated changes",
             flip_rate=flip_rate(run, runs),
         )
