@@ -148,10 +148,12 @@ def decide(
             flip_rate=flip_rate(run, runs),
         )
     seen = recurrence(run, runs, default_branch, order_slack=settings.order_slack, line=line)
-    contexts = seen.contexts
-    if (contexts >= settings.flaky_known and run.category in NAMED) or (
-        (seen.flapped or contexts >= settings.flaky_contexts)
-        and not repeated(run, runs, default_branch)
+    contexts, named = seen.contexts, run.category in NAMED
+    # A test fails now and then; a compiler's or a linter's message recurring in other
+    # changes is more often those changes making one mistake.
+    enough = settings.flaky_contexts if named else settings.flaky_known
+    if (contexts >= settings.flaky_known and named) or (
+        (seen.flapped or contexts >= enough) and not repeated(run, runs, default_branch)
     ):
         return Decision(
             Origin.FLAKY,
