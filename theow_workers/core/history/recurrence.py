@@ -20,6 +20,7 @@ a flaky test failed beside a test this change broke is the change's).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -28,6 +29,9 @@ from itertools import groupby
 from theow_workers.core.history.cause import test_keys
 from theow_workers.core.history.model import Run
 from theow_workers.core.history.streak import MainLine
+
+# A GitHub merge queue's branch: the pull request it tests is in its name.
+MERGE_QUEUE = re.compile(r"gh-readonly-queue/.+/pr-(\d+)-[0-9a-f]+$")
 
 
 @dataclass(frozen=True)
@@ -77,11 +81,22 @@ def recurrence(
 
 
 def context(run: Run, default_branch: str) -> str:
-    """Where a run belongs: its pull request, its branch, or its commit on the default branch."""
+    """Where a run belongs: its pull request, its branch, or its commit on the default branch.
+
+    A merge queue's run belongs to the pull request it tests: GitHub names its branch
+    after it (``gh-readonly-queue/main/pr-128-<sha>``) and sends no pull request with it.
+
+    >>> from theow_workers.core.history.model import Outcome
+    >>> queued = Run(id="1", repo="o/r", job="t", branch="gh-readonly-queue/main/pr-128-9f2c",
+    ...              sha="9f2c", outcome=Outcome.FAILED, finished_at=1.0)
+    >>> context(queued, "main")
+    'pr:128'
+    """
     if run.pr is not None:
         return f"pr:{run.pr}"
     if run.branch != default_branch:
-        return f"branch:{run.branch}"
+        queued = MERGE_QUEUE.match(run.branch)
+        return f"pr:{queued.group(1)}" if queued else f"branch:{run.branch}"
     return f"main:{run.sha}"
 
 
