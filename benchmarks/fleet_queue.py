@@ -148,7 +148,13 @@ class QueueFleet:
         ]
         suite = self._suite(runner, self.rand.randint(40, 140))
         matrix = self.rand.choice(
-            [["unit"], ["unit (3.11)", "unit (3.12)"], ["test (ubuntu)", "test (macos)"]]
+            [
+                ["unit"],
+                ["unit (3.11)", "unit (3.12)"],
+                ["unit (3.11)", "unit (3.12)", "unit (3.13)"],
+                ["test (ubuntu)", "test (macos)"],
+                ["test (ubuntu, 20)", "test (ubuntu, 22)", "test (macos, 22)"],
+            ]
         )
         for name in matrix:
             pool = "macos" if "macos" in name else "ubuntu"

@@ -117,6 +117,9 @@ def decide(
     if run.cause is None:
         return Decision(Origin.UNKNOWN, "no log to tell the cause by")
     on_main = run.on_branch(default_branch)
+    # The same test failing in another job of the commit (a test matrix's other version or
+    # system) is its code failing: a flaky test rarely fails everywhere at once.
+    beside = _beside(run, history, end)
     lookback, read = settings.lookback, runs
     while True:
         line = MainLine(read, default_branch, run.cause, order_slack=settings.order_slack)
@@ -138,7 +141,7 @@ def decide(
         contexts = recurrence(
             run, runs, default_branch, order_slack=settings.order_slack, line=line
         ).contexts
-        if contexts < settings.flaky_known or run.category not in NAMED:
+        if contexts < settings.flaky_known or run.category not in NAMED or beside:
             return _main(streak, on_main)
         since = "then passed" if not streak.open else "no more yet"
         return Decision(
@@ -152,15 +155,18 @@ def decide(
     # A test fails now and then; a compiler's or a linter's message recurring in other
     # changes is more often those changes making one mistake.
     enough = settings.flaky_contexts if named else settings.flaky_known
-    if (contexts >= settings.flaky_known and named) or (
-        (seen.flapped or contexts >= enough) and not repeated(run, runs, default_branch)
+    if not beside and (
+        (contexts >= settings.flaky_known and named)
+        or ((seen.flapped or contexts >= enough) and not repeated(run, runs, default_branch))
     ):
         return Decision(
             Origin.FLAKY,
             "fails now and then in unrelated changes, with passes in between",
             flip_rate=flip_rate(run, runs),
         )
-    lone_test = on_main and streak is not None and not streak.based and run.category in NAMED
+    lone_test = (
+        on_main and streak is not None and not streak.based and run.category in NAMED and not beside
+    )
     if streak is not None and not lone_test and (streak.open or streak.based or not on_main):
         # Just started on the default branch (nothing later known yet), or a change
         # failing as its base did: the same code failing twice the same way.
@@ -173,7 +179,7 @@ def decide(
             "failed once on the default branch; the next commit passed",
             flip_rate=flip_rate(run, runs),
         )
-    if run.category == FLAKY and not repeated(run, runs, default_branch):
+    if run.category == FLAKY and not beside and not repeated(run, runs, default_branch):
         return Decision(
             Origin.FLAKY,
             "failed the way flaky tests fail (waiting, racing, a service not up), "
@@ -221,6 +227,15 @@ def revisable(
     return sorted(found.values(), key=lambda r: r.finished_at)
 
 
+def _beside(run: Run, history: History, end: float) -> bool:
+    """Whether another job of ``run``'s commit failed the same way (by ``end``)."""
+    assert run.cause is not None
+    near = history.cause_failures(
+        run.cause, since=run.finished_at - DAY, until=min(end, run.finished_at + DAY)
+    )
+    return any(r.sha == run.sha and r.repo == run.repo and r.job != run.job for r in near)
+
+
 def _infra(
     run: Run, history: History, default_branch: str, settings: Settings, end: float
 ) -> Decision | None:
@@ -242,16 +257,22 @@ def _infra(
     }
     if len(repos) >= settings.infra_repos:
         return Decision(Origin.INFRA, f"the same cause failed {len(repos)} repositories at once")
-    jobs = {
-        r.job
+    local = [
+        r
         for r in near
         if r.repo == run.repo
         and abs(r.finished_at - run.finished_at) <= settings.infra_local_window
         and not broken(r)
-    }
-    if len(jobs) >= settings.infra_jobs:
+    ]
+    jobs = {r.job for r in local}
+    # One commit failing its jobs one way is its code failing in each (a test matrix's
+    # versions and systems): runner trouble fails the runs of unrelated changes.
+    changes = {context(r, default_branch) for r in local}
+    if len(jobs) >= settings.infra_jobs and len(changes) >= 2:
         return Decision(
-            Origin.INFRA, f"the same cause failed {len(jobs)} jobs of the repository at once"
+            Origin.INFRA,
+            f"the same cause failed {len(jobs)} jobs of the repository at once, "
+            f"in {len(changes)} unrelated changes",
         )
     return None
 
