@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from theow_client.jsontypes import JsonObject
 from theow_workers.core.logs.summary import log_fact, summarize
@@ -264,6 +265,7 @@ def cause_of_facts(
     return Cause(f"{rule}:{digest}" if rule else digest, text[:MAX_TEXT_CHARS], category)
 
 
+@lru_cache(maxsize=65536)  # asked of every failure a decision reads
 def test_keys(key: str) -> tuple[str, ...]:
     """The cause of each test a cause's key names, alone: a run failing tests A and B has
     the cause ``A+B``, and A is the cause a run failing A alone has.

@@ -38,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from theow_workers.core.history.cause import test_keys
 from theow_workers.core.history.model import Decision, Origin, Run
 from theow_workers.core.history.ports import History
 from theow_workers.core.history.recurrence import context, flip_rate, recurrence, repeated
@@ -201,20 +202,22 @@ def revisable(
     Failed runs of its job on the same commit (a retry passing makes them
     flaky); with ``run`` on the default branch, its job's recent failures
     there (a streak grows, or ends: flaky, fixed) and the pull requests' failures
-    of its cause (now failing on main); the recent failures of its cause
-    anywhere (one cause across repositories is infrastructure; again in another
-    change, flaky).
+    of its cause (now failing on main); its job's recent failures of any test it
+    failed (again in another change, flaky); the recent failures of its cause
+    anywhere (one cause across repositories is infrastructure; in another job of
+    its commit, its code).
     """
     since = run.finished_at - settings.revise_window
     found: dict[str, Run] = {}
     on_main = run.on_branch(default_branch)
+    tests = set(test_keys(run.cause)) if run.cause is not None else set()
     for other in history.job_runs(run.repo, run.job, since=since, until=run.finished_at):
         if not other.failed or other.id == run.id:
             continue
         if (
             other.sha == run.sha
             or (on_main and other.on_branch(default_branch))
-            or (run.cause is not None and other.cause == run.cause)
+            or (other.cause is not None and not tests.isdisjoint(test_keys(other.cause)))
         ):
             found[other.id] = other
     if run.failed and run.cause is not None:

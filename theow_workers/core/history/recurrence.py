@@ -23,7 +23,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from itertools import groupby
 
 from theow_workers.core.history.cause import test_keys
@@ -56,7 +55,7 @@ def recurrence(
     default branch explains. ``line``: the default branch judged for ``run``'s cause, when
     already read."""
     assert run.cause is not None
-    parts = _parts(run.cause)
+    parts = test_keys(run.cause)
     by_part: dict[str, set[str]] = {part: set() for part in parts}  # part -> causes naming it
     for other in runs:
         if other.cause is None or not other.failed:
@@ -65,7 +64,7 @@ def recurrence(
             for part in parts:
                 by_part[part].add(other.cause)
             continue
-        for part in _parts(other.cause):
+        for part in test_keys(other.cause):
             if part in by_part:
                 by_part[part].add(other.cause)
     contexts = None
@@ -131,11 +130,6 @@ def flip_rate(run: Run, runs: Sequence[Run]) -> float:
     """The share of the job's runs in the window that failed this way."""
     same = sum(1 for r in runs if r.failed and r.cause == run.cause)
     return round(same / len(runs), 3) if runs else 0.0
-
-
-@lru_cache(maxsize=65536)
-def _parts(cause: str) -> tuple[str, ...]:
-    return test_keys(cause)
 
 
 def _contexts(
