@@ -266,14 +266,14 @@ def cause_of_facts(
 
 
 @lru_cache(maxsize=65536)  # asked of every failure a decision reads
-def test_keys(key: str) -> tuple[str, ...]:
+def causes_per_test(key: str) -> tuple[str, ...]:
     """The cause of each test a cause's key names, alone: a run failing tests A and B has
     the cause ``A+B``, and A is the cause a run failing A alone has.
 
     A key of no named test is its own only part.
 
     >>> both = cause_of("FAILED t.py::a - x\\nFAILED t.py::b - y").key
-    >>> test_keys(both) == tuple(sorted((cause_of("FAILED t.py::a - z").key,
+    >>> causes_per_test(both) == tuple(sorted((cause_of("FAILED t.py::a - z").key,
     ...                                  cause_of("FAILED t.py::b - z").key)))
     True
     """

@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from theow_workers.core.history.cause import test_keys
+from theow_workers.core.history.cause import causes_per_test
 from theow_workers.core.history.model import Decision, Origin, Run
 from theow_workers.core.history.ports import History
 from theow_workers.core.history.recurrence import context, flip_rate, recurrence, repeated
@@ -210,14 +210,14 @@ def revisable(
     since = run.finished_at - settings.revise_window
     found: dict[str, Run] = {}
     on_main = run.on_branch(default_branch)
-    tests = set(test_keys(run.cause)) if run.cause is not None else set()
+    tests = set(causes_per_test(run.cause)) if run.cause is not None else set()
     for other in history.job_runs(run.repo, run.job, since=since, until=run.finished_at):
         if not other.failed or other.id == run.id:
             continue
         if (
             other.sha == run.sha
             or (on_main and other.on_branch(default_branch))
-            or (other.cause is not None and not tests.isdisjoint(test_keys(other.cause)))
+            or (other.cause is not None and not tests.isdisjoint(causes_per_test(other.cause)))
         ):
             found[other.id] = other
     if run.failed and run.cause is not None:

@@ -108,8 +108,9 @@ def evaluate(
 ) -> list[Result]:
     """Every failed run's origin, in the order the runs finished (see the module's note).
 
-    ``default_branch`` is every repository's, but for one with no run on it whose
-    changes are based on another branch's commits (``master``, ``trunk``): that one.
+    ``default_branch`` is every repository's but one's with no run on it: that one
+    takes the branch its changes are based on (``master``, ``trunk``), see
+    :func:`default_branches`.
     """
     ordered = sorted(runs, key=lambda r: r.finished_at)
     history = MemoryHistory(ordered)
@@ -130,7 +131,7 @@ def default_branches(runs: Iterable[Run], default_branch: str = "main") -> dict[
 
     ``default_branch`` where the repository has a run on it (not a pull request's); else
     the branch whose commits its pull requests (or merge queues) are based on, the one
-    with most runs of them; else ``default_branch``.
+    with most runs of them; else its branch with most runs outside pull requests.
 
     >>> runs = [Run("1", "o/r", "t", "master", "a", Outcome.PASSED, 1.0),
     ...         Run("2", "o/r", "t", "fix", "b", Outcome.PASSED, 2.0, pr="3", base_sha="a")]
@@ -138,8 +139,9 @@ def default_branches(runs: Iterable[Run], default_branch: str = "main") -> dict[
     {'o/r': 'master'}
     """
     bases: dict[str, set[str]] = defaultdict(set)
-    branches: dict[str, Counter[str]] = defaultdict(Counter)
-    kept = [run for run in runs]
+    based: dict[str, Counter[str]] = defaultdict(Counter)  # repo -> branch -> runs of bases
+    other: dict[str, Counter[str]] = defaultdict(Counter)  # repo -> branch -> runs
+    kept = list(runs)
     for run in kept:
         if run.base_sha is not None:
             bases[run.repo].add(run.base_sha)
@@ -149,10 +151,11 @@ def default_branches(runs: Iterable[Run], default_branch: str = "main") -> dict[
             continue
         if run.branch == default_branch:
             found[run.repo] = default_branch
-        elif run.sha in bases[run.repo]:
-            branches[run.repo][run.branch] += 1
-    for repo, counted in branches.items():
-        found.setdefault(repo, counted.most_common(1)[0][0])
+        other[run.repo][run.branch] += 1
+        if run.sha in bases[run.repo]:
+            based[run.repo][run.branch] += 1
+    for repo, counted in other.items():
+        found.setdefault(repo, (based.get(repo) or counted).most_common(1)[0][0])
     return found
 
 

@@ -4,7 +4,7 @@ A flaky test fails now and then in changes that did not touch it, with passes
 in between; code that fails does it every time it runs. These are read from
 the runs of the failed run's job (:func:`recurrence`), per failed test: a run
 failing tests A and B (the cause ``A+B``, see
-:func:`~theow_workers.core.history.cause.test_keys`) counts towards A's history
+:func:`~theow_workers.core.history.cause.causes_per_test`) counts towards A's history
 and B's, and is as intermittent as the least intermittent of them (a run where
 a flaky test failed beside a test this change broke is the change's).
 
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import groupby
 
-from theow_workers.core.history.cause import test_keys
+from theow_workers.core.history.cause import causes_per_test
 from theow_workers.core.history.model import Run
 from theow_workers.core.history.streak import MainLine
 
@@ -55,7 +55,7 @@ def recurrence(
     default branch explains. ``line``: the default branch judged for ``run``'s cause, when
     already read."""
     assert run.cause is not None
-    parts = test_keys(run.cause)
+    parts = causes_per_test(run.cause)
     by_part: dict[str, set[str]] = {part: set() for part in parts}  # part -> causes naming it
     for other in runs:
         if other.cause is None or not other.failed:
@@ -64,7 +64,7 @@ def recurrence(
             for part in parts:
                 by_part[part].add(other.cause)
             continue
-        for part in test_keys(other.cause):
+        for part in causes_per_test(other.cause):
             if part in by_part:
                 by_part[part].add(other.cause)
     contexts = None
