@@ -161,3 +161,22 @@ def test_a_merge_queues_run_belongs_to_the_pull_request_it_tests():
 
     # Pull request 7 failed twice (its push, its queue run), 8 once: two changes, not three.
     assert at_verdict(history, "o1").origin is Origin.CHANGE
+
+
+def test_repositories_broken_the_same_way_on_their_master_branches_are_no_outage():
+    broken = "src/a.ts(3,7): error TS2322: Type 'string' is not assignable to type 'number'."
+    runs = []
+    for n, repo in enumerate(("o/app", "o/b", "o/c", "o/d")):
+        branch = "main" if repo == "o/app" else "master"
+        runs += [
+            run(f"{repo}0", f"{n}z", 0, repo=repo, branch=branch),
+            run(f"{repo}1", f"{n}a", 1 + n / 10, "failed", broken, repo=repo, branch=branch),
+            run(f"{repo}2", f"{n}b", 1.5 + n / 10, "failed", broken, repo=repo, branch=branch),
+        ]
+    history = MemoryHistory(runs)
+    failed = find(history, "o/app2")
+
+    decision = decide(failed, history, branches=dict.fromkeys(("o/b", "o/c", "o/d"), "master"))
+
+    assert (decision.origin, decision.culprit) == (Origin.MAIN, "0a")
+    assert decide(failed, history).origin is Origin.INFRA  # their branches unknown: an outage

@@ -35,7 +35,7 @@ How sure each origin is, measured, is in ``docs/history.md``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from theow_workers.core.history.cause import causes_per_test
@@ -94,18 +94,22 @@ def decide(
     default_branch: str = "main",
     settings: Settings = DEFAULT_SETTINGS,
     until: float = INFINITY,
+    branches: Mapping[str, str] | None = None,
 ) -> Decision:
     """The origin of the failed ``run`` from ``history``'s runs finished by ``until``.
 
     ``origin_then`` is ``decide(run, history, until=run.finished_at)``; the
     origin as it stands, ``decide(run, history)``. ``history`` holds ``run``.
+    ``default_branch`` is ``run``'s repository's; ``branches`` other repositories'
+    where theirs differs (``master``), read when one cause fails several of them.
     """
     if not run.failed:
         raise ValueError(f"run {run.id}: passed; only a failed run has an origin")
     start = run.finished_at - settings.lookback
     end = min(until, run.finished_at + settings.lookback)
     runs = history.job_runs(run.repo, run.job, since=start, until=end)
-    infra = _infra(run, history, default_branch, settings, end)
+    others = branches or {}
+    infra = _infra(run, history, lambda repo: others.get(repo, default_branch), settings, end)
     if infra is not None:
         return infra
     retried = next((r for r in runs if r.sha == run.sha and not r.failed and r.id != run.id), None)
@@ -240,7 +244,7 @@ def _beside(run: Run, history: History, end: float) -> bool:
 
 
 def _infra(
-    run: Run, history: History, default_branch: str, settings: Settings, end: float
+    run: Run, history: History, branch_of: Callable[[str], str], settings: Settings, end: float
 ) -> Decision | None:
     if run.category is not None and run.category.lower() in settings.infra_categories:
         return Decision(Origin.INFRA, f"the cause is infrastructure ({run.category})")
@@ -250,7 +254,7 @@ def _infra(
     near = history.cause_failures(
         run.cause, since=run.finished_at - window, until=min(end, run.finished_at + window)
     )
-    broken = _BrokenMain(history, run.cause, default_branch, settings, end)
+    broken = _BrokenMain(history, run.cause, branch_of, settings, end)
     if not _enough(run, near, settings):
         return None  # too few at once even before the broken default branches are set aside
     repos = {
@@ -270,7 +274,7 @@ def _infra(
     jobs = {r.job for r in local}
     # One commit failing its jobs one way is its code failing in each (a test matrix's
     # versions and systems): runner trouble fails the runs of unrelated changes.
-    changes = {context(r, default_branch) for r in local}
+    changes = {context(r, branch_of(r.repo)) for r in local}
     if len(jobs) >= settings.infra_jobs and len(changes) >= 2:
         return Decision(
             Origin.INFRA,
@@ -300,14 +304,20 @@ class _BrokenMain:
     """
 
     def __init__(
-        self, history: History, cause: str, default_branch: str, settings: Settings, end: float
+        self,
+        history: History,
+        cause: str,
+        branch_of: Callable[[str], str],
+        settings: Settings,
+        end: float,
     ) -> None:
         self.history, self.cause, self.settings, self.end = history, cause, settings, end
-        self.default_branch = default_branch
+        self.branch_of = branch_of
         self.lines: dict[tuple[str, str], MainLine] = {}
 
     def __call__(self, run: Run) -> bool:
         line = self.lines.get((run.repo, run.job))
+        default_branch = self.branch_of(run.repo)
         if line is None:
             runs = self.history.job_runs(
                 run.repo,
@@ -315,11 +325,9 @@ class _BrokenMain:
                 since=run.finished_at - self.settings.lookback,
                 until=min(self.end, run.finished_at + self.settings.lookback),
             )
-            line = MainLine(
-                runs, self.default_branch, self.cause, order_slack=self.settings.order_slack
-            )
+            line = MainLine(runs, default_branch, self.cause, order_slack=self.settings.order_slack)
             self.lines[(run.repo, run.job)] = line
-        if run.on_branch(self.default_branch):
+        if run.on_branch(default_branch):
             streak = line.streak_at(run.sha)
         else:
             streak = line.streak_before(run.base_sha, run.finished_at)

@@ -118,8 +118,15 @@ def evaluate(
     results = []
     for run in (r for r in ordered if r.failed):
         branch = branches.get(run.repo, default_branch)
-        then = decide(run, history, default_branch=branch, settings=settings, until=run.finished_at)
-        final = decide(run, history, default_branch=branch, settings=settings)
+        then = decide(
+            run,
+            history,
+            default_branch=branch,
+            settings=settings,
+            until=run.finished_at,
+            branches=branches,
+        )
+        final = decide(run, history, default_branch=branch, settings=settings, branches=branches)
         results.append(Result(run.id, final, then))
         if progress is not None:
             progress()
