@@ -16,6 +16,8 @@ on the other: ``direct`` (commits pushed to main, pull requests based on the
 head of main, runs in time order) and ``merged`` (main advances by merging
 pull requests, pull requests based on older commits, fewer retries but
 culprit runs retried, other rates and timings, rows written out of order).
+Two more are written apart, in modules of their own: ``workflows``
+(``fleet_workflows.py``) and ``queue`` (``fleet_queue.py``).
 
     python benchmarks/fleet_history.py --seed 1 --out fleet.jsonl.gz --truth truth.jsonl
     theow history eval fleet.jsonl.gz --truth truth.jsonl --out results.jsonl --json
@@ -361,16 +363,13 @@ def main(argv: list[str] | None = None) -> int:
         "--prs-per-day", type=float, help="pull requests opened per repository a day"
     )
     args = parser.parse_args(argv)
-    if args.style == "workflows":
-        rows, truth = Workflows(
-            args.seed, repos=args.repos or 14, days=args.days or 30, retry=args.retry or 0.4
-        ).generate()
-        return _write(rows, truth, args.out, args.truth)
-    if args.style == "queue":
-        rows, truth = QueueFleet(
-            args.seed, repos=args.repos or 11, days=args.days or 30, retry=args.retry or 0.35
-        ).generate()
-        return _write(rows, truth, args.out, args.truth)
+    apart = {"workflows": (Workflows, 14, 0.4), "queue": (QueueFleet, 11, 0.35)}  # own modules
+    if args.style in apart:
+        make, repos, retry = apart[args.style]
+        fleet = make(
+            args.seed, repos=args.repos or repos, days=args.days or 30, retry=args.retry or retry
+        )
+        return _write(*fleet.generate(), args.out, args.truth)
     style = STYLES[args.style]
     knobs = {
         "repos": args.repos,

@@ -8,26 +8,36 @@ The questions, in the order they are asked (first answer wins):
 1. ``infra``: the run's category is an infrastructure one (a matched rule's, or
    the lines' own: name resolution, a registry's 5xx, a full disk); or its cause
    failed jobs of ``infra_repos`` repositories within ``infra_window``; or
-   ``infra_jobs`` jobs of its repository at once.
+   ``infra_jobs`` jobs of its repository at once, in two or more unrelated
+   changes (one commit failing its jobs one way, a test matrix, is its code).
 2. ``flaky``: the same job passed on the same commit (a retry, or another run of it).
 3. ``main``: on the default branch, the cause keeps failing on the next commits
    (or on a retry), unless it is a known flaky test (a named test failing in
    ``flaky_known`` unrelated changes) that failed on at most ``flaky_streak``
-   commits and passed since; on a pull request, the cause fails on the default
-   branch at its base (the main runs at ``base_sha``; without them, the last
-   main commit run before it), or before it with no pass in between. The culprit
-   is the first default-branch commit of that streak (read back up to
-   ``max_lookback`` when the streak began before the window; a commit passing
-   within ``order_slack`` after a failing one is taken as the older); ``fixed_by``
-   the first one passing after it.
-4. ``flaky``: on the default branch, the cause failed once and the next commit
-   passed; anywhere, the cause fails intermittently: in ``flaky_contexts`` or more
-   pull requests, branches or lone main commits, or again after a pass in one
-   (and a known flaky test even where it failed twice running).
+   commits; on a pull request, the cause fails on the default branch at its base
+   (the main runs at ``base_sha``; without them, the last main commit run before
+   it), or before it with no pass in between. The culprit is the first
+   default-branch commit of that streak (read back up to ``max_lookback`` when the
+   streak began before the window; a commit passing within ``order_slack`` after a
+   failing one is taken as the older); ``fixed_by`` the first one passing after it.
+4. ``flaky``: the cause fails intermittently: in ``flaky_contexts`` or more pull
+   requests, branches or lone main commits (``flaky_known`` for a cause naming no
+   test), or again after a pass in one (and a known flaky test even where it failed
+   twice running). A run failing several tests is as intermittent as the least
+   intermittent of them, each test's history read through the runs failing it
+   beside others (``core.history.recurrence``).
 5. ``main`` for a cause that has just started failing on the default branch
    (nothing later known yet), except a named test failing there for the first
-   time: ``flaky`` until a retry or the next commit fails it too.
-6. ``unknown`` when the job has no other run to compare with, else ``change``.
+   time: ``flaky`` until a retry, the next commit or another job of its commit fails
+   it too.
+6. ``unknown`` when the job has no other run to compare with; ``flaky`` on the
+   default branch (it failed once, the next commit passed); ``flaky`` for a named
+   test that failed the way flaky tests fail (a timeout, a refused connection, a
+   deadlock: ``core.history.cause.FLAKY_LINE``) and not again on its commit or its
+   change's next push; else ``change``.
+
+A test failing the same way in another job of its commit (a test matrix's other
+version or system) is its code: never taken for flaky by steps 3 to 6.
 
 The :class:`Settings` hold every window and threshold, with their defaults.
 How sure each origin is, measured, is in ``docs/history.md``.
