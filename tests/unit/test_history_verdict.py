@@ -4,6 +4,8 @@ revises them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from theow_workers.core.history.cause import cause_of
 from theow_workers.core.history.classify import decide, revisable
 from theow_workers.core.history.memory import MemoryHistory
@@ -84,7 +86,7 @@ def test_a_test_failing_in_every_job_of_a_matrix_is_the_code_not_flaky_and_not_t
     assert [r.id for r in revisable(find(history, "p1"), history)] == ["p0"]
 
 
-def test_one_cause_failing_three_jobs_of_two_changes_at_once_is_the_runners():
+def test_one_cause_failing_three_jobs_of_two_changes_on_two_bases_at_once_is_the_runners():
     outage = "Error: something the runner printed that no rule knows"
     runs = [run(f"m{j}", "z", 0, job=job) for j, job in enumerate(("test", "lint", "build"))]
     runs += [
@@ -92,12 +94,14 @@ def test_one_cause_failing_three_jobs_of_two_changes_at_once_is_the_runners():
         run("b", "x1", 5.1, "failed", outage, pr="7", base="z", job="lint"),
         run("c", "y1", 5.2, "failed", outage, pr="8", base="z", job="build"),
     ]
-    same = run("c", "x1", 5.2, "failed", outage, pr="7", base="z", job="build")
-    one_change = MemoryHistory([*runs[:5], same])
-    two_changes = MemoryHistory(runs)
+    one_change = MemoryHistory([*runs[:5], replace(runs[5], pr="7", sha="x1", branch="pr-7")])
+    on_one_base = MemoryHistory(runs)
+    on_two_bases = MemoryHistory([*runs[:5], replace(runs[5], base_sha="y")])
 
-    assert decide(find(two_changes, "c"), two_changes).origin is Origin.INFRA
+    assert decide(find(on_two_bases, "c"), on_two_bases).origin is Origin.INFRA
     assert decide(find(one_change, "c"), one_change).origin is not Origin.INFRA
+    # Two changes on one base failing alike carry its code: the base is broken, not the runners.
+    assert decide(find(on_one_base, "c"), on_one_base).origin is not Origin.INFRA
 
 
 def test_a_named_test_failing_first_on_main_in_two_jobs_of_its_commit_is_a_break_at_its_verdict():

@@ -9,7 +9,8 @@ The questions, in the order they are asked (first answer wins):
    the lines' own: name resolution, a registry's 5xx, a full disk); or its cause
    failed jobs of ``infra_repos`` repositories within ``infra_window``; or
    ``infra_jobs`` jobs of its repository at once, in two or more unrelated
-   changes (one commit failing its jobs one way, a test matrix, is its code).
+   changes on two or more bases (one commit failing its jobs one way, a test
+   matrix, is its code; so are changes based on one commit failing alike).
 2. ``flaky``: the same job passed on the same commit (a retry, or another run of it).
 3. ``main``: on the default branch, the cause keeps failing on the next commits
    (or on a retry), unless it is a known flaky test (a named test failing in
@@ -283,9 +284,11 @@ def _infra(
     ]
     jobs = {r.job for r in local}
     # One commit failing its jobs one way is its code failing in each (a test matrix's
-    # versions and systems): runner trouble fails the runs of unrelated changes.
+    # versions and systems), and so are changes based on one commit failing alike (its
+    # code, which they carry): runner trouble fails unrelated changes on other bases.
     changes = {context(r, branch_of(r.repo)) for r in local}
-    if len(jobs) >= settings.infra_jobs and len(changes) >= 2:
+    bases = {r.base_sha or r.sha for r in local}
+    if len(jobs) >= settings.infra_jobs and len(changes) >= 2 and len(bases) >= 2:
         return Decision(
             Origin.INFRA,
             f"the same cause failed {len(jobs)} jobs of the repository at once, "
