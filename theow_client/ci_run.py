@@ -351,7 +351,19 @@ def _id(where: CiRun, ci_id: str, job: str | None) -> str:
     fresh one when the CI names no run of its own."""
     if not ci_id.strip():
         return uuid.uuid4().hex
-    basis = json.dumps([where.provider, ci_id.strip(), job or "", where.attempt, where.repo])
+    return run_id_of(where.provider, ci_id, job or "", where.attempt, where.repo)
+
+
+def run_id_of(provider: str, ci_id: str, job: str, attempt: int, repo: str) -> str:
+    """A CI job attempt's run id, as the client and a forge's webhook both derive it: the same
+    run, reported by both, is one run of the ledger (``ci_id``: GitHub's workflow run id,
+    GitLab's job id; ``attempt``: GitHub's run attempt, 1 on GitLab, where a retry is a job
+    of its own).
+
+    >>> run_id_of("github", "9", "github:o/r/CI/test", 2, "o/r")
+    'd17f437c1fc42aa3432d8a258426fb74'
+    """
+    basis = json.dumps([provider, ci_id.strip(), job, attempt, repo])
     return hashlib.sha256(basis.encode()).hexdigest()[:32]
 
 

@@ -363,7 +363,8 @@ def cmd_run(args: argparse.Namespace, client: TheowClient) -> int:
 
 
 def record_passed(args: argparse.Namespace, client: TheowClient) -> None:
-    """The passed run's ledger record (every time, unlike the sampled passing run)."""
+    """The passed run's ledger record (every time, unlike the sampled passing run), with what
+    its test reports say (``--junit``): their counts and flaky tests."""
     try:
         job = job_of(dict(parse_fact(text) for text in args.fact), os.environ)
         if job is None:
@@ -371,8 +372,14 @@ def record_passed(args: argparse.Namespace, client: TheowClient) -> None:
                 "the run is not recorded: no job (give --fact job=NAME, or run inside a CI system)"
             )
             return
+        tests = junit_facts(args).get("tests")  # its counts and flaky tests, cheaply
         said = report_run(
-            client, args.where, job=job, started_at=args.started, finished_at=args.finished
+            client,
+            args.where,
+            job=job,
+            started_at=args.started,
+            finished_at=args.finished,
+            tests=tests if isinstance(tests, dict) else None,
         )
         logging.getLogger("theow.client").info("theow: %s", said)
     except Exception as exc:  # the build passed: nothing of ours may change that
@@ -473,7 +480,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="GLOB",
         help=f"JUnit XML reports the command writes: its failed and flaky tests are sent with "
-        f"the failure (repeatable; default: ${config.ENV_JUNIT})",
+        f"the failure, a passed run's counts and flaky tests with its record (repeatable; "
+        f"default: ${config.ENV_JUNIT})",
     )
     where = run.add_argument_group(
         "where it runs", "read from the CI's variables; these override them (docs/client.md)"

@@ -248,6 +248,9 @@ class RunReport:
 
     ``run`` is the run's where-it-ran (``theow_client.ci_run``), checked by the
     worker. A failure's submission carries the same object as its ``run`` fact.
+    ``tests``, when the run came with a JUnit report (``run --junit``): its counts
+    and its flaky tests, in the shape of a failure's ``tests`` fact
+    (``theow_client.ledger.passed_tests``), read by the worker as untrusted input.
 
     >>> RunReport.from_wire({"job": "ci/test", "outcome": "passed", "run": {}}).outcome
     'passed'
@@ -256,6 +259,7 @@ class RunReport:
     job: str
     outcome: str
     run: JsonObject
+    tests: JsonObject | None = None
 
     @classmethod
     def from_wire(cls, payload: object) -> RunReport:
@@ -271,10 +275,16 @@ class RunReport:
             )
         if not isinstance(run, dict):
             raise ValueError('a run report carries its "run" as a JSON object')
-        return cls(job=job.strip(), outcome=str(outcome), run=run)
+        tests = payload.get("tests")
+        if tests is not None and not isinstance(tests, dict):
+            raise ValueError('a run report carries its "tests" as a JSON object')
+        return cls(job=job.strip(), outcome=str(outcome), run=run, tests=tests)
 
     def to_wire(self) -> dict[str, Json]:
-        return {"job": self.job, "outcome": self.outcome, "run": self.run}
+        wire: dict[str, Json] = {"job": self.job, "outcome": self.outcome, "run": self.run}
+        if self.tests is not None:
+            wire["tests"] = self.tests
+        return wire
 
 
 def _preview(payload: object, limit: int = PREVIEW_CHARS) -> str:

@@ -373,3 +373,9 @@ def key_alert_sent(incident_id: str, event: str) -> str:
 def key_alert_rate(part: str) -> str:
     """``part``: requests, tokens, backoff or stopped."""
     return f"{KEY_PREFIX}alert:rate:{part}"
+
+
+# Runs an agent reports (theow.run, POST /api/v1/runs): a token bucket per agent, shared by every
+# worker (theow_workers.adapters.agent_rate; a hash of ``tokens`` and ``at``, expiring once full).
+def key_run_rate(agent: str) -> str:
+    return f"{KEY_PREFIX}rate:runs:{agent}"

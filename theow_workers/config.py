@@ -183,6 +183,9 @@ class Settings(BaseModel):
     # requests a minute per token, and the largest submission body accepted.
     api_requests_per_minute: int = 600
     intake_per_minute: int = 120
+    # Runs an agent may report a minute (theow.run over the broker, POST /api/v1/runs), at most
+    # 100 at once: one small record per job run, passed or failed, so more than failures.
+    runs_per_minute: int = 600
     intake_max_bytes: int = 4 * 1024 * 1024
     # Webhook intake on the web process (theow_workers/web/hooks.py): each forge's hook
     # answers 404 until its secret is set; its token lets a worker read the job's log

@@ -10,7 +10,8 @@ What a message says about its sender (``source``, an agent name) is never
 read: the worker sets both from the verified identity.
 
 A refused message is counted in ``names.KEY_REFUSED`` (a hash, task name ->
-count) and exported as ``theow_refused_messages_total``.
+count; ``<task> rate_limited`` for an agent past its rate) and exported as
+``theow_refused_messages_total``.
 
 A revoked token is refused at once, even by a worker that read it a moment
 ago: ``theow tokens revoke`` adds its name to ``names.KEY_REVOKED``, which
@@ -26,7 +27,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("theow.identity")
 
 AGENT = frozenset({"agent"})
+# Why a message was refused, as ``count_refused`` counts it.
+UNVERIFIED, RATE_LIMITED = "unverified", "rate_limited"
 WORKER = frozenset({"worker"})
 # A clock this far ahead of the worker's is still believed (agents' clocks drift).
 FUTURE_SKEW = 300
@@ -163,6 +166,20 @@ def submission_id(agent: str, request: SubmitRequest, requested: str) -> str:
     return signing.failure_id(agent, request.job, key, facts_json, nonce)
 
 
+def refusals(counts: Mapping[bytes | str, bytes | str]) -> dict[tuple[str, str], int]:
+    """``names.KEY_REFUSED``'s fields as (task, reason) -> count (see ``count_refused``).
+
+    >>> refusals({b"theow.run": b"2", b"theow.run rate_limited": b"5"})
+    {('theow.run', 'unverified'): 2, ('theow.run', 'rate_limited'): 5}
+    """
+    found: dict[tuple[str, str], int] = {}
+    for field, count in counts.items():
+        text = field.decode() if isinstance(field, bytes) else field
+        task, _, reason = text.partition(" ")
+        found[(task, reason or UNVERIFIED)] = int(count)
+    return found
+
+
 def refused_id(task_id: str) -> str:
     """The failure id of a refused submission: its own, from its task id, whatever it claims.
 
@@ -171,9 +188,13 @@ def refused_id(task_id: str) -> str:
     return str(uuid.uuid5(signing.FAILURE_ID_NAMESPACE, json.dumps(["refused", task_id])))
 
 
-def count_refused(redis: Redis, task: str) -> None:
-    """One more refused message for ``task`` (best effort: a refusal never fails on this)."""
+def count_refused(redis: Redis, task: str, reason: str = UNVERIFIED) -> None:
+    """One more refused message for ``task`` (best effort: a refusal never fails on this).
+
+    ``reason``: ``unverified`` (its sender's signature), or ``rate_limited`` (an agent
+    past its rate); the hash's field is the task, then the reason when it is not the first.
+    """
     try:
-        redis.hincrby(names.KEY_REFUSED, task, 1)
+        redis.hincrby(names.KEY_REFUSED, task if reason == UNVERIFIED else f"{task} {reason}", 1)
     except Exception as exc:  # the metric helps; the refusal itself is what matters
         log.warning("could not count a refused %s: %s", task, exc)

@@ -35,7 +35,8 @@ from theow_workers.store.tokens import TokenStore
 pytestmark = pytest.mark.integration
 
 API = "/api/v1"
-READ_ROUTES = ("/failures", "/failures/hist-00", "/rules", "/insight", "/replays", "/incidents")
+READ_ROUTES = ("/failures", "/failures/hist-00", "/rules", "/insight", "/replays", "/incidents",
+               "/tests/flaky")  # fmt: skip
 # Ours: a job and a repository of their own, 30 of them received in one microsecond.
 OURS, SAME_INSTANT = 90, 30
 
@@ -81,6 +82,23 @@ def record(sql: SqlStore, fid: str, at: datetime, job: str, repo: str, status: S
     sql.add_verdict(Verdict(fid, status, rule=rule, reason="seeded", where=where))
 
 
+def seed_tests(sql: SqlStore) -> None:
+    """acme/api's `unit` job: three runs, test_upload flaky in the second, failing the third."""
+    from theow_workers.core.history.model import Outcome, Run
+    from theow_workers.core.testcases.fact import Counts, TestLine
+    from theow_workers.store.runs import LedgerRun, SqlRuns
+    from theow_workers.store.testcases import SqlTestcases
+
+    runs, tests, now = SqlRuns(sql.engine), SqlTestcases(sql.engine), datetime.now(UTC)
+    for n, outcome in enumerate(("passed", "flaky", "failed")):
+        at = (now - timedelta(hours=3 - n)).timestamp()
+        run = Run(f"unit-{n}", "acme/api", "unit", "main", f"{n}" * 40,
+                  Outcome.FAILED if outcome == "failed" else Outcome.PASSED, at)  # fmt: skip
+        runs.record(LedgerRun(run, agent="ci-7", source="client"))
+        line = TestLine(1, "tests.test_io::test_upload", None, None, "reset", outcome, "failure")
+        tests.record("ci-7", run, [line] if outcome != "passed" else [], Counts(tests=40))
+
+
 @dataclass
 class Deployment:
     url: str
@@ -109,6 +127,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         status = (Status.RESOLVED, Status.UNMATCHED, Status.TRACKED)[n % 3]
         rule = {Status.RESOLVED: "tf_echo", Status.TRACKED: "tf_flaky_network"}.get(status)
         record(sql, f"ours-{n:03d}", at, f"job-{n % 2}", "acme/api", status, rule)
+    seed_tests(sql)
     read, agent = add_token(url, "dashboard", "api-read"), add_token(url, "ci-7", "agent")
     # The module's tests read faster than a dashboard would; the limit has tests of its own.
     with Server(settings_for(root, url, THEOW_API_REQUESTS_PER_MINUTE="60000")) as server:
@@ -136,7 +155,7 @@ def test_the_openapi_document_is_valid_openapi_3_1_and_needs_no_token(document):
         f"{API}/failures", f"{API}/failures/{{id}}", f"{API}/failures/{{id}}/verdict",
         f"{API}/failures/{{id}}/outcome", f"{API}/passing", f"{API}/runs",
         f"{API}/rules", f"{API}/insight", f"{API}/replays", f"{API}/incidents",
-        f"{API}/incidents/{{id}}",
+        f"{API}/incidents/{{id}}", f"{API}/tests/flaky",
     }  # fmt: skip
 
 
@@ -163,7 +182,8 @@ def test_a_revoked_read_token_is_refused_at_once(deployment):
 @pytest.mark.parametrize(
     ("path", "model"),
     [("/failures", "FailurePage"), ("/failures/hist-00", "FailureDetail"), ("/rules", "RuleList"),
-     ("/insight", "Insight"), ("/replays", "ReplayList"), ("/incidents", "IncidentList")],
+     ("/insight", "Insight"), ("/replays", "ReplayList"), ("/incidents", "IncidentList"),
+     ("/tests/flaky", "FlakyTestList")],
 )  # fmt: skip
 def test_a_read_token_reads_every_route_and_each_answer_is_what_the_document_says(
     deployment, document, path, model
@@ -192,6 +212,13 @@ def test_the_routes_answer_what_the_cli_and_the_console_show(deployment):
     assert stats["failures"] >= OURS
     replays = deployment.get("/replays", deployment.read).body["replays"]
     assert {j["id"] for j in replays} == {"replay-1", "replay-2"}
+
+    (flaky,) = deployment.get("/tests/flaky?repo=acme/api", deployment.read).body["tests"]
+    assert (flaky["test"], flaky["job"], flaky["failed"], flaky["flaky_runs"]) == (
+        "tests.test_io::test_upload", "unit", 1, 1,
+    )  # fmt: skip
+    assert deployment.get("/tests/flaky?job=build", deployment.read).body["tests"] == []
+    assert deployment.get("/tests/flaky?limit=0", deployment.read).status == 400
 
 
 @pytest.mark.parametrize("method", ["POST", "PUT", "PATCH", "DELETE"])

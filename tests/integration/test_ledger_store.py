@@ -4,6 +4,7 @@ keep to their own rows, origins kept as decided and as revised, old runs purged.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -108,3 +109,67 @@ def test_a_failures_run_fact_is_read_from_its_stored_facts(store, runs):
 
     assert runs.failure_run("f1") == ({"id": "r1", "sha": "a" * 40}, "github:o/r/CI/test", "v2:ab")
     assert runs.failure_run("missing") == (None, None, "")
+
+
+def hooked(run_id: str, outcome: Outcome, **given: object) -> LedgerRun:
+    """A forge webhook's report of run ``run_id`` (the id the client gives the same job)."""
+    found = entry(run_id, outcome, agent="github-hooks", **given)
+    return LedgerRun(found.run, agent="github-hooks", source="webhook", **given)  # type: ignore[arg-type]
+
+
+def test_a_job_the_webhook_and_an_agent_both_report_is_one_run_merged_into_the_first(runs):
+    assert runs.record(hooked("r1", Outcome.FAILED, failure_id="f-hook", origin="change")) == (
+        "recorded"
+    )
+    client = entry("r1", Outcome.FAILED, failure_id="f-client", origin="flaky")
+    started = LedgerRun(
+        replace(client.run, pr="7", base_sha="b" * 40, started_at=1_699_999_000.0),
+        agent="ci-1", source="client", failure_id="f-client", origin="flaky",
+    )  # fmt: skip
+    assert runs.record(started) == "merged"
+
+    (only,) = runs.listed()
+    assert (only.agent, only.source, only.failure_id, only.origin) == (
+        "github-hooks", "webhook", "f-hook", "change",
+    )  # fmt: skip
+    assert (only.run.pr, only.run.base_sha, only.run.started_at) == ("7", "b" * 40, 1_699_999_000.0)
+    assert runs.of_failure("f-client") is None  # the run keeps its first failure
+
+
+def test_a_failure_the_webhook_reports_turns_the_agents_passed_run_failed(runs):
+    runs.record(entry("r1", Outcome.PASSED))
+    assert runs.record(hooked("r1", Outcome.FAILED, failure_id="f-hook", origin="main")) == "merged"
+
+    (only,) = runs.listed()
+    assert (only.agent, only.run.outcome, only.failure_id) == ("ci-1", Outcome.FAILED, "f-hook")
+    assert (only.origin, only.run.cause) == ("main", "pytest|boom")
+    assert runs.record(hooked("r1", Outcome.PASSED)) == "merged"  # a pass undoes nothing
+    assert runs.listed()[0].run.outcome is Outcome.FAILED
+
+
+def test_only_a_webhook_and_an_agent_speaking_for_the_repository_merge(runs):
+    runs.record(hooked("r1", Outcome.PASSED))
+    apart = entry("r1", Outcome.FAILED)
+    # An agent whose token does not speak for o/r keeps its runs in its own history.
+    own = LedgerRun(replace(apart.run, repo="ci-9@o/r"), agent="ci-9", source="client")
+    assert runs.record(own) == "recorded"
+    # Another job, or another commit, of the same id is not the same run.
+    assert runs.record(LedgerRun(replace(apart.run, job="lint"), "ci-1", "client")) == "recorded"
+    assert runs.record(LedgerRun(replace(apart.run, sha="c" * 40), "ci-2", "client")) == "recorded"
+
+    assert sorted((e.agent, e.run.repo, e.run.outcome.value) for e in runs.listed()) == [
+        ("ci-1", "o/r", "failed"), ("ci-2", "o/r", "failed"), ("ci-9", "ci-9@o/r", "failed"),
+        ("github-hooks", "o/r", "passed"),
+    ]  # fmt: skip
+
+
+def test_the_webhook_and_the_agent_reporting_at_once_still_make_one_run(runs):
+    from concurrent.futures import ThreadPoolExecutor
+
+    reports = [r for n in range(20) for r in (hooked(f"r{n}", Outcome.PASSED),
+                                               entry(f"r{n}", Outcome.PASSED))]  # fmt: skip
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        done = list(pool.map(runs.record, reports))
+
+    assert sorted(set(done)) == ["merged", "recorded"]
+    assert len(runs.listed(limit=100)) == 20

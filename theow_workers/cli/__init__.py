@@ -17,6 +17,7 @@ from theow_workers.cli.rules import rules_app
 from theow_workers.cli.runs import runs_app
 from theow_workers.cli.stack import demo, up, web, worker
 from theow_workers.cli.teach import teach
+from theow_workers.cli.tests import tests_app
 from theow_workers.cli.tokens import tokens_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
@@ -29,6 +30,7 @@ app.add_typer(failures_app, name="failures")
 app.add_typer(runs_app, name="runs")
 app.add_typer(tokens_app, name="tokens")
 app.add_typer(incidents_app, name="incidents")
+app.add_typer(tests_app, name="tests")
 app.command("meow")(meow_command)
 app.command("teach")(teach)
 app.command("doctor")(doctor)

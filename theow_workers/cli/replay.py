@@ -28,8 +28,9 @@ from theow_workers.cli.output import load_settings as _settings
 from theow_workers.config import Settings
 
 if TYPE_CHECKING:
-    from theow_workers.replay.sources import Source
+    from theow_workers.replay.sources import FileSource, Source
     from theow_workers.store.replay import Job, ReplayStore
+    from theow_workers.store.runs import LedgerRun
 
 
 class DefaultRunGroup(TyperGroup):
@@ -241,8 +242,7 @@ def run(
     try:
         if file is not None:
             history = FileSource(_history(file, s), s.fact_limit, s.replay_max_line_bytes)
-            history.learn = _learner(s)
-            source: Source = history
+            source: Source = _with_hooks(history, s, store)
         else:
             source = StoredSource.select(store, since, unmatched_only, rule)
     except (SourceError, OSError) as exc:
@@ -295,7 +295,8 @@ def _again(
     before = _get(store, job_id)
     try:
         if before.kind == "file":
-            source: Source = FileSource(Path(before.source), s.fact_limit, s.replay_max_line_bytes)
+            history = FileSource(Path(before.source), s.fact_limit, s.replay_max_line_bytes)
+            source: Source = _with_hooks(history, s, store)
         else:
             source = StoredSource.for_job(store, before)
     except (SourceError, OSError) as exc:
@@ -339,6 +340,8 @@ def resume(
     s, store, job = _open(job_id)
     if job.status == DONE:
         err.print(f"replay {job.id} is already done ({job.processed}/{job.total})")
+        if job.kind == "file":  # its origins, again: a settle cut short is finished here
+            _settle(s, store, job)
         if job.explore and job.explore_budget:  # its exploration may have been cut short
             _broker(s)
             _explore(s, store, job, job.explore_budget, wait=True)
@@ -349,8 +352,7 @@ def resume(
     try:
         if job.kind == "file":
             history = FileSource.for_job(job, s.fact_limit, s.replay_max_line_bytes)
-            history.learn = _learner(s)
-            source: Source = history
+            source: Source = _with_hooks(history, s, store)
         else:
             source = StoredSource.for_job(store, job)
     except (SourceError, OSError) as exc:
@@ -403,6 +405,8 @@ def _drive(
         raise typer.Exit(130) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
+    if job.kind == "file":
+        _settle(s, store, job)
     if job.status == DONE and job.explore and job.explore_budget:
         _explore(s, store, job, job.explore_budget, wait)
         job = store.get(job.id)
@@ -568,6 +572,52 @@ def list_jobs(
         print_json(jobs)
     else:
         show_jobs(jobs, out)
+
+
+def _with_hooks(history: FileSource, s: Settings, store: ReplayStore) -> FileSource:
+    """A history file whose passing runs teach their jobs' normals and whose passed runs go
+    to the ledger, as the command reads them."""
+    from theow_workers.store.runs import SqlRuns
+
+    runs = SqlRuns(store.engine)
+    history.learn = _learner(s)
+
+    def record_run(entry: LedgerRun) -> str:
+        done = runs.record(entry)
+        said = "recorded before" if done == "duplicate" else "recorded"
+        return f"passed run {entry.run.id} of {entry.run.job} {said}"
+
+    history.record_run = record_run
+    return history
+
+
+def _settle(s: Settings, store: ReplayStore, job: Job) -> None:
+    """Decide the origins of a history's replayed failures from its runs, in the order they
+    finished (``ledger.replayed``); said in one line."""
+    from theow_workers.ledger import replayed
+    from theow_workers.store.runs import SqlRuns, configured_branches
+
+    try:
+        configured = configured_branches(s.default_branches)
+    except ValueError as exc:
+        err.print(f"{exc}; the default branches are learned or main instead", markup=False)
+        configured = {}
+    runs = SqlRuns(store.engine)
+    ids = [i.failure_id for i in store.items(job.id) if i.failure_id]
+    try:
+        counted = replayed.settle(runs, ids, replayed.branches(runs, configured))
+    except Exception as exc:  # the database went away: the failures are decided, not their origins
+        why = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+        said = f"origins not decided ({why}); `theow replay resume {job.id}` decides them"
+        err.print(said, style="yellow", markup=False, highlight=False)
+        return
+    if counted:
+        shown = ", ".join(f"{origin} {n}" for origin, n in counted.most_common())
+        err.print(
+            f"origins of {counted.total()} replayed failure(s), from the history in the order "
+            f"it ran: {shown}",
+            highlight=False,
+        )
 
 
 def _learner(s: Settings) -> Callable[[JsonObject], str]:

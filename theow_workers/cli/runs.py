@@ -112,7 +112,8 @@ def runs_purge(
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Delete the runs past the retention (run it daily, e.g. from cron)."""
+    """Delete the runs past the retention, and their tests' outcomes (run it daily, e.g.
+    from cron)."""
     with _ledger() as (settings, ledger):
         days = settings.run_retention_days if older_than_days is None else older_than_days
         if days <= 0:

@@ -25,13 +25,13 @@ True
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from theow_client.ci_run import CiRun, RunFact, RunValueError
+from theow_client.ci_run import CiRun, RunFact, RunValueError, run_id_of
+from theow_client.job import MAX_JOB_CHARS
 from theow_client.jsontypes import JsonObject
 from theow_client.messages import RunReport
 from theow_workers.core.history.cause import Cause, cause_of_facts
@@ -40,7 +40,6 @@ from theow_workers.identity import repo_of
 from theow_workers.integrations.hooks import HookedJob
 from theow_workers.store.runs import MAX_CAUSE, REPLAY_AGENT, LedgerRun
 
-RUN_ID_CHAR = re.compile(r"[^A-Za-z0-9._:-]")
 # A rule's tags that say what kind of cause it is, strongest first.
 CATEGORIES: tuple[tuple[str, frozenset[str]], ...] = (
     ("infrastructure", frozenset({"infrastructure", "infra", "runner", "network", "ci-image"})),
@@ -130,17 +129,26 @@ def from_failure(
 
 
 def from_hook(job: HookedJob, now: float | None = None) -> LedgerRun | None:
-    """A webhook job's record, when its delivery named a commit and a branch."""
+    """A webhook job's record, when its delivery named a commit and a branch.
+
+    Its id is the one ``theow-client`` gives the same job attempt (``ci_run.run_id_of``:
+    GitHub's workflow run, its attempt and the job; GitLab's job id), so a job both report
+    is one run (``store.run_twins``). A GitLab job's attempt counts its retries from 1.
+    """
     if not job.head_sha or not job.branch:
         return None
     try:
+        if job.forge == "gitlab":  # its job id is the attempt's; retries_count counts from 0
+            attempt, ci_id, as_client = int(job.attempt or 0) + 1, job.job_id, 1
+        else:  # the workflow run, its attempt and the job (no run id: the job's own id)
+            attempt = max(1, int(job.attempt or 1))
+            ci_id, as_client = job.run_id or f"job:{job.job_id}", attempt
         where = CiRun(
-            # The job's key, one per job and attempt, in a run id's characters ("/" is not one).
-            id=RUN_ID_CHAR.sub("-", job.key)[:64],
+            id=run_id_of(job.forge, ci_id, job.job, as_client, job.repo),
             repo=job.repo,
             branch=job.branch,
             sha=job.head_sha.lower(),
-            attempt=max(1, min(int(job.attempt or 1), 1000)),
+            attempt=max(1, min(attempt, 1000)),
             pr=job.pr or None,
             base_sha=job.base_sha or None,
             provider=job.forge,
@@ -166,13 +174,33 @@ def _epoch(value: object) -> object:
     return value
 
 
-def from_history(row: JsonObject, job: str, now: float) -> LedgerRun:
-    """A replayed history row that is a run (``"outcome"``: passed or failed, its fields);
-    RunValueError says what is wrong."""
+def from_history(row: JsonObject, now: float) -> LedgerRun:
+    """A replayed history row that is a run (``"outcome"``: passed or failed, with the fields
+    ``theow history eval`` reads), kept under its repository; RunValueError says what is wrong.
+
+    >>> from_history({"id": 7, "repo": "Acme/App", "job": "test", "branch": "main",
+    ...     "sha": "9f2c" * 10, "outcome": "passed", "finished_at": "2026-01-05T10:00:00Z"},
+    ...     now=1.8e9).run.repo
+    'acme/app'
+    >>> from_history({"id": "r1", "repo": "o/r", "job": "t", "branch": "main", "sha": "x1",
+    ...     "outcome": "failed", "finished_at": 1.7e9}, now=1.8e9)
+    Traceback (most recent call last):
+    ...
+    theow_client.ci_run.RunValueError: row.sha: 'x1' is not a commit sha (7 to 64 hex digits)
+    """
+    job = row.get("job")
+    if isinstance(job, bool) or not isinstance(job, str | int) or not str(job).strip():
+        raise RunValueError("row.job: missing (a run row names its job)")
+    if row.get("finished_at") is None:
+        raise RunValueError("row.finished_at: missing (seconds since the epoch, or ISO 8601)")
     fact = {name: row.get(name) for name in ("repo", "branch", "sha", "pr", "base_sha", "attempt")}
-    fact["id"] = row.get("id")
+    given = row.get("id")  # ``history eval`` takes a number too
+    fact["id"] = str(given) if isinstance(given, int) and not isinstance(given, bool) else given
     fact["finished_at"] = _epoch(row.get("finished_at"))
+    fact["started_at"] = _epoch(row.get("started_at"))
     checked = RunFact.from_wire({k: v for k, v in fact.items() if v is not None}, now, what="row")
     outcome = Outcome.PASSED if row.get("outcome") == "passed" else Outcome.FAILED
-    run = _run(checked.where, job, outcome, checked.finished_at, checked.started_at)
+    run = _run(checked.where, str(job).strip()[:MAX_JOB_CHARS], outcome, checked.finished_at,
+               checked.started_at)  # fmt: skip
+    run = replace(run, repo=ledger_repo(REPLAY_AGENT, run.repo, ""))
     return LedgerRun(run=run, agent=REPLAY_AGENT, source="replay")

@@ -7,8 +7,9 @@
   (``ledger.origins``) for the verdict to carry.
 * :func:`record_hooked` — a forge's webhook job, passed or failed, and the
   repository's default branch when the delivery says it; a failed one's origin.
-* :func:`revise` — after a run is recorded (and its verdict delivered): the
-  earlier failures whose origin it changes.
+* :func:`revise` — after a run is recorded (and its verdict delivered): its
+  tests' outcomes (``ledger.testcases``), and the earlier failures whose origin
+  it changes.
 * :func:`note_pull_request` — a ``workflow_run`` delivery: its pull request and
   base, kept for its jobs still to come and written onto those already recorded.
 
@@ -31,7 +32,7 @@ from theow_client.messages import RunReport
 from theow_workers.core.history.incident import Rules
 from theow_workers.integrations import alerts
 from theow_workers.integrations.hooks import HookedJob, HookedRun
-from theow_workers.ledger import origins
+from theow_workers.ledger import origins, testcases
 from theow_workers.ledger.record import (
     failure_cause,
     from_failure,
@@ -61,6 +62,7 @@ class Recorded:
     fresh: LedgerRun | None = None  # new to the ledger: ``revise`` writes it (if pending), then
     # decides again the earlier failures it changes
     pending: bool = True  # decided, not written yet (a passed run is written at once)
+    tests: JsonObject | None = None  # a passed run's report: its counts and flaky tests
 
     def onto(self, verdict: JsonObject) -> JsonObject:
         """The verdict with its origin (``"origin"``), when there is one."""
@@ -81,7 +83,7 @@ def record_report(rt: Runtime, agent: str, payload: object, source: str) -> Json
     done = rt.runs.record(entry)
     _learn_branch(rt, entry, report.run.get("default_branch"), "client")
     if done != "duplicate":
-        revise(rt, Recorded(fresh=entry, pending=False))
+        revise(rt, Recorded(fresh=entry, pending=False, tests=report.tests))
     return {"recorded": done != "duplicate", "run": entry.run.id, "outcome": report.outcome}
 
 
@@ -159,6 +161,7 @@ def revise(rt: Runtime, recorded: Recorded) -> None:
     try:
         if recorded.pending and not origins.write(rt, recorded.fresh):
             return  # recorded before: nothing it changes is new
+        testcases.record_tests(rt, recorded.fresh, recorded.tests)
         _alert(rt, recorded.fresh)
         origins.revise(rt, recorded.fresh)
     except Exception as exc:  # a revision can wait for the next run; the run is recorded

@@ -230,6 +230,7 @@ def check_edge(ctx: Context) -> list[Finding]:
     import redis
 
     from theow_workers.edge.dead_letters import counts
+    from theow_workers.identity import RATE_LIMITED, UNVERIFIED, refusals
 
     if not ctx.found.get("redis"):
         return [Finding("broker.edge", SKIP, "needs Redis")]
@@ -238,12 +239,14 @@ def check_edge(ctx: Context) -> list[Finding]:
     )
     try:
         edge = counts(client)
-        unverified = sum(int(n) for n in client.hvals(names.KEY_REFUSED))
+        refused = refusals(client.hgetall(names.KEY_REFUSED))
     except redis.RedisError as exc:
         return [Finding("broker.edge", SKIP, f"cannot read the refusal counts: {exc}")]
     finally:
         client.close()
-    if not edge.total and not unverified:
+    unverified = sum(n for (_, reason), n in refused.items() if reason == UNVERIFIED)
+    limited = sum(n for (_, reason), n in refused.items() if reason == RATE_LIMITED)
+    if not edge.total and not unverified and not limited:
         return [Finding("broker.edge", OK, "no message refused")]
     parts = []
     if edge.total:
@@ -257,6 +260,11 @@ def check_edge(ctx: Context) -> list[Finding]:
         )
     if unverified:
         parts.append(f"{unverified} task messages refused: their sender could not be verified")
+    if limited:
+        parts.append(
+            f"{limited} runs refused: an agent reported more than THEOW_RUNS_PER_MINUTE "
+            "allows (a loop reporting runs, or a rate set too low for the fleet)"
+        )
     return [
         Finding(
             "broker.edge",

@@ -20,7 +20,8 @@ metric                                   type       labels
 ``theow_replay_job_progress_ratio``      gauge      ``job``
 ``theow_dead_letters_total``             counter    failures given up unread (delivered too often)
 ``theow_refused_messages_total``         counter    ``task``, ``reason`` (``unverified``: the
-                                                    sender's signature; else the broker edge's)
+                                                    sender's signature; ``rate_limited``: an
+                                                    agent past its rate; else the broker edge's)
 ``theow_broker_dead_letters``            gauge      messages kept in ``theow:dead-letters``
 ``theow_rules_invalid``                  gauge      1 while workers find the rules directory invalid
 ``theow_sql_up``                         gauge      1 if this scrape could query SQL
@@ -131,6 +132,7 @@ class RulesCollector(Collector):
         import redis
 
         from theow_workers.edge.dead_letters import counts
+        from theow_workers.identity import refusals
         from theow_workers.last_good import current_error
 
         client = redis.Redis.from_url(self.redis_url, socket_connect_timeout=2, socket_timeout=2)
@@ -148,12 +150,12 @@ class RulesCollector(Collector):
         )
         counter = CounterMetricFamily(
             "theow_refused_messages",
-            "Task messages refused, by task and reason (unverified: the sender's signature)",
+            "Task messages refused, by task and reason (unverified: the sender's signature; "
+            "rate_limited: an agent past its rate)",
             labels=["task", "reason"],
         )
-        for task, count in sorted(refused.items()):
-            name = task if isinstance(task, str) else task.decode()
-            counter.add_metric([name, "unverified"], float(count))
+        for (task, reason), count in sorted(refusals(refused).items()):
+            counter.add_metric([task, reason], float(count))
         for (label, reason), n in sorted(edge.refused.items()):
             counter.add_metric([label, reason], float(n))
         yield counter

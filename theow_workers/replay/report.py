@@ -26,7 +26,15 @@ from theow_client.verdict_text import where_text
 from theow_workers.core.logs.text import strip_ansi
 from theow_workers.replay.grouping import Group, group_unmatched
 from theow_workers.replay.jobs import with_basis
-from theow_workers.store.replay import DONE, DUPLICATE, INVALID, UNKNOWN, Job, ReplayStore
+from theow_workers.store.replay import (
+    DONE,
+    DUPLICATE,
+    INVALID,
+    PASSED,
+    UNKNOWN,
+    Job,
+    ReplayStore,
+)
 from theow_workers.store.replay_explore import ReplayExplorations
 
 if TYPE_CHECKING:
@@ -91,8 +99,10 @@ def build(store: ReplayStore, job: Job, pricing: Pricing) -> JsonObject:
             "invalid": job.invalid,
             "duplicates": job.duplicates,
             "passing": job.passing,
+            "passed_runs": statuses.get(PASSED, 0),
             "hit_rate": round(job.hit_rate, 4),
         },
+        "runs": _runs(store, job, statuses),
         "statuses": statuses,
         "rules": [
             {"rule": r, "matched": n, "evidence": samples.get(r, "")}
@@ -112,6 +122,31 @@ def build(store: ReplayStore, job: Job, pricing: Pricing) -> JsonObject:
         "rules_versions": store.counts(job.id, "rules_version"),
     }
     return report
+
+
+def _runs(store: ReplayStore, job: Job, statuses: dict[str, int]) -> JsonObject:
+    """A history of runs in the ledger: the passed runs recorded, and the replayed failures'
+    origins (``ledger.replayed``); all zero for a history of failures alone."""
+    then, now = store.origins(job.id)
+    return {
+        "passed": statuses.get(PASSED, 0),
+        "failed": sum(now.values()),
+        "origins": now,
+        "origins_then": then,
+    }
+
+
+def runs_line(report: JsonObject) -> str:
+    """The ledger's part of a report in one line ("" when the history had no runs)."""
+    runs = report.get("runs") or {}
+    if not runs.get("passed") and not runs.get("failed"):
+        return ""
+    origins = " · ".join(
+        f"{o} {n}" for o, n in sorted(runs["origins"].items(), key=lambda i: -i[1])
+    )
+    return f"runs recorded in the ledger: {runs['passed']} passed, {runs['failed']} failed" + (
+        f"; origins of the failures: {origins}" if origins else ""
+    )
 
 
 def _explored(store: ReplayStore, job: Job, groups: list[Group]) -> JsonObject:
@@ -278,6 +313,7 @@ def markdown(report: JsonObject, top: int = 25) -> str:
         f"{s['errors']} errors; {s['invalid']} invalid and {s['duplicates']} duplicate "
         f"lines not replayed ({s['processed']} of {s['total']} inputs done).",
         "",
+        *([runs_line(report) + ".", ""] if runs_line(report) else []),
         "## Rules",
         "",
         "| rule | matched | evidence (one example) |",

@@ -35,12 +35,14 @@ from theow_workers.config import Settings
 from theow_workers.core.ports import Deliveries
 from theow_workers.core.resolve.service import ResolveService
 from theow_workers.delivery import Delivered, DeliveryPolicy
+from theow_workers.ledger import replayed
 from theow_workers.replay.grouping import error_summary
 from theow_workers.replay.jobs import replay_failure_id
 from theow_workers.store import StoreError
 from theow_workers.store.replay import CANCELLED, INVALID, ItemRecord, Job, ReplayStore
 from theow_workers.store.replay_chunk import ChunkStore
 from theow_workers.store.results import SqlStore
+from theow_workers.store.runs import SqlRuns
 
 log = logging.getLogger("theow.replay")
 
@@ -49,6 +51,9 @@ TRANSIENT: tuple[type[BaseException], ...] = (StoreError, ConnectionError, Timeo
 DEFAULT_POLICY = DeliveryPolicy.replay(max_deliveries=3, time_limit=300)
 # A service resolving into a ChunkStore, for a dry run (True) or not.
 ServiceFor = Callable[[bool], tuple[ResolveService, ChunkStore]]
+# A replayed failure's verdict, its stored facts and the service that decided it -> its run
+# written to the ledger.
+Ledger = Callable[[Verdict, JsonObject, ResolveService], object]
 
 
 class ReplayRunner:
@@ -60,8 +65,10 @@ class ReplayRunner:
         policy: DeliveryPolicy = DEFAULT_POLICY,
         rules_version: Callable[[], str] = lambda: "",
         time_budget: float = 100.0,
+        ledger: Ledger | None = None,
     ) -> None:
         self.store = store
+        self.ledger = ledger  # writes a history's failed run, once its verdict is made
         # Past this many seconds a chunk stops taking items (the rest is sent again):
         # slow actions under --execute must not run a chunk into its hard time limit.
         self.time_budget = time_budget
@@ -141,7 +148,20 @@ class ReplayRunner:
             reason = f"cannot be decided: {type(exc).__name__}: {str(exc)[:300]}"
             delivered = Delivered(service.give_up(request, failure_id, reason))
         record = self._record_for(key, line, delivered.verdict, writes, service)
+        if item.get("run") is True and self.ledger is not None:
+            self._ledger(delivered.verdict, writes, service)
         return record, delivered.timed_out
+
+    def _ledger(self, verdict: Verdict, writes: ChunkStore, service: ResolveService) -> None:
+        """A history's failed run into the ledger, with its failure (``ledger.replayed``)."""
+        if verdict.status is Status.REJECTED or self.ledger is None:
+            return
+        failure = writes.failures.get(verdict.failure_id)
+        facts = failure.facts if failure is not None else self.store.failure(verdict.failure_id)[1]
+        try:
+            self.ledger(verdict, facts, service)
+        except Exception as exc:  # the verdict is what the replay is for; the run is logged
+            log.warning("replayed failure %s: run not recorded: %s", verdict.failure_id, exc)
 
     def _record_for(
         self,
@@ -205,6 +225,13 @@ def replay_runner(
             services[dry_run] = (service, writes)
         return services[dry_run]
 
+    runs = SqlRuns(sql.engine)
+
+    def ledger(verdict: Verdict, facts: JsonObject, service: ResolveService) -> bool:
+        found = service.rulebook().get(verdict.rule) if verdict.rule else None
+        tags = found.tags if found is not None else ()
+        return replayed.record_failed(runs, verdict.failure_id, facts, verdict.rule, tags)
+
     return ReplayRunner(
         ReplayStore(sql.engine),
         service_for,
@@ -212,4 +239,5 @@ def replay_runner(
         policy=DeliveryPolicy.replay(settings.max_deliveries, settings.resolve_time_limit),
         rules_version=rules_version,
         time_budget=settings.resolve_time_limit / 3,
+        ledger=ledger,
     )

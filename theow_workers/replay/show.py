@@ -11,7 +11,7 @@ from rich.text import Text
 from theow_client.jsontypes import JsonObject
 from theow_client.terminal import printable
 from theow_workers.core.logs.text import strip_ansi
-from theow_workers.replay.report import group_where, unexplained_note
+from theow_workers.replay.report import group_where, runs_line, unexplained_note
 
 TOP_GROUPS = 10
 TOP_RULES = 20
@@ -65,6 +65,9 @@ def show_report(report: JsonObject, console: Console) -> None:
             "(named in the report files below, and in `--json` as rules_without_matches)",
             highlight=False,
         )
+    runs = runs_line(report)
+    if runs:
+        console.print(as_text(runs), highlight=False)
     _show_comparison(report, console)
     groups = report["unmatched_groups"]
     if groups:
@@ -170,7 +173,7 @@ def show_status(job: JsonObject, console: Console) -> None:
         ("errors", str(job["errors"])),
         ("invalid input", str(job["invalid"])),
         ("duplicates", str(job["duplicates"])),
-        ("passing runs learned", str(job.get("passing", 0))),
+        ("passing or passed runs", str(job.get("passing", 0))),
         ("created", job["created_at"]),
         ("heartbeat", _age(job["heartbeat_at"])),
         ("finished", job["finished_at"] or "-"),

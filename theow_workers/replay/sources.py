@@ -13,17 +13,29 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Protocol
 
+from theow_client.ci_run import RunValueError
 from theow_client.facts import dumps_facts
 from theow_client.jsontypes import JsonObject
 from theow_client.lines import FIELD as KEPT_LINES
+from theow_workers.ledger import replayed
 from theow_workers.replay.reader import HistoryError, RawLine, parse_line, raw_lines, scan
-from theow_workers.store.replay import DUPLICATE, INVALID, PASSING, ItemRecord, Job, ReplayStore
+from theow_workers.store.replay import (
+    DUPLICATE,
+    INVALID,
+    PASSED,
+    PASSING,
+    ItemRecord,
+    Job,
+    ReplayStore,
+)
+from theow_workers.store.runs import LedgerRun
 
 BATCH_ITEMS = 500
 BATCH_BYTES = 8 * 1024 * 1024
@@ -67,11 +79,18 @@ class FileSource:
     A line with ``"outcome": "success"`` is a passing run: ``learn`` (when set)
     mines it into its job's normal as the line is read, so the failures after
     it in the file meet it; it is recorded as ``passing``, never resolved.
+
+    A line with ``"outcome": "passed"`` or ``"failed"`` is a run of a history
+    (``theow history eval``'s rows, ``ledger.replayed``): a passed one goes to
+    the ledger (``record_run``) as it is read and is recorded ``passed``; a
+    failed one is replayed as a failure carrying its ``run`` fact.
     """
 
     kind = "file"
     # facts -> what was learned, in a few words (``theow_workers.cli.replay``).
     learn: Callable[[JsonObject], str] | None = None
+    # a passed run -> what was recorded, in a few words (the ledger; ``ledger.replayed``).
+    record_run: Callable[[LedgerRun], str] | None = None
 
     def __init__(self, path: Path, fact_limit: int, max_line_bytes: int) -> None:
         """Raises ``SourceError`` for a file that cannot be read as JSON Lines (``reader.scan``)."""
@@ -120,21 +139,41 @@ class FileSource:
             if line.problem is not None:
                 status = DUPLICATE if raw.duplicate_of is not None else INVALID
                 return ItemRecord(str(line.number), status, line=line.number, sample=line.problem)
-            if (line.facts or {}).get("outcome") == "success":
-                learned = self.learn(line.facts or {}) if self.learn else "not learned"
+            facts, ran = line.facts or {}, False
+            if facts.get("outcome") == "success":
+                learned = self.learn(facts) if self.learn else "not learned"
                 return ItemRecord(str(line.number), PASSING, line=line.number, sample=learned)
+            if replayed.is_run_row(facts):
+                found = self._run(line.number, facts)
+                if isinstance(found, ItemRecord):
+                    return found
+                facts, ran = found, True
             # Facts travel as one JSON text: nothing deep is decoded before the task body.
             item = {
                 "key": str(line.number),
                 "line": line.number,
-                "facts_json": dumps_facts(line.facts or {}),
+                "facts_json": dumps_facts(facts),
                 "notes": line.notes,
             }
+            if ran:
+                item["run"] = True  # a history's failed run: the worker writes it to the ledger
             if line.kept_lines:  # line numbers then count in the history's own log
                 item[KEPT_LINES] = line.kept_lines
             return item
 
         return load
+
+    def _run(self, number: int, facts: JsonObject) -> JsonObject | ItemRecord:
+        """A run row (``ledger.replayed``): a passed one recorded now, a failed one's facts
+        with its ``run`` fact; a row whose run is wrong is bad input, said with its line."""
+        try:
+            entry = replayed.history_run(facts, time.time())
+        except RunValueError as exc:
+            return ItemRecord(str(number), INVALID, line=number, sample=f"not a run: {exc}")
+        if not entry.run.failed:
+            said = self.record_run(entry) if self.record_run else "not recorded"
+            return ItemRecord(str(number), PASSED, line=number, sample=said)
+        return replayed.run_fact(facts, entry)
 
 
 def parse_since(text: str, now: datetime) -> datetime:

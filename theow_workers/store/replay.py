@@ -16,6 +16,7 @@ jobs item by item (``newly_matched``, ``changed_rule``, ``lost_matches``).
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
@@ -33,6 +34,7 @@ from theow_workers.store.schema import (
     ProposalRow,
     ReplayItemRow,
     ReplayJobRow,
+    RunRow,
     VerdictRow,
     expand_id,
 )
@@ -45,6 +47,8 @@ INTERRUPTED, CANCELLED, INCOMPLETE = "interrupted", "cancelled", "incomplete"
 INVALID, DUPLICATE = "invalid", "duplicate"
 # A passing run in the history (``"outcome": "success"``): learned into its job's normal.
 PASSING = "passing"
+# A passed run of a history of runs (``"outcome": "passed"``): recorded in the ledger.
+PASSED = "passed"
 MATCHED = ("resolved", "suggested", "retry", "tracked")
 # No rule knows the cause: nothing matched, or only a wrapper did (``make: *** Error 1``).
 UNKNOWN = ("unmatched", "unexplained")
@@ -57,6 +61,7 @@ COUNTER_OF = {
     INVALID: "invalid",
     DUPLICATE: "duplicates",
     PASSING: "passing",
+    PASSED: "passing",  # neither is a replayed failure; ``counts`` tells the two apart
 }
 COUNTERS = (
     "processed",
@@ -270,6 +275,22 @@ class ReplayStore:
         query = query.order_by(ReplayItemRow.line, ReplayItemRow.item_key)
         with self.session() as s:
             return [_item(r) for r in s.execute(query).scalars()]
+
+    def origins(self, job_id: str) -> tuple[dict[str, int], dict[str, int]]:
+        """How many of the job's failures have each origin in the ledger, at their verdict
+        (``origin_then``) and as it stands (``origin``)."""
+        linked = (
+            select(RunRow.origin_then, RunRow.origin)
+            .join(ReplayItemRow, ReplayItemRow.failure_id == RunRow.failure_id)
+            .where(ReplayItemRow.job_id == job_id, RunRow.origin.is_not(None))
+        )
+        then: Counter[str] = Counter()
+        now: Counter[str] = Counter()
+        with self.session() as s:
+            for before, origin in s.execute(linked):
+                now[str(origin)] += 1
+                then[str(before or origin)] += 1
+        return dict(then), dict(now)
 
     # Two jobs of one source, item by item
 

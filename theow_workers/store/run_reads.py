@@ -15,7 +15,8 @@ from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
 from theow_workers.core.history.model import Decision, Origin, Outcome
-from theow_workers.store.runs import SqlRuns, run_of
+from theow_workers.store.run_rows import run_of
+from theow_workers.store.runs import SqlRuns
 from theow_workers.store.schema import RunRow
 from theow_workers.views.incidents import RecentRuns
 

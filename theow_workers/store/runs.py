@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -36,7 +36,17 @@ from sqlalchemy.orm import sessionmaker
 
 from theow_client.jsontypes import JsonObject
 from theow_workers.core.history.model import Decision, Outcome, Run
-from theow_workers.store.schema import FailureRow, RepositoryRow, RunRow
+from theow_workers.store import run_twins
+from theow_workers.store.run_rows import MAX_CAUSE as MAX_CAUSE  # re-exported: callers' names
+from theow_workers.store.run_rows import RUN_COLUMNS, entry_of, run_of_columns, values_of
+from theow_workers.store.run_rows import LedgerRun as LedgerRun
+from theow_workers.store.schema import (
+    FailureRow,
+    RepositoryRow,
+    RunRow,
+    TestOutcomeRow,
+    TestReportRow,
+)
 
 SOURCES = ("client", "intake", "webhook", "replay")
 # The sender of replayed history's runs: no agent token can have it (names start [a-z0-9]).
@@ -44,69 +54,9 @@ REPLAY_AGENT = "@replay"
 DEFAULT_BRANCH = "main"
 DEFAULT_RETENTION_DAYS = 90
 MAX_LIST = 1000
-MAX_CAUSE = 500
 MAX_REASON = 1000
 
-Recorded = Literal["recorded", "updated", "duplicate"]
-# A Run's fields as columns, in its order.
-RUN_COLUMNS = (
-    RunRow.id,
-    RunRow.repo,
-    RunRow.job,
-    RunRow.branch,
-    RunRow.sha,
-    RunRow.outcome,
-    RunRow.finished_at,
-    RunRow.cause,
-    RunRow.category,
-    RunRow.pr,
-    RunRow.base_sha,
-    RunRow.attempt,
-    RunRow.started_at,
-)
-
-
-@dataclass(frozen=True)
-class LedgerRun:
-    """A run as the ledger keeps it: the run, who reported it, how, and its origin so far."""
-
-    run: Run
-    agent: str
-    source: str  # one of SOURCES
-    failure_id: str | None = None
-    origin_then: str | None = None
-    origin: str | None = None
-    culprit: str | None = None
-    fixed_by: str | None = None
-    origin_reason: str | None = None
-
-    def to_dict(self) -> JsonObject:
-        run = self.run
-        return {
-            "id": run.id,
-            "agent": self.agent,
-            "repo": run.repo,
-            "job": run.job,
-            "branch": run.branch,
-            "sha": run.sha,
-            "pr": run.pr,
-            "base_sha": run.base_sha,
-            "attempt": run.attempt,
-            "outcome": run.outcome.value,
-            "started_at": run.started_at,
-            "finished_at": run.finished_at,
-            "cause": run.cause,
-            "category": run.category,
-            "failure_id": self.failure_id,
-            "origin_then": self.origin_then,
-            "origin": self.origin,
-            "culprit": self.culprit,
-            "fixed_by": self.fixed_by,
-            "origin_reason": self.origin_reason,
-            "source": self.source,
-        }
-
-
+Recorded = Literal["recorded", "updated", "merged", "duplicate"]
 # The History port's two questions, built once: building a statement costs more than running
 # it on SQLite (a verdict asks a few; a revision, a few per failure it decides again).
 _IN_WINDOW = (RunRow.finished_at >= bindparam("since"), RunRow.finished_at <= bindparam("until"))
@@ -120,89 +70,6 @@ _CAUSE_FAILURES = (
     .where(RunRow.cause == bindparam("cause"), RunRow.outcome == Outcome.FAILED.value, *_IN_WINDOW)
     .order_by(RunRow.finished_at, RunRow.id)
 )
-
-
-def _run_of(row: Sequence[Any]) -> Run:
-    """A run from its ``RUN_COLUMNS`` values."""
-    rid, repo, job, branch, sha, outcome, finished, cause, category, pr, base, attempt, started = (
-        row
-    )
-    return Run(
-        rid,
-        repo,
-        job,
-        branch,
-        sha,
-        Outcome(outcome),
-        finished,
-        cause,
-        category,
-        pr,
-        base,
-        attempt,
-        started,
-    )
-
-
-def run_of(row: RunRow) -> Run:
-    """A ledger row as the classification and the incidents read it."""
-    return Run(
-        id=row.id,
-        repo=row.repo,
-        job=row.job,
-        branch=row.branch,
-        sha=row.sha,
-        outcome=Outcome(row.outcome),
-        finished_at=row.finished_at,
-        cause=row.cause,
-        category=row.category,
-        pr=row.pr,
-        base_sha=row.base_sha,
-        attempt=row.attempt,
-        started_at=row.started_at,
-    )
-
-
-def _entry(row: RunRow) -> LedgerRun:
-    return LedgerRun(
-        run=run_of(row),
-        agent=row.agent,
-        source=row.source,
-        failure_id=row.failure_id,
-        origin_then=row.origin_then,
-        origin=row.origin,
-        culprit=row.culprit,
-        fixed_by=row.fixed_by,
-        origin_reason=row.origin_reason,
-    )
-
-
-def _values(entry: LedgerRun) -> dict[str, object]:
-    run = entry.run
-    return {
-        "agent": entry.agent,
-        "id": run.id,
-        "repo": run.repo,
-        "job": run.job,
-        "branch": run.branch,
-        "sha": run.sha,
-        "pr": run.pr,
-        "base_sha": run.base_sha,
-        "attempt": run.attempt,
-        "outcome": run.outcome.value,
-        "started_at": run.started_at,
-        "finished_at": run.finished_at,
-        "cause": run.cause[:MAX_CAUSE] if run.cause else None,
-        "category": run.category,
-        "failure_id": entry.failure_id,
-        "origin_then": entry.origin_then,
-        "origin": entry.origin,
-        "culprit": entry.culprit,
-        "fixed_by": entry.fixed_by,
-        "origin_reason": entry.origin_reason,
-        "source": entry.source,
-        "created_at": datetime.now(UTC),
-    }
 
 
 class SqlRuns:
@@ -224,21 +91,36 @@ class SqlRuns:
         """Record one run unless its sender recorded it already; what happened.
 
         ``updated``: the run was recorded passed (or failed without its failure)
-        and this report is its failure. A passed report never undoes a failure.
+        and this report is its failure; or, replayed again, the run now links
+        the newest replay's failure. A passed report never undoes a failure.
+        ``merged``: a webhook's report of a run an agent reported, or the other
+        way round, merged into the first (``run_twins``): no row of its own.
         """
         if entry.source not in SOURCES:
             raise ValueError(f"run source {entry.source!r} is not one of {', '.join(SOURCES)}")
+        values = values_of(entry)
+        mergeable = run_twins.may_merge(entry.agent, entry.run.repo)
         with self.engine.begin() as conn:
+            if mergeable:
+                run_twins.lock(conn, entry.run.repo, entry.run.id)
             # RETURNING, not rowcount: psycopg counts a skipped conflicting row as -1.
-            if conn.execute(self._insert.values(**_values(entry))).first() is not None:
-                return "recorded"
+            if conn.execute(self._insert.values(**values)).first() is not None:
+                # Looked for once the insert holds the write lock: a twin is never missed.
+                first = run_twins.twin(conn, values) if mergeable else None
+                if first is None:
+                    return "recorded"
+                run_twins.fold(conn, first, values)
+                return "merged"
             if not entry.run.failed:
                 return "duplicate"
             run = entry.run
+            unlinked = or_(RunRow.outcome == Outcome.PASSED.value, RunRow.failure_id.is_(None))
+            if entry.source == "replay" and entry.failure_id:  # the newest replay's failure
+                unlinked = or_(unlinked, RunRow.failure_id != entry.failure_id)
             done = conn.execute(
                 update(RunRow)
                 .where(RunRow.agent == entry.agent, RunRow.id == run.id)
-                .where(or_(RunRow.outcome == Outcome.PASSED.value, RunRow.failure_id.is_(None)))
+                .where(unlinked)
                 .values(
                     outcome=Outcome.FAILED.value,
                     finished_at=run.finished_at,
@@ -272,8 +154,33 @@ class SqlRuns:
             done = conn.execute(update(RunRow).where(*where).values(**values))
         return bool(done.rowcount)
 
+    def settle_origins(self, decided: Sequence[tuple[str, str, Decision, Decision]]) -> None:
+        """Store replayed failures' origins, ``(agent, run id, then, now)`` each, in one
+        transaction: as each stood when its run finished (``then``) and as it stands."""
+        if not decided:
+            return
+        statement = (
+            update(RunRow)
+            .where(RunRow.agent == bindparam("a"), RunRow.id == bindparam("i"))
+            .values(
+                origin_then=bindparam("then"),
+                origin=bindparam("now"),
+                culprit=bindparam("culprit"),
+                fixed_by=bindparam("fixed"),
+                origin_reason=bindparam("reason"),
+            )
+        )
+        rows = [
+            {"a": agent, "i": run_id, "then": then.origin.value, "now": now.origin.value,
+             "culprit": now.culprit, "fixed": now.fixed_by, "reason": now.reason[:MAX_REASON]}
+            for agent, run_id, then, now in decided
+        ]  # fmt: skip
+        with self.engine.begin() as conn:
+            conn.execute(statement.execution_options(synchronize_session=False), rows)
+
     def purge(self, older_than_days: float, now: float | None = None) -> int:
-        """Delete the runs that finished more than ``older_than_days`` ago; how many."""
+        """Delete the runs that finished more than ``older_than_days`` ago, and their tests'
+        outcomes; how many runs."""
         if older_than_days <= 0:
             raise ValueError(
                 f"run retention must be a positive number of days, not {older_than_days}"
@@ -281,6 +188,9 @@ class SqlRuns:
         cutoff = (time.time() if now is None else now) - older_than_days * 86400
         with self.engine.begin() as conn:
             done = conn.execute(delete(RunRow).where(RunRow.finished_at < cutoff))
+            # Their tests' outcomes and report counts (``store.testcases``) go with them.
+            conn.execute(delete(TestOutcomeRow).where(TestOutcomeRow.at < cutoff))
+            conn.execute(delete(TestReportRow).where(TestReportRow.at < cutoff))
         return int(done.rowcount)
 
     # The History port (core.history.ports.History)
@@ -291,12 +201,12 @@ class SqlRuns:
     def job_runs(self, repo: str, job: str, *, since: float, until: float) -> Sequence[Run]:
         window = {"repo": repo, "job": job, "since": since, "until": until}
         with self.engine.connect() as conn:
-            return [_run_of(row) for row in conn.execute(_JOB_RUNS, window)]
+            return [run_of_columns(row) for row in conn.execute(_JOB_RUNS, window)]
 
     def cause_failures(self, cause: str, *, since: float, until: float) -> Sequence[Run]:
         window = {"cause": cause, "since": since, "until": until}
         with self.engine.connect() as conn:
-            return [_run_of(row) for row in conn.execute(_CAUSE_FAILURES, window)]
+            return [run_of_columns(row) for row in conn.execute(_CAUSE_FAILURES, window)]
 
     def set_pull_request(
         self, agent: str, repo: str, sha: str, branch: str, pr: str, base_sha: str | None
@@ -339,7 +249,16 @@ class SqlRuns:
         query = select(RunRow).where(RunRow.failure_id == failure_id).limit(1)
         with self.session() as s:
             found = s.scalars(query).first()
-            return _entry(found) if found is not None else None
+            return entry_of(found) if found is not None else None
+
+    def of_failures(self, failure_ids: Sequence[str]) -> list[LedgerRun]:
+        """The runs these failures were failures of (those reported with one)."""
+        found: list[LedgerRun] = []
+        with self.session() as s:
+            for at in range(0, len(failure_ids), 500):  # bounded IN lists
+                query = select(RunRow).where(RunRow.failure_id.in_(failure_ids[at : at + 500]))
+                found.extend(entry_of(row) for row in s.scalars(query))
+        return found
 
     def entries(self, runs: Sequence[Run]) -> list[LedgerRun]:
         """The ledger's rows of ``runs`` (by repository and id, whoever sent them), in their order."""
@@ -349,7 +268,7 @@ class SqlRuns:
         query = select(RunRow).where(RunRow.id.in_({run.id for run in runs}))
         with self.session() as s:
             found = {
-                (row.repo, row.id, row.agent): _entry(row)
+                (row.repo, row.id, row.agent): entry_of(row)
                 for row in s.scalars(query)
                 if (row.repo, row.id) in wanted
             }
@@ -378,7 +297,7 @@ class SqlRuns:
             if value is not None:
                 query = query.where(column == value)
         with self.session() as s:
-            return [_entry(row) for row in s.scalars(query.limit(max(1, min(limit, MAX_LIST))))]
+            return [entry_of(row) for row in s.scalars(query.limit(max(1, min(limit, MAX_LIST))))]
 
     # Default branches
 

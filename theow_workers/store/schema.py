@@ -313,6 +313,53 @@ class RepositoryRow(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
 
 
+class TestReportRow(Base):
+    """The counts of a run's JUnit report (``store.testcases``): its tests passed but the listed."""
+
+    __test__ = False  # pytest: not a test class
+    __tablename__ = "test_reports"
+    __table_args__ = (
+        Index("ix_test_reports_repo_job_at", "repo", "job", "at"),
+        Index("ix_test_reports_at", "at"),
+    )
+
+    agent: Mapped[str] = mapped_column(String(64), primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    repo: Mapped[str] = mapped_column(String(300))
+    job: Mapped[str] = mapped_column(String(200))
+    at: Mapped[float] = mapped_column(Float)  # the run's finished_at
+    tests: Mapped[int] = mapped_column(Integer)
+    failed: Mapped[int] = mapped_column(Integer)
+    errors: Mapped[int] = mapped_column(Integer)
+    skipped: Mapped[int] = mapped_column(Integer)
+    flaky: Mapped[int] = mapped_column(Integer)
+    unlisted: Mapped[int] = mapped_column(Integer, default=0)  # failed or flaky, not named
+
+
+class TestOutcomeRow(Base):
+    """A test that did not simply pass a run: failed | flaky | passed-after-rerun."""
+
+    __test__ = False
+    __tablename__ = "test_outcomes"
+    __table_args__ = (
+        Index("ix_test_outcomes_repo_job_at", "repo", "job", "at"),
+        Index("ix_test_outcomes_test_at", "test", "at"),
+        Index("ix_test_outcomes_repo_job_sha", "repo", "job", "sha"),
+        Index("ix_test_outcomes_at", "at"),
+    )
+
+    agent: Mapped[str] = mapped_column(String(64), primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    test: Mapped[str] = mapped_column(String(700), primary_key=True)  # classname::name
+    repo: Mapped[str] = mapped_column(String(300))
+    job: Mapped[str] = mapped_column(String(200))
+    sha: Mapped[str] = mapped_column(String(64))
+    branch: Mapped[str] = mapped_column(String(200))
+    outcome: Mapped[str] = mapped_column(String(24))
+    at: Mapped[float] = mapped_column(Float)  # the run's finished_at
+    message: Mapped[str | None] = mapped_column(String(300), nullable=True)
+
+
 def _use_wal(cursor: DBAPICursor, timeout: float = 30.0) -> None:
     """Switch the database to WAL unless it is already (as it is once migrated).
 

@@ -13,7 +13,8 @@ on the read model, ``console.reads``): the failure list is
 ``views.failures.failure_list`` (the console's failure page and ``theow
 failures list`` read it too), one failure is ``views.failures.failure_detail``
 (``theow failures show --json``), rules are the console's catalogue, insight its snapshot, replays
-``views.replays``, incidents ``views.incidents`` (``theow incidents list/show --json``). Each answer goes through its model in
+``views.replays``, incidents ``views.incidents`` (``theow incidents list/show --json``), flaky
+tests ``views.tests`` (``theow tests flaky --json``). Each answer goes through its model in
 ``api_schema``, which also writes the OpenAPI document served at
 ``/api/v1/openapi.json`` (no token needed: it holds no data).
 
@@ -31,7 +32,9 @@ import json
 import logging
 import math
 import time
+from collections.abc import Callable
 from datetime import UTC, date, datetime
+from functools import partial
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
@@ -53,6 +56,7 @@ from theow_workers.views.incidents import (
 )
 from theow_workers.views.ports import LIVE, Cursor, FailureFilter, Window
 from theow_workers.views.replays import api_replays
+from theow_workers.views.tests import api_flaky
 from theow_workers.web import api_schema as schema
 from theow_workers.web.proxies import client
 from theow_workers.web.rate import TokenBuckets
@@ -118,9 +122,16 @@ def presented(request: Request) -> str | None:
 
 
 async def authorize(
-    request: Request, scopes: tuple[str, ...], buckets: TokenBuckets | None = None
+    request: Request,
+    scopes: tuple[str, ...],
+    buckets: TokenBuckets | None = None,
+    over_rate: Callable[[str, float], str] | None = None,
 ) -> TokenInfo | Response:
-    """The live token of this request, of one of ``scopes``; else the response refusing it."""
+    """The live token of this request, of one of ``scopes``; else the response refusing it.
+
+    ``over_rate(name, wait)``: a request past the token's rate, counted refused and said why
+    (run off the event loop); else a 429 says it in general.
+    """
     api = api_of(request)
     text = presented(request)
     if text is None:
@@ -174,11 +185,10 @@ async def authorize(
     wait = (buckets or api.reads).take(token.name)
     if wait > 0:
         seconds = max(1, math.ceil(wait))
-        return problem(
-            429,
-            f"too many requests for token {token.name!r}; retry in {seconds} s",
-            {"Retry-After": str(seconds)},
-        )
+        said = f"too many requests for token {token.name!r}; retry in {seconds} s"
+        if over_rate is not None:
+            said = await run_in_threadpool(over_rate, token.name, wait)
+        return problem(429, said, {"Retry-After": str(seconds)})
     return token
 
 
@@ -327,6 +337,28 @@ async def incident(request: Request) -> Response:
     return answer(schema.IncidentDetail, found.to_dict())
 
 
+async def flaky_tests(request: Request) -> Response:
+    token = await authorize(request, READ_SCOPES)
+    if not isinstance(token, TokenInfo):
+        return token
+    given = {k: request.query_params.get(k, "").strip()[:FILTER_CHARS] for k in ("repo", "job")}
+    try:
+        limit = _limit(request.query_params.get("limit", "").strip()[:FILTER_CHARS])
+    except ValueError as exc:
+        return problem(400, str(exc))
+    found = await run_in_threadpool(
+        partial(
+            api_flaky,
+            api_of(request).console.tests,
+            time.time(),
+            repo=given["repo"] or None,
+            job=given["job"] or None,
+            limit=limit,
+        )
+    )
+    return answer(schema.FlakyTestList, found)
+
+
 async def openapi(request: Request) -> Response:
     return JSONResponse(api_of(request).document)
 
@@ -346,6 +378,7 @@ def routes() -> list[Route]:
         Route(f"{API}/replays", replays, methods=["GET"]),
         Route(f"{API}/incidents", incidents, methods=["GET"]),
         Route(f"{API}/incidents/{{iid}}", incident, methods=["GET"]),
+        Route(f"{API}/tests/flaky", flaky_tests, methods=["GET"]),
         # GET only: a POST to a read route must stay a 405, not become this 404.
         Route(API + "/{rest:path}", not_found, methods=["GET"]),
     ]

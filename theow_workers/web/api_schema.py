@@ -219,6 +219,31 @@ class IncidentDetail(Incident):
     omitted: int = Field(description="Moments left out between the first and the last.")
 
 
+class FlakyTest(Model):
+    """One flaky test in one job (``core.testcases.flakiness``). Times are seconds since the
+    epoch."""
+
+    repo: str
+    job: str
+    test: str = Field(description="classname::name, as the JUnit report names it.")
+    flaky: bool
+    reason: str = Field(description="Why it is flaky: within a run, on one commit, or alone.")
+    failed: int = Field(description="Runs it failed.")
+    flaky_runs: int = Field(description="Runs it failed, then passed on a rerun within.")
+    passed: int = Field(description="Runs it is known to have passed.")
+    flip_rate: float | None = Field(None, description="Share of recent outcomes that flipped.")
+    minutes_lost: float = Field(description="The runs it failed, started to finished.")
+    first_seen: float
+    last_seen: float
+
+
+class FlakyTestList(Model):
+    tests: list[FlakyTest] = Field(description="The costliest first: runs failed, then minutes.")
+    repo: str | None = None
+    job: str | None = None
+    window_days: int
+
+
 class Accepted(Model):
     failure_id: str = Field(description="Where the verdict will be: GET .../{id}/verdict.")
     verdict: str = Field(description="The URL path of the verdict.")
@@ -247,6 +272,7 @@ MODELS: tuple[type[BaseModel], ...] = (
     ReplayList,
     IncidentList,
     IncidentDetail,
+    FlakyTestList,
     Accepted,
     Pending,
     Verdict,
@@ -405,7 +431,8 @@ def openapi() -> JsonObject:
         "info": {
             "title": "Theow API",
             "version": VERSION,
-            "description": "Read-only views of failures, verdicts, rules, insight, replays and incidents "
+            "description": "Read-only views of failures, verdicts, rules, insight, replays, incidents and "
+            "flaky tests "
             "(api-read tokens), and an HTTP intake for build agents (agent tokens). "
             "Every request carries `Authorization: Bearer <token>` "
             "(`theow tokens add NAME --scope api-read|agent`).",
@@ -437,6 +464,17 @@ def openapi() -> JsonObject:
             },
             f"{API}/incidents/{{id}}": {
                 "get": _get("One incident with its timeline.", IncidentDetail, parameters=[ID])
+            },
+            f"{API}/tests/flaky": {
+                "get": _get(
+                    "Flaky tests of the last 30 days, the costliest first.",
+                    FlakyTestList,
+                    parameters=[
+                        _query("repo", "Only tests of this repository."),
+                        _query("job", "Only tests of this job."),
+                        _query("limit", "At most this many (1 to 200, default 50)."),
+                    ],
+                )
             },
         },
         "components": {

@@ -17,6 +17,7 @@ from theow_workers.store.explore import ExploreStore
 from theow_workers.store.reads import SqlReads
 from theow_workers.store.run_reads import SqlRunReads
 from theow_workers.store.runs import configured_branches
+from theow_workers.store.testcases import SqlTestcases
 from theow_workers.web.affected import AffectedCounter
 from theow_workers.web.auth import Keys, Session, Sessions
 from theow_workers.web.groups import BasisCache
@@ -48,6 +49,7 @@ class Console:
         self.reads = SqlReads(store)  # what the pages and the JSON API read (views.ports.Reads)
         # The ledger's recent runs, which the incidents are derived from (views.incidents).
         self.runs = SqlRunReads(store.sql.engine, configured_branches(settings.default_branches))
+        self.tests = SqlTestcases(store.sql.engine)  # each test's outcomes (views.tests)
         self.keys = Keys.for_deployment(
             settings.web_password.get_secret_value(),
             settings.web_readonly_password.get_secret_value(),

@@ -25,7 +25,8 @@ The rest of what an agent sends comes the same way, so an agent that uses the
 intake needs no broker at all: ``POST /api/v1/failures/{id}/outcome`` (what a
 verdict's client-side actions did, ``theow_client.outcome``) and ``POST
 /api/v1/passing`` (a passing run, ``theow_client.passing``) and ``POST
-/api/v1/runs`` (a run's ledger record, ``theow_client.ledger``). Each is checked
+/api/v1/runs`` (a run's ledger record, ``theow_client.ledger``, at most
+``runs_per_minute`` per agent, refused 429 and counted past it). Each is checked
 as a submission is, signed as the agent and queued for the very task the
 broker would have carried it to (``client_outcome``, ``passing``, ``run``), which
 verifies it and decides what it counts. A passing run of a job whose sample is
@@ -56,7 +57,8 @@ from theow_client.config import celery_app
 from theow_client.jsontypes import JsonObject
 from theow_client.messages import PassingRun, RunReport, SubmitRequest
 from theow_client.redact import summary
-from theow_workers.identity import submission_id
+from theow_workers.adapters.agent_rate import over_rate, run_burst
+from theow_workers.identity import RATE_LIMITED, count_refused, submission_id
 from theow_workers.store.tokens import TokenInfo
 from theow_workers.web import api_schema as schema
 from theow_workers.web.api import AGENT_SCOPES, answer, api_of, authorize, problem
@@ -88,6 +90,9 @@ class Intake:
         self.reports = TokenBuckets(
             settings.intake_per_minute, min(BURST, settings.intake_per_minute)
         )
+        # Runs for the ledger, one per job run: their own rate (THEOW_RUNS_PER_MINUTE); the
+        # workers bound an agent's runs again across web processes (adapters.agent_rate).
+        self.runs = TokenBuckets(settings.runs_per_minute, run_burst(settings.runs_per_minute))
         self._app: Celery | None = None
         self._lock = threading.Lock()
 
@@ -126,6 +131,11 @@ class Intake:
             return False
         self.publish(names.TASK_PASSING, names.QUEUE_PASSING, agent, key, run)
         return True
+
+    def run_refused(self, agent: str, wait: float) -> str:
+        """Why ``agent``'s run is refused past its rate, counted as the workers count theirs."""
+        count_refused(self.console.runtime().redis, names.TASK_RUN, RATE_LIMITED)
+        return over_rate(agent, self.console.settings.runs_per_minute, wait)
 
     def queue_run(self, agent: str, key: bytes, report: JsonObject) -> None:
         """Sign ``agent``'s run record and queue it for ``theow.run``."""
@@ -260,11 +270,14 @@ def parse_run(raw: bytes) -> JsonObject:
 
 
 async def _agent_body(
-    request: Request, read: Callable[[bytes], JsonObject], buckets: TokenBuckets
+    request: Request,
+    read: Callable[[bytes], JsonObject],
+    buckets: TokenBuckets,
+    over_rate: Callable[[str, float], str] | None = None,
 ) -> tuple[str, bytes, JsonObject] | Response:
     """The agent of a request, its signing key and its body as ``read`` parses it; else the
-    refusal."""
-    token = await authorize(request, AGENT_SCOPES, buckets)
+    refusal (``over_rate``: said and counted past the agent's rate, ``api.authorize``)."""
+    token = await authorize(request, AGENT_SCOPES, buckets, over_rate)
     if not isinstance(token, TokenInfo):
         return token
     raw = await request.body()  # within its bound: bodies.BodyLimit
@@ -315,7 +328,8 @@ async def passing(request: Request) -> Response:
 
 
 async def run(request: Request) -> Response:
-    checked = await _agent_body(request, parse_run, intake_of(request).reports)
+    intake = intake_of(request)
+    checked = await _agent_body(request, parse_run, intake.runs, intake.run_refused)
     if isinstance(checked, Response):
         return checked
     agent, key, report = checked

@@ -63,11 +63,11 @@ def _flaky_evidence(
             return True
         if job_runs[i].sha in passed_shas:
             return True
-        alone += _between_passes(job_runs, i, cause)
+        alone += between_passes(job_runs, i, cause)
     return alone >= 2
 
 
-def _between_passes(job_runs: Sequence[Run], index: int, cause: str) -> bool:
+def between_passes(job_runs: Sequence[Run], index: int, cause: str) -> bool:
     """Whether the nearest runs of the same branch that say anything of ``cause`` passed,
     on both sides. Only the same branch: a pull request that broke a test keeps failing
     on its own pushes while others pass, and is no flaky test."""

@@ -40,6 +40,7 @@ MAX_TESTS = 100  # tests read (the client sends at most 100; the rest it counts)
 NAME_CHARS = 300  # a test's name, its class name, its file
 MESSAGE_CHARS = 1000
 MAX_LINE_NUMBER = 10**9
+MAX_COUNT = 10**7  # a report's count of tests
 OUTCOMES = ("failed", "flaky")
 KINDS = ("failure", "error")
 
@@ -99,6 +100,43 @@ def read_tests(facts: JsonObject) -> tuple[TestLine, ...]:
     except (TypeError, ValueError, RecursionError):  # not JSON: an in-process caller's objects
         return ()
     return _read(key)
+
+
+@dataclass(frozen=True)
+class Counts:
+    """A report's counts as the fact's ``summary`` says them (each a whole number, bounded)."""
+
+    tests: int = 0
+    failed: int = 0
+    errors: int = 0
+    skipped: int = 0
+    flaky: int = 0
+    unlisted: int = 0  # failed or flaky tests the client counted but did not list
+
+
+def read_counts(facts: JsonObject) -> Counts | None:
+    """The counts of the ``tests`` fact's report; None when it has no ``summary`` object.
+
+    A count that is not a whole number from 0 to ``MAX_COUNT`` reads as 0.
+
+    >>> read_counts({"tests": {"summary": {"tests": 12, "failed": 1, "flaky": "2", "errors": -1}}})
+    Counts(tests=12, failed=1, errors=0, skipped=0, flaky=0, unlisted=0)
+    >>> read_counts({"tests": {"tests": []}}) is None
+    True
+    """
+    fact = facts.get(FACT)
+    summary = fact.get("summary") if isinstance(fact, dict) else None
+    if not isinstance(summary, dict):
+        return None
+
+    def count(name: str) -> int:
+        value = summary.get(name)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+            return 0
+        return value
+
+    names = ("tests", "failed", "errors", "skipped", "flaky", "unlisted")
+    return Counts(*(count(name) for name in names))
 
 
 def fact_text(tests: Sequence[TestLine]) -> str:
