@@ -35,11 +35,10 @@ MERGE_QUEUE = re.compile(r"gh-readonly-queue/.+/pr-(\d+)-[0-9a-f]+$")
 
 @dataclass(frozen=True)
 class Recurrence:
-    """What a failed run's job says of its cause, the least intermittent test's when it names several."""
+    """What a failed run's job says of its cause (of its least intermittent test's)."""
 
-    contexts: (
-        int  # changes (pull requests, branches, lone main commits) it failed in, its own counted
-    )
+    # The changes (pull requests, branches, lone main commits) it failed in, its own counted.
+    contexts: int
     flapped: bool  # it failed again after a pass in the run's own change
 
 
