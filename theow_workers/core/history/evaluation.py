@@ -64,6 +64,7 @@ class Result:
             "fixed_by": self.final.fixed_by,
             "flip_rate": self.final.flip_rate,
             "reason": self.final.reason,
+            "reason_then": self.then.reason,
         }
 
 
