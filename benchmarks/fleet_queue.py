@@ -168,7 +168,8 @@ class QueueFleet:
         queue = self.rand.random() < 0.45
         default = "master" if self.rand.random() < 0.35 else "main"
         name = f"shop-{['core', 'web', 'api', 'ops', 'data', 'pay', 'mobile'][i % 7]}-{i}"
-        return Repo(f"northwind/{name}", default, lang, jobs, queue, self.rand.random() < 0.5)  # fmt: skip
+        nightly = self.rand.random() < 0.5
+        return Repo(f"northwind/{name}", default, lang, jobs, queue, nightly)
 
     def _suite(self, runner: str, size: int) -> list[Test]:
         """``size`` tests with names of their own (a suite names each test once)."""
@@ -204,7 +205,7 @@ class QueueFleet:
                 found.append(
                     (start, start + self.rand.uniform(*minutes) * MINUTE, kind, where_of(), hit)
                 )
-        return found  # fmt: skip
+        return found
 
     def _busy(self, t: float) -> float:
         """Pull requests opened a day: working hours, fewer at weekends."""
@@ -268,7 +269,7 @@ class QueueFleet:
         index = len(repo.commits) - 1
         for brk in repo.breaks:
             if brk.end is None and index > brk.start:
-                self._mend(repo, brk, index, when)
+                self._mend(brk, index)
         if pull is not None and self._broken(pull):  # merged red: its break is everyone's now
             family, _, _, says = pull.change  # type: ignore[misc]
             if not any(b.family == family and b.end is None for b in repo.breaks):
@@ -290,7 +291,7 @@ class QueueFleet:
         self, when: float, what: tuple[Repo, str, str, int, Pull | None, int, list[Job]]
     ) -> None:
         repo, sha, branch, base, pull, attempt, jobs = what
-        self._workflow(when, repo, sha, branch, base, pull, attempt, jobs)  # fmt: skip
+        self._workflow(when, repo, sha, branch, base, pull, attempt, jobs)
 
     # -- breaks ---------------------------------------------------------------------------
 
@@ -311,7 +312,8 @@ class QueueFleet:
             self._at(when + self.rand.uniform(0.4, 5) * HOUR, "revert", repo)
             brk.end = -1  # mended by the next commit, whatever it is
 
-    def _mend(self, repo: Repo, brk: Break, index: int, when: float) -> None:
+    def _mend(self, brk: Break, index: int) -> None:
+        """A commit after the break: mends it (a revert, a fix), changes what it prints, or not."""
         if brk.end == -1:
             brk.end = index
             return
@@ -330,7 +332,7 @@ class QueueFleet:
                 for _ in range(self.rand.choice([1, 1, 2]))
             ]
         picked = self.rand.sample(job.tests, self.rand.choice([1, 1, 1, 2, 3]))
-        return [(t.name, break_message(self.rand)) for t in picked]  # fmt: skip
+        return [(t.name, break_message(self.rand)) for t in picked]
 
     def _broken(self, pull: Pull) -> bool:
         return pull.change is not None and pull.change[1] <= pull.pushes - 1 < pull.change[2]
