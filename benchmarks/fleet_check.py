@@ -20,7 +20,8 @@ from __future__ import annotations
 import gzip
 import json
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 
@@ -35,10 +36,27 @@ def when(row: dict[str, object]) -> float:
     return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
 
 
+def default_branches(rows: list[dict[str, object]]) -> dict[str, str]:
+    """Each repository's default branch: the branch the commits its changes are based on were
+    run on (``main``, ``master``...), else ``main``."""
+    bases = {str(r["base_sha"]) for r in rows if r.get("base_sha")}
+    seen: dict[str, Counter[str]] = defaultdict(Counter)
+    for r in rows:
+        if r.get("pr") is None and str(r["sha"]) in bases:
+            seen[str(r["repo"])][str(r["branch"])] += 1
+    return {repo: count.most_common(1)[0][0] for repo, count in seen.items()}
+
+
 def problems(
-    rows: list[dict[str, object]], truth: list[dict[str, object]], default_branch: str = "main"
+    rows: list[dict[str, object]],
+    truth: list[dict[str, object]],
+    default_branch: str | Mapping[str, str] = "main",
 ) -> list[str]:
-    """What in ``truth`` breaks the definitions (see the module's note), one line each."""
+    """What in ``truth`` breaks the definitions (see the module's note), one line each.
+
+    ``default_branch``: one for every repository, or each repository's (``main`` for others).
+    """
+    branch_of = _branches(default_branch)
     found: list[str] = []
     ids = [str(r["id"]) for r in rows]
     if len(set(ids)) != len(ids):
@@ -51,14 +69,14 @@ def problems(
     # Default-branch commits of each repository in the order their first run finished.
     order: dict[str, dict[str, float]] = defaultdict(dict)
     for r in sorted(rows, key=when):
-        if r.get("pr") is None and r["branch"] == default_branch:
+        if r.get("pr") is None and r["branch"] == branch_of(r):
             order[str(r["repo"])].setdefault(str(r["sha"]), when(r))
     streaks: dict[tuple[str, str, str], list[dict[str, object]]] = defaultdict(list)
     for key, t in said.items():
         row = by_id.get(key)
         if row is None:
             continue
-        on_main = row.get("pr") is None and row["branch"] == default_branch
+        on_main = row.get("pr") is None and row["branch"] == branch_of(row)
         culprit = t.get("culprit")
         if (t["origin"] == "main") != (culprit is not None):
             found.append(f"{key}: culprit {culprit!r} with origin {t['origin']}")
@@ -71,7 +89,7 @@ def problems(
         if culprit not in commits:
             found.append(f"{repo} {job}: culprit {culprit[:12]} is no default-branch commit")
             continue
-        main_runs = [r for r in members if r.get("pr") is None and r["branch"] == default_branch]
+        main_runs = [r for r in members if r.get("pr") is None and r["branch"] == branch_of(r)]
         shas = {str(r["sha"]) for r in main_runs}
         if main_runs and culprit not in shas:
             found.append(f"{repo} {job}: culprit {culprit[:12]} did not fail as main itself")
@@ -89,7 +107,9 @@ def problems(
 
 
 def settle(
-    rows: list[dict[str, object]], truth: list[dict[str, object]], default_branch: str = "main"
+    rows: list[dict[str, object]],
+    truth: list[dict[str, object]],
+    default_branch: str | Mapping[str, str] = "main",
 ) -> None:
     """Make a simulation's ``main`` truth follow the definitions, in place.
 
@@ -97,6 +117,7 @@ def settle(
     failed another way: an outage); a break seen on one default-branch run only is
     flaky there, as a person reading the history would say.
     """
+    branch_of = _branches(default_branch)
     by_id = {str(r["id"]): r for r in rows}
     groups: dict[tuple[str, str, str], list[dict[str, object]]] = defaultdict(list)
     for t in truth:
@@ -108,7 +129,7 @@ def settle(
             (by_id[str(t["id"])] for t in members),
             key=when,
         )
-        on_main = [r for r in on_main if r.get("pr") is None and r["branch"] == default_branch]
+        on_main = [r for r in on_main if r.get("pr") is None and r["branch"] == branch_of(r)]
         if not on_main:
             continue
         for t in members:
@@ -118,6 +139,12 @@ def settle(
             lone["origin"], lone["culprit"] = "flaky", None
 
 
+def _branches(default_branch: str | Mapping[str, str]) -> Callable[[dict[str, object]], str]:
+    if isinstance(default_branch, str):
+        return lambda row: default_branch
+    return lambda row: default_branch.get(str(row["repo"]), "main")
+
+
 def read(path: Path) -> list[dict[str, object]]:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8") as lines:
@@ -125,7 +152,8 @@ def read(path: Path) -> list[dict[str, object]]:
 
 
 def main(argv: list[str]) -> int:
-    found = problems(read(Path(argv[0])), read(Path(argv[1])))
+    rows = read(Path(argv[0]))
+    found = problems(rows, read(Path(argv[1])), default_branches(rows))
     for line in found[:50]:
         print(line)
     print(f"{len(found)} problems", file=sys.stderr)

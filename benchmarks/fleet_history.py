@@ -16,6 +16,8 @@ on the other: ``direct`` (commits pushed to main, pull requests based on the
 head of main, runs in time order) and ``merged`` (main advances by merging
 pull requests, pull requests based on older commits, fewer retries but
 culprit runs retried, other rates and timings, rows written out of order).
+Two more are written apart, in modules of their own: ``workflows``
+(``fleet_workflows.py``) and ``queue`` (``fleet_queue.py``).
 
     python benchmarks/fleet_history.py --seed 1 --out fleet.jsonl.gz --truth truth.jsonl
     theow history eval fleet.jsonl.gz --truth truth.jsonl --out results.jsonl --json
@@ -32,8 +34,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fleet_check import problems, settle
+from fleet_check import default_branches, problems, settle
 from fleet_logs import LANGUAGES, Tool, infra_log, tool_for
+from fleet_queue import QueueFleet
 from fleet_workflows import Workflows
 
 DAY = 86400.0
@@ -344,7 +347,9 @@ def write_jsonl(rows: list[dict[str, object]], path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--style", choices=[*sorted(STYLES), "workflows"], default="direct")
+    parser.add_argument(
+        "--style", choices=[*sorted(STYLES), "workflows", "queue"], default="direct"
+    )
     parser.add_argument(
         "--out", type=Path, required=True, help="history rows (.jsonl or .jsonl.gz)"
     )
@@ -358,11 +363,13 @@ def main(argv: list[str] | None = None) -> int:
         "--prs-per-day", type=float, help="pull requests opened per repository a day"
     )
     args = parser.parse_args(argv)
-    if args.style == "workflows":
-        rows, truth = Workflows(
-            args.seed, repos=args.repos or 14, days=args.days or 30, retry=args.retry or 0.4
-        ).generate()
-        return _write(rows, truth, args.out, args.truth)
+    apart = {"workflows": (Workflows, 14, 0.4), "queue": (QueueFleet, 11, 0.35)}  # own modules
+    if args.style in apart:
+        make, repos, retry = apart[args.style]
+        fleet = make(
+            args.seed, repos=args.repos or repos, days=args.days or 30, retry=args.retry or retry
+        )
+        return _write(*fleet.generate(), args.out, args.truth)
     style = STYLES[args.style]
     knobs = {
         "repos": args.repos,
@@ -381,7 +388,7 @@ def _write(
     """Write the rows and the truth; say what they hold and whether the truth keeps the rules."""
     write_jsonl(rows, out)
     write_jsonl(truth, truth_path)
-    found = problems(rows, truth)
+    found = problems(rows, truth, default_branches(rows))
     for line in found[:10]:
         print(f"truth: {line}", file=sys.stderr)
     counts: dict[str, int] = {}

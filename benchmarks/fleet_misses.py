@@ -59,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"- {key} {row['repo']} {row['job']} {row['branch']} {str(row['sha'])[:8]} "
                 f"attempt {row.get('attempt', 1)} {where} culprit {str(truth[key]['culprit'])[:8]}"
-                f"/{str(got['culprit'])[:8]}\n  reason: {got['reason']}\n  cause: "
-                + cause.text.replace("\n", " | ")[:240]
+                f"/{str(got['culprit'])[:8]}\n  reason: {got['reason_then' if args.then else 'reason']}"
+                "\n  cause: " + cause.text.replace("\n", " | ")[:240]
             )
     return 0
 

@@ -15,7 +15,7 @@ from theow_workers.cli import app
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("style", ["direct", "merged", "workflows"])
+@pytest.mark.parametrize("style", ["direct", "merged", "workflows", "queue"])
 def test_eval_scores_a_generated_fleet_against_its_truth(tmp_path, style):
     history, truth, out = tmp_path / "h.jsonl.gz", tmp_path / "t.jsonl", tmp_path / "r.jsonl"
     subprocess.run(  # the generator exits 1 when its truth breaks the origins' definitions

@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from theow_client.jsontypes import JsonObject
 from theow_workers.core.logs.summary import log_fact, summarize
@@ -39,12 +40,13 @@ from theow_workers.core.logs.text import mask_volatile
 MAX_TEXT_CHARS = 500
 INFRA = "infra"
 TEST = "test"
+FLAKY = "flaky"  # a named test failing the way flaky tests fail (see FLAKY_LINE)
 
 # A tool's error code: letters then digits (TS2322, E0308, CS0246, SC2086, ORA-00942, PLS-00201).
 TOOL_CODE = r"\b[A-Z]{1,4}-?\d{3,5}\b"
 # An HTTP status where the line says it is one: "HTTP 503", "status code 404", "429 Too Many".
 HTTP_STATUS = (
-    r"(?i:\bHTTP(?:/\d(?:\.\d)?)?|\bstatus(?: code)?|\bresponse(?: code)?|\breturned)[\s:=]*[1-5]\d\d\b|"
+    r"(?i:\bHTTP(?:/\d(?:\.\d)?)?|\bstatus(?: code)?|\bresponse(?: code)?|\breturned(?: error)?)[\s:=]*[1-5]\d\d\b|"
     r"\b[1-5]\d\d (?i:not found|forbidden|unauthorized|too many requests|internal server error|"
     r"bad gateway|service unavailable|gateway time-?out|conflict|bad request)"
 )
@@ -75,18 +77,34 @@ INFRA_LINE = re.compile(
     r"hosted runner encountered an error|failed to initialize container|"
     r"containers? failed to start|"
     r"error pulling image|failed to pull image|the remote end hung up unexpectedly|"
-    r"could not transfer artifact|failed to fetch .* (?:5\d\d|timed out)",
+    r"could not transfer artifact|failed to fetch .* (?:5\d\d|timed out)|"
+    r"fatal: early eof|returned error: (?:429|5\d\d)\b|was not acquired by runner|"
+    r"(?:exit code|exit status|exited with) 137\b",  # SIGKILL: the runner ran out of memory
     re.IGNORECASE,
 )
 
 
+# What a test prints when it fails the way flaky tests fail, whatever the change: waiting
+# too long (a timeout, an await condition), racing (a deadlock, a lock, a concurrent
+# modification, a detached element) or finding a service not there yet (a refused or reset
+# connection). A test's own assertion on values, a type or a key error are not among them.
+FLAKY_LINE = re.compile(
+    r"timed out|timeout ?(?:error|exception)|exceeded timeout|deadline exceeded|"
+    r"not fulfilled within|condition not met within|"
+    r"connection refused|econnrefused|connection reset|econnreset|"
+    r"server closed the connection|deadlock|database is locked|too many clients|"
+    r"stale ?element|cancelled ?error|concurrentmodificationexception",
+    re.IGNORECASE,
+)
 # A line naming a test that failed, as the runners print it (a time stamp may come first):
-# pytest's short summary, jest's title, go test's, Gradle's, Maven Surefire's (JUnit 4 and 5),
-# Rust's, .NET's, RSpec's and PHPUnit's.
+# pytest's short summary, unittest's, jest's title, go test's, Gradle's, Maven Surefire's
+# (JUnit 4 and 5), Rust's, .NET's, RSpec's, PHPUnit's and mocha's (its suite, then the
+# test's title on the next line, ending with a colon).
 _STAMP = r"^(?:\S*\d\d:\d\d:\d\d\S*\s+)?\s*"
 FAILED_TEST = re.compile(
     _STAMP + r"(?:"
     r"(?:FAILED|ERROR) (?P<pytest>[^\s:]+::\S+)"
+    r"|(?:FAIL|ERROR): (?P<unittest>\w+ \([\w.]+\))\s*$"
     r"|\u25cf (?P<jest>(?!Test suite failed to run)[^\n\u203a]+ \u203a [^\n]+?)\s*$"
     r"|--- FAIL: (?P<go>\S+) \("
     r"|(?P<gradle>[\w.$]+ > [^\n]+?) FAILED\s*$"
@@ -95,9 +113,11 @@ FAILED_TEST = re.compile(
     r"|Failed (?P<dotnet>[\w.]+(?:\([^\n]*\))?) \[\d"
     r"|rspec \S+ # (?P<rspec>[^\n]+?)\s*$"
     r"|\d+\) (?P<phpunit>[\w\\]+::\w+)"
+    r"|\d+\) (?P<mocha>[^\n:]+\n(?:\S*\d\d:\d\d:\d\d\S*)?[ \t]+[^\n]+?):[ \t]*$"
     r")",
     re.MULTILINE,
 )
+_LEADING_STAMP = re.compile(r"^\s*(?:\S*\d\d:\d\d:\d\d\S*\s+)?")
 # The words of a line that only counts problems, whatever the tool.
 TALLY_WORD = re.compile(r"[a-z]+")
 TALLY_WORDS = frozenset(
@@ -125,8 +145,12 @@ TALLY_WORDS = frozenset(
     ]
 )
 MAX_SAID = 3  # lines taken for the cause when the picked ones only count
+# Between the keys of the tests a run failed, in a cause's key (each test's key is the one a
+# run failing that test alone has): a test's history reads through the runs failing others too.
+TEST_JOIN = "+"
 MAX_TESTS = 12
 TESTS_READ = 256 * 1024  # characters from the end of a log searched for failed tests
+AROUND_TEST = 1500  # characters either side of a failed test's line read for what it printed
 
 
 @dataclass(frozen=True)
@@ -149,14 +173,26 @@ def failing_tests(log: str) -> tuple[str, ...]:
     ...               "--- FAIL: TestCart (0.2s)\\n    --- FAIL: TestCart/refund (0.1s)\\n")
     ('testcart/refund', 'tests/test_api.py::test_login[<n>]')
     """
+    return _read_tests(log[-TESTS_READ:])[0]
+
+
+def _read_tests(tail: str) -> tuple[tuple[str, ...], bool]:
+    """The tests ``tail`` says failed, and whether what it prints around them is what flaky
+    tests print (``FLAKY_LINE``; a service waited for before the tests ran is not)."""
     found = set()
-    for match in FAILED_TEST.finditer(log[-TESTS_READ:]):
+    flaky, seen_to = False, 0
+    for match in FAILED_TEST.finditer(tail):
         name = next(group for group in match.groups() if group)
+        if match.group("mocha"):  # the suite's line and the title's, as one name
+            name = " ".join(_LEADING_STAMP.sub("", part).strip() for part in name.split("\n"))
         found.add(mask_volatile(name))
+        start = max(seen_to, match.start() - AROUND_TEST)
+        seen_to = max(seen_to, match.end() + AROUND_TEST)
+        flaky = flaky or bool(FLAKY_LINE.search(tail, start, seen_to))
         if len(found) >= 4 * MAX_TESTS:
             break
     leaves = {name for name in found if not any(o.startswith(name + "/") for o in found)}
-    return tuple(sorted(leaves))[:MAX_TESTS]
+    return tuple(sorted(leaves))[:MAX_TESTS], flaky
 
 
 def keep_codes(line: str) -> str:
@@ -199,14 +235,14 @@ def cause_of_facts(
 ) -> Cause:
     """:func:`cause_of` a failure's facts: their log (``log``, ``stderr``... as the resolver
     reads it), so a worker keys a failure as ``theow history eval`` keys its row."""
-    tests = failing_tests(log_fact(facts)[1])
+    tests, flaky = _read_tests(log_fact(facts)[1][-TESTS_READ:])
     if tests:
         text = "\n".join(tests)
-        named = f"{rule or ''}\ntests\n{text}".encode()
-        key = hashlib.blake2b(named, digest_size=12).hexdigest()
-        return Cause(
-            f"{rule}:{key}" if rule else key, text[:MAX_TEXT_CHARS], category or TEST, tests
-        )
+        key = TEST_JOIN.join(sorted(_test_key(test, rule) for test in tests))
+        kind = category or TEST
+        if kind == TEST and flaky:
+            kind = FLAKY
+        return Cause(f"{rule}:{key}" if rule else key, text[:MAX_TEXT_CHARS], kind, tests)
     summary = summarize(facts)
     basis = set(summary.basis.split("\n"))
     # The lines the summary named the cause from (its basis), read again with codes kept.
@@ -222,9 +258,33 @@ def cause_of_facts(
     if exits and exits[-1].lower() not in text.lower():
         text = f"{text}\n{exits[-1].lower()}"
     digest = hashlib.blake2b(f"{rule or ''}\n{text}".encode(), digest_size=12).hexdigest()
-    if category is None and any(INFRA_LINE.search(line.text) for line in summary.errors):
+    if category is None and (
+        any(INFRA_LINE.search(line.text) for line in summary.errors) or INFRA_LINE.search(text)
+    ):
         category = INFRA
     return Cause(f"{rule}:{digest}" if rule else digest, text[:MAX_TEXT_CHARS], category)
+
+
+@lru_cache(maxsize=65536)  # asked of every failure a decision reads
+def causes_per_test(key: str) -> tuple[str, ...]:
+    """The cause of each test a cause's key names, alone: a run failing tests A and B has
+    the cause ``A+B``, and A is the cause a run failing A alone has.
+
+    A key of no named test is its own only part.
+
+    >>> both = cause_of("FAILED t.py::a - x\\nFAILED t.py::b - y").key
+    >>> causes_per_test(both) == tuple(sorted((cause_of("FAILED t.py::a - z").key,
+    ...                                  cause_of("FAILED t.py::b - z").key)))
+    True
+    """
+    if TEST_JOIN not in key:
+        return (key,)
+    rule, colon, names = key.rpartition(":")
+    return tuple(f"{rule}{colon}{name}" for name in names.split(TEST_JOIN) if name)
+
+
+def _test_key(test: str, rule: str | None) -> str:
+    return hashlib.blake2b(f"{rule or ''}\ntests\n{test}".encode(), digest_size=12).hexdigest()
 
 
 def _tally(line: str) -> bool:

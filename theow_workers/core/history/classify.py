@@ -8,26 +8,37 @@ The questions, in the order they are asked (first answer wins):
 1. ``infra``: the run's category is an infrastructure one (a matched rule's, or
    the lines' own: name resolution, a registry's 5xx, a full disk); or its cause
    failed jobs of ``infra_repos`` repositories within ``infra_window``; or
-   ``infra_jobs`` jobs of its repository at once.
+   ``infra_jobs`` jobs of its repository at once, in two or more unrelated
+   changes on two or more bases (one commit failing its jobs one way, a test
+   matrix, is its code; so are changes based on one commit failing alike).
 2. ``flaky``: the same job passed on the same commit (a retry, or another run of it).
 3. ``main``: on the default branch, the cause keeps failing on the next commits
    (or on a retry), unless it is a known flaky test (a named test failing in
    ``flaky_known`` unrelated changes) that failed on at most ``flaky_streak``
-   commits and passed since; on a pull request, the cause fails on the default
-   branch at its base (the main runs at ``base_sha``; without them, the last
-   main commit run before it), or before it with no pass in between. The culprit
-   is the first default-branch commit of that streak (read back up to
-   ``max_lookback`` when the streak began before the window; a commit passing
-   within ``order_slack`` after a failing one is taken as the older); ``fixed_by``
-   the first one passing after it.
-4. ``flaky``: on the default branch, the cause failed once and the next commit
-   passed; anywhere, the cause fails intermittently: in ``flaky_contexts`` or more
-   pull requests, branches or lone main commits, or again after a pass in one
-   (and a known flaky test even where it failed twice running).
+   commits; on a pull request, the cause fails on the default branch at its base
+   (the main runs at ``base_sha``; without them, the last main commit run before
+   it), or before it with no pass in between. The culprit is the first
+   default-branch commit of that streak (read back up to ``max_lookback`` when the
+   streak began before the window; a commit passing within ``order_slack`` after a
+   failing one is taken as the older); ``fixed_by`` the first one passing after it.
+4. ``flaky``: the cause fails intermittently: in ``flaky_contexts`` or more pull
+   requests, branches or lone main commits (``flaky_known`` for a cause naming no
+   test), or again after a pass in one (and a known flaky test even where it failed
+   twice running). A run failing several tests is as intermittent as the least
+   intermittent of them, each test's history read through the runs failing it
+   beside others (``core.history.recurrence``).
 5. ``main`` for a cause that has just started failing on the default branch
    (nothing later known yet), except a named test failing there for the first
-   time: ``flaky`` until a retry or the next commit fails it too.
-6. ``unknown`` when the job has no other run to compare with, else ``change``.
+   time: ``flaky`` until a retry, the next commit or another job of its commit fails
+   it too.
+6. ``unknown`` when the job has no other run to compare with; ``flaky`` on the
+   default branch (it failed once, the next commit passed); ``flaky`` for a named
+   test that failed the way flaky tests fail (a timeout, a refused connection, a
+   deadlock: ``core.history.cause.FLAKY_LINE``) and not again on its commit or its
+   change's next push; else ``change``.
+
+A test failing the same way in another job of its commit (a test matrix's other
+version or system) is its code: never taken for flaky by steps 3 to 6.
 
 The :class:`Settings` hold every window and threshold, with their defaults.
 How sure each origin is, measured, is in ``docs/history.md``.
@@ -35,18 +46,22 @@ How sure each origin is, measured, is in ``docs/history.md``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import groupby
 
+from theow_workers.core.history.cause import causes_per_test
 from theow_workers.core.history.model import Decision, Origin, Run
 from theow_workers.core.history.ports import History
+from theow_workers.core.history.recurrence import context, flip_rate, recurrence, repeated
 from theow_workers.core.history.streak import MainLine, Streak
 
 HOUR = 3600.0
 DAY = 24 * HOUR
 INFINITY = float("inf")
-TEST = "test"
+# The categories of a cause naming failed tests: a test's, or a test failing the way flaky
+# tests fail (``core.history.cause.FLAKY_LINE``).
+TEST, FLAKY = "test", "flaky"
+NAMED = frozenset({TEST, FLAKY})
 
 
 @dataclass(frozen=True)
@@ -90,18 +105,22 @@ def decide(
     default_branch: str = "main",
     settings: Settings = DEFAULT_SETTINGS,
     until: float = INFINITY,
+    branches: Mapping[str, str] | None = None,
 ) -> Decision:
     """The origin of the failed ``run`` from ``history``'s runs finished by ``until``.
 
     ``origin_then`` is ``decide(run, history, until=run.finished_at)``; the
     origin as it stands, ``decide(run, history)``. ``history`` holds ``run``.
+    ``default_branch`` is ``run``'s repository's; ``branches`` other repositories'
+    where theirs differs (``master``), read when one cause fails several of them.
     """
     if not run.failed:
         raise ValueError(f"run {run.id}: passed; only a failed run has an origin")
     start = run.finished_at - settings.lookback
     end = min(until, run.finished_at + settings.lookback)
     runs = history.job_runs(run.repo, run.job, since=start, until=end)
-    infra = _infra(run, history, default_branch, settings, end)
+    others = branches or {}
+    infra = _infra(run, history, lambda repo: others.get(repo, default_branch), settings, end)
     if infra is not None:
         return infra
     retried = next((r for r in runs if r.sha == run.sha and not r.failed and r.id != run.id), None)
@@ -109,11 +128,14 @@ def decide(
         return Decision(
             Origin.FLAKY,
             f"passed on the same commit {run.sha[:12]} (attempt {retried.attempt})",
-            flip_rate=_flip_rate(run, runs),
+            flip_rate=flip_rate(run, runs),
         )
     if run.cause is None:
         return Decision(Origin.UNKNOWN, "no log to tell the cause by")
     on_main = run.on_branch(default_branch)
+    # The same test failing in another job of the commit (a test matrix's other version or
+    # system) is its code failing: a flaky test rarely fails everywhere at once.
+    beside = _beside(run, history, end)
     lookback, read = settings.lookback, runs
     while True:
         line = MainLine(read, default_branch, run.cause, order_slack=settings.order_slack)
@@ -130,44 +152,55 @@ def decide(
             break  # nothing earlier
         read = further
     if streak is not None and streak.repeated:
-        if (
-            not on_main
-            or streak.open
-            or streak.length > settings.flaky_streak
-            or run.category != TEST
-        ):
+        if not on_main or streak.length > settings.flaky_streak or run.category not in NAMED:
             return _main(streak, on_main)
-        contexts, _ = _intermittent(run, runs, line, default_branch)
-        if contexts < settings.flaky_known or run.category != TEST:
+        contexts = recurrence(
+            run, runs, default_branch, order_slack=settings.order_slack, line=line
+        ).contexts
+        if contexts < settings.flaky_known or run.category not in NAMED or beside:
             return _main(streak, on_main)
+        since = "then passed" if not streak.open else "no more yet"
         return Decision(
             Origin.FLAKY,
-            f"failed on {streak.length} commit(s) of the default branch, then passed; "
+            f"failed on {streak.length} commit(s) of the default branch, {since}; "
             f"it fails now and then in {contexts} unrelated changes",
-            flip_rate=_flip_rate(run, runs),
+            flip_rate=flip_rate(run, runs),
         )
-    contexts, flapped = _intermittent(run, runs, line, default_branch)
-    if (contexts >= settings.flaky_known and run.category == TEST) or (
-        (flapped or contexts >= settings.flaky_contexts)
-        and not _repeated(run, runs, default_branch)
+    seen = recurrence(run, runs, default_branch, order_slack=settings.order_slack, line=line)
+    contexts, named = seen.contexts, run.category in NAMED
+    # A test fails now and then; a compiler's or a linter's message recurring in other
+    # changes is more often those changes making one mistake.
+    enough = settings.flaky_contexts if named else settings.flaky_known
+    if not beside and (
+        (contexts >= settings.flaky_known and named)
+        or ((seen.flapped or contexts >= enough) and not repeated(run, runs, default_branch))
     ):
         return Decision(
             Origin.FLAKY,
             "fails now and then in unrelated changes, with passes in between",
-            flip_rate=_flip_rate(run, runs),
+            flip_rate=flip_rate(run, runs),
         )
-    lone_test = on_main and streak is not None and not streak.based and run.category == TEST
+    lone_test = (
+        on_main and streak is not None and not streak.based and run.category in NAMED and not beside
+    )
     if streak is not None and not lone_test and (streak.open or streak.based or not on_main):
         # Just started on the default branch (nothing later known yet), or a change
         # failing as its base did: the same code failing twice the same way.
         return _main(streak, on_main)
-    if not any(_context(r, default_branch) != _context(run, default_branch) for r in runs):
+    if not any(context(r, default_branch) != context(run, default_branch) for r in runs):
         return Decision(Origin.UNKNOWN, "no other run of this job to compare with")
     if on_main:
         return Decision(
             Origin.FLAKY,
             "failed once on the default branch; the next commit passed",
-            flip_rate=_flip_rate(run, runs),
+            flip_rate=flip_rate(run, runs),
+        )
+    if run.category == FLAKY and not beside and not repeated(run, runs, default_branch):
+        return Decision(
+            Origin.FLAKY,
+            "failed the way flaky tests fail (waiting, racing, a service not up), "
+            "not again on its commit or the change's next push; the default branch does not",
+            flip_rate=flip_rate(run, runs),
         )
     return Decision(Origin.CHANGE, "the default branch does not fail this way; this change does")
 
@@ -184,20 +217,22 @@ def revisable(
     Failed runs of its job on the same commit (a retry passing makes them
     flaky); with ``run`` on the default branch, its job's recent failures
     there (a streak grows, or ends: flaky, fixed) and the pull requests' failures
-    of its cause (now failing on main); the recent failures of its cause
-    anywhere (one cause across repositories is infrastructure; again in another
-    change, flaky).
+    of its cause (now failing on main); its job's recent failures of any test it
+    failed (again in another change, flaky); the recent failures of its cause
+    anywhere (one cause across repositories is infrastructure; in another job of
+    its commit, its code).
     """
     since = run.finished_at - settings.revise_window
     found: dict[str, Run] = {}
     on_main = run.on_branch(default_branch)
+    tests = set(causes_per_test(run.cause)) if run.cause is not None else set()
     for other in history.job_runs(run.repo, run.job, since=since, until=run.finished_at):
         if not other.failed or other.id == run.id:
             continue
         if (
             other.sha == run.sha
             or (on_main and other.on_branch(default_branch))
-            or (run.cause is not None and other.cause == run.cause)
+            or (other.cause is not None and not tests.isdisjoint(causes_per_test(other.cause)))
         ):
             found[other.id] = other
     if run.failed and run.cause is not None:
@@ -210,8 +245,17 @@ def revisable(
     return sorted(found.values(), key=lambda r: r.finished_at)
 
 
+def _beside(run: Run, history: History, end: float) -> bool:
+    """Whether another job of ``run``'s commit failed the same way (by ``end``)."""
+    assert run.cause is not None
+    near = history.cause_failures(
+        run.cause, since=run.finished_at - DAY, until=min(end, run.finished_at + DAY)
+    )
+    return any(r.sha == run.sha and r.repo == run.repo and r.job != run.job for r in near)
+
+
 def _infra(
-    run: Run, history: History, default_branch: str, settings: Settings, end: float
+    run: Run, history: History, branch_of: Callable[[str], str], settings: Settings, end: float
 ) -> Decision | None:
     if run.category is not None and run.category.lower() in settings.infra_categories:
         return Decision(Origin.INFRA, f"the cause is infrastructure ({run.category})")
@@ -221,7 +265,7 @@ def _infra(
     near = history.cause_failures(
         run.cause, since=run.finished_at - window, until=min(end, run.finished_at + window)
     )
-    broken = _BrokenMain(history, run.cause, default_branch, settings, end)
+    broken = _BrokenMain(history, run.cause, branch_of, settings, end)
     if not _enough(run, near, settings):
         return None  # too few at once even before the broken default branches are set aside
     repos = {
@@ -231,16 +275,24 @@ def _infra(
     }
     if len(repos) >= settings.infra_repos:
         return Decision(Origin.INFRA, f"the same cause failed {len(repos)} repositories at once")
-    jobs = {
-        r.job
+    local = [
+        r
         for r in near
         if r.repo == run.repo
         and abs(r.finished_at - run.finished_at) <= settings.infra_local_window
         and not broken(r)
-    }
-    if len(jobs) >= settings.infra_jobs:
+    ]
+    jobs = {r.job for r in local}
+    # One commit failing its jobs one way is its code failing in each (a test matrix's
+    # versions and systems), and so are changes based on one commit failing alike (its
+    # code, which they carry): runner trouble fails unrelated changes on other bases.
+    changes = {context(r, branch_of(r.repo)) for r in local}
+    bases = {r.base_sha or r.sha for r in local}
+    if len(jobs) >= settings.infra_jobs and len(changes) >= 2 and len(bases) >= 2:
         return Decision(
-            Origin.INFRA, f"the same cause failed {len(jobs)} jobs of the repository at once"
+            Origin.INFRA,
+            f"the same cause failed {len(jobs)} jobs of the repository at once, "
+            f"in {len(changes)} unrelated changes",
         )
     return None
 
@@ -265,14 +317,20 @@ class _BrokenMain:
     """
 
     def __init__(
-        self, history: History, cause: str, default_branch: str, settings: Settings, end: float
+        self,
+        history: History,
+        cause: str,
+        branch_of: Callable[[str], str],
+        settings: Settings,
+        end: float,
     ) -> None:
         self.history, self.cause, self.settings, self.end = history, cause, settings, end
-        self.default_branch = default_branch
+        self.branch_of = branch_of
         self.lines: dict[tuple[str, str], MainLine] = {}
 
     def __call__(self, run: Run) -> bool:
         line = self.lines.get((run.repo, run.job))
+        default_branch = self.branch_of(run.repo)
         if line is None:
             runs = self.history.job_runs(
                 run.repo,
@@ -280,11 +338,9 @@ class _BrokenMain:
                 since=run.finished_at - self.settings.lookback,
                 until=min(self.end, run.finished_at + self.settings.lookback),
             )
-            line = MainLine(
-                runs, self.default_branch, self.cause, order_slack=self.settings.order_slack
-            )
+            line = MainLine(runs, default_branch, self.cause, order_slack=self.settings.order_slack)
             self.lines[(run.repo, run.job)] = line
-        if run.on_branch(self.default_branch):
+        if run.on_branch(default_branch):
             streak = line.streak_at(run.sha)
         else:
             streak = line.streak_before(run.base_sha, run.finished_at)
@@ -299,72 +355,3 @@ def _main(streak: Streak, on_main: bool) -> Decision:
         culprit=streak.culprit,
         fixed_by=streak.fixed_by,
     )
-
-
-def _context(run: Run, default_branch: str) -> str:
-    """Where a run belongs: its pull request, its branch, or its commit on the default branch."""
-    if run.pr is not None:
-        return f"pr:{run.pr}"
-    if run.branch != default_branch:
-        return f"branch:{run.branch}"
-    return f"main:{run.sha}"
-
-
-def _intermittent(
-    run: Run, runs: Sequence[Run], line: MainLine, default_branch: str
-) -> tuple[int, bool]:
-    """In how many changes the cause failed (not from a broken main), and whether it failed
-    again after a pass in the run's own change.
-
-    A change fixed and broken again the same way is rare; a flaky test does it often.
-    """
-    own = _context(run, default_branch)
-    contexts = {own}
-    seen: list[str] = []  # the own context's outcomes: "f" failed this way, "p" passed
-    in_change = not run.on_branch(default_branch)
-    for other in runs:
-        same = other.cause == run.cause
-        if in_change and other.pr == run.pr and other.branch == run.branch:
-            if not other.failed:
-                seen.append("p")
-            elif same:
-                seen.append("f")
-        if same:
-            where = _context(other, default_branch)
-            if where not in contexts and not line.explains(other):
-                contexts.add(where)
-    flapped = "fpf" in "".join(outcome for outcome, _ in groupby(seen))
-    return len(contexts), flapped
-
-
-def _repeated(run: Run, runs: Sequence[Run], default_branch: str) -> bool:
-    """Whether the change failed this way again: on a retry of its commit, or on its next push.
-
-    A flaky test failing twice running is rare; code that fails does it every time.
-    """
-    own = _context(run, default_branch)
-    outcomes: dict[str, str] = {}  # commit -> "f" failed this way only, "p" passed, "o" other
-    order: list[str] = []
-    retried = 0
-    for other in runs:
-        if _context(other, default_branch) != own:
-            continue
-        if other.sha not in outcomes:
-            order.append(other.sha)
-            outcomes[other.sha] = "o"
-        if not other.failed:
-            outcomes[other.sha] = "p"
-        elif other.cause == run.cause and outcomes[other.sha] != "p":
-            outcomes[other.sha] = "f"
-            retried += other.sha == run.sha
-    if retried >= 2:
-        return True
-    at = order.index(run.sha) if run.sha in order else -1
-    beside = [order[i] for i in (at - 1, at + 1) if at >= 0 and 0 <= i < len(order)]
-    return any(outcomes[sha] == "f" for sha in beside)
-
-
-def _flip_rate(run: Run, runs: Sequence[Run]) -> float:
-    """The share of the job's runs in the window that failed this way."""
-    same = sum(1 for r in runs if r.failed and r.cause == run.cause)
-    return round(same / len(runs), 3) if runs else 0.0

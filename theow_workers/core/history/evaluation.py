@@ -20,7 +20,7 @@ precision and recall, and how often the culprit was right.
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -64,6 +64,7 @@ class Result:
             "fixed_by": self.final.fixed_by,
             "flip_rate": self.final.flip_rate,
             "reason": self.final.reason,
+            "reason_then": self.then.reason,
         }
 
 
@@ -106,19 +107,64 @@ def evaluate(
     settings: Settings = DEFAULT_SETTINGS,
     progress: Callable[[], None] | None = None,
 ) -> list[Result]:
-    """Every failed run's origin, in the order the runs finished (see the module's note)."""
+    """Every failed run's origin, in the order the runs finished (see the module's note).
+
+    ``default_branch`` is every repository's but one's with no run on it: that one
+    takes the branch its changes are based on (``master``, ``trunk``), see
+    :func:`default_branches`.
+    """
     ordered = sorted(runs, key=lambda r: r.finished_at)
     history = MemoryHistory(ordered)
+    branches = default_branches(ordered, default_branch)
     results = []
     for run in (r for r in ordered if r.failed):
+        branch = branches.get(run.repo, default_branch)
         then = decide(
-            run, history, default_branch=default_branch, settings=settings, until=run.finished_at
+            run,
+            history,
+            default_branch=branch,
+            settings=settings,
+            until=run.finished_at,
+            branches=branches,
         )
-        final = decide(run, history, default_branch=default_branch, settings=settings)
+        final = decide(run, history, default_branch=branch, settings=settings, branches=branches)
         results.append(Result(run.id, final, then))
         if progress is not None:
             progress()
     return results
+
+
+def default_branches(runs: Iterable[Run], default_branch: str = "main") -> dict[str, str]:
+    """Each repository's default branch, as a history file shows it.
+
+    ``default_branch`` where the repository has a run on it (not a pull request's); else
+    the branch whose commits its pull requests (or merge queues) are based on, the one
+    with most runs of them; else its branch with most runs outside pull requests.
+
+    >>> runs = [Run("1", "o/r", "t", "master", "a", Outcome.PASSED, 1.0),
+    ...         Run("2", "o/r", "t", "fix", "b", Outcome.PASSED, 2.0, pr="3", base_sha="a")]
+    >>> default_branches(runs)
+    {'o/r': 'master'}
+    """
+    bases: dict[str, set[str]] = defaultdict(set)
+    based: dict[str, Counter[str]] = defaultdict(Counter)  # repo -> branch -> runs of bases
+    other: dict[str, Counter[str]] = defaultdict(Counter)  # repo -> branch -> runs
+    kept = list(runs)
+    for run in kept:
+        if run.base_sha is not None:
+            bases[run.repo].add(run.base_sha)
+    found: dict[str, str] = {}
+    for run in kept:
+        if run.pr is not None:
+            continue
+        if run.branch == default_branch:
+            found[run.repo] = default_branch
+        other[run.repo][run.branch] += 1
+        if run.sha in bases[run.repo]:
+            based[run.repo][run.branch] += 1
+    for repo, counted in other.items():
+        found.setdefault(repo, (based.get(repo) or counted).most_common(1)[0][0])
+    return found
 
 
 def truth_from_row(row: JsonObject) -> tuple[str, Origin, str | None]:

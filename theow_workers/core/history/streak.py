@@ -21,7 +21,7 @@ commit passing after it the fix.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from theow_workers.core.history.model import Outcome, Run
@@ -61,9 +61,18 @@ class MainLine:
     """The default-branch commits of one job, judged for one cause (see the module's note)."""
 
     def __init__(
-        self, runs: Sequence[Run], default_branch: str, cause: str, *, order_slack: float = 0.0
+        self,
+        runs: Sequence[Run],
+        default_branch: str,
+        cause: str,
+        *,
+        order_slack: float = 0.0,
+        causes: Collection[str] | None = None,
     ) -> None:
+        """``causes``: the causes that count as failing this way (``cause`` alone by default;
+        a test's line counts the runs failing it beside others too)."""
         self.cause = cause
+        same = causes if causes is not None else (cause,)
         self.default_branch = default_branch
         self.shas: list[str] = []
         self.times: list[float] = []
@@ -79,7 +88,7 @@ class MainLine:
         # calls), since each decision reads a job's runs this way a few times.
         for r in runs:
             if r.pr is not None or r.branch != default_branch:
-                if r.cause == cause and r.outcome is not passed:
+                if r.cause in same and r.outcome is not passed:
                     based.append(r)
                 continue
             at = index.get(r.sha)
@@ -91,7 +100,7 @@ class MainLine:
                 failures.append(0)
             if r.outcome is passed:
                 states[at] = PASS
-            elif r.cause == cause:
+            elif r.cause in same:
                 failures[at] += 1
                 if states[at] != PASS:
                     states[at] = FAIL
