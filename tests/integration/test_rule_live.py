@@ -3,13 +3,16 @@
 Given a running worker and a rule taught from a failure, when a person approves
 it, I expect one line saying the rule is live on the worker once it is (and the
 next failure then matched by it), or that it is written but not loaded yet and
-why, or that no worker runs to load it. Given a failure a worker is still
-deciding, I expect `theow failures show` to say so instead of `verdict: -`.
+why (and `theow doctor` to say which worker serves other rules), or that no
+worker runs to load it. Given a failure a worker is still deciding, I expect
+`theow failures show` to say so instead of `verdict: -`, and of one no worker took
+yet, that it waits in the queue and for whom.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -30,9 +33,10 @@ UNKNOWN = "echo 'zorbulator: the flux manifold at bay 3 is misaligned'; exit 1"
 
 
 def theow(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """The real `theow` command, with the fleet's settings (its environment)."""
+    """The real `theow` command, with the fleet's settings (its environment), unwrapped."""
+    env = {**os.environ, "COLUMNS": "1000"}
     return subprocess.run([sys.executable, "-m", "theow_workers.cli", *args],
-                          cwd=cwd, capture_output=True, text=True, timeout=300)  # fmt: skip
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
 
 
 def client_run(command: str, cwd: Path, *options: str) -> str:
@@ -93,6 +97,11 @@ def test_approve_says_when_the_workers_have_not_loaded_the_rule(fleet, tmp_path,
     ), said
     assert "another machine needs the file in its own rules directory" in said
     assert "live on" not in approved.stdout
+    # `theow doctor` here says the same of the worker.
+    doctor = theow("doctor", "--json", cwd=tmp_path)
+    (served,) = [c for c in json.loads(doctor.stdout)["checks"] if c["check"] == "rules.served"]
+    assert served["status"] == "warn", served
+    assert "serve(s) another rules version than these files" in served["detail"], served
 
 
 def test_approve_with_no_worker_running_says_nothing_will_load_it(fleet, tmp_path):
@@ -136,3 +145,16 @@ def test_failures_show_of_a_failure_being_decided_says_a_worker_is_on_it(
     (verdict,) = [line for line in text.splitlines() if line.startswith("verdict:")]
     assert verdict.startswith("verdict: pending: a worker is resolving it (received "), text
     assert verdict.endswith(" s ago)"), verdict
+
+
+def test_failures_show_of_a_failure_no_worker_took_says_it_waits_and_for_whom(fleet, tmp_path):
+    output = client_run(UNKNOWN, tmp_path, "--no-wait")  # no worker runs: it stays queued
+    failure = output.split("reported failure ")[1].split(";")[0]
+
+    shown = theow("failures", "show", failure, cwd=tmp_path)
+
+    assert shown.returncode == 1
+    assert shown.stderr.startswith(f"error: no failure {failure!r} recorded yet; "), shown.stderr
+    assert "wait in the resolve queue and no resolver worker is running to take them" in (
+        shown.stderr
+    ), shown.stderr

@@ -1,4 +1,9 @@
-"""What ``theow failures show`` says of a failure that has no verdict yet: what is true of it."""
+"""What ``theow failures show`` says of a failure that has no verdict yet, or is not recorded yet.
+
+A worker records a failure when it takes it off the resolve queue; until
+then the store does not know it, and ``theow-client`` may already have
+printed its id (``its verdict later: theow failures show ID``).
+"""
 
 from __future__ import annotations
 
@@ -40,3 +45,30 @@ def _ago(seconds: float) -> str:
         if seconds >= 2 * size:
             return f"{seconds / size:.0f} {unit} ago"
     return f"{max(seconds, 0):.0f} s ago"
+
+
+def not_recorded(settings: Settings, given: str) -> str:
+    """Why no failure ``given`` is stored: still queued, with or without a worker to take it."""
+    import redis
+
+    from theow_client import names
+    from theow_workers.heartbeat import consumers
+
+    unknown = f"no failure {given!r} (see `theow failures list`)"
+    client = redis.Redis.from_url(settings.redis_url, socket_timeout=2)
+    try:
+        waiting = int(client.llen(names.QUEUE_RESOLVE))
+        workers = consumers(client, names.QUEUE_RESOLVE)
+    except redis.RedisError:
+        return unknown
+    finally:
+        client.close()
+    if not waiting:
+        return unknown
+    queued = f"no failure {given!r} recorded yet; {waiting} failure(s) wait in the resolve queue"
+    if not workers:
+        return (
+            f"{queued} and no resolver worker is running to take them "
+            "(`theow up`, or `theow worker` on your fleet; `theow doctor` checks)"
+        )
+    return f"{queued} for {', '.join(workers)}: a worker records a failure as it takes it"

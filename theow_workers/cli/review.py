@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import tempfile
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -65,14 +66,19 @@ def _window(since: str | None) -> timedelta | None:
         raise _fail(str(exc), 2) from None
 
 
-def _full_id(store: ExploreStore, given: str, what: str) -> str:
-    """The id ``given`` names, a unique prefix accepted; unknown or ambiguous exits 1."""
+def _full_id(
+    store: ExploreStore, given: str, what: str, unknown: Callable[[], str] | None = None
+) -> str:
+    """The id ``given`` names, a unique prefix accepted; unknown (``unknown()`` says why)
+    or ambiguous exits 1."""
     from theow_workers.store import AmbiguousId
 
     try:
         full: str | None = store.full_id(what, given)
     except AmbiguousId as exc:
         raise _fail(str(exc)) from None
+    if full is None and unknown is not None:
+        raise _fail(unknown())
     if full is None:
         listing = "theow review list --status all" if what == "proposal" else "theow failures list"
         raise _fail(f"no {what} {given!r} (see `{listing}`)")
@@ -434,10 +440,12 @@ def _wrapper(row: JsonObject) -> str:
 @failures_app.command("show")
 def failures_show(failure_id: str, as_json: JsonFlag = False) -> None:
     """One failure: its facts, every attempt, its verdict and explorations."""
+    from theow_workers.cli.pending import not_recorded
     from theow_workers.views.failures import failure_detail
 
     settings, store = _context()
-    failure_id = _full_id(store, failure_id, "failure")
+    # Not recorded (yet): whether it waits in the queue, and for whom.
+    failure_id = _full_id(store, failure_id, "failure", lambda: not_recorded(settings, failure_id))
     info = failure_detail(_reads(store), failure_id)
     if info is None:
         raise _fail(f"no failure {failure_id!r} (see `theow failures list`)")

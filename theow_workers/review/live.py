@@ -96,5 +96,5 @@ def _behind(settings: Settings, client: Redis, rollout: Rollout, timeout: float)
     return (
         f"workers have not loaded it yet ({serving} after {timeout:g} s). A worker reads "
         f"{layers} every {settings.rules_poll_seconds:g} s and then compiles the rules; one on "
-        "another machine needs the file in its own rules directory. `theow doctor` checks them"
+        "another machine needs the file in its own rules directory (`theow doctor`: rules.served)"
     )

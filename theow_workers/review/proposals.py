@@ -362,6 +362,8 @@ def sync_after_approval(
         return False, (
             f"index not synced now ({type(exc).__name__}); workers will sync on their next poll"
         )
+    if not report.added and not report.updated:  # a worker noticed the file first
+        return True, "index up to date (the workers synced it already)"
     return True, f"index synced ({report.added} added, {report.updated} updated)"
 
 
