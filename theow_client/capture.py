@@ -1,18 +1,24 @@
 """Run a build command, show its output live, and keep a bounded copy for Theow.
 
-The output streams through to the terminal unchanged while the client keeps
-the first ``head`` and the last ``tail`` bytes of each stream and of the two
-interleaved in the order they were written, line by line, as the terminal
-showed them (the ``log`` fact; how far that order can be known from outside
-the command: ``theow_client.streams``): a command printing gigabytes costs a
-few megabytes of memory. ``bound_facts`` then cuts that to the facts limit,
-keeping windows around the error lines in the middle.
+By default the command gets one pipe for both stdout and stderr, as a CI
+runner gives its steps (GitHub Actions, GitLab's runner): the kernel appends
+each write in the order the command made it, so the ``log`` fact is the output
+in the command's own order, line N the line it wrote Nth, and the client
+passes it through on its own stdout. ``separate=True`` keeps two pipes, for a
+caller that needs the command's stderr on stderr; their order is then read
+from outside (``theow_client.streams``) and can only be guessed where the two
+are written within microseconds.
+
+The client keeps the first ``head`` and the last ``tail`` bytes of what it
+read: a command printing gigabytes costs a few megabytes of memory.
+``bound_facts`` then cuts that to the facts limit, keeping windows around the
+error lines in the middle.
 
 >>> result = capture(["sh", "-c", "echo out; echo err >&2; exit 3"])  # doctest: +SKIP
 out
 err
->>> result.exit_code, result.stdout, result.stderr                     # doctest: +SKIP
-(3, 'out\\n', 'err\\n')
+>>> result.exit_code, result.log, result.stderr                        # doctest: +SKIP
+(3, 'out\\nerr\\n', '')
 """
 
 from __future__ import annotations
@@ -122,14 +128,19 @@ def make_undumpable() -> None:
 
 @dataclass(frozen=True)
 class Captured:
+    """What the command printed. With one pipe (``separate`` off), ``stdout`` is
+    both streams as written and ``stderr`` only the client's own message when
+    the command could not start: which stream a line came from is not known."""
+
     exit_code: int
     stdout: str
     stderr: str
     duration: float
     stdout_bytes: int = 0
     stderr_bytes: int = 0
-    log: str = ""  # stdout and stderr interleaved, whole lines in the order they were written
+    log: str = ""  # stdout and stderr in the order they were written, as whole lines
     interrupted: int = 0  # the signal (SIGINT, SIGTERM) the client was sent while it ran, if any
+    separate: bool = False  # read from two pipes: ``stderr`` is the command's stderr alone
 
 
 class _TextSink:
@@ -159,19 +170,22 @@ def capture(
     stdout_sink: BinaryIO | None = None,
     stderr_sink: BinaryIO | None = None,
     passthrough: bool = True,
+    separate: bool = False,
 ) -> Captured:
     """Run ``command`` to completion; return its exit code and bounded output.
 
-    Output goes to ``stdout_sink``/``stderr_sink`` (default: this process's
-    stdout/stderr) as it arrives. The exit code follows shell conventions: 127
-    when the program does not exist, 126 when it cannot be executed, and
-    128+N when it was killed by signal N.
+    Output goes to ``stdout_sink`` (default: this process's stdout) as it
+    arrives; with ``separate``, the command's stderr goes to ``stderr_sink``
+    (default: this process's stderr). The client's own message when the
+    command cannot start goes to ``stderr_sink`` either way. The exit code
+    follows shell conventions: 127 when the program does not exist, 126 when
+    it cannot be executed, and 128+N when it was killed by signal N.
     """
     out_sink = stdout_sink or (_terminal(sys.stdout) if passthrough else None)
     err_sink = stderr_sink or (_terminal(sys.stderr) if passthrough else None)
     make_undumpable()
     with _passed_on() as signals:
-        return _run(command, head, tail, cwd, out_sink, err_sink, signals)
+        return _run(command, head, tail, cwd, out_sink, err_sink, signals, separate)
 
 
 def _run(
@@ -182,6 +196,7 @@ def _run(
     out_sink: BinaryIO | None,
     err_sink: BinaryIO | None,
     signals: _Signals,
+    separate: bool,
 ) -> Captured:
     started = time.monotonic()
     try:
@@ -189,7 +204,8 @@ def _run(
             list(command),
             cwd=cwd,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            # One pipe for both, as CI runners do: the kernel keeps the order of the writes.
+            stderr=subprocess.PIPE if separate else subprocess.STDOUT,
             env=build_environment(os.environ),
         )
     except OSError as exc:
@@ -198,19 +214,24 @@ def _run(
         if err_sink is not None:
             err_sink.write(message.encode())
             err_sink.flush()
-        return Captured(code, "", message, time.monotonic() - started, 0, len(message), log=message)
+        return Captured(
+            code, "", message, time.monotonic() - started, 0, len(message), message, 0, separate
+        )
 
     signals.now_for(process)
-    assert process.stdout is not None and process.stderr is not None
-    outputs = (HeadTail(head, tail), HeadTail(head, tail))
+    assert process.stdout is not None
     both = HeadTail(head, tail)
-    reader = Interleaved(
-        [
+    if separate:
+        assert process.stderr is not None
+        outputs = (HeadTail(head, tail), HeadTail(head, tail))
+        streams = [
             Stream(process.stdout, out_sink, outputs[0]),
             Stream(process.stderr, err_sink, outputs[1]),
-        ],
-        both,
-    )
+        ]
+    else:  # the one pipe is the log, as written
+        outputs = (both, HeadTail(0, 0))
+        streams = [Stream(process.stdout, out_sink, both)]
+    reader = Interleaved(streams, both if separate else _Nowhere())
     reader.start()
     returncode = process.wait()
     reader.finish(timeout=DRAIN_AFTER_EXIT)
@@ -224,7 +245,15 @@ def _run(
         stderr_bytes=outputs[1].total,
         log=both.text(),
         interrupted=signals.received[0] if signals.received else 0,
+        separate=separate,
     )
+
+
+class _Nowhere:
+    """A log that keeps nothing: with one pipe, the stream's own copy is the log."""
+
+    def write(self, chunk: bytes) -> None:
+        pass
 
 
 PASSED_ON = (signal.SIGINT, signal.SIGTERM)

@@ -189,12 +189,13 @@ def run_facts(args: argparse.Namespace, result: Captured) -> JsonObject:
     facts: JsonObject = {
         "command": shell_join(args.command),
         "exit_code": result.exit_code,
-        # The log as the terminal showed it, which the rules read; stderr alone
-        # for rules written to the library spec.
+        # The output as the command wrote it, which the rules read (a rule written to the
+        # library spec's `stderr` reads it too); stderr alone only when it had a pipe of its own.
         "log": result.log,
-        "stderr": result.stderr,
         "cwd": os.getcwd(),
     }
+    if result.separate:
+        facts["stderr"] = result.stderr
     facts.update(parse_fact(text) for text in args.fact)
     job = job_of(facts, os.environ)
     if job is not None:
@@ -328,7 +329,7 @@ def cmd_run(args: argparse.Namespace, client: TheowClient) -> int:
     args.wait_seconds = wait_seconds(args)
     args.where = where_it_runs(args)
     args.started = time.time()  # reports older than this are an earlier build's
-    result = capture(args.command)
+    result = capture(args.command, separate=args.separate_stderr)
     args.finished = time.time()
     if result.interrupted:  # stopped by Ctrl-C or SIGTERM: report the failure, wait for nothing
         args.wait_seconds, args.retries = 0.0, 0
@@ -347,7 +348,7 @@ def cmd_run(args: argparse.Namespace, client: TheowClient) -> int:
         warn(f"re-running {shell_join(args.command)} in {delay:g} s ({reruns}/{args.retries})")
         time.sleep(delay)
         args.started = time.time()
-        result = capture(args.command)
+        result = capture(args.command, separate=args.separate_stderr)
         args.finished = time.time()
         rerun.report(passed=result.exit_code == 0)  # only now is it known whether the fix worked
     if result.exit_code == 0 and not args.no_passing:
@@ -473,6 +474,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--no-passing", action="store_true", help="do not report a passing run for its job's normal"
+    )
+    run.add_argument(
+        "--separate-stderr",
+        action="store_true",
+        help="keep the command's stderr on stderr (two pipes: the log's order between them is "
+        "then best effort; default: one pipe for both, on stdout, in the order written)",
     )
     run.add_argument(
         "--junit",

@@ -148,6 +148,11 @@ Redis keys (all under ``theow:``):
     ``CONSUMER_BEAT`` seconds, deleted when the worker stops consuming it
     (cancelled, shut down); read by ``theow doctor`` and ``theow replay``
     instead of Celery's remote control, which agents cannot reach.
+``theow:served:<host>:<pid>``
+    JSON {host, pid, parent, version}, expires ``CONSUMER_TTL`` seconds after
+    it was last written: the rules version that worker process resolves with,
+    written when it changes and every ``CONSUMER_BEAT`` seconds; read by
+    ``theow review approve`` to say when a rule it wrote is live.
 """
 
 from __future__ import annotations
@@ -325,6 +330,11 @@ CONSUMER_TTL = 15
 def key_consumer(queue: str, worker: str) -> str:
     """``worker``'s heartbeat on ``queue``; ``worker`` ``*`` is the pattern of them all."""
     return f"{KEY_PREFIX}consumer:{queue}:{worker}"
+
+
+def key_served(host: str, pid: int | str) -> str:
+    """The rules version process ``pid`` on ``host`` serves; ``*`` in either for a pattern."""
+    return f"{KEY_PREFIX}served:{host}:{pid}"
 
 
 # Webhook intake (theow_workers.web.hooks, theow_workers.integrations).

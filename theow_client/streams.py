@@ -1,8 +1,10 @@
-"""A command's stdout and stderr, read by one loop so that the ``log`` keeps their order.
+"""A command's stdout and stderr from two pipes, read by one loop that keeps their order
+as far as it can be known from outside.
 
-Two pipes carry the streams (so that ``stderr`` stays a fact of its own, and
-the command sees what it sees in CI: pipes, not a terminal), and the kernel
-keeps no order between two pipes. What the client can do about that, it does:
+``theow-client run`` gives a command one pipe for both streams (the kernel
+keeps the order of its writes: ``theow_client.capture``). This loop is for
+``--separate-stderr``, where the command's stderr stays on stderr, and the
+kernel keeps no order between two pipes. What the client can do about that, it does:
 
 - One loop reads both pipes and passes each chunk to the terminal and to the
   log in the same step: no reader thread that the scheduler wakes late, and
@@ -16,11 +18,12 @@ keeps no order between two pipes. What the client can do about that, it does:
 
 What cannot be fixed from outside the command: lines written to both streams
 within one read of the client (microseconds apart; more on a busy machine),
-switching stream more than once, may land out of order; and a command whose
-stdout is block-buffered (C stdio, Python, when writing to a pipe) writes its
-stdout late, when a buffer fills or it exits, so its stdout lines come after
-stderr lines it printed later. Unbuffered output (``python -u``,
-``PYTHONUNBUFFERED=1``, ``stdbuf -oL CMD``) puts them where they belong.
+switching stream more than once, may land out of order. With one pipe or
+two, a command whose stdout is block-buffered (C stdio, Python, when writing
+to a pipe) writes its stdout late, when a buffer fills or it exits, so its
+stdout lines come after stderr lines it printed later. Unbuffered output
+(``python -u``, ``PYTHONUNBUFFERED=1``, ``stdbuf -oL CMD``) puts them where
+they belong.
 
 How often lines land out of place, either way: ``benchmarks/log_order.py``.
 """

@@ -39,6 +39,7 @@ from theow_workers.core.resolve.library import Library
 from theow_workers.core.resolve.plan import Similarity
 from theow_workers.core.resolve.service import ResolveService, ResolveSettings, Submission
 from theow_workers.core.rules.schema import RuleError
+from theow_workers.heartbeat import ServedReport
 from theow_workers.served import RulesWatch, ServedRules
 
 if TYPE_CHECKING:
@@ -157,6 +158,7 @@ class Runtime:
         self._normals: RedisNormals | None = None
         self._knowledge: Library | None = None  # the latest loaded
         self._served: ServedRules[Library] = ServedRules()
+        self._served_report = ServedReport()  # which version this process serves, for `approve`
         self._watch: RulesWatch | None = None
         self._reload_lock = threading.Lock()
         self._reloading = False  # a changed rules directory is being loaded
@@ -256,11 +258,18 @@ class Runtime:
             return self._served.serve(self._knowledge, wait=False)
         latest = self._served.serve(self._latest())
         poll = self.settings.rules_poll_seconds
-        if self.role == "worker" and poll > 0 and (watch is None or not watch.alive):
-            with self._lock:
-                if self._watch is None or not self._watch.alive:
-                    self._watch = RulesWatch(lambda: self._served.serve(self._latest()), poll)
+        if self.role == "worker":
+            self._served_report.now(self.redis, latest.book.version)
+            if poll > 0 and (watch is None or not watch.alive):
+                with self._lock:
+                    if self._watch is None or not self._watch.alive:
+                        self._watch = RulesWatch(self._watched, poll)
         return latest
+
+    def _watched(self) -> None:
+        """The rules watch's tick: a new version loaded and built, and which one serves said."""
+        served = self._served.serve(self._latest())
+        self._served_report.now(self.redis, served.book.version)
 
     def rules_loading(self) -> bool:
         """Whether a changed rules version is being loaded or built (the previous one answers)."""

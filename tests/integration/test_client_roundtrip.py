@@ -175,12 +175,11 @@ def test_run_reruns_a_command_that_theow_fixed(
 
     assert code == 0
     out, err = capfd.readouterr()
-    assert out == "built\n"
-    assert "error: marker missing" in err
+    assert out == "error: marker missing\nbuilt\n"  # both runs' output, both streams
     assert "re-running" in err
     (payload,) = resolver.payloads("run-fix")
     assert json.loads(payload["facts_json"])["exit_code"] == 3
-    assert json.loads(payload["facts_json"])["stderr"] == "error: marker missing\n"
+    assert json.loads(payload["facts_json"])["log"] == "error: marker missing\n"
     assert json.loads(payload["facts_json"])["cwd"] == str(tmp_path)
 
 

@@ -1,5 +1,6 @@
 """`theow-client run` sends what the command printed on stdout too: a `go test`
-failure, which Go prints on stdout, is matched end to end by a real worker."""
+failure, which Go prints on stdout, is matched end to end by a real worker.
+(Line order across many runs and under load: ``test_client_line_order.py``.)"""
 
 from __future__ import annotations
 
@@ -45,15 +46,17 @@ def test_a_go_test_failure_printed_on_stdout_is_matched_with_its_evidence(fleet,
     with fleet.store().session() as s:
         (failure,) = s.execute(select(FailureRow)).scalars()
         stored = s.get(VerdictRow, failure.id)
-    # stdout and stderr interleaved in one `log`, stderr alone for library-spec rules.
+    # stdout and stderr in one `log`, as written (one pipe: no `stderr` of its own).
     assert failure.facts["log"].splitlines()[2] == "--- FAIL: TestParseDuration (0.00s)"
-    assert failure.facts["stderr"] == "go: downloading example.com/other v1.2.0\n"
+    assert failure.facts["log"].splitlines()[-1] == "go: downloading example.com/other v1.2.0"
+    assert "stderr" not in failure.facts
     assert stored.evidence["line"] == 3
 
 
-# A `go test` that downloads modules (stderr) while its tests run (stdout):
-# each pair written back to back, then it waits until the client has read
-# both pipes, the most a client outside the command can know of their order.
+# A `go test` that downloads modules (stderr) while its tests run (stdout), with
+# stderr on a pipe of its own: each pair written back to back, then it waits until
+# the client has read both pipes, the most a client outside the command can know
+# of their order.
 INTERLEAVED = r"""
 import array, fcntl, os, termios, time
 
@@ -77,11 +80,12 @@ raise SystemExit(1)
 """
 
 
-def test_the_evidence_line_counts_in_the_order_the_build_wrote_both_streams(fleet, capsys):
+def test_with_separate_stderr_the_evidence_line_counts_in_the_order_the_client_saw(fleet, capsys):
     shutil.copy(ROOT / "rules" / "go_test_failures.rule.yaml", fleet.settings.rules_dir)
     fleet.start_worker()
 
-    command = ["run", "--wait", "--wait-timeout", "60", "--json", "--", sys.executable, "-c"]
+    command = ["run", "--separate-stderr", "--wait", "--wait-timeout", "60", "--json", "--"]
+    command += [sys.executable, "-c"]
     code = main([*command, INTERLEAVED])
 
     assert code == 1

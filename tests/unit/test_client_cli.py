@@ -109,18 +109,34 @@ def test_submit_wait_when_spooled_prints_the_spooled_verdict(
 def test_run_passes_the_commands_exit_code_and_output_through_when_theow_is_down(
     offline_env: Path,
 ) -> None:
-    script = "import sys; print('compiling'); print('ld: error', file=sys.stderr); sys.exit(7)"
+    script = (
+        "import sys; print('compiling', flush=True); print('ld: error', file=sys.stderr);"
+        "sys.exit(7)"
+    )
     code, out, err = run_cli("run", "--retries", "2", "--", sys.executable, "-c", script)
     assert code == 7
-    assert out == "compiling\n"
-    assert err.startswith("ld: error\n")
-    assert "theow: broker unreachable" in err
+    assert out == "compiling\nld: error\n"  # both streams, on one pipe, in the order written
+    assert err.startswith("theow: broker unreachable")  # the client's own lines only
     (spooled,) = offline_env.glob("*.json")
     facts = json.loads(json.loads(spooled.read_text())["facts_json"])
     assert facts["exit_code"] == 7
-    assert facts["stderr"] == "ld: error\n"
+    assert facts["log"] == "compiling\nld: error\n"
+    assert "stderr" not in facts  # not known apart: rules on `stderr` read the log
     assert facts["cwd"] == str(ROOT)
     assert facts["command"].endswith("sys.exit(7)'")
+
+
+def test_run_separate_stderr_keeps_the_commands_stderr_on_stderr_and_sends_it_alone(
+    offline_env: Path,
+) -> None:
+    script = "import sys; print('compiling'); print('ld: error', file=sys.stderr); sys.exit(7)"
+    code, out, err = run_cli("run", "--separate-stderr", "--", sys.executable, "-c", script)
+    assert (code, out) == (7, "compiling\n")
+    assert err.startswith("ld: error\n")
+    (spooled,) = offline_env.glob("*.json")
+    facts = json.loads(json.loads(spooled.read_text())["facts_json"])
+    assert facts["stderr"] == "ld: error\n"
+    assert sorted(facts["log"].splitlines()) == ["compiling", "ld: error"]
 
 
 def test_run_of_a_passing_command_reports_nothing(offline_env: Path) -> None:

@@ -16,7 +16,9 @@ from theow_client.messages import SubmitRequest
 from theow_client.verdict import Status, Verdict, Where
 from theow_workers.adapters.memory import InMemoryStore
 from theow_workers.core.resolve.library import Library
+from theow_workers.core.resolve.plan import RuleBook
 from theow_workers.core.resolve.service import ResolveService, ResolveSettings
+from theow_workers.core.rules.schema import Rule
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures"
 BIG = 400_000
@@ -171,3 +173,24 @@ def test_a_whole_log_sent_by_an_older_client_is_cut_here_and_still_counts_in_the
     payload = {"failure_id": "f-whole", "facts": {"log": big_log()}}
     verdict = service.resolve(SubmitRequest.from_wire(payload), "f-whole")
     assert (verdict.where[0].line, verdict.where[0].text) == (ERROR_AT, "KeyError: 'DATABASE_URL'")
+
+
+def test_a_rule_on_stderr_reads_a_log_sent_alone_and_points_at_the_logs_line(knowledge):
+    """`theow-client run` sends one log (both streams on one pipe): a rule written to the
+    library spec's `stderr` still matches, and its line counts in the build's log."""
+    spec = Rule.model_validate(
+        {"name": "db_url_missing", "mode": "track",
+         "when": [{"fact": "stderr", "regex": r"KeyError: 'DATABASE_URL'"}]}
+    )  # fmt: skip
+    book = RuleBook(rules=(spec,), version="spec")
+    service = ResolveService(
+        InMemoryStore(),
+        rulebook=lambda: book,
+        actions=lambda: knowledge.actions,
+        settings=ResolveSettings(action_timeout=1.0),
+    )
+    payload = build_payload({"log": big_log()}, failure_id="f-spec")
+    verdict = service.resolve(SubmitRequest.from_wire(payload), "f-spec")
+    assert (verdict.status, verdict.rule) == (Status.TRACKED, "db_url_missing")
+    assert verdict.evidence is not None
+    assert (verdict.evidence["fact"], verdict.evidence["line"]) == ("log", ERROR_AT)

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import tempfile
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -19,9 +20,10 @@ from theow_client.jsontypes import Json, JsonObject
 from theow_client.terminal import printable
 from theow_client.verdict import Verdict, Where
 from theow_client.verdict_text import explained, fix_lines, look_at
-from theow_workers.cli.output import err, load_settings, out, print_json
+from theow_workers.cli.output import err, load_settings, out, print_json, waiting
 from theow_workers.cli.output import fail as _fail
 from theow_workers.core.logs.text import strip_ansi
+from theow_workers.review.live import LIVE_WAIT
 
 if TYPE_CHECKING:
     from theow_workers.config import Settings
@@ -64,14 +66,19 @@ def _window(since: str | None) -> timedelta | None:
         raise _fail(str(exc), 2) from None
 
 
-def _full_id(store: ExploreStore, given: str, what: str) -> str:
-    """The id ``given`` names, a unique prefix accepted; unknown or ambiguous exits 1."""
+def _full_id(
+    store: ExploreStore, given: str, what: str, unknown: Callable[[], str] | None = None
+) -> str:
+    """The id ``given`` names, a unique prefix accepted; unknown (``unknown()`` says why)
+    or ambiguous exits 1."""
     from theow_workers.store import AmbiguousId
 
     try:
         full: str | None = store.full_id(what, given)
     except AmbiguousId as exc:
         raise _fail(str(exc)) from None
+    if full is None and unknown is not None:
+        raise _fail(unknown())
     if full is None:
         listing = "theow review list --status all" if what == "proposal" else "theow failures list"
         raise _fail(f"no {what} {given!r} (see `{listing}`)")
@@ -202,15 +209,25 @@ def review_approve(
             help="Allow replacing a shipped action: editing its file, or its name in any layer.",
         ),
     ] = False,
+    wait: Annotated[
+        float,
+        typer.Option(
+            "--wait",
+            metavar="S",
+            help="Seconds to wait for the running workers to load the rules (0: do not wait).",
+        ),
+    ] = LIVE_WAIT,
 ) -> None:
     """Write the rules and apply the action diffs to the working tree (not committed).
 
     Several ids (a replay's proposals) are approved in order, the index synced once.
+    Then it waits (--wait) until the running workers resolve with the new rules and
+    says whether they do.
     """
     from theow_workers.review.proposals import ReviewError, approve
 
     settings, store = _context()
-    wrote = False
+    wrote: list[str] = []
     for given in proposal_ids:
         proposal_id = _full_id(store, given, "proposal")
         rule_yaml = None
@@ -230,17 +247,17 @@ def review_approve(
             )
         except ReviewError as exc:
             if wrote:
-                _sync(settings)
+                _sync(settings, wrote, wait)
             raise _fail(str(exc)) from None
         if result.already:
             out.print(f"proposal {proposal_id} was already approved by {result.by}; nothing to do")
             continue
         for path in result.written:
             out.print(f"wrote {path}")
-        wrote = True
+        wrote.append(result.rule_name)
         out.print(f"approved {result.rule_name}; commit the files when you are happy with them")
     if wrote:
-        _sync(settings)
+        _sync(settings, wrote, wait)
 
 
 @review_app.command("reject")
@@ -273,15 +290,28 @@ def _edit(text: str) -> str:
         os.unlink(handle.name)
 
 
-def _sync(settings: Settings) -> None:
-    """Sync the index now; when Milvus or Redis is down, workers sync on their next poll."""
+def _sync(settings: Settings, rules: list[str], wait: float) -> None:
+    """Sync the index now (when Milvus or Redis is down, workers sync on their next poll),
+    then say whether the running workers resolve with ``rules`` (``review.live``)."""
+    from theow_workers.core.resolve.library import Library
+    from theow_workers.review.live import wait_live
     from theow_workers.review.proposals import sync_after_approval
 
-    synced, message = sync_after_approval(settings)
+    library = Library.configured(settings)
+    synced, message = sync_after_approval(settings, library=library)
     if synced:
         out.print(message)
     else:
         err.print(f"[yellow]{message}[/yellow]")
+    if wait <= 0:
+        return
+    with waiting(f"waiting for the workers to load {', '.join(rules)}", after=0.5):
+        live = wait_live(settings, rules, library.book.version, timeout=wait)
+    # One line, however narrow the terminal: it wraps it, rich does not cut it.
+    if live.live:
+        out.print(live.line, highlight=False, markup=False, soft_wrap=True)
+    else:
+        err.print(live.line, style="yellow", highlight=False, markup=False, soft_wrap=True)
 
 
 def meow_command(
@@ -410,17 +440,23 @@ def _wrapper(row: JsonObject) -> str:
 @failures_app.command("show")
 def failures_show(failure_id: str, as_json: JsonFlag = False) -> None:
     """One failure: its facts, every attempt, its verdict and explorations."""
+    from theow_workers.cli.pending import not_recorded
     from theow_workers.views.failures import failure_detail
 
-    _, store = _context()
-    failure_id = _full_id(store, failure_id, "failure")
+    settings, store = _context()
+    # Not recorded (yet): whether it waits in the queue, and for whom.
+    failure_id = _full_id(store, failure_id, "failure", lambda: not_recorded(settings, failure_id))
     info = failure_detail(_reads(store), failure_id)
     if info is None:
         raise _fail(f"no failure {failure_id!r} (see `theow failures list`)")
+    if info["verdict"] is None:
+        from theow_workers.cli.pending import pending
+
+        info["pending"] = pending(settings, info)
     if as_json:
         print_json(info)
         return
-    verdict = info["verdict"] or {}
+    verdict = info["verdict"] or {"status": info["pending"]}
     out.print(
         f"[bold]failure {failure_id}[/bold] from {info['source']} at {info['received_at'][:19]}"
     )
@@ -429,7 +465,7 @@ def failures_show(failure_id: str, as_json: JsonFlag = False) -> None:
     named = verdict.get("rule") or (
         f"(wrapper: {verdict['wrapper']})" if verdict.get("wrapper") else ""
     )
-    shown = f"verdict: {verdict.get('status', '-')} {named} {verdict.get('reason', '')}"
+    shown = f"verdict: {verdict.get('status', '-')} {named} {verdict.get('reason', '')}".rstrip()
     out.print(printable(shown), highlight=False, markup=False)
     for line in origin_lines(info["origin"]):
         out.print(printable(line), highlight=False, markup=False)

@@ -431,6 +431,40 @@ def check_rules(ctx: Context) -> list[Finding]:
             OK,
             f"{len(knowledge.rules.rules)} rules, {len(knowledge.actions)} actions in "
             f"{where} (version {knowledge.book.version[:12]})",
+        ),
+        *_served(ctx, knowledge.book.version),
+    ]
+
+
+def _served(ctx: Context, version: str) -> list[Finding]:
+    """Whether the running resolver workers serve the rules version on disk here."""
+    import redis
+
+    from theow_workers.heartbeat import live_on
+
+    if not ctx.found.get("redis"):
+        return []
+    client = redis.Redis.from_url(
+        ctx.settings.redis_url, socket_connect_timeout=TIMEOUT, socket_timeout=TIMEOUT
+    )
+    try:
+        rollout = live_on(client, version)
+    except redis.RedisError as exc:
+        return [Finding("rules.served", WARN, f"cannot read what the workers serve: {exc}")]
+    finally:
+        client.close()
+    if not rollout.workers:
+        return []  # the consumers check says so
+    if rollout.live:
+        return [Finding("rules.served", OK, f"served by {', '.join(rollout.workers)}")]
+    behind = [w for w in rollout.workers if w not in rollout.serving]
+    return [
+        Finding(
+            "rules.served",
+            WARN,
+            f"{', '.join(behind)} serve(s) another rules version than these files",
+            f"a worker reads its rules directories every {ctx.settings.rules_poll_seconds:g} s; "
+            "one on another machine needs the same files in its own (deploy them there)",
         )
     ]
 

@@ -12,7 +12,8 @@ consumers          every queue has a worker whose heartbeat is alive (resolve,
 milvus             reachable; the index collection exists
 sql                reachable; Alembic at the head revision of this code
 model              the MiniLM files are installed (``--deep``: load it and embed)
-rules              rules and actions load without errors (``Library.load``)
+rules              rules and actions load without errors (``Library.load``); every
+                   resolver worker serves this version of them (``rules.served``)
 index              Milvus holds exactly the content hashes of the current rules
 llm                with ``THEOW_EXPLORE=1``, an API key is set
 =================  ==============================================================

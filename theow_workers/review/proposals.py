@@ -337,20 +337,23 @@ def reject(store: ExploreStore, proposal_id: str, reason: str, by: str | None = 
     return proposal
 
 
-def sync_after_approval(settings: Settings, runtime: Runtime | None = None) -> tuple[bool, str]:
+def sync_after_approval(
+    settings: Settings, runtime: Runtime | None = None, library: Library | None = None
+) -> tuple[bool, str]:
     """Sync the index now: (synced, one line saying what happened).
 
     When Milvus or Redis is down the files are written all the same and the
     workers sync on their next poll; the CLI and the web console say so. A
     long-lived caller (the web console) passes its own ``runtime``, so the
-    model and the clients are built once, not per approval.
+    model and the clients are built once, not per approval; ``library``, the
+    rules as written, when the caller loaded them already.
     """
     from theow_workers.runtime import build, sync_index
 
     try:
         runtime = runtime or build(settings, "cli")
         report = sync_index(
-            Library.configured(settings),
+            library or Library.configured(settings),
             runtime.index,
             runtime.embedder,
             runtime.redis,
@@ -359,6 +362,8 @@ def sync_after_approval(settings: Settings, runtime: Runtime | None = None) -> t
         return False, (
             f"index not synced now ({type(exc).__name__}); workers will sync on their next poll"
         )
+    if not report.added and not report.updated:  # a worker noticed the file first
+        return True, "index up to date (the workers synced it already)"
     return True, f"index synced ({report.added} added, {report.updated} updated)"
 
 

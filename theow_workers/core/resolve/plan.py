@@ -328,6 +328,9 @@ def matching_facts(facts: JsonObject) -> JsonObject:
     message inside an error annotation; rules are written for the tool's own
     text, so both are removed (line numbers stay those of the log). A ``tests``
     fact (a test report's object) is its text, one line per test (``core.testcases``).
+    A log sent without a ``stderr`` (``theow-client run`` gives a command one
+    pipe for both streams) is also the ``stderr`` that rules written to the
+    library spec read (:data:`MERGED_INTO_LOG`).
     """
     facts = with_tests_text(facts)
     log = facts.get("log")
@@ -341,4 +344,10 @@ def matching_facts(facts: JsonObject) -> JsonObject:
         log = without_stamps(log)
     if isinstance(log, str):
         log = unwrap_annotations(log)
+    if isinstance(log, str) and isinstance(facts.get("log"), str) and MERGED_INTO_LOG not in facts:
+        return {**facts, "log": log, MERGED_INTO_LOG: log}
     return facts if log is facts.get("log") else {**facts, "log": log}
+
+
+# The stream a log sent alone holds too: its lines are the log's (``pointing.in_sent_log``).
+MERGED_INTO_LOG = "stderr"

@@ -21,7 +21,7 @@ from theow_client.jsontypes import Json, JsonObject
 from theow_client.lines import LineMap, original_line
 from theow_client.verdict import Verdict, Where
 from theow_workers.core.logs.summary import where_lines
-from theow_workers.core.resolve.plan import matching_facts
+from theow_workers.core.resolve.plan import MERGED_INTO_LOG, matching_facts
 from theow_workers.core.rules.evidence import MAX_LINE_CHARS, Evidence
 from theow_workers.core.testcases import failed_tests, where_tests_first
 
@@ -62,6 +62,8 @@ def in_sent_log(
     facts: Mapping[str, Json], lines: Mapping[str, LineMap], fact: str, line: int
 ) -> tuple[str, int]:
     """The fact a person sent and the line in its original of line ``line`` of ``fact`` as matched."""
+    if fact == MERGED_INTO_LOG and facts.get(fact) is None:  # a rule on stderr read the log
+        fact = "log"
     if fact == "log" and facts.get("log") is None:
         streams = [s for s in STREAMS if isinstance(facts.get(s), str) and facts[s]]
         if len(streams) == 1:
