@@ -367,6 +367,20 @@ def run_id_of(provider: str, ci_id: str, job: str, attempt: int, repo: str) -> s
     return hashlib.sha256(basis.encode()).hexdigest()[:32]
 
 
+def rerun_of(where: CiRun) -> CiRun:
+    """The run of the client's own re-run of ``where`` (``run --retries``): a run of its own,
+    the next attempt under its own id, so a re-run that passes is a passed run beside the
+    failed one (a failure whose commit passed on a retry: flaky), not a report of it.
+
+    >>> again = rerun_of(CiRun(id="d17f437c", repo="o/r", branch="main", sha="ab" * 20))
+    >>> again.attempt, again.id
+    (2, '94bce05da01107dad9cd0c99f7ab1797')
+    """
+    basis = json.dumps(["rerun", where.id])
+    fresh = hashlib.sha256(basis.encode()).hexdigest()[:32]
+    return replace(where, id=fresh, attempt=min(where.attempt + 1, MAX_ATTEMPT))
+
+
 EARLIEST = 946684800.0  # 2000-01-01: a time before it is no run's
 MAX_AHEAD = 86400.0  # a clock a day fast is still believed; further is not a time
 

@@ -39,7 +39,7 @@ from pathlib import Path
 from theow_client import config
 from theow_client.capture import Captured, HeadTail, capture, shell_join
 from theow_client.ci_output import show_verdict
-from theow_client.ci_run import CiRun, RunValueError, ci_run
+from theow_client.ci_run import CiRun, RunValueError, ci_run, rerun_of
 from theow_client.client import (
     DEFAULT_WAIT_TIMEOUT,
     TheowClient,
@@ -347,6 +347,8 @@ def cmd_run(args: argparse.Namespace, client: TheowClient) -> int:
         delay = retry_delay(args.retry_delay, reruns)
         warn(f"re-running {shell_join(args.command)} in {delay:g} s ({reruns}/{args.retries})")
         time.sleep(delay)
+        if args.where is not None:  # each attempt is a run of its own in the ledger
+            args.where = rerun_of(args.where)
         args.started = time.time()
         result = capture(args.command, separate=args.separate_stderr)
         args.finished = time.time()

@@ -16,13 +16,13 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.conftest import wait_until
-from tests.integration.conftest import Fleet, fleet_environment, running_fleet
+from tests.integration.conftest import FIXTURES, Fleet, fleet_environment, running_fleet
 from theow_client.cli import main
 
 pytestmark = pytest.mark.integration
 
 MAIN_A, MAIN_B, HEAD = "a1" * 20, "b2" * 20, "c3" * 20
-REPOS = ("acme/shop", "acme/feed")
+REPOS = ("acme/shop", "acme/feed", "acme/api")
 CI = ("GITLAB_CI", "BUILDKITE", "JENKINS_URL", "GITHUB_HEAD_REF", "GITHUB_STEP_SUMMARY",
       "THEOW_CI_OUTPUT", "THEOW_CONSOLE_URL", *(f"THEOW_RUN_{n}" for n in
       ("REPO", "BRANCH", "SHA", "PR", "BASE_SHA", "ATTEMPT", "ID")))  # fmt: skip
@@ -87,8 +87,8 @@ class GitHub:
         }.items():  # fmt: skip
             monkeypatch.setenv(name, value)
 
-    def run(self, script: str, *, sha: str, run_id: int, attempt: int = 1,
-            pr: int | None = None, base: str | None = None) -> int:  # fmt: skip
+    def run(self, script: str, *, sha: str, run_id: int, attempt: int = 1, pr: int | None = None,
+            base: str | None = None, options: tuple[str, ...] = ()) -> int:  # fmt: skip
         """Run ``script`` as the job on main at ``sha``, or on pull request ``pr`` (head ``sha``)."""
         event: dict[str, Any] = {"repository": {"full_name": self.repo, "default_branch": "main"}}
         env = {"GITHUB_SHA": sha, "GITHUB_RUN_ID": str(run_id), "GITHUB_RUN_ATTEMPT": str(attempt)}
@@ -104,7 +104,8 @@ class GitHub:
         env["GITHUB_EVENT_PATH"] = str(path)
         for name, value in env.items():
             self.monkeypatch.setenv(name, value)
-        return main(["run", "--json", "--wait", "--wait-timeout", "60", "--", "sh", "-c", script])
+        return main(["run", "--json", "--wait", "--wait-timeout", "60", *options,
+                     "--", "sh", "-c", script])  # fmt: skip
 
 
 def verdict_of(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
@@ -201,6 +202,37 @@ def test_a_failure_whose_retry_passes_on_the_same_commit_becomes_flaky(
     assert revised["origin_then"] == "flaky"
     assert revised["culprit"] is None
     assert "passed on the same commit" in revised["reason"]
+
+
+def test_a_failure_that_passes_on_the_clients_own_retry_becomes_flaky(
+    fleet, tmp_path, monkeypatch, capsys
+):
+    job = GitHub("acme/api", tmp_path, monkeypatch)
+    # Fails for a missing file; the rule's client-side fix makes it, and the re-run passes.
+    missing = "test -f app.cfg || { echo 'missing file app.cfg' >&2; exit 2; }; echo '8 passed'"
+    retried = ("--retries", "1", "--retry-delay", "0", "--actions-dir", str(FIXTURES / "actions"))
+    assert job.run(missing, sha=MAIN_A, run_id=20, options=retried) == 0
+    failed = verdict_of(capsys)
+    assert failed["rule"] == "tf_client_fix"
+
+    revised = wait_until(
+        lambda: (
+            (found := shown(failed["failure_id"])["origin"])["origin"] == "flaky"
+            and "passed on the same commit" in found["reason"]
+            and found
+        ),
+        what="the failure revised: flaky, for the client's passing re-run",
+    )
+    assert "(attempt 2)" in revised["reason"]
+
+    from theow_workers.cli import app
+
+    listed = CliRunner().invoke(app, ["runs", "list", "--repo", "acme/api", "--json"])
+    runs = json.loads(listed.stdout)
+    assert sorted((r["attempt"], r["outcome"], r["origin"]) for r in runs) == [
+        (1, "failed", "flaky"), (2, "passed", None)
+    ]  # fmt: skip
+    assert len({r["id"] for r in runs}) == 2  # each attempt a run of its own
 
 
 def test_a_failure_without_where_it_ran_has_no_origin(fleet, tmp_path, monkeypatch, capsys):

@@ -32,10 +32,12 @@ OWN = "src/cart.py:12: error: Name 'totl' is not defined  [name-defined]\nFound 
 
 
 def row(n: int, sha: str, outcome: str, at: float, log: str | None = None, *,
-        pr: int | None = None, base: str | None = None, attempt: int = 1) -> dict[str, Any]:  # fmt: skip
-    """A history row of acme/shop's `test` job, ``at`` seconds into the history."""
-    found: dict[str, Any] = {"id": f"run-{n}", "repo": "acme/shop", "job": "test",
-                             "branch": "main", "sha": sha, "attempt": attempt,
+        pr: int | None = None, base: str | None = None, attempt: int = 1,
+        repo: str = "acme/shop", main: str = "main") -> dict[str, Any]:  # fmt: skip
+    """A history row of ``repo``'s `test` job, ``at`` seconds into the history; ``main``: its
+    default branch."""
+    found: dict[str, Any] = {"id": f"run-{n}", "repo": repo, "job": "test",
+                             "branch": main, "sha": sha, "attempt": attempt,
                              "outcome": outcome, "finished_at": T + at}  # fmt: skip
     if pr is not None:
         found.update(pr=pr, base_sha=base, branch=f"change-{pr}")
@@ -44,15 +46,18 @@ def row(n: int, sha: str, outcome: str, at: float, log: str | None = None, *,
     return found
 
 
-HISTORY = [
-    row(1, A, "passed", 0),  # main passes
-    row(2, H, "failed", 100, BROKEN, pr=7, base=B),  # a pull request on B fails ...
-    row(3, B, "failed", 200, BROKEN),  # ... and so does main at B, later, the same way
-    row(4, C, "failed", 300, BROKEN),  # and at the next commit: main is broken since B
-    row(5, K, "failed", 400, TIMED_OUT, pr=8, base=A),  # another pull request times out ...
-    row(6, K, "passed", 500, pr=8, base=A, attempt=2),  # ... and its retry passes: flaky
-    row(7, Z, "failed", 600, OWN, pr=9, base=A),  # a pull request's own mistake
-]
+def history_of(repo: str, main: str) -> list[dict[str, Any]]:
+    """The history of ``repo``, whose default branch is ``main``."""
+    at = {"repo": repo, "main": main}
+    return [
+        row(1, A, "passed", 0, **at),  # main passes
+        row(2, H, "failed", 100, BROKEN, pr=7, base=B, **at),  # a pull request on B fails ...
+        row(3, B, "failed", 200, BROKEN, **at),  # ... and so does main at B, later, alike
+        row(4, C, "failed", 300, BROKEN, **at),  # and at the next commit: broken since B
+        row(5, K, "failed", 400, TIMED_OUT, pr=8, base=A, **at),  # a pull request times out
+        row(6, K, "passed", 500, pr=8, base=A, attempt=2, **at),  # ... its retry passes: flaky
+        row(7, Z, "failed", 600, OWN, pr=9, base=A, **at),  # a pull request's own mistake
+    ]
 
 
 def theow(*args: str) -> Any:
@@ -63,13 +68,17 @@ def theow(*args: str) -> Any:
     return json.loads(result.stdout)
 
 
+# A repository whose default branch is master: told by the history itself (its pull
+# requests are based on master's commits), as `theow history eval` tells it.
+@pytest.mark.parametrize(("repo", "main"), [("acme/shop", "main"), ("acme/legacy", "master")])
 def test_a_history_of_runs_fills_the_ledger_and_gives_each_failure_its_origin_in_time_order(
-    replay_fleet: ReplayFleet, tmp_path
+    replay_fleet: ReplayFleet, tmp_path, repo, main
 ):
+    rows = history_of(repo, main)
     replay_fleet.start_replay_worker(concurrency=2)
     # Newest first, as an export may be; and one row whose run cannot be right.
     history = replay_fleet.write(
-        "runs.jsonl", [*reversed(HISTORY), row(8, "not-a-sha", "passed", 700)]
+        "runs.jsonl", [*reversed(rows), row(8, "not-a-sha", "passed", 700, repo=repo)]
     )
 
     done = replay_fleet.cli(str(history), "--json", "--report-dir", str(tmp_path / "reports"))
@@ -84,7 +93,7 @@ def test_a_history_of_runs_fills_the_ledger_and_gives_each_failure_its_origin_in
     assert "row.sha: 'not-a-sha' is not a commit sha" in report["input_problems"][0]["problem"]
     assert "origins of 5 replayed failure(s)" in done.stderr
 
-    ledger = {r["id"]: r for r in theow("runs", "list", "--repo", "acme/shop")}
+    ledger = {r["id"]: r for r in theow("runs", "list", "--repo", repo)}
     assert sorted(ledger) == [f"run-{n}" for n in range(1, 8)]
     passed = {i: r for i, r in ledger.items() if r["outcome"] == "passed"}
     assert sorted(passed) == ["run-1", "run-6"]
@@ -108,7 +117,7 @@ def test_a_history_of_runs_fills_the_ledger_and_gives_each_failure_its_origin_in
 
     # The same as `theow history eval` reads the same file: the history's own order.
     out = tmp_path / "results.jsonl"
-    theow("history", "eval", str(replay_fleet.write("runs-ok.jsonl", HISTORY)), "--out", str(out))
+    theow("history", "eval", str(replay_fleet.write("runs-ok.jsonl", rows)), "--out", str(out))
     for result in map(json.loads, out.read_text().splitlines()):
         run = ledger[result["id"]]
         assert (run["origin"], run["origin_then"], run["culprit"]) == (
@@ -120,7 +129,7 @@ def test_a_history_of_runs_fills_the_ledger_and_gives_each_failure_its_origin_in
     again = replay_fleet.cli(report["job"]["id"], "--again", "--json")
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["runs"]["origins"] == {"main": 3, "flaky": 1, "change": 1}
-    relinked = {r["id"]: r for r in theow("runs", "list", "--repo", "acme/shop")}
+    relinked = {r["id"]: r for r in theow("runs", "list", "--repo", repo)}
     assert sorted(relinked) == sorted(ledger)
     assert ids("main") == {relinked[n]["failure_id"] for n in ("run-2", "run-3", "run-4")}
     assert not ids("main") & set(failure.values())

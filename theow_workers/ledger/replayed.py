@@ -31,9 +31,10 @@ from dataclasses import replace
 from theow_client.ci_run import RunValueError
 from theow_client.jsontypes import JsonObject
 from theow_workers.core.history.classify import DEFAULT_SETTINGS, decide
+from theow_workers.core.history.evaluation import default_branches
 from theow_workers.core.history.model import Decision
 from theow_workers.ledger.record import failure_cause, from_failure, from_history, ledger_repo
-from theow_workers.store.runs import REPLAY_AGENT, LedgerRun, SqlRuns
+from theow_workers.store.runs import DEFAULT_BRANCH, REPLAY_AGENT, LedgerRun, SqlRuns
 
 log = logging.getLogger("theow.ledger")
 
@@ -108,17 +109,19 @@ def settle(
     """Decide the origins of the replayed failures' runs, in the order they finished; how many
     of each origin.
 
-    ``branch_of``: a repository's default branch (configured, learned, else main).
+    ``branch_of``: a repository's default branch (:func:`branches`).
     """
     entries = sorted(runs.of_failures(list(failure_ids)), key=lambda e: e.run.finished_at)
+    # Every repository's, as `theow history eval` passes them (a cause failing several).
+    others = {repo: branch_of(repo) for repo in {entry.run.repo for entry in entries}}
     counted: Counter[str] = Counter()
     decided: list[tuple[str, str, Decision, Decision]] = []
     for done, entry in enumerate(entries, 1):
         run = entry.run
         default = branch_of(run.repo)
         then = decide(run, runs, default_branch=default, settings=DEFAULT_SETTINGS,
-                      until=run.finished_at)  # fmt: skip
-        now = decide(run, runs, default_branch=default, settings=DEFAULT_SETTINGS)
+                      until=run.finished_at, branches=others)  # fmt: skip
+        now = decide(run, runs, default_branch=default, settings=DEFAULT_SETTINGS, branches=others)
         decided.append((entry.agent, run.id, then, now))
         counted[now.origin.value] += 1
         if progress is not None:
@@ -129,12 +132,16 @@ def settle(
 
 
 def branches(runs: SqlRuns, configured: Mapping[str, str]) -> Callable[[str], str]:
-    """Each repository's default branch, read once."""
+    """Each repository's default branch, read once: configured, else learned from its forge,
+    else as its runs show it, the way `theow history eval` tells it from the file
+    (``evaluation.default_branches``: ``master``, ``trunk``), else main."""
     known: dict[str, str] = {}
 
     def branch_of(repo: str) -> str:
         if repo not in known:
-            known[repo] = runs.default_branch(repo, configured)
+            told = runs.known_default_branch(repo, configured)
+            shown = default_branches(runs.repo_runs(repo)) if told is None else {}
+            known[repo] = told or shown.get(repo, DEFAULT_BRANCH)
         return known[repo]
 
     return branch_of

@@ -14,7 +14,8 @@ older than the retention (``THEOW_RUN_RETENTION_DAYS``, 90) are purged.
 
 A repository's default branch is the configured one (``THEOW_DEFAULT_BRANCHES``,
 ``owner/name=branch,...``), else the last one its forge's webhooks named
-(``repositories``), else ``main``.
+(``repositories``), else ``main`` (a replayed history's: else as its runs
+show it, ``ledger.replayed.branches``).
 
 >>> runs = SqlRuns(make_engine("sqlite://"))  # doctest: +SKIP
 >>> runs.record(LedgerRun(Run(...), agent="ci-1", source="client"))  # doctest: +SKIP
@@ -24,7 +25,7 @@ A repository's default branch is the configured one (``THEOW_DEFAULT_BRANCHES``,
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -303,6 +304,12 @@ class SqlRuns:
 
     def default_branch(self, repo: str, configured: Mapping[str, str] | None = None) -> str:
         """The repository's default branch: configured, else learned, else ``main``."""
+        return self.known_default_branch(repo, configured) or DEFAULT_BRANCH
+
+    def known_default_branch(
+        self, repo: str, configured: Mapping[str, str] | None = None
+    ) -> str | None:
+        """The repository's default branch when configured or learned; None when neither says."""
         key = repo.casefold()
         plain = key.rpartition("@")[2]  # an agent's own scope: ``<agent>@<repo>``
         if configured and plain in configured:
@@ -313,7 +320,14 @@ class SqlRuns:
             learned = conn.execute(
                 select(RepositoryRow.default_branch).where(RepositoryRow.repo == key)
             ).scalar()
-        return str(learned) if learned else DEFAULT_BRANCH
+        return str(learned) if learned else None
+
+    def repo_runs(self, repo: str) -> Iterator[Run]:
+        """Every run of the repository in the ledger, whoever sent it, in the order they finished."""
+        query = select(*RUN_COLUMNS).where(RunRow.repo == repo).order_by(RunRow.finished_at)
+        with self.engine.connect() as conn:
+            for row in conn.execute(query):
+                yield run_of_columns(row)
 
     def learn_default_branch(self, repo: str, branch: str, learned_from: str) -> bool:
         """Keep what a forge said the repository's default branch is; whether it changed."""
