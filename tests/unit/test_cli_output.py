@@ -28,6 +28,17 @@ def test_an_error_is_one_line_on_stderr_with_its_text_as_it_is(captured):
     assert stdout.getvalue() == ""
 
 
+def test_an_error_stays_one_line_in_a_ci_log_that_sets_columns(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "40")
+    stream = io.StringIO()
+    monkeypatch.setattr(output, "err", output.make_console(stderr=True, file=stream))
+    message = (
+        "no rule named 'a-rule-whose-name-is-long' in any rules directory (see `theow rules list`)"
+    )
+    output.fail(message, 2)
+    assert stream.getvalue() == f"error: {message}\n"
+
+
 def test_a_piped_console_prints_a_long_line_whole_and_leaves_emoji_codes_alone():
     stream = io.StringIO()
     console = output.make_console(file=stream)
@@ -59,7 +70,7 @@ def test_every_command_is_on_the_theow_command():
     assert names == {
         "rules", "db", "replay", "history", "review", "failures", "runs",
         "meow", "doctor", "metrics", "dead-letters", "worker", "web", "up", "demo", "tokens",
-        "teach", "incidents",
+        "teach", "incidents", "tests",
     }  # fmt: skip
 
 

@@ -50,7 +50,15 @@ PIPE_WIDTH = 100_000
 
 
 class PipeConsole(Console):
-    """A Console that does not wrap or truncate when its stream is not a terminal."""
+    """A Console that does not wrap or truncate when its stream is not a terminal.
+
+    Not even when ``COLUMNS`` is set, as CI runners do: an error stays one line in a job's log.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if "width" not in kwargs and not self.is_terminal:
+            self._width = None  # rich took it from COLUMNS
 
     @property
     def size(self) -> ConsoleDimensions:
