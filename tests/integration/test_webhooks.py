@@ -27,12 +27,12 @@ SECRET = "hook-secret-for-tests"
 TOKEN = "forge-api-token"
 RULE = """\
 name: tf_hook_echo
-description: The job printed HOOKECHO and a word.
+description: The job printed HOOKSAYS and a word.
 mode: track
 when:
   - fact: log
-    regex: 'HOOKECHO (?P<word>\\w+)'
-    examples: ["HOOKECHO hello"]
+    regex: 'HOOKSAYS (?P<word>\\w+)'
+    examples: ["HOOKSAYS hello"]
 """
 SHA = "abc123def"
 
@@ -117,7 +117,7 @@ def failures(fleet) -> int:
 
 
 def test_a_github_failed_job_is_resolved_once_and_commented_on_its_pull_request(fleet, forge):
-    forge.logs["501"] = "Run tests\nHOOKECHO broken token=ghp_" + "a" * 36 + "\nexit 1"
+    forge.logs["501"] = "Run tests\nHOOKSAYS broken token=ghp_" + "a" * 36 + "\nexit 1"
     forge.logs["502"] = "Run lint\nnothing theow knows\nexit 2"
     forge.pulls[SHA] = [7]
     forge.fail_first = 1  # the first API call meets a 503: retried
@@ -138,7 +138,7 @@ def test_a_github_failed_job_is_resolved_once_and_commented_on_its_pull_request(
         assert rows(fleet) == [("github-hooks", "github:acme/app:501:1", "tf_hook_echo")]
         [comment] = forge.comments["7"]
         assert comment["body"].startswith("<!-- theow -->")
-        assert "tf_hook_echo" in comment["body"] and "HOOKECHO broken" in comment["body"]
+        assert "tf_hook_echo" in comment["body"] and "HOOKSAYS broken" in comment["body"]
         assert "ghp_" + "a" * 36 not in comment["body"]  # masked as the client masks
 
         second = github_event(502, "lint")
@@ -151,7 +151,7 @@ def test_a_github_failed_job_is_resolved_once_and_commented_on_its_pull_request(
 
 
 def test_a_bad_signature_stores_nothing_and_an_unset_secret_turns_the_hook_off(fleet, forge):
-    forge.logs["601"] = "HOOKECHO x"
+    forge.logs["601"] = "HOOKSAYS x"
     with web() as http:
         body = github_event(601, "test")
         tampered = body.replace(b"601", b"602")
@@ -170,7 +170,7 @@ def test_a_repository_not_in_the_allowlist_is_answered_204_and_stores_nothing(
 ):
     from theow_client import names
 
-    forge.logs["611"] = forge.logs["811"] = "HOOKECHO x"
+    forge.logs["611"] = forge.logs["811"] = "HOOKSAYS x"
     monkeypatch.setenv("THEOW_HOOK_REPOS", "acme/lib, group/other")
     with web() as http:
         body = github_event(611, "test")
@@ -187,7 +187,7 @@ def test_a_repository_not_in_the_allowlist_is_answered_204_and_stores_nothing(
 
 
 def test_a_gitlab_failed_job_is_resolved_once_and_noted_on_its_merge_request(fleet, forge):
-    forge.logs["801"] = "HOOKECHO gitlab\nERROR: Job failed: exit code 1"
+    forge.logs["801"] = "HOOKSAYS gitlab\nERROR: Job failed: exit code 1"
     forge.logs["802"] = "something else\nERROR: Job failed: exit code 1"
     forge.pulls[SHA] = [3]
     with web() as http:
@@ -242,7 +242,7 @@ def test_a_failed_job_passing_on_a_re_run_is_shown_passing_in_the_same_comment(
     from theow_client import names
     from theow_workers.adapters.normals import RedisNormals
 
-    forge.logs["521"] = "Run tests\nHOOKECHO flaky\nexit 1"
+    forge.logs["521"] = "Run tests\nHOOKSAYS flaky\nexit 1"
     forge.logs["522"] = "Run tests\nall passed"
     forge.logs["531"] = "Run build\nall built"
     forge.pulls[SHA] = [7]
@@ -269,7 +269,7 @@ def test_a_failed_job_passing_on_a_re_run_is_shown_passing_in_the_same_comment(
         [comment] = forge.comments["7"]
         assert comment["id"] == made
         assert "~~rule `tf_hook_echo` (" in comment["body"]
-        assert "HOOKECHO flaky" not in comment["body"]  # no line to look at any more
+        assert "HOOKSAYS flaky" not in comment["body"]  # no line to look at any more
 
         calls = len(forge.requests)
         other = github_event(531, "build", conclusion="success")  # listed by no comment
